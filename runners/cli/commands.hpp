@@ -1,0 +1,20 @@
+#pragma once
+// Each subcommand of the wbaudit executable lives in its own file and registers itself on the app here.
+#include <CLI/CLI.hpp>
+
+namespace wbaudit::cli {
+
+// Thrown by a subcommand to end the program with a given exit status without an error message
+// (e.g. an audit that found inconsistent coordinates exits 2).
+struct ExitStatus {
+  int code;
+};
+
+// Prints the build identity: version, git commit and dirty flag, Kokkos backend and threads, MPI library.
+void print_version();
+
+}  // namespace wbaudit::cli
+
+// Subcommand registration (one file each under runners/cli/). Each adds a subcommand whose callback does the work
+// and throws on error (std::exception: message printed, exit 1) or ExitStatus.
+namespace wbaudit::cli {}  // namespace wbaudit::cli

@@ -1,0 +1,16 @@
+# cmake -P: run clang-format --dry-run -Werror over every C++ source under the modules, tests and bench.
+file(GLOB_RECURSE files ${SOURCE_DIR}/sim/*.[ch]pp ${SOURCE_DIR}/stats/*.[ch]pp ${SOURCE_DIR}/forecast/*.[ch]pp
+     ${SOURCE_DIR}/runners/*.[ch]pp ${SOURCE_DIR}/tests/*.[ch]pp ${SOURCE_DIR}/bench/*.[ch]pp)
+set(bad "")
+foreach(f ${files})
+  execute_process(COMMAND ${CLANG_FORMAT} --dry-run -Werror ${f} RESULT_VARIABLE rc OUTPUT_QUIET ERROR_QUIET)
+  if(NOT rc EQUAL 0)
+    list(APPEND bad ${f})
+  endif()
+endforeach()
+if(bad)
+  string(REPLACE ";" "\n  " bad "${bad}")
+  message(FATAL_ERROR "clang-format would change:\n  ${bad}\nRun: clang-format -i <file>")
+endif()
+list(LENGTH files n)
+message(STATUS "clang-format: ${n} files clean")
