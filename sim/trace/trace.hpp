@@ -1,0 +1,64 @@
+#pragma once
+// A run's trace: per parameter group and recorded step, the write-back event counts (target mode) or the
+// projected events and log2-ratio histograms (reference mode), plus the training loss. Stored as trace.h5;
+// the layout is documented in docs/trace-format.md.
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace wbaudit::sim {
+
+inline constexpr const char* kTraceSchema = "wbaudit.trace/1";
+
+// Histogram of d = floor(log2|w|) - log2|u| over coordinates with u != 0 and w != 0, in bins of 1/8 binade:
+// bin b covers [d_min + b/8, d_min + (b+1)/8); the first and last bins also hold everything beyond them.
+struct RatioHistogramLayout {
+  double d_min = -16.0;
+  double bin_width = 0.125;
+  int bins = 512;  // d in [-16, 48)
+};
+
+struct ProjectedSeries {             // reference mode, one declared target format
+  std::vector<std::int64_t> erased;  // [T] u != 0 and q_F(q_F(w) + u) == q_F(w), nearest
+  std::vector<double> fraction;      // [T] erased / nonzero (NaN when nonzero == 0)
+};
+
+struct GroupTrace {
+  std::string name;  // e.g. "layer1.weight"
+  std::uint32_t tensor_id = 0;
+  std::int64_t size = 0;                // coordinates in the group
+  std::vector<std::int64_t> nonzero;    // [T] proposals u != 0
+  std::vector<std::int64_t> erased;     // [T] target mode: realized erased events (empty in reference mode)
+  std::vector<std::int64_t> saturated;  // [T] target mode
+  std::vector<std::int64_t> applied;    // [T] target mode: w changed
+  std::vector<double> erased_fraction;  // [T] target mode: erased / nonzero (NaN when nonzero == 0)
+  std::map<std::string, ProjectedSeries> projected;  // reference mode, keyed by format name
+  std::vector<std::int64_t> zero_weight;             // [T] reference mode: coordinates with u != 0 and w == 0
+  std::vector<std::int64_t> ratio_histogram;         // [T * bins] reference mode, row-major by step
+};
+
+struct Trace {
+  std::string schema = kTraceSchema;
+  std::string mode;    // "reference" or "target"
+  std::string format;  // target format name ("fp32" for a reference)
+  std::string policy;  // write-back policy name
+  std::uint64_t seed = 0;
+  std::int64_t steps = 0;                    // optimizer steps run
+  std::string config_json;                   // the run's configuration, canonical JSON
+  std::vector<std::int64_t> recorded_steps;  // [T] step index t at which events of w[t] -> w[t+1] were recorded
+  std::vector<double> loss;                  // [T] training loss at w[t]
+  std::vector<double> learning_rate;         // [T] scheduled learning rate at step t
+  RatioHistogramLayout histogram;
+  std::vector<GroupTrace> groups;
+
+  const GroupTrace& group(const std::string& name) const;  // throws std::out_of_range naming the group
+};
+
+// Writes atomically (temporary name in the same directory, then rename). Throws on any HDF5 error, naming the file.
+void write_trace(const std::filesystem::path& path, const Trace& trace);
+// Throws naming the file and the missing dataset/attribute when the file is not a valid wbaudit trace.
+Trace read_trace(const std::filesystem::path& path);
+
+}  // namespace wbaudit::sim
