@@ -1,0 +1,1 @@
+# Sources of the precision layer (formats, rounding, write-back, events, RNG).
