@@ -1,0 +1,52 @@
+#pragma once
+// The report of a crossing study (DESIGN.md section 3, study 1): measured vs predicted post-initialization
+// crossings of the erased fraction, as Markdown and HTML with gnuplot figures.
+#include <filesystem>
+#include <string>
+#include <vector>
+
+namespace wbaudit::runners::report {
+
+struct CrossingRow {
+  std::string cell;  // evaluation cell: "<target run name> :: <group>"
+  std::string format;
+  std::string category;       // "both", "only-measured", "only-predicted", "neither", "above-at-init", ...
+  double measured = 0;        // crossing step (NaN when none)
+  double predicted = 0;       // crossing step (NaN when none)
+  double relative_error = 0;  // |t_hat - t| / t (NaN unless both cross)
+  bool within_tolerance = false;
+};
+
+struct CrossingTotals {
+  int cells = 0;
+  int both = 0;
+  int within = 0;
+  int differ = 0;  // measured and predicted category differ
+  int neither = 0;
+  int above_at_init = 0;  // measured already at or above the threshold at burn-in
+  double span = 0;        // max t / min t over measured crossings (NaN when fewer than one)
+  double threshold = 0.5;
+  double tolerance = 0.15;
+  long burn_in = 0;
+};
+
+struct TrajectoryPanel {
+  std::string title;
+  std::vector<double> steps;
+  std::vector<double> measured;
+  std::vector<double> predicted;
+};
+
+struct CrossingReport {
+  std::string sweep_name;
+  std::string description;
+  std::vector<std::pair<std::string, std::string>> facts;  // provenance and run facts shown at the top
+  CrossingTotals totals;
+  std::vector<CrossingRow> rows;
+  std::vector<TrajectoryPanel> panels;
+};
+
+// Writes DIR/report.md, DIR/report.html and DIR/figures/*; returns the path of report.html.
+std::filesystem::path write_crossing_report(const CrossingReport& report, const std::filesystem::path& dir);
+
+}  // namespace wbaudit::runners::report

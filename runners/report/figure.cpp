@@ -1,0 +1,111 @@
+#include "runners/report/figure.hpp"
+
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <iomanip>
+#include <limits>
+#include <sstream>
+#include <stdexcept>
+
+namespace wbaudit::runners::report {
+namespace {
+
+std::string quoted(const std::string& text) {
+  std::string out = "\"";
+  for (char c : text) {
+    if (c == '"' || c == '\\') out += '\\';
+    out += c;
+  }
+  return out + "\"";
+}
+
+}  // namespace
+
+std::string html_escape(const std::string& text) {
+  std::string out;
+  for (char c : text) {
+    switch (c) {
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      default:
+        out += c;
+    }
+  }
+  return out;
+}
+
+std::vector<std::string> render(const Figure& figure, const std::filesystem::path& dir, const std::string& stem) {
+  std::filesystem::create_directories(dir);
+  auto data = dir / (stem + ".dat");
+  {
+    std::ofstream out(data);
+    out << std::setprecision(17);
+    // One gnuplot data block per series, separated by two blank lines (addressed with `index`).
+    for (std::size_t s = 0; s < figure.series.size(); ++s) {
+      const auto& series = figure.series[s];
+      out << "# " << series.title << "\n";
+      std::size_t written = 0;
+      for (std::size_t i = 0; i < series.x.size() && i < series.y.size(); ++i) {
+        bool missing = !std::isfinite(series.x[i]) || !std::isfinite(series.y[i]);
+        if (missing && series.skip_missing) continue;
+        if ((figure.logx && series.x[i] <= 0) || (figure.logy && series.y[i] <= 0)) continue;
+        out << series.x[i] << ' ' << series.y[i] << '\n';
+        ++written;
+      }
+      if (written == 0) out << "nan nan\n";  // keeps the block index stable for an empty series
+      out << "\n\n";
+    }
+    if (!out) throw std::runtime_error(data.string() + ": cannot write figure data");
+  }
+  auto script = dir / (stem + ".gp");
+  {
+    std::ofstream out(script);
+    out << "set datafile missing 'nan'\n";
+    out << "set title " << quoted(figure.title) << "\n";
+    out << "set xlabel " << quoted(figure.xlabel) << "\nset ylabel " << quoted(figure.ylabel) << "\n";
+    out << "set grid\nset key outside right top\n";
+    if (figure.logx) out << "set logscale x\n";
+    if (figure.logy) out << "set logscale y\n";
+    if (std::isfinite(figure.ymin) || std::isfinite(figure.ymax)) {
+      out << "set yrange [" << (std::isfinite(figure.ymin) ? std::to_string(figure.ymin) : "*") << ":"
+          << (std::isfinite(figure.ymax) ? std::to_string(figure.ymax) : "*") << "]\n";
+    }
+    for (auto& line : figure.extra) out << line << "\n";
+    std::ostringstream plot;
+    plot << "plot ";
+    for (std::size_t s = 0; s < figure.series.size(); ++s) {
+      if (s) plot << ", ";
+      plot << quoted(data.filename().string()) << " index " << s << " using 1:2 with " << figure.series[s].style
+           << " title " << quoted(figure.series[s].title);
+    }
+    plot << "\n";
+    out << "set terminal svg size " << figure.width << "," << figure.height << " dynamic background '#ffffff'\n";
+    out << "set output " << quoted(stem + ".svg") << "\n" << plot.str();
+    out << "set terminal pngcairo size " << figure.width << "," << figure.height << "\n";
+    out << "set output " << quoted(stem + ".png") << "\n" << plot.str();
+    out << "unset output\n";
+    if (!out) throw std::runtime_error(script.string() + ": cannot write gnuplot script");
+  }
+  std::string command = "cd " + quoted(dir.string()) + " && gnuplot " + quoted(script.filename().string()) + " > " +
+                        quoted(stem + ".log") + " 2>&1";
+  int rc = std::system(command.c_str());
+  if (rc != 0) {
+    throw std::runtime_error("gnuplot failed on " + script.string() + " (see " + (dir / (stem + ".log")).string() +
+                             "; is gnuplot installed? apt-get install gnuplot-nox)");
+  }
+  std::filesystem::remove(dir / (stem + ".log"));
+  return {stem + ".svg", stem + ".png"};
+}
+
+}  // namespace wbaudit::runners::report

@@ -1,0 +1,39 @@
+#pragma once
+// Report figures rendered by gnuplot into SVG (for the HTML report) and PNG (for Markdown viewers).
+#include <filesystem>
+#include <limits>
+#include <string>
+#include <vector>
+
+namespace wbaudit::runners::report {
+
+struct Series {
+  std::string title;
+  std::vector<double> x;
+  std::vector<double> y;
+  std::string style = "lines";  // gnuplot style: "lines", "points pt 7 ps 0.6", "linespoints", ...
+  bool skip_missing = true;     // drop points where x or y is NaN
+};
+
+struct Figure {
+  std::string title;
+  std::string xlabel;
+  std::string ylabel;
+  bool logx = false;
+  bool logy = false;
+  double ymin = std::numeric_limits<double>::quiet_NaN();  // NaN: automatic
+  double ymax = std::numeric_limits<double>::quiet_NaN();
+  std::vector<Series> series;
+  std::vector<std::string> extra;  // additional gnuplot commands (e.g. "set key bottom right")
+  int width = 720;
+  int height = 480;
+};
+
+// Writes DIR/STEM.dat, DIR/STEM.gp and renders DIR/STEM.svg and DIR/STEM.png with gnuplot. Throws naming the
+// script when gnuplot is missing or fails. Returns the relative names {"STEM.svg", "STEM.png"}.
+std::vector<std::string> render(const Figure& figure, const std::filesystem::path& dir, const std::string& stem);
+
+// Escapes text for HTML.
+std::string html_escape(const std::string& text);
+
+}  // namespace wbaudit::runners::report
