@@ -1,0 +1,54 @@
+#pragma once
+// Canonical identity: the canonical JSON text of a cell configuration and SHA-256 digests (OpenSSL EVP).
+//
+// Canonical JSON (what the cell id hashes):
+//  - no whitespace; object keys sorted bytewise (nlohmann::json stores objects in a std::map<std::string, ...>,
+//    so dump() already emits keys in std::less<std::string> order at every depth);
+//  - numbers by value: an integer prints as an integer; a floating-point number whose value is an integer with
+//    |x| < 2^53 prints as that integer (so `lr = 1` and `lr = 1.0` give one id, and -0.0 prints as 0); any other
+//    double prints as its shortest round-trip decimal text (nlohmann's Grisu2 dump, e.g. 0.001 -> "0.001",
+//    1e-8 -> "1e-08"), so "1e-3" and "0.001" in a spec give the same text; NaN and infinities are errors;
+//  - strings as UTF-8 with JSON's mandatory escapes only (invalid UTF-8 is an error);
+//  - the configuration must carry its schema version (key "schema", e.g. "wbaudit.cell/1"), which is therefore
+//    part of the id.
+#include <cstdint>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+
+namespace wbaudit::runners {
+
+inline constexpr const char* kCellSchema = "wbaudit.cell/1";
+
+class IdentityError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// Canonical text of any JSON value (rules above). Throws IdentityError naming the key path of a NaN/inf.
+std::string canonical_json(const nlohmann::json& value);
+
+// Lower-case hex SHA-256 of bytes.
+std::string sha256_hex(std::string_view bytes);
+
+// Lower-case hex SHA-256 of a file's content, read in 1 MiB blocks. Throws IdentityError naming the file.
+std::string sha256_file(const std::filesystem::path& path);
+
+// Cell id: SHA-256 of canonical_json(config). Throws IdentityError when config is not an object or lacks a
+// string "schema".
+std::string cell_id(const nlohmann::json& config);
+
+// A random RFC 4122 version-4 UUID (OpenSSL RAND_bytes), lower-case text.
+std::string random_uuid();
+
+// The running executable (/proc/self/exe resolved) and its SHA-256, computed once per process.
+std::filesystem::path self_executable();
+const std::string& self_executable_sha256();
+
+// Build and library identity of this binary, as recorded in every attempt manifest:
+// {"version", "git_commit", "git_dirty", "kokkos_version", "mpi_version", "mpi_library"}.
+nlohmann::json build_identity();
+
+}  // namespace wbaudit::runners

@@ -1,0 +1,132 @@
+#pragma once
+// The sweep directory (docs/contracts.md): frozen spec and executable with their hashes, the cell list, and one
+// directory per attempt whose manifest.json (written atomically) records identity, provenance and the SHA-256 of
+// every file the attempt wrote. Completion and canonicity are decided from this content, never from a scheduler.
+#include <chrono>
+#include <filesystem>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace wbaudit::runners {
+
+inline constexpr const char* kSweepSchema = "wbaudit.sweep/1";
+inline constexpr const char* kManifestSchema = "wbaudit.attempt/1";
+
+class StoreError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// One cell as stored in sweep.json. `id` is filled by SweepStore::create from the configuration (cell_id).
+struct StoredCell {
+  std::string id;
+  std::string name;       // unique in the sweep
+  std::string role;       // "reference" or "target"
+  std::string reference;  // targets: name of their reference cell ("" for references)
+  nlohmann::json config;  // the cell configuration (docs/contracts.md), with "schema"
+};
+
+struct CreateOptions {
+  bool resume = false;  // reopen an existing sweep directory (the spec text must be byte-identical)
+  // Executable frozen into DIR/bin/wbaudit; empty: this process' executable (/proc/self/exe).
+  std::filesystem::path executable;
+};
+
+enum class AttemptStatus { running, complete, failed };
+std::string to_string(AttemptStatus status);
+
+// What a manifest.json says, plus what checking it against the directory found.
+struct AttemptRecord {
+  std::string uuid;
+  std::filesystem::path dir;
+  bool manifest_valid = false;  // parsed, right schema, required fields present
+  AttemptStatus status = AttemptStatus::running;
+  std::string exit_reason;
+  std::string start;  // ISO 8601 UTC
+  std::string end;
+  nlohmann::json manifest;           // raw content (null when unreadable)
+  bool complete = false;             // status complete and every listed file present with its hash
+  bool canonical = false;            // complete, registered spec, registered binary, the right cell
+  std::vector<std::string> reasons;  // why not complete / not canonical (empty when canonical)
+};
+
+enum class CellState { pending, running, failed, noncanonical, done };
+std::string to_string(CellState state);
+
+struct CellStatus {
+  const StoredCell* cell = nullptr;
+  CellState state = CellState::pending;
+  std::vector<AttemptRecord> attempts;           // ordered by start time, then uuid
+  std::optional<std::size_t> canonical_attempt;  // index into attempts of the newest canonical complete one
+  std::vector<std::string> reasons;              // for noncanonical / failed / running: why
+  bool needs_run() const { return state != CellState::done; }
+};
+
+// An attempt in progress: its directory exists and manifest.json says "running".
+class Attempt {
+ public:
+  const std::string& cell_id() const { return m_cell_id; }
+  const std::string& uuid() const { return m_uuid; }
+  const std::filesystem::path& dir() const { return m_dir; }
+
+ private:
+  friend class SweepStore;
+  std::string m_cell_id;
+  std::string m_uuid;
+  std::filesystem::path m_dir;
+  nlohmann::json m_manifest;
+};
+
+class SweepStore {
+ public:
+  // Creates DIR (refused when it exists, unless options.resume) with spec.toml, bin/wbaudit, sweep.json.
+  // With resume: refuses a spec whose text differs from the frozen one (hash shown), and an executable whose hash
+  // differs from the frozen one; restores a missing bin/wbaudit from an executable with the registered hash.
+  static SweepStore create(const std::filesystem::path& dir, const std::string& spec_text,
+                           std::vector<StoredCell> cells, const CreateOptions& options = {});
+  // Opens an existing sweep directory (reads sweep.json; checks nothing else).
+  static SweepStore open(const std::filesystem::path& dir);
+
+  const std::filesystem::path& dir() const { return m_dir; }
+  const std::vector<StoredCell>& cells() const { return m_cells; }
+  const StoredCell& cell(const std::string& id) const;  // throws StoreError naming the id
+  const StoredCell* find_by_name(const std::string& name) const;
+  const std::string& spec_sha256() const { return m_spec_sha256; }
+  const std::string& binary_sha256() const { return m_binary_sha256; }
+  const std::string& created() const { return m_created; }
+  std::filesystem::path spec_path() const { return m_dir / "spec.toml"; }
+  std::filesystem::path executable_path() const { return m_dir / "bin" / "wbaudit"; }
+  // Problems with the frozen inputs (missing/changed spec.toml or bin/wbaudit); empty when intact.
+  std::vector<std::string> check_frozen_inputs() const;
+
+  // Starts an attempt: creates cells/<id>/attempts/<uuid>/ and an atomic manifest with status "running".
+  Attempt begin_attempt(const std::string& cell_id) const;
+  // Hashes (and fsyncs) the files, relative to the attempt directory, then atomically rewrites the manifest with
+  // status complete or failed. A file that is missing turns a complete attempt into a failed one.
+  AttemptRecord finish_attempt(Attempt& attempt, AttemptStatus status, const std::string& exit_reason,
+                               const std::vector<std::string>& files) const;
+
+  AttemptRecord read_attempt(const std::filesystem::path& attempt_dir, const std::string& cell_id) const;
+  CellStatus cell_status(const std::string& cell_id) const;
+  std::vector<CellStatus> status() const;  // in cells() order
+
+ private:
+  std::filesystem::path m_dir;
+  std::vector<StoredCell> m_cells;
+  std::map<std::string, std::size_t> m_index;
+  std::string m_spec_sha256;
+  std::string m_binary_sha256;
+  std::string m_created;
+};
+
+// Writes bytes to path atomically: a temporary ".<name>.tmp.<pid>" in the same directory, fsync, rename, fsync of
+// the directory. Throws StoreError naming the path and errno text (e.g. a full disk) and removes the temporary.
+void write_file_atomic(const std::filesystem::path& path, const std::string& bytes);
+// Current UTC time, ISO 8601 with milliseconds.
+std::string utc_now();
+
+}  // namespace wbaudit::runners
