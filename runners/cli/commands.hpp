@@ -17,4 +17,6 @@ void print_version();
 
 // Subcommand registration (one file each under runners/cli/). Each adds a subcommand whose callback does the work
 // and throws on error (std::exception: message printed, exit 1) or ExitStatus.
-namespace wbaudit::cli {}  // namespace wbaudit::cli
+namespace wbaudit::cli {
+void add_run_command(CLI::App& app);
+}  // namespace wbaudit::cli
