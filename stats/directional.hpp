@@ -1,0 +1,59 @@
+#pragma once
+// Directional specificity: does a predictor know which cells sit above or below the shared time trend?
+// With C cells and T steps:
+//   anomaly       A_Y(c,t) = Y(c,t) - (1/C) sum_c' Y(c',t)      (outcome)
+//                 A_P(c,t) = P(c,t) - (1/C) sum_c' P(c',t)      (predictor; its own across-cell mean)
+//   cell mean     m_Y(c) = (1/T) sum_t A_Y(c,t),  m_P(c) = (1/T) sum_t A_P(c,t)
+//   a cell is *directional* when |m_Y(c)| > tol and |m_P(c)| > tol, tol = zero_tolerance * max_{c,t}|Y|,|P|
+//   (a mean anomaly indistinguishable from rounding noise has no sign);
+//   n = number of directional cells, k = those with sign(m_P(c)) == sign(m_Y(c)),
+//   sign_agreement_rate = k / n,
+//   binomial_p_value = P(X >= k | X ~ Binomial(n, 1/2)) (one-sided exact; 1 when n = 0),
+//   anomaly_correlation = sum_{c,t} A_P A_Y / sqrt(sum A_P^2 * sum A_Y^2) over all cells and steps
+//     (the anomalies have zero mean at every t, so this is their Pearson correlation);
+//   cell_anomaly_correlation = Pearson correlation of m_P(c) and m_Y(c) over cells.
+// A predictor that only tracks the common time trend has A_P == 0: no directional cell, p = 1, correlations
+// undefined (reported as absent), and `significant` is false.
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "stats/missing.hpp"
+#include "stats/table.hpp"
+
+namespace wbaudit::stats {
+
+// Y(c,t) minus the across-cell mean at each t (complete matrix, rows = cells).
+Eigen::MatrixXd anomalies(Eigen::MatrixXd const& values);
+
+struct DirectionalOptions {
+  double zero_tolerance = 1e-9;  // relative to the largest |value| of outcome and predictor
+  double alpha = 0.05;           // one-sided level for `significant`
+  MissingPolicy missing_policy = MissingPolicy::error;
+};
+
+struct DirectionalSpecificity {
+  std::vector<std::string> cells;
+  Eigen::VectorXd outcome_cell_anomaly;            // m_Y(c)
+  Eigen::VectorXd predictor_cell_anomaly;          // m_P(c)
+  int n_directional = 0;                           // n
+  int n_sign_agree = 0;                            // k
+  std::optional<double> sign_agreement_rate;       // k / n; absent when n = 0
+  double binomial_p_value = 1.0;                   // P(X >= k | n, 1/2)
+  std::optional<double> anomaly_correlation;       // absent when either anomaly field is identically 0
+  std::optional<double> cell_anomaly_correlation;  // absent when fewer than 2 cells or zero variance
+  double alpha = 0.05;
+  bool significant = false;  // n > 0 and binomial_p_value < alpha
+  std::vector<std::string> dropped_cells;
+  std::vector<std::int64_t> dropped_steps;
+  MissingPolicy missing_policy = MissingPolicy::error;
+};
+
+// Throws StatsError on mismatched grids, inf, NaN under MissingPolicy::error, or fewer than 2 cells.
+DirectionalSpecificity directional_specificity(CellTable const& predictor, CellTable const& outcome,
+                                               DirectionalOptions const& options = {});
+
+// One-sided exact binomial tail P(X >= k) for X ~ Binomial(n, 1/2) (Boost.Math). Throws on k < 0, k > n.
+double sign_test_p_value(int k, int n);
+
+}  // namespace wbaudit::stats
