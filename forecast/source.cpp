@@ -1,0 +1,36 @@
+#include "forecast/source.hpp"
+
+#include "forecast/error.hpp"
+
+namespace wbaudit::forecast {
+
+const sim::GroupTrace& find_group(const sim::Trace& trace, std::string_view group) {
+  std::string known;
+  for (const auto& g : trace.groups) {
+    if (g.name == group) return g;
+    known += (known.empty() ? "" : ", ") + g.name;
+  }
+  throw ForecastError("trace has no group \"" + std::string(group) + "\" (groups: " + known + ")");
+}
+
+Series projected_series(const sim::Trace& reference, std::string_view group, std::string_view format) {
+  if (reference.mode != "reference") {
+    throw ForecastError("projected_series: trace mode is \"" + reference.mode + "\", expected \"reference\"");
+  }
+  const sim::GroupTrace& g = find_group(reference, group);
+  const auto it = g.projected.find(std::string(format));
+  if (it == g.projected.end()) {
+    std::string known;
+    for (const auto& [name, series] : g.projected) known += (known.empty() ? "" : ", ") + name;
+    throw ForecastError("projected_series: group \"" + g.name + "\" has no projection for format \"" +
+                        std::string(format) + "\" (projected formats: " + known + ")");
+  }
+  if (it->second.fraction.size() != reference.recorded_steps.size()) {
+    throw ForecastError("projected_series: group \"" + g.name + "\" format \"" + std::string(format) +
+                        "\": " + std::to_string(it->second.fraction.size()) + " fractions but " +
+                        std::to_string(reference.recorded_steps.size()) + " recorded steps");
+  }
+  return Series{reference.recorded_steps, it->second.fraction};
+}
+
+}  // namespace wbaudit::forecast

@@ -1,0 +1,198 @@
+#include "forecast/tables.hpp"
+
+#include <cmath>
+#include <limits>
+#include <set>
+
+#include "forecast/analytic_grid.hpp"
+#include "forecast/error.hpp"
+
+namespace wbaudit::forecast {
+
+namespace {
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+stats::CellTable empty_table(const std::vector<EvaluationCell>& cells, const std::vector<std::int64_t>& grid) {
+  stats::CellTable t;
+  for (const auto& c : cells) t.cells.push_back(c.label());
+  t.steps = grid;
+  t.values =
+      Eigen::MatrixXd::Constant(static_cast<Eigen::Index>(cells.size()), static_cast<Eigen::Index>(grid.size()), kNaN);
+  return t;
+}
+
+void set_row(stats::CellTable& t, std::size_t r, const std::vector<double>& v) {
+  for (std::size_t c = 0; c < v.size(); ++c) {
+    t.values(static_cast<Eigen::Index>(r), static_cast<Eigen::Index>(c)) = v[c];
+  }
+}
+
+std::vector<double> aligned(const Series& s, const std::vector<std::int64_t>& grid, OutOfRange policy,
+                            const std::string& what, const std::string& cell) {
+  try {
+    return align_series(s.steps, s.values, grid, policy);
+  } catch (const ForecastError& e) {
+    throw ForecastError(std::string(e.what()) + " (" + what + " of cell \"" + cell + "\")");
+  }
+}
+
+PredictorTable projection_table(PredictorKind kind, const std::vector<EvaluationCell>& cells,
+                                const std::vector<std::int64_t>& grid, OutOfRange policy) {
+  PredictorTable p;
+  p.kind = kind;
+  p.name = predictor_name(kind);
+  p.privileged = kind == PredictorKind::matched_reference;
+  p.table = empty_table(cells, grid);
+  for (std::size_t r = 0; r < cells.size(); ++r) {
+    const EvaluationCell& c = cells[r];
+    const auto& trace = kind == PredictorKind::matched_reference ? c.matched_reference : c.reference;
+    if (!trace) throw ForecastError(p.name + ": cell \"" + c.label() + "\" has no reference trace");
+    Series s;
+    try {
+      if (kind == PredictorKind::analytic_grid) {
+        if (c.man_bits < 0) throw ForecastError("no mantissa width given");
+        s.steps = trace->recorded_steps;
+        s.values = analytic_erased_fraction(*trace, find_group(*trace, c.group), c.man_bits, c.lr_scale);
+      } else {
+        s = projected_series(*trace, c.group, c.format);
+      }
+    } catch (const ForecastError& e) {
+      throw ForecastError(p.name + ": cell \"" + c.label() + "\": " + e.what());
+    }
+    set_row(p.table, r, aligned(s, grid, policy, p.name, c.label()));
+  }
+  return p;
+}
+}  // namespace
+
+const char* predictor_name(PredictorKind kind) {
+  switch (kind) {
+    case PredictorKind::source:
+      return "source";
+    case PredictorKind::analytic_grid:
+      return "analytic-grid";
+    case PredictorKind::template_mean:
+      return "template";
+    case PredictorKind::matched_reference:
+      return "matched-reference";
+    case PredictorKind::common_time:
+      return "common-time";
+  }
+  return "?";
+}
+
+const PredictorTable& EvaluationTables::predictor(std::string_view name) const {
+  std::string known;
+  for (const auto& p : predictors) {
+    if (p.name == name) return p;
+    known += (known.empty() ? "" : ", ") + p.name;
+  }
+  throw ForecastError("no predictor \"" + std::string(name) + "\" (built: " + known + ")");
+}
+
+stats::CellTable common_time_table(const stats::CellTable& outcome) {
+  if (outcome.rows() != static_cast<Eigen::Index>(outcome.cells.size()) ||
+      outcome.cols() != static_cast<Eigen::Index>(outcome.steps.size())) {
+    throw ForecastError("common_time_table: values are " + std::to_string(outcome.rows()) + "x" +
+                        std::to_string(outcome.cols()) + " but the table labels " +
+                        std::to_string(outcome.cells.size()) + " cells and " + std::to_string(outcome.steps.size()) +
+                        " steps");
+  }
+  if (outcome.cells.empty()) throw ForecastError("common_time_table: no cells");
+  stats::CellTable out = outcome;
+  for (Eigen::Index t = 0; t < outcome.cols(); ++t) {
+    double sum = 0;
+    int n = 0;
+    for (Eigen::Index r = 0; r < outcome.rows(); ++r) {
+      const double v = outcome.values(r, t);
+      if (std::isinf(v)) {
+        throw ForecastError("common_time_table: infinite outcome for cell \"" +
+                            outcome.cells[static_cast<std::size_t>(r)] + "\" at step " +
+                            std::to_string(outcome.steps[static_cast<std::size_t>(t)]));
+      }
+      if (std::isnan(v)) continue;
+      sum += v;
+      ++n;
+    }
+    out.values.col(t).setConstant(n > 0 ? sum / n : kNaN);
+  }
+  return out;
+}
+
+EvaluationTables build_evaluation_tables(const std::vector<EvaluationCell>& cells,
+                                         const std::vector<HistoryRun>& history, const TableOptions& options) {
+  if (cells.empty()) throw ForecastError("build_evaluation_tables: no evaluation cells");
+  std::set<std::string> labels;
+  for (const auto& c : cells) {
+    if (c.run_id.empty() || c.group.empty()) {
+      throw ForecastError("build_evaluation_tables: a cell has an empty run id or group (\"" + c.label() + "\")");
+    }
+    if (!labels.insert(c.label()).second) {
+      throw ForecastError("build_evaluation_tables: duplicate cell \"" + c.label() + "\"");
+    }
+    if (c.outcome.steps.size() != c.outcome.values.size()) {
+      throw ForecastError("build_evaluation_tables: cell \"" + c.label() + "\" outcome has " +
+                          std::to_string(c.outcome.steps.size()) + " steps but " +
+                          std::to_string(c.outcome.values.size()) + " values");
+    }
+  }
+
+  std::vector<std::int64_t> grid = options.grid;
+  if (grid.empty()) {
+    std::vector<std::vector<std::int64_t>> lists;
+    for (const auto& c : cells) lists.push_back(c.outcome.steps);
+    grid = common_steps(lists);
+  }
+  check_strictly_increasing(grid, "build_evaluation_tables (grid)");
+
+  EvaluationTables out;
+  out.outcome = empty_table(cells, grid);
+  for (std::size_t r = 0; r < cells.size(); ++r) {
+    set_row(out.outcome, r, aligned(cells[r].outcome, grid, options.out_of_range, "outcome", cells[r].label()));
+  }
+
+  if (options.source) {
+    out.predictors.push_back(projection_table(PredictorKind::source, cells, grid, options.out_of_range));
+  }
+  if (options.analytic_grid) {
+    out.predictors.push_back(projection_table(PredictorKind::analytic_grid, cells, grid, options.out_of_range));
+  }
+  if (options.template_mean) {
+    std::vector<TemplateRow> rows;
+    for (const auto& c : cells) rows.push_back({c.label(), c.run_id, c.template_class});
+    TemplateOptions topt;
+    topt.out_of_range = options.out_of_range;
+    topt.missing_class = options.missing_class;
+    TemplateTable tt = template_table(rows, history, grid, topt);
+    PredictorTable p;
+    p.kind = PredictorKind::template_mean;
+    p.name = predictor_name(p.kind);
+    p.table = std::move(tt.table);
+    p.missing_cells = std::move(tt.missing);
+    out.predictors.push_back(std::move(p));
+  }
+  std::size_t matched = 0;
+  for (const auto& c : cells) matched += c.matched_reference ? 1 : 0;
+  if (matched > 0 && matched < cells.size()) {
+    for (const auto& c : cells) {
+      if (!c.matched_reference) {
+        throw ForecastError("build_evaluation_tables: matched-reference given for " + std::to_string(matched) + " of " +
+                            std::to_string(cells.size()) + " cells; missing for \"" + c.label() + "\"");
+      }
+    }
+  }
+  if (matched == cells.size()) {
+    out.predictors.push_back(projection_table(PredictorKind::matched_reference, cells, grid, options.out_of_range));
+  }
+  if (options.common_time) {
+    PredictorTable p;
+    p.kind = PredictorKind::common_time;
+    p.name = predictor_name(p.kind);
+    p.post_outcome = true;
+    p.table = common_time_table(out.outcome);
+    out.predictors.push_back(std::move(p));
+  }
+  return out;
+}
+
+}  // namespace wbaudit::forecast
