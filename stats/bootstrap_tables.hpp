@@ -1,0 +1,151 @@
+#pragma once
+// Bootstrap intervals for the table statistics of metrics.hpp and decomposition.hpp.
+//
+// Units: with spec.resampling == units, the resampled units are groups of cells (rows). `unit_of_cell` (aligned
+// with the input table's cells) names the independent unit owning each cell, e.g. the training run that owns
+// several parameter-group cells; cells of one unit are always resampled together. Empty `unit_of_cell` = every
+// cell is its own unit. With spec.resampling == moving_block, the resampled units are the steps (columns), in
+// blocks of spec.block_length consecutive steps, and every cell is kept.
+// The statistic on a resample is the same definition as on the full table, applied to the resampled rows (with
+// their multiplicity) or steps:
+//   bias, mae, rmse_macro: mean over resampled cells of bias_cell, mae_cell, rmse_cell
+//   rmse_pooled:          sqrt(mean over resampled cells of mse_cell)
+//   skill:                1 - sum mse_P / sum mse_B over resampled cells
+//   share_time/cell/residual: the decomposition of the resampled table
+// Per-cell quantities are computed once when resampling units, so a resample costs one pass over its cells.
+#include <Kokkos_Core.hpp>
+#include <array>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "stats/bootstrap.hpp"
+#include "stats/missing.hpp"
+#include "stats/table.hpp"
+
+namespace wbaudit::stats {
+
+enum class TableMetric { bias, mae, rmse_macro, rmse_pooled };
+
+// "bias", "mae", "rmse_macro", "rmse_pooled"; unknown names throw StatsError listing the known ones.
+TableMetric table_metric_from_name(std::string_view name);
+std::string_view to_string(TableMetric metric);
+
+struct DecompositionIntervals {
+  Interval share_time;
+  Interval share_cell;
+  Interval share_residual;
+};
+
+namespace detail {
+
+// Complete tables reduced to what a resample needs.
+struct PreparedTables {
+  std::vector<Eigen::MatrixXd> values;                  // complete, policy applied
+  std::vector<std::vector<std::int64_t>> rows_of_unit;  // units mode
+  std::int64_t n_units = 0;                             // units, or steps for moving_block
+  Resampling resampling = Resampling::units;
+};
+
+PreparedTables prepare_tables(std::vector<CellTable const*> const& tables, std::vector<std::string> const& names,
+                              std::vector<std::string> const& unit_of_cell, MissingPolicy policy,
+                              BootstrapSpec const& spec, std::string_view context);
+
+// Per-cell quantities of one error matrix over all steps: bias_cell, mae_cell, mse_cell, rmse_cell.
+struct CellQuantities {
+  std::vector<double> bias, mae, mse, rmse;
+};
+CellQuantities cell_quantities(Eigen::MatrixXd const& error);
+
+// The statistic of a resample: rows = resampled cells (with repeats), or all cells with `steps` resampled.
+double metric_on_units(TableMetric metric, CellQuantities const& q, PreparedTables const& p,
+                       std::span<std::int64_t const> units);
+double metric_on_steps(TableMetric metric, Eigen::MatrixXd const& error, std::span<std::int64_t const> steps);
+double skill_on_units(CellQuantities const& pred, CellQuantities const& base, PreparedTables const& p,
+                      std::span<std::int64_t const> units);
+double skill_on_steps(Eigen::MatrixXd const& pred_error, Eigen::MatrixXd const& base_error,
+                      std::span<std::int64_t const> steps);
+// 0 = share_time, 1 = share_cell, 2 = share_residual
+double share_on_resample(int which, Eigen::MatrixXd const& values, PreparedTables const& p,
+                         std::span<std::int64_t const> units);
+
+}  // namespace detail
+
+// Interval for bias, mae, rmse_macro or rmse_pooled of forecast against outcome.
+template <class ExecSpace>
+Interval bootstrap_metric(ExecSpace const& space, TableMetric metric, CellTable const& forecast,
+                          CellTable const& outcome, BootstrapSpec const& spec,
+                          std::vector<std::string> const& unit_of_cell = {},
+                          MissingPolicy policy = MissingPolicy::error) {
+  auto const p = detail::prepare_tables({&forecast, &outcome}, {"forecast", "outcome"}, unit_of_cell, policy, spec,
+                                        "bootstrap_metric");
+  Eigen::MatrixXd const error = p.values[0] - p.values[1];
+  if (p.resampling == Resampling::units) {
+    auto const q = detail::cell_quantities(error);
+    return bootstrap(
+        space, p.n_units,
+        [&](std::span<std::int64_t const> units) { return detail::metric_on_units(metric, q, p, units); }, spec);
+  }
+  return bootstrap(
+      space, p.n_units,
+      [&](std::span<std::int64_t const> steps) { return detail::metric_on_steps(metric, error, steps); }, spec);
+}
+
+template <class... Args>
+Interval bootstrap_metric(TableMetric metric, CellTable const& forecast, CellTable const& outcome, Args&&... args) {
+  return bootstrap_metric(Kokkos::DefaultHostExecutionSpace{}, metric, forecast, outcome, std::forward<Args>(args)...);
+}
+
+// Interval for skill = 1 - sum MSE_P / sum MSE_B.
+template <class ExecSpace>
+Interval bootstrap_skill(ExecSpace const& space, CellTable const& predictor, CellTable const& baseline,
+                         CellTable const& outcome, BootstrapSpec const& spec,
+                         std::vector<std::string> const& unit_of_cell = {},
+                         MissingPolicy policy = MissingPolicy::error) {
+  auto const p = detail::prepare_tables({&predictor, &baseline, &outcome}, {"predictor", "baseline", "outcome"},
+                                        unit_of_cell, policy, spec, "bootstrap_skill");
+  Eigen::MatrixXd const ep = p.values[0] - p.values[2];
+  Eigen::MatrixXd const eb = p.values[1] - p.values[2];
+  if (p.resampling == Resampling::units) {
+    auto const qp = detail::cell_quantities(ep);
+    auto const qb = detail::cell_quantities(eb);
+    return bootstrap(
+        space, p.n_units, [&](std::span<std::int64_t const> units) { return detail::skill_on_units(qp, qb, p, units); },
+        spec);
+  }
+  return bootstrap(
+      space, p.n_units, [&](std::span<std::int64_t const> steps) { return detail::skill_on_steps(ep, eb, steps); },
+      spec);
+}
+
+template <class... Args>
+Interval bootstrap_skill(CellTable const& predictor, CellTable const& baseline, CellTable const& outcome,
+                         Args&&... args) {
+  return bootstrap_skill(Kokkos::DefaultHostExecutionSpace{}, predictor, baseline, outcome,
+                         std::forward<Args>(args)...);
+}
+
+// Intervals for the decomposition shares of `table` (pass forecast_error(F, Y) for the error decomposition). The
+// three intervals use the same resamples.
+template <class ExecSpace>
+DecompositionIntervals bootstrap_decomposition(ExecSpace const& space, CellTable const& table,
+                                               BootstrapSpec const& spec,
+                                               std::vector<std::string> const& unit_of_cell = {},
+                                               MissingPolicy policy = MissingPolicy::error) {
+  auto const p = detail::prepare_tables({&table}, {"table"}, unit_of_cell, policy, spec, "bootstrap_decomposition");
+  std::array<Interval, 3> out;
+  for (int which = 0; which < 3; ++which) {
+    out[std::size_t(which)] = bootstrap(
+        space, p.n_units,
+        [&](std::span<std::int64_t const> units) { return detail::share_on_resample(which, p.values[0], p, units); },
+        spec);
+  }
+  return {out[0], out[1], out[2]};
+}
+
+template <class... Args>
+DecompositionIntervals bootstrap_decomposition(CellTable const& table, Args&&... args) {
+  return bootstrap_decomposition(Kokkos::DefaultHostExecutionSpace{}, table, std::forward<Args>(args)...);
+}
+
+}  // namespace wbaudit::stats
