@@ -1,0 +1,516 @@
+#include "runners/store.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <csignal>
+#include <cstring>
+#include <ctime>
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <tuple>
+
+#include "runners/identity.hpp"
+
+namespace wbaudit::runners {
+namespace fs = std::filesystem;
+namespace {
+
+std::string errno_text() {
+  return std::strerror(errno);
+}
+
+void fsync_path(const fs::path& path, bool directory) {
+  const int fd = ::open(path.c_str(), directory ? (O_RDONLY | O_DIRECTORY) : O_RDONLY);
+  if (fd < 0) throw StoreError("cannot open " + path.string() + " to sync it: " + errno_text());
+  const int rc = ::fsync(fd);
+  const int saved = errno;
+  ::close(fd);
+  if (rc != 0) throw StoreError("fsync " + path.string() + ": " + std::strerror(saved));
+}
+
+std::string read_text(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw StoreError("cannot read " + path.string());
+  std::ostringstream out;
+  out << in.rdbuf();
+  return out.str();
+}
+
+std::string host_name() {
+  char buffer[256] = {};
+  if (::gethostname(buffer, sizeof buffer - 1) != 0) return "unknown";
+  return buffer;
+}
+
+std::string env_or_empty(const char* name) {
+  const char* value = std::getenv(name);
+  return value ? value : "";
+}
+
+nlohmann::json slurm_identity() {
+  nlohmann::json out = nlohmann::json::object();
+  for (const auto& [key, var] :
+       {std::pair{"job_id", "SLURM_JOB_ID"}, std::pair{"array_job_id", "SLURM_ARRAY_JOB_ID"},
+        std::pair{"array_task_id", "SLURM_ARRAY_TASK_ID"}, std::pair{"restart_count", "SLURM_RESTART_COUNT"},
+        std::pair{"node", "SLURMD_NODENAME"}}) {
+    if (auto value = env_or_empty(var); !value.empty()) out[key] = value;
+  }
+  return out;
+}
+
+// Copies the executable into place atomically and returns the copy's hash (checked against the source's).
+std::string freeze_executable(const fs::path& source, const std::string& source_sha256, const fs::path& target) {
+  fs::create_directories(target.parent_path());
+  const fs::path temp =
+      target.parent_path() / ("." + target.filename().string() + ".tmp." + std::to_string(::getpid()));
+  std::error_code ec;
+  fs::copy_file(source, temp, fs::copy_options::overwrite_existing, ec);
+  if (ec)
+    throw StoreError("cannot copy the executable " + source.string() + " to " + temp.string() + ": " + ec.message());
+  fs::permissions(temp, fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec | fs::perms::others_read |
+                            fs::perms::others_exec);
+  fsync_path(temp, false);
+  const std::string copied = sha256_file(temp);
+  if (copied != source_sha256) {
+    fs::remove(temp, ec);
+    throw StoreError("the executable " + source.string() + " changed while it was copied (hash " + copied +
+                     ", expected " + source_sha256 + ")");
+  }
+  fs::rename(temp, target);
+  fsync_path(target.parent_path(), true);
+  return copied;
+}
+
+bool is_hex_digest(const std::string& s) {
+  return s.size() == 64 &&
+         std::all_of(s.begin(), s.end(), [](char c) { return std::isxdigit(static_cast<unsigned char>(c)); });
+}
+
+bool process_gone(const nlohmann::json& manifest) {
+  if (!manifest.contains("host") || !manifest.contains("pid")) return false;
+  if (!manifest["host"].is_string() || manifest["host"].get<std::string>() != host_name()) return false;
+  if (!manifest["pid"].is_number_integer()) return false;
+  const auto pid = manifest["pid"].get<long long>();
+  if (pid <= 0) return false;
+  return ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH;
+}
+
+}  // namespace
+
+std::string to_string(AttemptStatus status) {
+  switch (status) {
+    case AttemptStatus::running:
+      return "running";
+    case AttemptStatus::complete:
+      return "complete";
+    case AttemptStatus::failed:
+      return "failed";
+  }
+  return "?";
+}
+
+std::string to_string(CellState state) {
+  switch (state) {
+    case CellState::pending:
+      return "pending";
+    case CellState::running:
+      return "running";
+    case CellState::failed:
+      return "failed";
+    case CellState::noncanonical:
+      return "noncanonical";
+    case CellState::done:
+      return "done";
+  }
+  return "?";
+}
+
+std::string utc_now() {
+  const auto now = std::chrono::system_clock::now();
+  const std::time_t seconds = std::chrono::system_clock::to_time_t(now);
+  const auto millis = std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count() % 1000;
+  std::tm tm{};
+  gmtime_r(&seconds, &tm);
+  char buffer[64];
+  std::strftime(buffer, sizeof buffer, "%Y-%m-%dT%H:%M:%S", &tm);
+  char out[80];
+  std::snprintf(out, sizeof out, "%s.%03dZ", buffer, static_cast<int>(millis));
+  return out;
+}
+
+void write_file_atomic(const fs::path& path, const std::string& bytes) {
+  const fs::path dir = path.parent_path().empty() ? fs::path(".") : path.parent_path();
+  const fs::path temp = dir / ("." + path.filename().string() + ".tmp." + std::to_string(::getpid()));
+  const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) throw StoreError("cannot create " + temp.string() + ": " + errno_text());
+  auto fail = [&](const std::string& what) {
+    const std::string message = what + " " + temp.string() + ": " + errno_text();
+    ::close(fd);
+    ::unlink(temp.c_str());
+    throw StoreError(message);
+  };
+  std::size_t written = 0;
+  while (written < bytes.size()) {
+    const ssize_t n = ::write(fd, bytes.data() + written, bytes.size() - written);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      fail("cannot write");
+    }
+    written += static_cast<std::size_t>(n);
+  }
+  if (::fsync(fd) != 0) fail("cannot fsync");
+  if (::close(fd) != 0) {
+    const std::string message = "cannot close " + temp.string() + ": " + errno_text();
+    ::unlink(temp.c_str());
+    throw StoreError(message);
+  }
+  if (::rename(temp.c_str(), path.c_str()) != 0) {
+    const std::string message = "cannot rename " + temp.string() + " to " + path.string() + ": " + errno_text();
+    ::unlink(temp.c_str());
+    throw StoreError(message);
+  }
+  fsync_path(dir, true);
+}
+
+SweepStore SweepStore::create(const fs::path& dir, const std::string& spec_text, std::vector<StoredCell> cells,
+                              const CreateOptions& options) {
+  const std::string spec_sha256 = sha256_hex(spec_text);
+  const fs::path executable = options.executable.empty() ? self_executable() : options.executable;
+  const std::string executable_sha256 =
+      options.executable.empty() ? self_executable_sha256() : sha256_file(options.executable);
+
+  if (fs::exists(dir / "sweep.json")) {
+    if (!options.resume)
+      throw StoreError("sweep directory " + dir.string() + " already exists; use --resume to continue it");
+    SweepStore store = open(dir);
+    if (store.m_spec_sha256 != spec_sha256)
+      throw StoreError("the spec changed since the sweep " + dir.string() + " was created (frozen spec.toml has hash " +
+                       store.m_spec_sha256 + ", this spec " + spec_sha256 +
+                       "); start a new sweep directory for a changed spec");
+    const fs::path frozen = store.executable_path();
+    if (!fs::exists(frozen)) {
+      if (executable_sha256 != store.m_binary_sha256)
+        throw StoreError("the executable copy " + frozen.string() + " is missing and this executable (" +
+                         executable.string() + ", hash " + executable_sha256 + ") is not the registered one (hash " +
+                         store.m_binary_sha256 + "); resume with the registered binary to restore it");
+      freeze_executable(executable, executable_sha256, frozen);
+    }
+    if (!fs::exists(store.spec_path())) write_file_atomic(store.spec_path(), spec_text);
+    return store;
+  }
+  if (fs::exists(dir) && !options.resume && !fs::is_empty(dir))
+    throw StoreError("sweep directory " + dir.string() + " already exists; use --resume to continue it");
+
+  SweepStore store;
+  store.m_dir = dir;
+  store.m_spec_sha256 = spec_sha256;
+  store.m_created = utc_now();
+  std::set<std::string> names;
+  for (std::size_t i = 0; i < cells.size(); ++i) {
+    auto& cell = cells[i];
+    cell.id = cell_id(cell.config);
+    if (!names.insert(cell.name).second) throw StoreError("duplicate cell name \"" + cell.name + "\"");
+    if (auto [it, fresh] = store.m_index.emplace(cell.id, i); !fresh)
+      throw StoreError("cells \"" + cells[it->second].name + "\" and \"" + cell.name +
+                       "\" have the same configuration (cell id " + cell.id + ")");
+    if (cell.role != "reference" && cell.role != "target")
+      throw StoreError("cell \"" + cell.name + "\": role must be reference or target, not \"" + cell.role + "\"");
+  }
+  for (const auto& cell : cells)
+    if (!cell.reference.empty() && !names.count(cell.reference))
+      throw StoreError("cell \"" + cell.name + "\" names the reference \"" + cell.reference +
+                       "\", which is not a cell");
+  store.m_cells = std::move(cells);
+
+  std::error_code ec;
+  fs::create_directories(dir / "cells", ec);
+  if (ec) throw StoreError("cannot create " + (dir / "cells").string() + ": " + ec.message());
+  write_file_atomic(store.spec_path(), spec_text);
+  store.m_binary_sha256 = freeze_executable(executable, executable_sha256, store.executable_path());
+
+  nlohmann::json cells_json = nlohmann::json::array();
+  for (const auto& cell : store.m_cells)
+    cells_json.push_back({{"id", cell.id},
+                          {"name", cell.name},
+                          {"role", cell.role},
+                          {"reference", cell.reference},
+                          {"config", cell.config}});
+  const nlohmann::json sweep = {{"schema", kSweepSchema},
+                                {"created", store.m_created},
+                                {"spec_sha256", store.m_spec_sha256},
+                                {"binary_sha256", store.m_binary_sha256},
+                                {"build", build_identity()},
+                                {"cells", cells_json}};
+  // sweep.json is written last: its presence marks a completely created sweep directory.
+  write_file_atomic(dir / "sweep.json", sweep.dump(1) + "\n");
+  return store;
+}
+
+SweepStore SweepStore::open(const fs::path& dir) {
+  const fs::path file = dir / "sweep.json";
+  if (!fs::exists(file)) throw StoreError(dir.string() + " is not a sweep directory (no sweep.json)");
+  nlohmann::json sweep;
+  try {
+    sweep = nlohmann::json::parse(read_text(file));
+  } catch (const nlohmann::json::exception& e) {
+    throw StoreError(file.string() + ": corrupt sweep record: " + e.what());
+  }
+  SweepStore store;
+  store.m_dir = dir;
+  try {
+    if (sweep.at("schema").get<std::string>() != kSweepSchema)
+      throw StoreError(file.string() + ": unknown schema \"" + sweep["schema"].get<std::string>() + "\"");
+    store.m_spec_sha256 = sweep.at("spec_sha256").get<std::string>();
+    store.m_binary_sha256 = sweep.at("binary_sha256").get<std::string>();
+    store.m_created = sweep.at("created").get<std::string>();
+    for (const auto& c : sweep.at("cells")) {
+      StoredCell cell{c.at("id").get<std::string>(), c.at("name").get<std::string>(), c.at("role").get<std::string>(),
+                      c.at("reference").get<std::string>(), c.at("config")};
+      if (cell_id(cell.config) != cell.id)
+        throw StoreError(file.string() + ": cell \"" + cell.name + "\": id " + cell.id +
+                         " does not match its configuration (edited sweep.json)");
+      store.m_index.emplace(cell.id, store.m_cells.size());
+      store.m_cells.push_back(std::move(cell));
+    }
+  } catch (const nlohmann::json::exception& e) {
+    throw StoreError(file.string() + ": corrupt sweep record: " + e.what());
+  }
+  return store;
+}
+
+const StoredCell& SweepStore::cell(const std::string& id) const {
+  auto it = m_index.find(id);
+  if (it == m_index.end()) throw StoreError("no cell with id " + id + " in the sweep " + m_dir.string());
+  return m_cells[it->second];
+}
+
+const StoredCell* SweepStore::find_by_name(const std::string& name) const {
+  for (const auto& cell : m_cells)
+    if (cell.name == name) return &cell;
+  return nullptr;
+}
+
+std::vector<std::string> SweepStore::check_frozen_inputs() const {
+  std::vector<std::string> problems;
+  if (!fs::exists(spec_path()))
+    problems.push_back("frozen spec " + spec_path().string() + " is missing");
+  else if (sha256_file(spec_path()) != m_spec_sha256)
+    problems.push_back("frozen spec " + spec_path().string() + " was modified (hash differs from sweep.json)");
+  if (!fs::exists(executable_path()))
+    problems.push_back("executable copy " + executable_path().string() +
+                       " is missing (resume with the registered binary restores it)");
+  else if (sha256_file(executable_path()) != m_binary_sha256)
+    problems.push_back("executable copy " + executable_path().string() +
+                       " was modified (hash differs from sweep.json)");
+  return problems;
+}
+
+Attempt SweepStore::begin_attempt(const std::string& id) const {
+  const StoredCell& stored = cell(id);
+  Attempt attempt;
+  attempt.m_cell_id = id;
+  attempt.m_uuid = random_uuid();
+  attempt.m_dir = m_dir / "cells" / id / "attempts" / attempt.m_uuid;
+  std::error_code ec;
+  fs::create_directories(attempt.m_dir, ec);
+  if (ec) throw StoreError("cannot create the attempt directory " + attempt.m_dir.string() + ": " + ec.message());
+  attempt.m_manifest = {{"schema", kManifestSchema},
+                        {"uuid", attempt.m_uuid},
+                        {"cell_id", id},
+                        {"cell_name", stored.name},
+                        {"spec_sha256", m_spec_sha256},
+                        {"host", host_name()},
+                        {"pid", static_cast<long long>(::getpid())},
+                        {"start", utc_now()},
+                        {"end", nullptr},
+                        {"status", "running"},
+                        {"exit_reason", ""},
+                        {"slurm", slurm_identity()},
+                        {"build", build_identity()},
+                        {"executable_sha256", self_executable_sha256()},
+                        {"files", nlohmann::json::object()}};
+  write_file_atomic(attempt.m_dir / "manifest.json", attempt.m_manifest.dump(1) + "\n");
+  return attempt;
+}
+
+AttemptRecord SweepStore::finish_attempt(Attempt& attempt, AttemptStatus status, const std::string& exit_reason,
+                                         const std::vector<std::string>& files) const {
+  if (status == AttemptStatus::running) throw StoreError("finish_attempt: status must be complete or failed");
+  nlohmann::json hashes = nlohmann::json::object();
+  std::string reason = exit_reason;
+  for (const auto& name : files) {
+    const fs::path relative(name);
+    if (relative.is_absolute() || relative.empty() || *relative.begin() == ".." || name == "manifest.json") {
+      status = AttemptStatus::failed;
+      reason += (reason.empty() ? "" : "; ") + std::string("invalid output path \"") + name + "\"";
+      continue;
+    }
+    const fs::path full = attempt.m_dir / relative;
+    if (!fs::is_regular_file(full)) {
+      status = AttemptStatus::failed;
+      reason += (reason.empty() ? "" : "; ") + std::string("output file \"") + name + "\" was not written";
+      continue;
+    }
+    fsync_path(full, false);  // the data is durable before a manifest can call it complete
+    hashes[name] = sha256_file(full);
+  }
+  attempt.m_manifest["files"] = hashes;
+  attempt.m_manifest["status"] = to_string(status);
+  attempt.m_manifest["exit_reason"] = reason;
+  attempt.m_manifest["end"] = utc_now();
+  write_file_atomic(attempt.m_dir / "manifest.json", attempt.m_manifest.dump(1) + "\n");
+  return read_attempt(attempt.m_dir, attempt.m_cell_id);
+}
+
+AttemptRecord SweepStore::read_attempt(const fs::path& attempt_dir, const std::string& id) const {
+  AttemptRecord record;
+  record.dir = attempt_dir;
+  record.uuid = attempt_dir.filename().string();
+  const fs::path file = attempt_dir / "manifest.json";
+  if (!fs::exists(file)) {
+    record.reasons.push_back("no manifest.json (hand-made directory, or interrupted before its manifest was written)");
+    return record;
+  }
+  try {
+    record.manifest = nlohmann::json::parse(read_text(file));
+    const auto& m = record.manifest;
+    if (m.at("schema").get<std::string>() != kManifestSchema)
+      throw StoreError("unknown schema \"" + m["schema"].get<std::string>() + "\"");
+    const std::string status = m.at("status").get<std::string>();
+    if (status == "running")
+      record.status = AttemptStatus::running;
+    else if (status == "complete")
+      record.status = AttemptStatus::complete;
+    else if (status == "failed")
+      record.status = AttemptStatus::failed;
+    else
+      throw StoreError("unknown status \"" + status + "\"");
+    record.start = m.at("start").get<std::string>();
+    record.end = m.at("end").is_string() ? m["end"].get<std::string>() : "";
+    record.exit_reason = m.at("exit_reason").get<std::string>();
+    if (!m.at("files").is_object()) throw StoreError("\"files\" is not an object");
+    record.manifest_valid = true;
+  } catch (const std::exception& e) {
+    record.reasons.push_back("corrupt manifest " + file.string() + ": " + e.what());
+    return record;
+  }
+  const auto& m = record.manifest;
+  if (record.status == AttemptStatus::running) {
+    record.reasons.push_back(process_gone(m) ? "interrupted: process " + std::to_string(m["pid"].get<long long>()) +
+                                                   " on " + m["host"].get<std::string>() + " no longer exists"
+                                             : "running (or killed on another host) since " + record.start);
+    return record;
+  }
+  if (record.status == AttemptStatus::failed) {
+    record.reasons.push_back("failed: " + record.exit_reason);
+    return record;
+  }
+  // Complete: every listed file present with its recorded hash, and nothing else in the directory.
+  bool hashes_match = true;
+  std::set<std::string> listed;
+  for (const auto& [name, digest] : m["files"].items()) {
+    listed.insert(name);
+    const fs::path full = attempt_dir / name;
+    if (!digest.is_string() || !is_hex_digest(digest.get<std::string>())) {
+      record.reasons.push_back("manifest entry for " + name + " is not a SHA-256 digest");
+      hashes_match = false;
+    } else if (!fs::is_regular_file(full)) {
+      record.reasons.push_back(name + " is missing");
+      hashes_match = false;
+    } else if (sha256_file(full) != digest.get<std::string>()) {
+      record.reasons.push_back(name + ": SHA-256 differs from the manifest (edited or corrupt)");
+      hashes_match = false;
+    }
+  }
+  if (listed.empty()) {
+    record.reasons.push_back("manifest lists no output files");
+    hashes_match = false;
+  }
+  record.complete = hashes_match;
+  std::error_code ec;
+  for (const auto& entry : fs::recursive_directory_iterator(attempt_dir, ec)) {
+    if (!entry.is_regular_file()) continue;
+    const std::string rel = fs::relative(entry.path(), attempt_dir).generic_string();
+    if (rel != "manifest.json" && !listed.count(rel)) record.reasons.push_back("unlisted file " + rel);
+  }
+  if (m.value("cell_id", std::string()) != id)
+    record.reasons.push_back("manifest names cell " + m.value("cell_id", std::string("(none)")) +
+                             ", not the directory's cell " + id);
+  if (m.value("uuid", std::string()) != record.uuid)
+    record.reasons.push_back("manifest uuid " + m.value("uuid", std::string("(none)")) +
+                             " does not match its directory " + record.uuid);
+  if (m.value("spec_sha256", std::string()) != m_spec_sha256)
+    record.reasons.push_back("run under another spec (spec hash " + m.value("spec_sha256", std::string("(none)")) +
+                             ", registered " + m_spec_sha256 + ")");
+  if (m.value("executable_sha256", std::string()) != m_binary_sha256)
+    record.reasons.push_back("run by another binary (executable hash " +
+                             m.value("executable_sha256", std::string("(none)")) + ", registered " + m_binary_sha256 +
+                             ")");
+  if (!m_index.count(id)) record.reasons.push_back("cell " + id + " is not part of the sweep");
+  record.canonical = record.complete && record.reasons.empty();
+  return record;
+}
+
+CellStatus SweepStore::cell_status(const std::string& id) const {
+  CellStatus status;
+  status.cell = &cell(id);
+  const fs::path cell_dir = m_dir / "cells" / id;
+  std::error_code ec;
+  if (fs::exists(cell_dir)) {
+    for (const auto& entry : fs::directory_iterator(cell_dir, ec))
+      if (entry.path().filename() != "attempts")
+        status.reasons.push_back("unexpected entry " + entry.path().filename().string() + " in " + cell_dir.string());
+  }
+  const fs::path attempts = cell_dir / "attempts";
+  if (fs::exists(attempts)) {
+    for (const auto& entry : fs::directory_iterator(attempts, ec)) {
+      if (!entry.is_directory()) {
+        status.reasons.push_back("unexpected file " + entry.path().filename().string() + " in " + attempts.string());
+        continue;
+      }
+      status.attempts.push_back(read_attempt(entry.path(), id));
+    }
+  }
+  std::sort(status.attempts.begin(), status.attempts.end(), [](const AttemptRecord& a, const AttemptRecord& b) {
+    return std::tie(a.start, a.uuid) < std::tie(b.start, b.uuid);
+  });
+  for (std::size_t i = status.attempts.size(); i-- > 0;) {
+    if (status.attempts[i].canonical) {
+      status.canonical_attempt = i;
+      status.state = CellState::done;
+      return status;
+    }
+  }
+  if (status.attempts.empty()) {
+    status.state = status.reasons.empty() ? CellState::pending : CellState::noncanonical;
+    return status;
+  }
+  // No canonical attempt. Anything that claims completion or that nobody made through the pipeline is
+  // non-canonical; otherwise the newest attempt decides between failed and running.
+  for (auto it = status.attempts.rbegin(); it != status.attempts.rend(); ++it) {
+    if (!it->manifest_valid || it->status == AttemptStatus::complete) {
+      status.state = CellState::noncanonical;
+      for (const auto& reason : it->reasons) status.reasons.push_back("attempt " + it->uuid + ": " + reason);
+      return status;
+    }
+  }
+  const AttemptRecord& newest = status.attempts.back();
+  const bool interrupted = !newest.reasons.empty() && newest.reasons.front().rfind("interrupted", 0) == 0;
+  status.state = newest.status == AttemptStatus::failed || interrupted ? CellState::failed : CellState::running;
+  for (const auto& reason : newest.reasons) status.reasons.push_back("attempt " + newest.uuid + ": " + reason);
+  return status;
+}
+
+std::vector<CellStatus> SweepStore::status() const {
+  std::vector<CellStatus> out;
+  out.reserve(m_cells.size());
+  for (const auto& cell : m_cells) out.push_back(cell_status(cell.id));
+  return out;
+}
+
+}  // namespace wbaudit::runners
