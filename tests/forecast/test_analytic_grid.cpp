@@ -163,8 +163,10 @@ TEST(AnalyticGrid, BruteForceQuantification) {
     double s;
     double tolerance;
   };
+  // Measured differences (analytic - exact): M=2 +0.0072, M=3 +0.0042 (s = 2: +0.0040, s = 2^0.3: +0.0039),
+  // M=7 +0.0003; tolerances are about twice those.
   const Case cases[] = {
-      {2, 3, 1.0, 0.03}, {3, 4, 1.0, 0.02}, {3, 5, 2.0, 0.02}, {7, 8, 1.0, 0.002}, {3, 4, std::exp2(0.3), 0.02}};
+      {2, 3, 1.0, 0.015}, {3, 4, 1.0, 0.01}, {3, 5, 2.0, 0.01}, {7, 8, 1.0, 0.001}, {3, 4, std::exp2(0.3), 0.01}};
   std::mt19937_64 rng(20261202);
   constexpr int kCoords = 200000;
   for (const Case& c : cases) {
