@@ -91,9 +91,10 @@ Interval bootstrap_metric(ExecSpace const& space, TableMetric metric, CellTable 
       [&](std::span<std::int64_t const> steps) { return detail::metric_on_steps(metric, error, steps); }, spec);
 }
 
-template <class... Args>
-Interval bootstrap_metric(TableMetric metric, CellTable const& forecast, CellTable const& outcome, Args&&... args) {
-  return bootstrap_metric(Kokkos::DefaultHostExecutionSpace{}, metric, forecast, outcome, std::forward<Args>(args)...);
+inline Interval bootstrap_metric(TableMetric metric, CellTable const& forecast, CellTable const& outcome,
+                                 BootstrapSpec const& spec, std::vector<std::string> const& unit_of_cell = {},
+                                 MissingPolicy policy = MissingPolicy::error) {
+  return bootstrap_metric(Kokkos::DefaultHostExecutionSpace{}, metric, forecast, outcome, spec, unit_of_cell, policy);
 }
 
 // Interval for skill = 1 - sum MSE_P / sum MSE_B.
@@ -118,11 +119,10 @@ Interval bootstrap_skill(ExecSpace const& space, CellTable const& predictor, Cel
       spec);
 }
 
-template <class... Args>
-Interval bootstrap_skill(CellTable const& predictor, CellTable const& baseline, CellTable const& outcome,
-                         Args&&... args) {
-  return bootstrap_skill(Kokkos::DefaultHostExecutionSpace{}, predictor, baseline, outcome,
-                         std::forward<Args>(args)...);
+inline Interval bootstrap_skill(CellTable const& predictor, CellTable const& baseline, CellTable const& outcome,
+                                BootstrapSpec const& spec, std::vector<std::string> const& unit_of_cell = {},
+                                MissingPolicy policy = MissingPolicy::error) {
+  return bootstrap_skill(Kokkos::DefaultHostExecutionSpace{}, predictor, baseline, outcome, spec, unit_of_cell, policy);
 }
 
 // Intervals for the decomposition shares of `table` (pass forecast_error(F, Y) for the error decomposition). The
@@ -143,9 +143,10 @@ DecompositionIntervals bootstrap_decomposition(ExecSpace const& space, CellTable
   return {out[0], out[1], out[2]};
 }
 
-template <class... Args>
-DecompositionIntervals bootstrap_decomposition(CellTable const& table, Args&&... args) {
-  return bootstrap_decomposition(Kokkos::DefaultHostExecutionSpace{}, table, std::forward<Args>(args)...);
+inline DecompositionIntervals bootstrap_decomposition(CellTable const& table, BootstrapSpec const& spec,
+                                                      std::vector<std::string> const& unit_of_cell = {},
+                                                      MissingPolicy policy = MissingPolicy::error) {
+  return bootstrap_decomposition(Kokkos::DefaultHostExecutionSpace{}, table, spec, unit_of_cell, policy);
 }
 
 }  // namespace wbaudit::stats

@@ -65,9 +65,9 @@ PairedDifference paired_difference(ExecSpace const& space, std::vector<std::stri
   return r;
 }
 
-template <class... Args>
-PairedDifference paired_difference(std::vector<std::string> const& units, Args&&... args) {
-  return paired_difference(Kokkos::DefaultHostExecutionSpace{}, units, std::forward<Args>(args)...);
+inline PairedDifference paired_difference(std::vector<std::string> const& units, std::vector<double> const& a,
+                                          std::vector<double> const& b, BootstrapSpec const& spec) {
+  return paired_difference(Kokkos::DefaultHostExecutionSpace{}, units, a, b, spec);
 }
 
 // Additionally throws StatsError when some b_i is 0.
@@ -88,9 +88,9 @@ PairedRatio paired_ratio(ExecSpace const& space, std::vector<std::string> const&
   return r;
 }
 
-template <class... Args>
-PairedRatio paired_ratio(std::vector<std::string> const& units, Args&&... args) {
-  return paired_ratio(Kokkos::DefaultHostExecutionSpace{}, units, std::forward<Args>(args)...);
+inline PairedRatio paired_ratio(std::vector<std::string> const& units, std::vector<double> const& a,
+                                std::vector<double> const& b, BootstrapSpec const& spec) {
+  return paired_ratio(Kokkos::DefaultHostExecutionSpace{}, units, a, b, spec);
 }
 
 }  // namespace wbaudit::stats

@@ -1,0 +1,141 @@
+#include <gtest/gtest.h>
+
+#include <Kokkos_Core.hpp>
+#include <cmath>
+#include <limits>
+
+#include "stats/bootstrap_tables.hpp"
+#include "stats/error.hpp"
+#include "table_fixtures.hpp"
+
+using namespace wbaudit::stats;
+using wbaudit::stats::testing::make_table;
+
+namespace {
+BootstrapSpec percentile_spec(double confidence) {
+  BootstrapSpec spec;
+  spec.seed = 31;
+  spec.resamples = 4000;
+  spec.confidence = confidence;
+  spec.method = IntervalMethod::percentile;
+  return spec;
+}
+}  // namespace
+
+// 4 cells with rmse_cell (1, 1, 3, 3). Resampling the 4 cells independently, rmse_macro of a resample takes values
+// 1, 1.5, 2, 2.5, 3 with probabilities 1/16, 4/16, 6/16, 4/16, 1/16: the 10% and 90% quantiles are 1.5 and 2.5.
+// Resampling the 2 runs (c0, c1) and (c2, c3) as units, it takes 1, 2, 3 with probabilities 1/4, 1/2, 1/4: the
+// quantiles are 1 and 3. The estimate is 2 either way.
+TEST(BootstrapTables, UnitsOwningSeveralCellsAreResampledTogether) {
+  auto const y = make_table({{0, 0}, {0, 0}, {0, 0}, {0, 0}});
+  auto const f = make_table({{1, -1}, {1, 1}, {3, -3}, {-3, 3}});
+  auto const spec = percentile_spec(0.8);
+  auto const by_cell = bootstrap_metric(TableMetric::rmse_macro, f, y, spec);
+  EXPECT_EQ(by_cell.estimate, 2.0);
+  EXPECT_EQ(by_cell.lower, 1.5);
+  EXPECT_EQ(by_cell.upper, 2.5);
+  EXPECT_EQ(by_cell.n_units, 4);
+  std::vector<std::string> const runs = {"run1", "run1", "run2", "run2"};
+  auto const by_run = bootstrap_metric(TableMetric::rmse_macro, f, y, spec, runs);
+  EXPECT_EQ(by_run.estimate, 2.0);
+  EXPECT_EQ(by_run.lower, 1.0);
+  EXPECT_EQ(by_run.upper, 3.0);
+  EXPECT_EQ(by_run.n_units, 2);
+}
+
+// Estimates equal the hand values of the metrics test table; pooled differs from macro.
+TEST(BootstrapTables, EstimatesMatchTheDefinitions) {
+  auto const f = make_table({{1, 3}, {2, 2}, {0, 0}});
+  auto const y = make_table({{0, 1}, {2, 5}, {0, 1}});
+  // errors [[1, 2], [0, -3], [0, -1]]: mse (2.5, 4.5, 0.5), bias (1.5, -1.5, -0.5), mae (1.5, 1.5, 0.5)
+  auto const spec = percentile_spec(0.9);
+  EXPECT_DOUBLE_EQ(bootstrap_metric(TableMetric::rmse_macro, f, y, spec).estimate,
+                   (std::sqrt(2.5) + std::sqrt(4.5) + std::sqrt(0.5)) / 3);
+  EXPECT_DOUBLE_EQ(bootstrap_metric(TableMetric::rmse_pooled, f, y, spec).estimate, std::sqrt(7.5 / 3));
+  EXPECT_DOUBLE_EQ(bootstrap_metric(TableMetric::bias, f, y, spec).estimate, -0.5 / 3);
+  EXPECT_DOUBLE_EQ(bootstrap_metric(TableMetric::mae, f, y, spec).estimate, 3.5 / 3);
+  auto const b = make_table({{0, 0}, {0, 0}, {0, 0}});  // baseline errors [[0, -1], [-2, -5], [0, -1]]
+  // sum MSE_P = 7.5, sum MSE_B = 0.5 + 14.5 + 0.5 = 15.5
+  EXPECT_DOUBLE_EQ(bootstrap_skill(f, b, y, spec).estimate, 1 - 7.5 / 15.5);
+}
+
+TEST(BootstrapTables, MovingBlocksOverStepsKeepEveryCell) {
+  int const n_steps = 60;
+  std::vector<std::vector<double>> yr(3, std::vector<double>(n_steps)), fr = yr;
+  for (int t = 0; t < n_steps; ++t) {
+    for (int c = 0; c < 3; ++c) {
+      yr[std::size_t(c)][std::size_t(t)] = std::sin(0.1 * t + c);
+      fr[std::size_t(c)][std::size_t(t)] = yr[std::size_t(c)][std::size_t(t)] + 0.1 * (c + 1);  // constant errors
+    }
+  }
+  auto spec = percentile_spec(0.95);
+  spec.resampling = Resampling::moving_block;
+  spec.block_length = 5;
+  // constant errors per cell: every step resample gives the same rmse_macro (0.1 + 0.2 + 0.3) / 3 = 0.2
+  auto const ci = bootstrap_metric(TableMetric::rmse_macro, make_table(fr), make_table(yr), spec);
+  EXPECT_EQ(ci.n_units, n_steps);
+  EXPECT_EQ(ci.block_length, 5);
+  EXPECT_NEAR(ci.estimate, 0.2, 1e-15);
+  EXPECT_NEAR(ci.lower, 0.2, 1e-15);
+  EXPECT_NEAR(ci.upper, 0.2, 1e-15);
+}
+
+TEST(BootstrapTables, DecompositionSharesOfATimeDrivenTable) {
+  Eigen::MatrixXd v(8, 30);
+  for (Eigen::Index j = 0; j < v.cols(); ++j) v.col(j).setConstant(double(j % 7));
+  CellTable t = make_table({std::vector<double>(30, 0.0)});
+  t.values = v;
+  t.cells.clear();
+  for (int i = 0; i < 8; ++i) t.cells.push_back(wbaudit::stats::testing::cell_label("cell", std::size_t(i)));
+  auto const d = bootstrap_decomposition(t, percentile_spec(0.95));
+  EXPECT_NEAR(d.share_time.lower, 1.0, 1e-12);
+  EXPECT_NEAR(d.share_time.upper, 1.0, 1e-12);
+  EXPECT_NEAR(d.share_cell.upper, 0.0, 1e-12);
+  EXPECT_EQ(d.share_time.seed, 31u);
+}
+
+TEST(BootstrapTables, IdenticalOnSerialAndOpenMP) {
+  Eigen::MatrixXd y(72, 50), f(72, 50);
+  for (int i = 0; i < 72; ++i)
+    for (int j = 0; j < 50; ++j) {
+      y(i, j) = std::sin(0.37 * i * j + 0.1);
+      f(i, j) = y(i, j) + 0.01 * std::cos(1.3 * i + 0.7 * j) + 1e-3 * i;
+    }
+  CellTable ty = make_table({std::vector<double>(50, 0.0)}), tf = ty;
+  ty.values = y;
+  tf.values = f;
+  for (int i = 1; i < 72; ++i) {
+    ty.cells.push_back(wbaudit::stats::testing::cell_label("c", std::size_t(i)));
+    tf.cells.push_back(wbaudit::stats::testing::cell_label("c", std::size_t(i)));
+  }
+  BootstrapSpec spec;
+  spec.seed = 5;
+  spec.resamples = 1000;
+  for (auto metric : {TableMetric::rmse_macro, TableMetric::rmse_pooled, TableMetric::bias}) {
+    auto const a = bootstrap_metric(Kokkos::Serial{}, metric, tf, ty, spec);
+    auto const b = bootstrap_metric(Kokkos::OpenMP{}, metric, tf, ty, spec);
+    EXPECT_EQ(a.lower, b.lower);
+    EXPECT_EQ(a.upper, b.upper);
+    EXPECT_EQ(a.estimate, b.estimate);
+  }
+  auto const da = bootstrap_decomposition(Kokkos::Serial{}, ty, spec);
+  auto const db = bootstrap_decomposition(Kokkos::OpenMP{}, ty, spec);
+  EXPECT_EQ(da.share_cell.lower, db.share_cell.lower);
+  EXPECT_EQ(da.share_residual.upper, db.share_residual.upper);
+}
+
+TEST(BootstrapTables, BadInput) {
+  auto const y = make_table({{0, 0}, {0, 0}, {0, 0}});
+  auto f = make_table({{1, 1}, {2, 2}, {3, 3}});
+  auto const spec = percentile_spec(0.9);
+  EXPECT_THROW(bootstrap_metric(TableMetric::rmse_macro, f, y, spec, std::vector<std::string>{"a", "b"}),
+               StatsError);  // unit labels do not match the cells
+  EXPECT_THROW(bootstrap_metric(TableMetric::rmse_macro, f, y, spec, std::vector<std::string>{"a", "a", "a"}),
+               StatsError);  // a single unit cannot be resampled
+  f.values(1, 1) = std::numeric_limits<double>::quiet_NaN();
+  EXPECT_THROW(bootstrap_metric(TableMetric::rmse_macro, f, y, spec), StatsError);
+  auto const ci = bootstrap_metric(TableMetric::rmse_macro, f, y, spec, {}, MissingPolicy::drop_incomplete_cells);
+  EXPECT_EQ(ci.estimate, 2.0);  // cells c0 and c2 remain: (1 + 3) / 2
+  EXPECT_EQ(ci.n_units, 2);
+  EXPECT_THROW(table_metric_from_name("rmse"), StatsError);
+}
