@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <limits>
+#include <utility>
 
 #include "forecast/error.hpp"
 #include "forecast/source.hpp"
@@ -45,6 +46,61 @@ void check_group(const sim::Trace& ref, const sim::GroupTrace& g) {
     }
   }
 }
+// Bin b = [d_min + b w, d_min + (b + 1) w). Bins wholly above tau count fully; the bin holding tau counts the share
+// (hi - tau) / w of its mass (uniform within the bin). Returns that bin and the share, in (0, 1] (1 when tau is on
+// the bin's lower edge). tau inside a clamped (first/last) bin or beyond is refused.
+std::pair<std::size_t, double> threshold_bin(const sim::RatioHistogramLayout& layout, double tau) {
+  const double lo_ok = layout.d_min + layout.bin_width;
+  const double hi_ok = layout.d_min + (layout.bins - 1) * layout.bin_width;
+  if (!(tau >= lo_ok && tau <= hi_ok)) {
+    throw ForecastError("analytic grid: threshold d > " + std::to_string(tau) +
+                        " falls outside the histogram's unclamped range [" + std::to_string(lo_ok) + ", " +
+                        std::to_string(hi_ok) + "]");
+  }
+  const double x = (tau - layout.d_min) / layout.bin_width;  // tau in bin units
+  const auto b_tau = static_cast<std::size_t>(std::floor(x));
+  return {b_tau, static_cast<double>(b_tau + 1) - x};
+}
+
+double threshold_of(int man_bits, double lr_scale) {
+  if (man_bits < 0) throw ForecastError("analytic grid: mantissa width " + std::to_string(man_bits));
+  if (!(lr_scale > 0) || !std::isfinite(lr_scale)) {
+    throw ForecastError("analytic grid: learning-rate scale " + std::to_string(lr_scale));
+  }
+  return man_bits + 1.0 + std::log2(lr_scale);
+}
+
+// Fractions for several thresholds at once on a validated group: one suffix sum per step, then O(1) per threshold.
+// Returns [tau][T]. Integer suffix sums keep the result identical to histogram_mass_above.
+std::vector<std::vector<double>> fractions(const sim::Trace& ref, const sim::GroupTrace& g,
+                                           const std::vector<double>& taus, const std::string& context) {
+  check_layout(ref.histogram);
+  check_group(ref, g);
+  std::vector<std::pair<std::size_t, double>> bins_of_tau;
+  for (double tau : taus) {
+    try {
+      bins_of_tau.push_back(threshold_bin(ref.histogram, tau));
+    } catch (const ForecastError& e) {
+      throw ForecastError(std::string(e.what()) + " (group \"" + g.name + "\", " + context + ")");
+    }
+  }
+  const auto bins = static_cast<std::size_t>(ref.histogram.bins);
+  const std::size_t steps = ref.recorded_steps.size();
+  std::vector<std::vector<double>> out(taus.size(), std::vector<double>(steps, kNaN));
+  std::vector<std::int64_t> suffix(bins + 1);
+  for (std::size_t t = 0; t < steps; ++t) {
+    if (g.nonzero[t] == 0) continue;
+    const std::int64_t* row = g.ratio_histogram.data() + t * bins;
+    suffix[bins] = 0;
+    for (std::size_t b = bins; b-- > 0;) suffix[b] = suffix[b + 1] + row[b];
+    const auto nonzero = static_cast<double>(g.nonzero[t]);
+    for (std::size_t k = 0; k < taus.size(); ++k) {
+      const auto [b_tau, partial] = bins_of_tau[k];
+      out[k][t] = (static_cast<double>(suffix[b_tau + 1]) + partial * static_cast<double>(row[b_tau])) / nonzero;
+    }
+  }
+  return out;
+}
 }  // namespace
 
 double histogram_mass_above(std::span<const std::int64_t> row, const sim::RatioHistogramLayout& layout, double tau) {
@@ -53,46 +109,18 @@ double histogram_mass_above(std::span<const std::int64_t> row, const sim::RatioH
     throw ForecastError("histogram_mass_above: row has " + std::to_string(row.size()) + " bins, layout has " +
                         std::to_string(layout.bins));
   }
-  const double lo_ok = layout.d_min + layout.bin_width;
-  const double hi_ok = layout.d_min + (layout.bins - 1) * layout.bin_width;
-  if (!(tau >= lo_ok && tau <= hi_ok)) {
-    throw ForecastError("histogram_mass_above: threshold d > " + std::to_string(tau) +
-                        " falls outside the histogram's unclamped range [" + std::to_string(lo_ok) + ", " +
-                        std::to_string(hi_ok) + "]");
-  }
-  // Bin b = [d_min + b w, d_min + (b + 1) w). Bins wholly above tau count fully; the bin holding tau counts the
-  // share (hi - tau) / w of its mass (uniform within the bin).
-  const double x = (tau - layout.d_min) / layout.bin_width;  // tau in bin units
-  const auto b_tau = static_cast<std::size_t>(std::floor(x));
-  double mass = 0;
-  for (std::size_t b = b_tau + 1; b < row.size(); ++b) mass += static_cast<double>(row[b]);
-  const double partial = static_cast<double>(b_tau + 1) - x;  // in (0, 1]; 1 when tau is on the bin's lower edge
-  if (b_tau < row.size()) mass += partial * static_cast<double>(row[b_tau]);
-  return mass;
+  const auto [b_tau, partial] = threshold_bin(layout, tau);
+  std::int64_t above = 0;
+  for (std::size_t b = b_tau + 1; b < row.size(); ++b) above += row[b];
+  return static_cast<double>(above) + partial * static_cast<double>(row[b_tau]);
 }
 
 std::vector<double> analytic_erased_fraction(const sim::Trace& reference, const sim::GroupTrace& group, int man_bits,
                                              double lr_scale) {
-  if (man_bits < 0) throw ForecastError("analytic_erased_fraction: mantissa width " + std::to_string(man_bits));
-  if (!(lr_scale > 0) || !std::isfinite(lr_scale)) {
-    throw ForecastError("analytic_erased_fraction: learning-rate scale " + std::to_string(lr_scale));
-  }
-  check_layout(reference.histogram);
-  check_group(reference, group);
-  const double tau = man_bits + 1.0 + std::log2(lr_scale);
-  const auto bins = static_cast<std::size_t>(reference.histogram.bins);
-  std::vector<double> out(reference.recorded_steps.size(), kNaN);
-  for (std::size_t t = 0; t < out.size(); ++t) {
-    if (group.nonzero[t] == 0) continue;
-    const std::span<const std::int64_t> row(group.ratio_histogram.data() + t * bins, bins);
-    try {
-      out[t] = histogram_mass_above(row, reference.histogram, tau) / static_cast<double>(group.nonzero[t]);
-    } catch (const ForecastError& e) {
-      throw ForecastError(std::string(e.what()) + " (group \"" + group.name + "\", M = " + std::to_string(man_bits) +
-                          ", lr scale " + std::to_string(lr_scale) + ")");
-    }
-  }
-  return out;
+  const double tau = threshold_of(man_bits, lr_scale);
+  return fractions(reference, group, {tau},
+                   "M = " + std::to_string(man_bits) + ", lr scale " + std::to_string(lr_scale))
+      .front();
 }
 
 AnalyticGrid analytic_grid(const sim::Trace& reference, const std::string& group, std::span<const int> man_bits,
@@ -104,13 +132,13 @@ AnalyticGrid analytic_grid(const sim::Trace& reference, const std::string& group
   grid.man_bits.assign(man_bits.begin(), man_bits.end());
   grid.lr_scales.assign(lr_scales.begin(), lr_scales.end());
   grid.steps = reference.recorded_steps;
-  grid.values.reserve(man_bits.size() * lr_scales.size() * grid.steps.size());
+  std::vector<double> taus;
   for (int m : man_bits) {
-    for (double s : lr_scales) {
-      const auto series = analytic_erased_fraction(reference, g, m, s);
-      grid.values.insert(grid.values.end(), series.begin(), series.end());
-    }
+    for (double s : lr_scales) taus.push_back(threshold_of(m, s));
   }
+  const auto series = fractions(reference, g, taus, "analytic_grid");
+  grid.values.reserve(taus.size() * grid.steps.size());
+  for (const auto& v : series) grid.values.insert(grid.values.end(), v.begin(), v.end());
   return grid;
 }
 
