@@ -1,0 +1,77 @@
+#pragma once
+// Preregistration and deviations. `register` freezes an analysis spec (predictors, gates, required cells, bootstrap
+// settings) inside the sweep directory with its hash and time before the outcomes it names exist; `deviate` appends
+// to an append-only, hash-chained deviation log. Layout (docs/contracts.md):
+//   DIR/registry/<sha256>/analysis.toml      the frozen analysis, byte for byte
+//   DIR/registry/<sha256>/registration.json  hash, time, who, source path, retrospective flag, the outcome cells
+//   DIR/deviations.jsonl                     one JSON object per line; each carries the SHA-256 of the log before it
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "runners/store.hpp"
+
+namespace wbaudit::runners {
+
+inline constexpr const char* kRegistrationSchema = "wbaudit.registration/1";
+inline constexpr const char* kDeviationSchema = "wbaudit.deviation/1";
+
+class RegistryError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// The outcome cells an analysis names: its `required_cells` array (top level or in an [analysis] table) of cell
+// names or shell-style patterns ("target/e4m3/*"); without one, every target cell of the sweep. Each pattern must
+// match at least one cell. Throws RegistryError naming the file and the key.
+std::vector<std::string> analysis_outcome_cells(const SweepStore& store, const std::filesystem::path& analysis);
+
+struct Registration {
+  std::string sha256;
+  std::string registered;  // ISO 8601 UTC
+  std::string who;
+  std::string source;
+  bool retrospective = false;
+  std::vector<std::string> outcome_cells;                     // names
+  std::vector<std::string> outcomes_present_at_registration;  // names (non-empty only when retrospective)
+  std::filesystem::path frozen;                               // DIR/registry/<sha256>/analysis.toml
+};
+
+// Freezes the analysis. Refuses (RegistryError listing the cells) when any outcome cell already has an attempt that
+// reached completion, unless retrospective; refuses an analysis already registered in this sweep.
+Registration register_analysis(const SweepStore& store, const std::filesystem::path& analysis, bool retrospective,
+                               const std::string& who = "");
+
+std::vector<Registration> registrations(const std::filesystem::path& sweep_dir);
+// The registration of this analysis text (by hash), if any.
+std::optional<Registration> find_registration(const std::filesystem::path& sweep_dir, const std::string& analysis_text);
+
+struct CellProblem {
+  std::string cell;    // name
+  std::string reason;  // "missing", "failed: ...", "non-canonical: ..."
+};
+// Outcome cells of a registration that are not canonical and complete (evaluate marks gates inconclusive then).
+std::vector<CellProblem> required_cell_problems(const SweepStore& store, const Registration& registration);
+
+struct Deviation {
+  std::string who;
+  std::string when;
+  std::string what;
+  std::string why;
+  std::vector<std::string> cells;  // names
+};
+
+// Appends one entry (O_APPEND, one write, fsync). Cells may be given by name or id; unknown cells are an error.
+Deviation record_deviation(const SweepStore& store, const std::string& what, const std::string& why,
+                           const std::vector<std::string>& cells, const std::string& who = "");
+// Reads and verifies the log: every line parses and its prev_sha256 matches the bytes before it; a broken chain or
+// a truncated/edited log is a RegistryError naming the line.
+std::vector<Deviation> read_deviations(const std::filesystem::path& sweep_dir);
+
+// The invoking user ($USER, else the passwd name of the uid, else "uid <n>").
+std::string current_user();
+
+}  // namespace wbaudit::runners

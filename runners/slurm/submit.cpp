@@ -1,0 +1,212 @@
+#include "runners/slurm/submit.hpp"
+
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "runners/identity.hpp"
+
+extern char** environ;
+
+namespace wbaudit::runners::slurm {
+namespace fs = std::filesystem;
+namespace {
+
+fs::path next_submission_dir(const fs::path& sweep_dir) {
+  const fs::path root = sweep_dir / "slurm";
+  fs::create_directories(root);
+  for (int n = 1;; ++n) {
+    fs::path dir = root / ("submit-" + std::to_string(n));
+    std::error_code ec;
+    if (fs::create_directory(dir, ec)) return dir;  // atomic: two concurrent submits never share a directory
+    if (ec) throw SlurmError("cannot create " + dir.string() + ": " + ec.message());
+  }
+}
+
+std::string sbatch(const std::vector<std::string>& extra, const fs::path& script) {
+  std::vector<std::string> argv{"sbatch", "--parsable"};
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  argv.push_back(script.string());
+  const CommandResult r = run_command(argv);
+  if (r.exit_code != 0)
+    throw SlurmError("sbatch " + script.string() + " failed (exit " + std::to_string(r.exit_code) + "): " + r.output);
+  // --parsable prints "<jobid>" or "<jobid>;<cluster>"
+  std::string id = r.output.substr(0, r.output.find_first_of(";\n"));
+  if (id.empty() || id.find_first_not_of("0123456789") != std::string::npos)
+    throw SlurmError("sbatch " + script.string() + " printed no job id: " + r.output);
+  return id;
+}
+
+}  // namespace
+
+CommandResult run_command(const std::vector<std::string>& argv) {
+  CommandResult result;
+  int pipe_fds[2];
+  if (::pipe(pipe_fds) != 0) throw SlurmError(std::string("pipe: ") + std::strerror(errno));
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addclose(&actions, pipe_fds[0]);
+  posix_spawn_file_actions_adddup2(&actions, pipe_fds[1], STDOUT_FILENO);
+  posix_spawn_file_actions_adddup2(&actions, pipe_fds[1], STDERR_FILENO);
+  posix_spawn_file_actions_addclose(&actions, pipe_fds[1]);
+  std::vector<char*> args;
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  pid_t pid = 0;
+  const int rc = ::posix_spawnp(&pid, args[0], &actions, nullptr, args.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  ::close(pipe_fds[1]);
+  if (rc != 0) {
+    ::close(pipe_fds[0]);
+    result.exit_code = 127;
+    result.output = argv[0] + ": " + std::strerror(rc);
+    return result;
+  }
+  std::array<char, 4096> buffer{};
+  ssize_t n = 0;
+  while ((n = ::read(pipe_fds[0], buffer.data(), buffer.size())) != 0) {
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      break;
+    }
+    result.output.append(buffer.data(), static_cast<std::size_t>(n));
+  }
+  ::close(pipe_fds[0]);
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+  return result;
+}
+
+std::optional<long> query_max_array_size() {
+  const CommandResult r = run_command({"scontrol", "show", "config"});
+  if (r.exit_code != 0) return std::nullopt;
+  return parse_max_array_size(r.output);
+}
+
+Submission plan_submission(const fs::path& sweep_dir, const std::vector<std::string>& cell_ids,
+                           const SlurmOptions& options, std::optional<long> max_array_size) {
+  Submission s;
+  s.cell_ids = cell_ids;
+  const fs::path dir = sweep_dir / "slurm" / "submit-<n>";
+  ScriptPaths paths{sweep_dir, dir / "tasks.json", dir / "logs"};
+  if (options.mpi_ranks > 0) {
+    s.plan.cells_per_task = static_cast<int>(cell_ids.size());
+    if (!cell_ids.empty()) s.plan.tasks.push_back(cell_ids);
+  } else {
+    s.plan = plan_tasks(cell_ids, options.cells_per_task, max_array_size);
+  }
+  if (!cell_ids.empty())
+    s.cells_script = options.mpi_ranks > 0 ? render_mpi_script(paths, options)
+                                           : render_array_script(paths, s.plan.tasks.size(), options);
+  s.report_script = render_report_script(paths, options);
+  return s;
+}
+
+Submission submit(const SweepStore& store, const SlurmOptions& options) {
+  std::vector<std::string> todo;
+  for (const auto& status : store.status())
+    if (status.needs_run()) todo.push_back(status.cell->id);
+  const std::optional<long> max_array = options.mpi_ranks > 0 ? std::nullopt : query_max_array_size();
+  Submission s;
+  s.cell_ids = todo;
+  s.dir = next_submission_dir(store.dir());
+  const fs::path sweep_dir = fs::absolute(store.dir());
+  ScriptPaths paths{sweep_dir, fs::absolute(s.dir) / "tasks.json", fs::absolute(s.dir) / "logs"};
+  fs::create_directories(paths.log_dir);
+  if (options.mpi_ranks > 0) {
+    s.plan.cells_per_task = static_cast<int>(todo.size());
+    if (!todo.empty()) s.plan.tasks.push_back(todo);
+  } else {
+    s.plan = plan_tasks(todo, options.cells_per_task, max_array);
+  }
+  const nlohmann::json tasks = {{"schema", "wbaudit.slurm-tasks/1"},
+                                {"sweep_spec_sha256", store.spec_sha256()},
+                                {"cells_per_task", s.plan.cells_per_task},
+                                {"tasks", s.plan.tasks}};
+  write_file_atomic(paths.tasks_file, tasks.dump(1) + "\n");
+  s.report_script = render_report_script(paths, options);
+  write_file_atomic(s.dir / "report.sbatch", s.report_script);
+  nlohmann::json jobs = {{"submitted", utc_now()}, {"cells", todo.size()}, {"tasks", s.plan.tasks.size()}};
+  if (!todo.empty()) {
+    s.cells_script = options.mpi_ranks > 0 ? render_mpi_script(paths, options)
+                                           : render_array_script(paths, s.plan.tasks.size(), options);
+    write_file_atomic(s.dir / "cells.sbatch", s.cells_script);
+    s.cells_job_id = sbatch({}, s.dir / "cells.sbatch");
+    jobs["cells_job_id"] = s.cells_job_id;
+    jobs["kind"] = options.mpi_ranks > 0 ? "mpi" : "array";
+    write_file_atomic(s.dir / "jobs.json", jobs.dump(1) + "\n");  // recorded before the report job: never lost
+    s.report_job_id = sbatch({"--dependency=afterany:" + s.cells_job_id}, s.dir / "report.sbatch");
+  } else {
+    s.report_job_id = sbatch({}, s.dir / "report.sbatch");
+  }
+  jobs["report_job_id"] = s.report_job_id;
+  write_file_atomic(s.dir / "jobs.json", jobs.dump(1) + "\n");
+  return s;
+}
+
+nlohmann::json scheduler_view(const fs::path& sweep_dir) {
+  nlohmann::json view = {{"available", false}, {"jobs", nlohmann::json::array()}};
+  const fs::path root = sweep_dir / "slurm";
+  std::vector<std::string> ids;
+  if (fs::exists(root)) {
+    for (const auto& entry : fs::directory_iterator(root)) {
+      const fs::path file = entry.path() / "jobs.json";
+      if (!fs::exists(file)) continue;
+      try {
+        std::ifstream in(file);
+        const auto jobs = nlohmann::json::parse(in);
+        for (const char* key : {"cells_job_id", "report_job_id"})
+          if (jobs.contains(key)) ids.push_back(jobs[key].get<std::string>());
+      } catch (const nlohmann::json::exception& e) {
+        view["message"] = file.string() + ": " + e.what();
+      }
+    }
+  }
+  if (ids.empty()) {
+    view["message"] = "no submissions";
+    return view;
+  }
+  std::string list;
+  for (const auto& id : ids) list += (list.empty() ? "" : ",") + id;
+  const CommandResult q = run_command({"squeue", "-h", "-r", "-o", "%i %T %r", "-j", list});
+  if (q.exit_code == 127) {
+    view["message"] = "squeue not available";
+    return view;
+  }
+  view["available"] = true;
+  std::istringstream lines(q.exit_code == 0 ? q.output : "");
+  std::string line;
+  while (std::getline(lines, line)) {
+    std::istringstream words(line);
+    std::string id, state, reason;
+    if (!(words >> id >> state)) continue;
+    std::getline(words, reason);
+    if (!reason.empty() && reason.front() == ' ') reason.erase(0, 1);
+    view["jobs"].push_back({{"job", id}, {"state", state}, {"reason", reason}, {"source", "squeue"}});
+  }
+  const CommandResult a = run_command({"sacct", "-n", "-P", "-X", "-o", "JobID,State,ExitCode", "-j", list});
+  if (a.exit_code == 0) {
+    std::istringstream rows(a.output);
+    while (std::getline(rows, line)) {
+      const auto bar1 = line.find('|'), bar2 = line.rfind('|');
+      if (bar1 == std::string::npos || bar2 == bar1) continue;
+      view["jobs"].push_back({{"job", line.substr(0, bar1)},
+                              {"state", line.substr(bar1 + 1, bar2 - bar1 - 1)},
+                              {"exit_code", line.substr(bar2 + 1)},
+                              {"source", "sacct"}});
+    }
+  } else {
+    view["accounting"] = "unavailable";
+  }
+  return view;
+}
+
+}  // namespace wbaudit::runners::slurm

@@ -1,0 +1,56 @@
+#pragma once
+// Submitting a sweep to Slurm and asking Slurm about it. A submission lives in DIR/slurm/submit-<n>/:
+// tasks.json (cell ids per array task), cells.sbatch, report.sbatch, logs/, and jobs.json (the job ids, written
+// after sbatch accepted them). Completion is never taken from the scheduler: `status` only adds its view.
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "runners/slurm/script.hpp"
+#include "runners/store.hpp"
+
+namespace wbaudit::runners::slurm {
+
+class SlurmError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+struct CommandResult {
+  int exit_code = -1;
+  std::string output;  // stdout and stderr together
+};
+// Runs argv (no shell interpretation of the arguments) and captures its output. exit_code 127: not found.
+CommandResult run_command(const std::vector<std::string>& argv);
+
+// MaxArraySize from `scontrol show config`, or nullopt when scontrol is unavailable or does not say.
+std::optional<long> query_max_array_size();
+
+struct Submission {
+  std::filesystem::path dir;  // DIR/slurm/submit-<n> (empty for a dry run)
+  TaskPlan plan;
+  std::vector<std::string> cell_ids;  // the cells submitted (those without a canonical complete attempt)
+  std::string cells_script;
+  std::string report_script;
+  std::string cells_job_id;  // empty for a dry run or when nothing needed running
+  std::string report_job_id;
+};
+
+// Plans and renders a submission for the cells of `cell_ids` (already filtered by the caller) without writing or
+// submitting anything: the dry run. paths_root is the sweep directory the scripts will name.
+Submission plan_submission(const std::filesystem::path& sweep_dir, const std::vector<std::string>& cell_ids,
+                           const SlurmOptions& options, std::optional<long> max_array_size);
+
+// Writes the submission files and submits them with sbatch (cells first, then the report job with
+// --dependency=afterany:<cells job>). Only cells without a canonical complete attempt are submitted; when there
+// are none, only the report job is submitted. Throws SlurmError with sbatch's message.
+Submission submit(const SweepStore& store, const SlurmOptions& options);
+
+// Scheduler view of the sweep's submissions: per job id, the squeue state (and reason), or the sacct state when
+// accounting exists. Never throws for a missing scheduler: {"available": false, "message": ...}.
+nlohmann::json scheduler_view(const std::filesystem::path& sweep_dir);
+
+}  // namespace wbaudit::runners::slurm

@@ -1,0 +1,136 @@
+// Preregistration (refused once outcomes exist unless retrospective) and the append-only, hash-chained deviation log.
+#include "runners/registry.hpp"
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "runners/identity.hpp"
+
+namespace fs = std::filesystem;
+namespace wr = wbaudit::runners;
+
+namespace {
+
+std::vector<wr::StoredCell> cells() {
+  std::vector<wr::StoredCell> out;
+  out.push_back({"", "ref/seed=1", "reference", "", {{"schema", "wbaudit.cell/1"}, {"mode", "reference"}}});
+  for (const char* f : {"e4m3", "bf16"})
+    out.push_back({"",
+                   std::string("target/") + f,
+                   "target",
+                   "ref/seed=1",
+                   {{"schema", "wbaudit.cell/1"}, {"mode", "target"}, {"format", f}}});
+  return out;
+}
+
+void spit(const fs::path& path, const std::string& text) {
+  std::ofstream(path, std::ios::binary) << text;
+}
+std::string slurp(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+void complete(const wr::SweepStore& store, const std::string& name) {
+  wr::Attempt a = store.begin_attempt(store.find_by_name(name)->id);
+  spit(a.dir() / "trace.h5", name);
+  (void)store.finish_attempt(a, wr::AttemptStatus::complete, "", {"trace.h5"});
+}
+
+struct RegistryTest : ::testing::Test {
+  fs::path dir = fs::temp_directory_path() / ("wbaudit_registry_" + wr::random_uuid());
+  fs::path analysis = dir.string() + "_analysis.toml";
+  void TearDown() override {
+    fs::remove_all(dir);
+    fs::remove(analysis);
+  }
+};
+
+}  // namespace
+
+TEST_F(RegistryTest, RegistersBeforeOutcomesAndRefusesAfter) {
+  const auto store = wr::SweepStore::create(dir, "spec", cells());
+  const std::string text = "required_cells = [\"target/e4m3\"]\n[gates.skill]\nmin = 0.2\n";
+  spit(analysis, text);
+  const auto r = wr::register_analysis(store, analysis, false, "alice");
+  EXPECT_EQ(r.sha256, wr::sha256_hex(text));
+  EXPECT_EQ(r.outcome_cells, std::vector<std::string>{"target/e4m3"});
+  EXPECT_EQ(slurp(dir / "registry" / r.sha256 / "analysis.toml"), text);
+  EXPECT_FALSE(r.retrospective);
+  // The same analysis cannot be registered twice.
+  EXPECT_THROW((void)wr::register_analysis(store, analysis, false), wr::RegistryError);
+  ASSERT_TRUE(wr::find_registration(dir, text).has_value());
+  EXPECT_EQ(wr::find_registration(dir, text)->who, "alice");
+  EXPECT_FALSE(wr::find_registration(dir, text + " ").has_value());
+  auto problems = wr::required_cell_problems(store, *wr::find_registration(dir, text));
+  ASSERT_EQ(problems.size(), 1u);
+  EXPECT_EQ(problems[0].reason, "missing");
+
+  // Once target/bf16 has an outcome, an analysis naming it (here: every target, the default) is refused...
+  complete(store, "target/bf16");
+  const std::string all_targets = "[gates.skill]\nmin = 0.3\n";
+  spit(analysis, all_targets);
+  try {
+    (void)wr::register_analysis(store, analysis, false);
+    FAIL() << "registered after the outcome existed";
+  } catch (const wr::RegistryError& e) {
+    EXPECT_NE(std::string(e.what()).find("target/bf16"), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(wr::find_registration(dir, all_targets).has_value());
+  // ...unless retrospective, which records what was already there.
+  const auto retro = wr::register_analysis(store, analysis, true);
+  EXPECT_TRUE(retro.retrospective);
+  EXPECT_EQ(retro.outcomes_present_at_registration, std::vector<std::string>{"target/bf16"});
+  EXPECT_EQ(retro.outcome_cells, (std::vector<std::string>{"target/e4m3", "target/bf16"}));
+  EXPECT_EQ(wr::registrations(dir).size(), 2u);
+}
+
+TEST_F(RegistryTest, PatternsAndBadAnalyses) {
+  const auto store = wr::SweepStore::create(dir, "spec", cells());
+  spit(analysis, "[analysis]\nrequired_cells = [\"target/*\", \"ref/seed=1\"]\n");
+  EXPECT_EQ(wr::analysis_outcome_cells(store, analysis),
+            (std::vector<std::string>{"target/e4m3", "target/bf16", "ref/seed=1"}));
+  spit(analysis, "required_cells = [\"target/fp6\"]\n");
+  EXPECT_THROW((void)wr::analysis_outcome_cells(store, analysis), wr::RegistryError);
+  spit(analysis, "required_cells = \"target/e4m3\"\n");
+  EXPECT_THROW((void)wr::analysis_outcome_cells(store, analysis), wr::RegistryError);
+  spit(analysis, "required_cells = [\n");
+  try {
+    (void)wr::analysis_outcome_cells(store, analysis);
+    FAIL();
+  } catch (const wr::RegistryError& e) {
+    EXPECT_NE(std::string(e.what()).find(analysis.string() + ":"), std::string::npos) << e.what();
+  }
+}
+
+TEST_F(RegistryTest, DeviationLogIsAppendOnlyAndChained) {
+  const auto store = wr::SweepStore::create(dir, "spec", cells());
+  EXPECT_TRUE(wr::read_deviations(dir).empty());
+  (void)wr::record_deviation(store, "reran on partition b", "node failure", {"target/e4m3"}, "bob");
+  const std::string first = slurp(dir / "deviations.jsonl");
+  (void)wr::record_deviation(store, "dropped seed", "diverged", {store.find_by_name("target/bf16")->id});
+  const std::string both = slurp(dir / "deviations.jsonl");
+  EXPECT_EQ(both.substr(0, first.size()), first);  // appended, earlier bytes untouched
+  const auto log = wr::read_deviations(dir);
+  ASSERT_EQ(log.size(), 2u);
+  EXPECT_EQ(log[0].who, "bob");
+  EXPECT_EQ(log[0].why, "node failure");
+  EXPECT_EQ(log[1].cells, std::vector<std::string>{"target/bf16"});  // ids resolve to names
+  // The first entry chains to the empty log: printf '' | sha256sum
+  EXPECT_NE(first.find("e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"), std::string::npos);
+  EXPECT_THROW((void)wr::record_deviation(store, "x", "y", {"no/such/cell"}), wr::RegistryError);
+  EXPECT_THROW((void)wr::record_deviation(store, "x", "", {}), wr::RegistryError);
+  // Editing an earlier entry breaks the chain, and a broken log is not extended.
+  std::string edited = both;
+  edited.replace(edited.find("node failure"), 12, "node_failure");
+  spit(dir / "deviations.jsonl", edited);
+  EXPECT_THROW((void)wr::read_deviations(dir), wr::RegistryError);
+  EXPECT_THROW((void)wr::record_deviation(store, "x", "y", {}), wr::RegistryError);
+  // So does removing the first line.
+  spit(dir / "deviations.jsonl", both.substr(first.size()));
+  EXPECT_THROW((void)wr::read_deviations(dir), wr::RegistryError);
+}

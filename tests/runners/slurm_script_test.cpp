@@ -1,0 +1,107 @@
+// sbatch rendering against golden files written by hand (tests/slurm/golden/), task chunking against
+// MaxArraySize, and the scontrol parser.
+#include "runners/slurm/script.hpp"
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <sstream>
+
+namespace sl = wbaudit::runners::slurm;
+
+namespace {
+
+std::string golden(const std::string& name) {
+  std::ifstream in(std::string(WBAUDIT_SOURCE_DIR) + "/tests/slurm/golden/" + name);
+  EXPECT_TRUE(in.good()) << name;
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+sl::SlurmOptions full_options() {
+  sl::SlurmOptions o;
+  o.job_name = "wbaudit-tiny";
+  o.partition = "debug";
+  o.time = "00:10:00";
+  o.account = "proj";
+  o.qos = "normal";
+  o.mem = "2G";
+  o.cpus_per_task = 2;
+  o.array_throttle = 3;
+  return o;
+}
+
+const sl::ScriptPaths kPaths{"/scratch/runs/tiny", "/scratch/runs/tiny/slurm/submit-1/tasks.json",
+                             "/scratch/runs/tiny/slurm/submit-1/logs"};
+
+std::vector<std::string> ids(int n) {
+  std::vector<std::string> out;
+  for (int i = 0; i < n; ++i) out.push_back("c" + std::to_string(i));
+  return out;
+}
+
+}  // namespace
+
+TEST(SlurmScript, ArrayScriptMatchesGolden) {
+  EXPECT_EQ(sl::render_array_script(kPaths, 4, full_options()), golden("cells_array.sbatch"));
+}
+
+TEST(SlurmScript, MpiScriptMatchesGoldenAndQuotesPaths) {
+  sl::SlurmOptions o;
+  o.mpi_ranks = 8;
+  o.signal_seconds = 300;
+  const sl::ScriptPaths paths{"/scratch/it's here", "/scratch/it's here/slurm/submit-2/tasks.json",
+                              "/scratch/it's here/slurm/submit-2/logs"};
+  EXPECT_EQ(sl::render_mpi_script(paths, o), golden("cells_mpi.sbatch"));
+}
+
+TEST(SlurmScript, ReportScriptMatchesGolden) {
+  EXPECT_EQ(sl::render_report_script(kPaths, full_options()), golden("report.sbatch"));
+}
+
+TEST(SlurmScript, RejectsUnsafeOrImpossibleOptions) {
+  auto o = full_options();
+  o.partition = "debug; rm -rf /";
+  EXPECT_THROW((void)sl::render_array_script(kPaths, 4, o), std::invalid_argument);
+  o = full_options();
+  o.cpus_per_task = 0;
+  EXPECT_THROW((void)sl::render_array_script(kPaths, 4, o), std::invalid_argument);
+  o = full_options();
+  o.report_command = "evaluate $(reboot)";
+  EXPECT_THROW((void)sl::render_report_script(kPaths, o), std::invalid_argument);
+  EXPECT_THROW((void)sl::render_array_script(kPaths, 0, full_options()), std::invalid_argument);
+}
+
+TEST(SlurmScript, ChunkingRespectsMaxArraySize) {
+  // 10 cells, 3 per task: tasks of 3,3,3,1.
+  auto plan = sl::plan_tasks(ids(10), 3, std::nullopt);
+  ASSERT_EQ(plan.tasks.size(), 4u);
+  EXPECT_EQ(plan.cells_per_task, 3);
+  EXPECT_EQ(plan.tasks[3], std::vector<std::string>{"c9"});
+  EXPECT_EQ(plan.tasks[1], (std::vector<std::string>{"c3", "c4", "c5"}));
+  // 10 cells, 1 per task, but only 4 array indices allowed: ceil(10/4) = 3 per task -> 4 tasks.
+  plan = sl::plan_tasks(ids(10), 1, 4);
+  EXPECT_EQ(plan.cells_per_task, 3);
+  EXPECT_EQ(plan.tasks.size(), 4u);
+  // Exactly at the limit: 8 cells, 2 per task, MaxArraySize 4 -> unchanged.
+  plan = sl::plan_tasks(ids(8), 2, 4);
+  EXPECT_EQ(plan.cells_per_task, 2);
+  EXPECT_EQ(plan.tasks.size(), 4u);
+  // Every cell appears exactly once, in order.
+  plan = sl::plan_tasks(ids(1001), 1, 1000);
+  std::vector<std::string> flat;
+  for (const auto& t : plan.tasks) flat.insert(flat.end(), t.begin(), t.end());
+  EXPECT_EQ(flat, ids(1001));
+  EXPECT_LE(plan.tasks.size(), 1000u);
+  EXPECT_TRUE(sl::plan_tasks({}, 1, 4).tasks.empty());
+  EXPECT_THROW((void)sl::plan_tasks(ids(3), 0, std::nullopt), std::invalid_argument);
+}
+
+TEST(SlurmScript, ParsesMaxArraySize) {
+  const std::string config =
+      "Configuration data as of 2026-12-02T14:00:00\nMaxArraySize            = 1001\nMaxJobCount             = 10000\n";
+  EXPECT_EQ(sl::parse_max_array_size(config), 1001);
+  EXPECT_EQ(sl::parse_max_array_size("MaxJobCount = 5\n"), std::nullopt);
+  EXPECT_EQ(sl::shell_quote("a'b"), "'a'\\''b'");
+}
