@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <limits>
+#include <set>
 #include <utility>
 
 #include "forecast/error.hpp"
@@ -179,6 +180,22 @@ std::vector<AnalyticCheck> check_analytic_grid(const sim::Trace& reference, std:
     throw ForecastError("check_analytic_grid: no group of the trace projects any of the given floating formats");
   }
   return out;
+}
+
+std::vector<AnalyticCheck> check_analytic_grid(const sim::Trace& reference) {
+  std::set<std::string> names;
+  for (const auto& g : reference.groups) {
+    for (const auto& [name, series] : g.projected) names.insert(name);
+  }
+  std::vector<sim::FormatSpec> formats;
+  for (const auto& name : names) {
+    try {
+      formats.push_back(sim::format_from_name(name));
+    } catch (const sim::FormatError& e) {
+      throw ForecastError("check_analytic_grid: projected format \"" + name + "\": " + e.what());
+    }
+  }
+  return check_analytic_grid(reference, formats);
 }
 
 }  // namespace wbaudit::forecast

@@ -63,5 +63,8 @@ struct AnalyticCheck {
 
 // Throws ForecastError when no group has any format covered by both (nothing to compare).
 std::vector<AnalyticCheck> check_analytic_grid(const sim::Trace& reference, std::span<const sim::FormatSpec> formats);
+// The same over every format the trace projects, resolved with sim::format_from_name (an unknown name throws
+// ForecastError naming it).
+std::vector<AnalyticCheck> check_analytic_grid(const sim::Trace& reference);
 
 }  // namespace wbaudit::forecast

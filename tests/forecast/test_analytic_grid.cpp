@@ -137,6 +137,14 @@ TEST(AnalyticGrid, CheckAgainstExactProjections) {
   EXPECT_EQ(checks[0].compared_points, 2);  // step 10 is NaN on both sides
   const std::vector<sim::FormatSpec> none{spec("e5m2", sim::FormatKind::floating, 2)};
   EXPECT_THROW(check_analytic_grid(t, none), ForecastError);
+
+  // Resolved by the precision layer's names (e4m3: M = 3, bf16: M = 7; int8 is an integer format, skipped).
+  const auto by_name = check_analytic_grid(t);
+  ASSERT_EQ(by_name.size(), 1u);
+  EXPECT_EQ(by_name[0].formats, (std::vector<std::string>{"bf16", "e4m3"}));
+  EXPECT_NEAR(by_name[0].max_abs_difference, 0.02, 1e-15);
+  t.groups[0].projected["e9m9"] = {{0, 0}, {0.0, kNaN}};
+  EXPECT_THROW(check_analytic_grid(t), ForecastError);
 }
 
 // Round-to-nearest-even to M fraction bits with an unbounded exponent range (the analytic grid's model of F).
