@@ -216,8 +216,8 @@ RunConfig run_config_from_json(const json& j) {
   }
   if (c.mode == RunMode::target) {
     named("target.format", [&] { return format_from_name(c.target.format); });
-    named("target.policy", [&] { return make_policy(c.target.policy, c.target.sr_bits); });
     require(c.target.sr_bits >= 0 && c.target.sr_bits <= 32, "target.sr_bits", "must be in 0..32");
+    named("target.policy", [&] { return make_policy(c.target.policy, c.target.sr_bits); });
   }
 
   if (const json* p = top.find("project_formats")) {
@@ -395,14 +395,8 @@ Trace run_cell(const ExecSpace& space, const RunConfig& config, const ProgressCa
       }
       if (reference) {
         if (record) {
-          // Projected events per declared format, then the d histogram (bins: -1 for u == 0, -2 for w == 0).
-          for (std::size_t f = 0; f < project_formats[t].size(); ++f) {
-            const WritebackCounts c =
-                project_erasure(space, project_formats[t][f], Kokkos::View<const float*, memory_space>(w), u);
-            ProjectedSeries& series = g.projected[config.project_formats[f]];
-            series.erased.push_back(c.erased);
-            series.fraction.push_back(fraction(c.erased, c.nonzero));
-          }
+          // The d histogram (bins: -1 for u == 0, -2 for w == 0, -3 for non-finite), then the projected events per
+          // declared format.
           const auto bins = bin_index[t];
           const double d_min = layout.d_min, width = layout.bin_width;
           const int nbins = layout.bins;
@@ -410,7 +404,9 @@ Trace run_cell(const ExecSpace& space, const RunConfig& config, const ProgressCa
               "wbaudit::sim::run_cell::ratio_bins", Kokkos::RangePolicy<ExecSpace>(space, 0, w.extent(0)),
               KOKKOS_LAMBDA(const std::size_t i) {
                 const float ui = u(i), wi = w(i);
-                if (ui == 0.0f) {
+                if (!std::isfinite(ui) || !std::isfinite(wi)) {
+                  bins(i) = -3;
+                } else if (ui == 0.0f) {
                   bins(i) = -1;
                 } else if (wi == 0.0f) {
                   bins(i) = -2;
@@ -422,11 +418,15 @@ Trace run_cell(const ExecSpace& space, const RunConfig& config, const ProgressCa
               });
           space.fence();
           const auto host_bins = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), bins);
-          std::int64_t nonzero = 0, zero_weight = 0;
+          std::int64_t nonzero = 0, zero_weight = 0, bad = 0;
           std::int64_t* row = g.ratio_histogram.data() + next * static_cast<std::size_t>(nbins);
           for (std::size_t i = 0; i < host_bins.extent(0); ++i) {
             const int b = host_bins(i);
             if (b == -1) continue;
+            if (b == -3) {
+              ++bad;
+              continue;
+            }
             ++nonzero;
             if (b == -2) {
               ++zero_weight;
@@ -434,8 +434,17 @@ Trace run_cell(const ExecSpace& space, const RunConfig& config, const ProgressCa
               ++row[static_cast<std::size_t>(b)];
             }
           }
+          if (bad > 0) non_finite(g.name, step, std::to_string(bad) + " coordinates");
           g.nonzero.push_back(nonzero);
           g.zero_weight.push_back(zero_weight);
+          // Non-finite values were rejected above, so project_erasure sees finite inputs only.
+          for (std::size_t f = 0; f < project_formats[t].size(); ++f) {
+            const WritebackCounts c =
+                project_erasure(space, project_formats[t][f], Kokkos::View<const float*, memory_space>(w), u);
+            ProjectedSeries& series = g.projected[config.project_formats[f]];
+            series.erased.push_back(c.erased);
+            series.fraction.push_back(fraction(c.erased, c.nonzero));
+          }
         }
         // The plain fp32 update w <- w + u, counting non-finite inputs.
         std::int64_t bad = 0;

@@ -87,8 +87,7 @@ void TwoLayerModel<ExecSpace>::predict(const ExecSpace& space, Kokkos::View<cons
       "wbaudit::sim::TwoLayerModel::predict::hidden", Kokkos::RangePolicy<ExecSpace>(space, 0, m_batch * h),
       KOKKOS_LAMBDA(const int idx) {
         const int b = idx / h, j = idx % h;
-        float z = b1(j);
-        for (int i = 0; i < d; ++i) z += w1(j * d + i) * x(b * d + i);
+        const float z = b1(j) + fixed_order_sum(d, [&](int i) { return w1(j * d + i) * x(b * d + i); });
         const float a = activate(act, z);
         hidden(idx) = a;
         slope(idx) = activate_derivative(act, z, a);
@@ -97,9 +96,7 @@ void TwoLayerModel<ExecSpace>::predict(const ExecSpace& space, Kokkos::View<cons
       "wbaudit::sim::TwoLayerModel::predict::output", Kokkos::RangePolicy<ExecSpace>(space, 0, m_batch * o),
       KOKKOS_LAMBDA(const int idx) {
         const int b = idx / o, k = idx % o;
-        float out = b2(k);
-        for (int j = 0; j < h; ++j) out += w2(k * h + j) * hidden(b * h + j);
-        yhat(idx) = out;
+        yhat(idx) = b2(k) + fixed_order_sum(h, [&](int j) { return w2(k * h + j) * hidden(b * h + j); });
       });
 }
 
@@ -123,40 +120,36 @@ double TwoLayerModel<ExecSpace>::loss_and_gradient(const ExecSpace& space, Kokko
       "wbaudit::sim::TwoLayerModel::loss_and_gradient::delta_hidden", Kokkos::RangePolicy<ExecSpace>(space, 0, nb * h),
       KOKKOS_LAMBDA(const int idx) {
         const int b = idx / h, j = idx % h;
-        float s = 0.0f;
-        for (int k = 0; k < o; ++k) s += w2(k * h + j) * delta_out(b * o + k);
+        const float s = fixed_order_sum(o, [&](int k) { return w2(k * h + j) * delta_out(b * o + k); });
         delta_hidden(idx) = slope(idx) * s;
       });
   // One work item per parameter coordinate, in the order layer1.weight, layer1.bias, layer2.weight, layer2.bias;
-  // each sums over the batch in order b = 0..B-1.
+  // each sums over the batch with fixed_order_sum.
   const auto g1w = m_grads[0], g1b = m_grads[1], g2w = m_grads[2], g2b = m_grads[3];
   const int n1w = h * d, n1b = h, n2w = o * h, n2b = o;
   Kokkos::parallel_for(
       "wbaudit::sim::TwoLayerModel::loss_and_gradient::parameters",
       Kokkos::RangePolicy<ExecSpace>(space, 0, n1w + n1b + n2w + n2b), KOKKOS_LAMBDA(int idx) {
-        float s = 0.0f;
         if (idx < n1w) {
           const int j = idx / d, i = idx % d;
-          for (int b = 0; b < nb; ++b) s += delta_hidden(b * h + j) * x(b * d + i);
-          g1w(idx) = s;
+          g1w(idx) = fixed_order_sum(nb, [&](int b) { return delta_hidden(b * h + j) * x(b * d + i); });
           return;
         }
         idx -= n1w;
         if (idx < n1b) {
-          for (int b = 0; b < nb; ++b) s += delta_hidden(b * h + idx);
-          g1b(idx) = s;
+          const int j = idx;
+          g1b(idx) = fixed_order_sum(nb, [&](int b) { return delta_hidden(b * h + j); });
           return;
         }
         idx -= n1b;
         if (idx < n2w) {
           const int k = idx / h, j = idx % h;
-          for (int b = 0; b < nb; ++b) s += delta_out(b * o + k) * hidden(b * h + j);
-          g2w(idx) = s;
+          g2w(idx) = fixed_order_sum(nb, [&](int b) { return delta_out(b * o + k) * hidden(b * h + j); });
           return;
         }
         idx -= n2w;
-        for (int b = 0; b < nb; ++b) s += delta_out(b * o + idx);
-        g2b(idx) = s;
+        const int k = idx;
+        g2b(idx) = fixed_order_sum(nb, [&](int b) { return delta_out(b * o + k); });
       });
   space.fence();
   const auto r_host = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), residual);

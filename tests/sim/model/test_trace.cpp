@@ -1,0 +1,118 @@
+// trace.h5: a hand-built trace survives write + read field by field; bad files are rejected with their name.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+
+#include "sim/trace/trace.hpp"
+#include "trace_compare.hpp"
+
+namespace {
+
+using namespace wbaudit::sim;
+namespace fs = std::filesystem;
+
+fs::path scratch(const std::string& name) {
+  const fs::path dir = fs::temp_directory_path() / ("wbaudit_trace_test_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  return dir / name;
+}
+
+Trace sample_trace(const std::string& mode) {
+  Trace t;
+  t.mode = mode;
+  t.format = mode == "target" ? "e4m3" : "fp32";
+  t.policy = "nearest";
+  t.seed = 0xFFFFFFFF12345ull;
+  t.steps = 1000;
+  t.config_json = R"({"mode":")" + mode + R"(","schema":"wbaudit.cell/1","ünï":"cödé"})";
+  t.recorded_steps = {0, 1, 10, 999};
+  t.loss = {1.5, 0.25, 1e-300, std::numeric_limits<double>::infinity()};
+  t.learning_rate = {1e-3, 1e-3, 5e-4, 0.0};
+  t.histogram.bins = 8;
+  t.histogram.d_min = -2;
+  t.histogram.bin_width = 0.5;
+  for (std::uint32_t id : {0u, 1u}) {
+    GroupTrace g;
+    g.name = id == 0 ? "layer1.weight" : "layer1.bias";
+    g.tensor_id = id;
+    g.size = 100 + id;
+    g.nonzero = {100, 99, 0, 7};
+    if (mode == "target") {
+      g.erased = {1, 2, 0, 7};
+      g.saturated = {0, 1, 0, 0};
+      g.applied = {99, 97, 0, 0};
+      g.erased_fraction = {0.01, 2.0 / 99, std::numeric_limits<double>::quiet_NaN(), 1.0};
+    } else {
+      g.zero_weight = {0, 1, 0, 2};
+      for (int i = 0; i < 32; ++i) g.ratio_histogram.push_back(i * 3 + id);
+      g.projected["e4m3"] = ProjectedSeries{{5, 6, 0, 1}, {0.05, 6.0 / 99, std::nan(""), 1.0 / 7}};
+      g.projected["bf16"] = ProjectedSeries{{0, 0, 0, 0}, {0.0, 0.0, std::nan(""), 0.0}};
+    }
+    t.groups.push_back(g);
+  }
+  return t;
+}
+
+void expect_equal(const Trace& a, const Trace& b) {
+  wbaudit::test::expect_same_trace(a, b);
+}
+
+TEST(Trace, RoundTripTargetAndReference) {
+  for (const std::string mode : {"target", "reference"}) {
+    const Trace t = sample_trace(mode);
+    const fs::path path = scratch(mode + ".h5");
+    fs::remove(path);
+    write_trace(path, t);
+    expect_equal(t, read_trace(path));
+    // Atomic write: no temporary left behind, and rewriting replaces the file.
+    for (const auto& entry : fs::directory_iterator(path.parent_path())) {
+      EXPECT_EQ(entry.path().string().find(".tmp."), std::string::npos) << entry.path();
+    }
+    Trace changed = t;
+    changed.steps = 7;
+    write_trace(path, changed);
+    EXPECT_EQ(read_trace(path).steps, 7);
+  }
+}
+
+TEST(Trace, GroupLookup) {
+  const Trace t = sample_trace("target");
+  EXPECT_EQ(t.group("layer1.bias").tensor_id, 1u);
+  try {
+    t.group("layer9.weight");
+    FAIL();
+  } catch (const std::out_of_range& e) {
+    EXPECT_NE(std::string(e.what()).find("layer9.weight"), std::string::npos);
+  }
+}
+
+TEST(Trace, BadFilesNameTheFile) {
+  const fs::path text = scratch("not_hdf5.h5");
+  std::ofstream(text) << "hello";
+  const auto message = [](const fs::path& p) {
+    try {
+      read_trace(p);
+    } catch (const std::exception& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(message(text).find(text.string()), std::string::npos);
+  EXPECT_NE(message(scratch("missing.h5")).find("missing.h5"), std::string::npos);
+  // Writing into a missing directory fails with the file named and leaves nothing behind.
+  const fs::path nowhere = scratch("no_such_dir") / "trace.h5";
+  try {
+    write_trace(nowhere, sample_trace("target"));
+    FAIL();
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("no_such_dir"), std::string::npos);
+  }
+  EXPECT_FALSE(fs::exists(nowhere.parent_path()));
+}
+
+}  // namespace
