@@ -177,6 +177,7 @@ CrossingComparison compare_crossings(const stats::CellTable& predicted, const st
                           " cells and " + std::to_string(t->steps.size()) + " steps");
     }
   }
+  if (predicted.cells.empty()) throw ForecastError("compare_crossings: no cells");
   if (!(options.tolerance >= 0) || std::isinf(options.tolerance)) {
     throw ForecastError("compare_crossings: tolerance must be finite and >= 0, got " +
                         std::to_string(options.tolerance));

@@ -6,6 +6,7 @@
 
 #include "forecast/analytic_grid.hpp"
 #include "forecast/error.hpp"
+#include "sim/precision/format.hpp"
 
 namespace wbaudit::forecast {
 
@@ -36,6 +37,21 @@ std::vector<double> aligned(const Series& s, const std::vector<std::int64_t>& gr
   }
 }
 
+// The cell's M: given, or the target format's (floating formats only; integer formats have absolute gaps).
+int mantissa_width(const EvaluationCell& c) {
+  if (c.man_bits >= 0) return c.man_bits;
+  sim::FormatSpec f;
+  try {
+    f = sim::format_from_name(c.format);
+  } catch (const sim::FormatError& e) {
+    throw ForecastError(e.what());
+  }
+  if (f.kind != sim::FormatKind::floating) {
+    throw ForecastError("format \"" + c.format + "\" is not a floating format; the analytic grid does not cover it");
+  }
+  return f.man_bits;
+}
+
 PredictorTable projection_table(PredictorKind kind, const std::vector<EvaluationCell>& cells,
                                 const std::vector<std::int64_t>& grid, OutOfRange policy) {
   PredictorTable p;
@@ -50,9 +66,8 @@ PredictorTable projection_table(PredictorKind kind, const std::vector<Evaluation
     Series s;
     try {
       if (kind == PredictorKind::analytic_grid) {
-        if (c.man_bits < 0) throw ForecastError("no mantissa width given");
         s.steps = trace->recorded_steps;
-        s.values = analytic_erased_fraction(*trace, find_group(*trace, c.group), c.man_bits, c.lr_scale);
+        s.values = analytic_erased_fraction(*trace, find_group(*trace, c.group), mantissa_width(c), c.lr_scale);
       } else {
         s = projected_series(*trace, c.group, c.format);
       }

@@ -31,7 +31,7 @@ struct EvaluationCell {
   Series outcome;                                       // measured erased fraction on the target's recorded steps
   std::shared_ptr<const sim::Trace> reference;          // `source`: the predeclared fp32 reference (may be shared)
   std::shared_ptr<const sim::Trace> matched_reference;  // `matched-reference` (optional, privileged)
-  int man_bits = -1;      // target mantissa width M, for the analytic-grid predictor (-1: not given)
+  int man_bits = -1;      // M for the analytic-grid predictor; -1: the format's (sim::format_from_name)
   double lr_scale = 1.0;  // target learning rate / reference learning rate, for the analytic grid
 
   std::string label() const { return run_id + "/" + group; }
@@ -53,7 +53,7 @@ struct TableOptions {
   std::vector<std::int64_t> grid;               // empty: the steps common to every cell's outcome
   OutOfRange out_of_range = OutOfRange::error;  // series not covering the grid
   bool source = true;                           // requires every cell's reference
-  bool analytic_grid = false;                   // requires every cell's reference and man_bits
+  bool analytic_grid = false;                   // requires every cell's reference and a floating format
   bool template_mean = true;                    // requires history for every class (or missing_class = missing)
   MissingClass missing_class = MissingClass::error;
   bool common_time = true;

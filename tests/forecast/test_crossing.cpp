@@ -209,6 +209,8 @@ TEST(CrossingComparison, MismatchedTablesThrow) {
   auto d = a;
   d.values.resize(2, 3);
   EXPECT_THROW(compare_crossings(d, a), ForecastError);
+  const auto empty = table({}, {0, 10}, {});
+  EXPECT_THROW(compare_crossings(empty, empty), ForecastError);
 }
 
 }  // namespace

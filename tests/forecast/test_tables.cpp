@@ -114,8 +114,18 @@ TEST(Tables, AnalyticGridPredictor) {
   EXPECT_EQ(a.table.values(0, 0), 1.0);
   EXPECT_DOUBLE_EQ(a.table.values(0, 1), 0.5);
   EXPECT_EQ(a.table.values(0, 2), 0.0);
+  // M from the format name when not given: e4m3 has M = 3, the same table.
   auto cs = cells();
+  for (auto& c : cs) c.man_bits = -1;
+  const auto by_name = build_evaluation_tables(cs, {}, o);
+  EXPECT_EQ(by_name.predictor("analytic-grid").table.values, a.table.values);
+  // M = 4 (d > 5): nothing erased at step 0.
+  cs[0].man_bits = 4;
+  EXPECT_EQ(build_evaluation_tables(cs, {}, o).predictor("analytic-grid").table.values(0, 0), 0.0);
   cs[0].man_bits = -1;
+  cs[0].format = "int4";  // integer formats are outside the grid
+  EXPECT_THROW(build_evaluation_tables(cs, {}, o), ForecastError);
+  cs[0].format = "e9m9";
   EXPECT_THROW(build_evaluation_tables(cs, {}, o), ForecastError);
 }
 
