@@ -1,0 +1,2 @@
+# Simulator step throughput: plain fp32 vs target write-back vs reference recording (ratios in one process).
+wbaudit_add_bench(wbaudit_step_bench SOURCES ${CMAKE_CURRENT_LIST_DIR}/step_bench.cpp LIBS wbaudit::sim)
