@@ -33,4 +33,16 @@ Series projected_series(const sim::Trace& reference, std::string_view group, std
   return Series{reference.recorded_steps, it->second.fraction};
 }
 
+Series measured_series(const sim::Trace& target, std::string_view group) {
+  if (target.mode != "target") {
+    throw ForecastError("measured_series: trace mode is \"" + target.mode + "\", expected \"target\"");
+  }
+  const sim::GroupTrace& g = find_group(target, group);
+  if (g.erased_fraction.size() != target.recorded_steps.size()) {
+    throw ForecastError("measured_series: group \"" + g.name + "\": " + std::to_string(g.erased_fraction.size()) +
+                        " erased fractions but " + std::to_string(target.recorded_steps.size()) + " recorded steps");
+  }
+  return Series{target.recorded_steps, g.erased_fraction};
+}
+
 }  // namespace wbaudit::forecast

@@ -24,4 +24,8 @@ const sim::GroupTrace& find_group(const sim::Trace& trace, std::string_view grou
 // the series length differs from the recorded steps.
 Series projected_series(const sim::Trace& reference, std::string_view group, std::string_view format);
 
+// The measured outcome of a target run: GroupTrace::erased_fraction of `group` on the run's recorded steps. Throws
+// ForecastError when the trace is not a target trace, the group is absent, or the lengths differ.
+Series measured_series(const sim::Trace& target, std::string_view group);
+
 }  // namespace wbaudit::forecast

@@ -196,6 +196,23 @@ TEST(Tables, SourceSeriesAndGroupLookup) {
   EXPECT_EQ(s.values, (std::vector<double>{0.2, 0.6}));
   EXPECT_THROW(projected_series(*ref, "layer3.weight", "e4m3"), ForecastError);
   EXPECT_THROW(find_group(*ref, "nope"), ForecastError);
+  EXPECT_THROW(measured_series(*ref, "layer1.weight"), ForecastError);  // a reference has no measured outcome
+
+  sim::Trace target;
+  target.mode = "target";
+  target.format = "e4m3";
+  target.recorded_steps = {0, 5};
+  sim::GroupTrace g;
+  g.name = "layer1.weight";
+  g.erased_fraction = {0.25, kNaN};
+  target.groups.push_back(g);
+  const auto m = measured_series(target, "layer1.weight");
+  EXPECT_EQ(m.steps, (Steps{0, 5}));
+  EXPECT_EQ(m.values[0], 0.25);
+  EXPECT_TRUE(std::isnan(m.values[1]));
+  EXPECT_THROW(projected_series(target, "layer1.weight", "e4m3"), ForecastError);
+  target.groups[0].erased_fraction.pop_back();
+  EXPECT_THROW(measured_series(target, "layer1.weight"), ForecastError);
 }
 
 TEST(Tables, CommonTimeTable) {
