@@ -168,8 +168,10 @@ double skill_on_steps(Eigen::MatrixXd const& pred_error, Eigen::MatrixXd const& 
   return 1.0 - sp.value() / sb.value();
 }
 
-double share_on_resample(int which, Eigen::MatrixXd const& values, PreparedTables const& p,
-                         std::span<std::int64_t const> units) {
+namespace {
+
+// The rows (units mode) or columns (moving_block) of a resample.
+Eigen::MatrixXd resampled(Eigen::MatrixXd const& values, PreparedTables const& p, std::span<std::int64_t const> units) {
   Eigen::MatrixXd sample;
   if (p.resampling == Resampling::units) {
     std::vector<Eigen::Index> rows;
@@ -182,6 +184,26 @@ double share_on_resample(int which, Eigen::MatrixXd const& values, PreparedTable
     sample.resize(values.rows(), Eigen::Index(units.size()));
     for (std::size_t s = 0; s < units.size(); ++s) sample.col(Eigen::Index(s)) = values.col(Eigen::Index(units[s]));
   }
+  return sample;
+}
+
+}  // namespace
+
+double directional_on_resample(int which, Eigen::MatrixXd const& predictor, Eigen::MatrixXd const& outcome, double tol,
+                               PreparedTables const& p, std::span<std::int64_t const> units) {
+  auto const core = directional_core(resampled(predictor, p, units), resampled(outcome, p, units), tol);
+  if (which == 0) {
+    if (core.n_directional == 0) throw StatsError("sign_agreement_rate undefined: no directional cell");
+    return double(core.n_sign_agree) / double(core.n_directional);
+  }
+  auto const& value = which == 1 ? core.anomaly_correlation : core.cell_anomaly_correlation;
+  if (!value) throw StatsError("anomaly correlation undefined: an anomaly field is flat");
+  return *value;
+}
+
+double share_on_resample(int which, Eigen::MatrixXd const& values, PreparedTables const& p,
+                         std::span<std::int64_t const> units) {
+  Eigen::MatrixXd const sample = resampled(values, p, units);
   Decomposition const d = decompose_values(sample);
   return which == 0 ? d.share_time : which == 1 ? d.share_cell : d.share_residual;
 }

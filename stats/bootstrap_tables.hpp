@@ -12,14 +12,20 @@
 //   rmse_pooled:          sqrt(mean over resampled cells of mse_cell)
 //   skill:                1 - sum mse_P / sum mse_B over resampled cells
 //   share_time/cell/residual: the decomposition of the resampled table
+//   sign_agreement_rate, anomaly_correlation, cell_anomaly_correlation: directional_specificity of the resampled
+//     predictor and outcome tables (anomalies against the resampled across-cell mean; zero tolerance from the
+//     full tables). A resample on which one is undefined (no directional cell, a flat anomaly field) makes the
+//     bootstrap throw, naming the resample: such a statistic needs more units.
 // Per-cell quantities are computed once when resampling units, so a resample costs one pass over its cells.
 #include <Kokkos_Core.hpp>
+#include <algorithm>
 #include <array>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "stats/bootstrap.hpp"
+#include "stats/directional.hpp"
 #include "stats/missing.hpp"
 #include "stats/table.hpp"
 
@@ -35,6 +41,12 @@ struct DecompositionIntervals {
   Interval share_time;
   Interval share_cell;
   Interval share_residual;
+};
+
+struct DirectionalIntervals {
+  Interval sign_agreement_rate;
+  Interval anomaly_correlation;
+  Interval cell_anomaly_correlation;
 };
 
 namespace detail {
@@ -68,6 +80,10 @@ double skill_on_steps(Eigen::MatrixXd const& pred_error, Eigen::MatrixXd const& 
 // 0 = share_time, 1 = share_cell, 2 = share_residual
 double share_on_resample(int which, Eigen::MatrixXd const& values, PreparedTables const& p,
                          std::span<std::int64_t const> units);
+
+// 0 = sign_agreement_rate, 1 = anomaly_correlation, 2 = cell_anomaly_correlation
+double directional_on_resample(int which, Eigen::MatrixXd const& predictor, Eigen::MatrixXd const& outcome, double tol,
+                               PreparedTables const& p, std::span<std::int64_t const> units);
 
 }  // namespace detail
 
@@ -147,6 +163,36 @@ inline DecompositionIntervals bootstrap_decomposition(CellTable const& table, Bo
                                                       std::vector<std::string> const& unit_of_cell = {},
                                                       MissingPolicy policy = MissingPolicy::error) {
   return bootstrap_decomposition(Kokkos::DefaultHostExecutionSpace{}, table, spec, unit_of_cell, policy);
+}
+
+// Intervals for the directional-specificity statistics (options.zero_tolerance and options.missing_policy are used;
+// alpha is not: the intervals have spec.confidence). The three intervals use the same resamples.
+template <class ExecSpace>
+DirectionalIntervals bootstrap_directional(ExecSpace const& space, CellTable const& predictor, CellTable const& outcome,
+                                           BootstrapSpec const& spec, std::vector<std::string> const& unit_of_cell = {},
+                                           DirectionalOptions const& options = {}) {
+  auto const p = detail::prepare_tables({&predictor, &outcome}, {"predictor", "outcome"}, unit_of_cell,
+                                        options.missing_policy, spec, "bootstrap_directional");
+  if (!(options.zero_tolerance >= 0)) throw StatsError("bootstrap_directional: zero_tolerance must be >= 0");
+  double const tol =
+      options.zero_tolerance * std::max(p.values[0].cwiseAbs().maxCoeff(), p.values[1].cwiseAbs().maxCoeff());
+  std::array<Interval, 3> out;
+  for (int which = 0; which < 3; ++which) {
+    out[std::size_t(which)] = bootstrap(
+        space, p.n_units,
+        [&](std::span<std::int64_t const> units) {
+          return detail::directional_on_resample(which, p.values[0], p.values[1], tol, p, units);
+        },
+        spec);
+  }
+  return {out[0], out[1], out[2]};
+}
+
+inline DirectionalIntervals bootstrap_directional(CellTable const& predictor, CellTable const& outcome,
+                                                  BootstrapSpec const& spec,
+                                                  std::vector<std::string> const& unit_of_cell = {},
+                                                  DirectionalOptions const& options = {}) {
+  return bootstrap_directional(Kokkos::DefaultHostExecutionSpace{}, predictor, outcome, spec, unit_of_cell, options);
 }
 
 }  // namespace wbaudit::stats

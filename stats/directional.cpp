@@ -57,6 +57,43 @@ std::optional<double> correlation(Eigen::Ref<Eigen::VectorXd const> x, Eigen::Re
 
 }  // namespace
 
+namespace detail {
+
+DirectionalCore directional_core(Eigen::MatrixXd const& p, Eigen::MatrixXd const& y, double tol) {
+  Eigen::MatrixXd const ap = anomalies(p);
+  Eigen::MatrixXd const ay = anomalies(y);
+  DirectionalCore r;
+  Eigen::Index const n_cells = p.rows();
+  r.outcome_cell_anomaly.resize(n_cells);
+  r.predictor_cell_anomaly.resize(n_cells);
+  for (Eigen::Index i = 0; i < n_cells; ++i) {
+    NeumaierSum sp, sy;
+    for (Eigen::Index j = 0; j < p.cols(); ++j) {
+      sp.add(ap(i, j));
+      sy.add(ay(i, j));
+    }
+    r.predictor_cell_anomaly(i) = sp.value() / double(p.cols());
+    r.outcome_cell_anomaly(i) = sy.value() / double(p.cols());
+  }
+  for (Eigen::Index i = 0; i < n_cells; ++i) {
+    double const mp = r.predictor_cell_anomaly(i), my = r.outcome_cell_anomaly(i);
+    if (std::abs(mp) <= tol || std::abs(my) <= tol) continue;
+    ++r.n_directional;
+    if ((mp > 0) == (my > 0)) ++r.n_sign_agree;
+  }
+  // Anomaly fields indistinguishable from rounding noise carry no direction: no correlation.
+  bool const p_flat = ap.cwiseAbs().maxCoeff() <= tol;
+  bool const y_flat = ay.cwiseAbs().maxCoeff() <= tol;
+  if (!p_flat && !y_flat) {
+    Eigen::Map<Eigen::VectorXd const> vp(ap.data(), ap.size()), vy(ay.data(), ay.size());
+    r.anomaly_correlation = correlation(vp, vy, /*centre=*/false);
+    r.cell_anomaly_correlation = correlation(r.predictor_cell_anomaly, r.outcome_cell_anomaly, /*centre=*/true);
+  }
+  return r;
+}
+
+}  // namespace detail
+
 DirectionalSpecificity directional_specificity(CellTable const& predictor, CellTable const& outcome,
                                                DirectionalOptions const& options) {
   auto complete = complete_tables({&predictor, &outcome}, {"predictor", "outcome"}, options.missing_policy,
@@ -71,45 +108,23 @@ DirectionalSpecificity directional_specificity(CellTable const& predictor, CellT
     throw StatsError("directional_specificity: need zero_tolerance >= 0 and 0 < alpha < 1, got " +
                      std::to_string(options.zero_tolerance) + ", " + std::to_string(options.alpha));
   }
-  Eigen::MatrixXd const ap = anomalies(p);
-  Eigen::MatrixXd const ay = anomalies(y);
   DirectionalSpecificity r;
   r.cells = complete.tables[0].cells;
   r.dropped_cells = std::move(complete.dropped_cells);
   r.dropped_steps = std::move(complete.dropped_steps);
   r.missing_policy = options.missing_policy;
   r.alpha = options.alpha;
-  Eigen::Index const n_cells = p.rows();
-  r.outcome_cell_anomaly.resize(n_cells);
-  r.predictor_cell_anomaly.resize(n_cells);
-  for (Eigen::Index i = 0; i < n_cells; ++i) {
-    NeumaierSum sp, sy;
-    for (Eigen::Index j = 0; j < p.cols(); ++j) {
-      sp.add(ap(i, j));
-      sy.add(ay(i, j));
-    }
-    r.predictor_cell_anomaly(i) = sp.value() / double(p.cols());
-    r.outcome_cell_anomaly(i) = sy.value() / double(p.cols());
-  }
   double const scale = std::max(p.cwiseAbs().maxCoeff(), y.cwiseAbs().maxCoeff());
-  double const tol = options.zero_tolerance * scale;
-  for (Eigen::Index i = 0; i < n_cells; ++i) {
-    double const mp = r.predictor_cell_anomaly(i), my = r.outcome_cell_anomaly(i);
-    if (std::abs(mp) <= tol || std::abs(my) <= tol) continue;
-    ++r.n_directional;
-    if ((mp > 0) == (my > 0)) ++r.n_sign_agree;
-  }
+  auto core = detail::directional_core(p, y, options.zero_tolerance * scale);
+  r.predictor_cell_anomaly = std::move(core.predictor_cell_anomaly);
+  r.outcome_cell_anomaly = std::move(core.outcome_cell_anomaly);
+  r.n_directional = core.n_directional;
+  r.n_sign_agree = core.n_sign_agree;
+  r.anomaly_correlation = core.anomaly_correlation;
+  r.cell_anomaly_correlation = core.cell_anomaly_correlation;
   if (r.n_directional > 0) r.sign_agreement_rate = double(r.n_sign_agree) / double(r.n_directional);
   r.binomial_p_value = sign_test_p_value(r.n_sign_agree, r.n_directional);
   r.significant = r.n_directional > 0 && r.binomial_p_value < options.alpha;
-  // Anomaly fields indistinguishable from rounding noise carry no direction: no correlation.
-  bool const p_flat = ap.cwiseAbs().maxCoeff() <= tol;
-  bool const y_flat = ay.cwiseAbs().maxCoeff() <= tol;
-  if (!p_flat && !y_flat) {
-    Eigen::Map<Eigen::VectorXd const> vp(ap.data(), ap.size()), vy(ay.data(), ay.size());
-    r.anomaly_correlation = correlation(vp, vy, /*centre=*/false);
-    r.cell_anomaly_correlation = correlation(r.predictor_cell_anomaly, r.outcome_cell_anomaly, /*centre=*/true);
-  }
   return r;
 }
 

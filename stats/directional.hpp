@@ -53,6 +53,16 @@ struct DirectionalSpecificity {
 DirectionalSpecificity directional_specificity(CellTable const& predictor, CellTable const& outcome,
                                                DirectionalOptions const& options = {});
 
+namespace detail {
+// Anomalies, per-cell means, sign counts and correlations of complete matrices with an absolute zero tolerance.
+struct DirectionalCore {
+  Eigen::VectorXd outcome_cell_anomaly, predictor_cell_anomaly;
+  int n_directional = 0, n_sign_agree = 0;
+  std::optional<double> anomaly_correlation, cell_anomaly_correlation;
+};
+DirectionalCore directional_core(Eigen::MatrixXd const& predictor, Eigen::MatrixXd const& outcome, double tol);
+}  // namespace detail
+
 // One-sided exact binomial tail P(X >= k) for X ~ Binomial(n, 1/2) (Boost.Math). Throws on k < 0, k > n.
 double sign_test_p_value(int k, int n);
 

@@ -139,3 +139,29 @@ TEST(BootstrapTables, BadInput) {
   EXPECT_EQ(ci.n_units, 2);
   EXPECT_THROW(table_metric_from_name("rmse"), StatsError);
 }
+
+TEST(BootstrapTables, DirectionalIntervals) {
+  // 12 cells with cell-specific offsets of both signs on a shared trend; predictor = outcome + noise common to all
+  // cells, so on every resample of cells the anomalies agree: rate 1, correlations 1.
+  std::vector<std::vector<double>> yr, pr;
+  for (int c = 0; c < 12; ++c) {
+    std::vector<double> y, p;
+    double const offset = 0.05 * (c % 2 == 0 ? 1 : -1) * (1 + c);
+    for (int t = 0; t < 40; ++t) {
+      y.push_back(1.0 - std::exp(-0.1 * t) + offset);
+      p.push_back(y.back() + 0.2 * std::sin(1.7 * t));
+    }
+    yr.push_back(y);
+    pr.push_back(p);
+  }
+  auto const spec = percentile_spec(0.95);
+  auto const d = bootstrap_directional(make_table(pr), make_table(yr), spec);
+  EXPECT_EQ(d.sign_agreement_rate.estimate, 1.0);
+  EXPECT_EQ(d.sign_agreement_rate.lower, 1.0);
+  EXPECT_NEAR(d.anomaly_correlation.lower, 1.0, 1e-9);
+  EXPECT_NEAR(d.cell_anomaly_correlation.upper, 1.0, 1e-9);
+  // Two cells: half the resamples draw one cell twice, leaving no anomaly at all: an error, not a number.
+  auto const y2 = make_table({{0, 1}, {2, 3}});
+  auto const p2 = make_table({{0, 2}, {3, 3}});
+  EXPECT_THROW(bootstrap_directional(p2, y2, spec), StatsError);
+}
