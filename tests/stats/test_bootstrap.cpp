@@ -8,7 +8,7 @@
 #include <random>
 #include <stdexcept>
 
-#include "stats/bootstrap.hpp"
+#include "stats/stats.hpp"
 
 using namespace wbaudit::stats;
 
@@ -87,6 +87,9 @@ TEST(Bootstrap, IdenticalOnSerialAndOpenMP) {
       auto const openmp = bootstrap_replicates(Kokkos::OpenMP{}, 200, MeanSquareOf{&x}, spec);
       auto const host = bootstrap_replicates(Kokkos::DefaultHostExecutionSpace{}, 200, MeanSquareOf{&x}, spec);
       ASSERT_EQ(serial.replicates.size(), 4001u);
+      if (method == IntervalMethod::bca) {  // leave one unit out, or one block of 7 steps: 200 - 7 + 1 = 194
+        EXPECT_EQ(serial.jackknife.size(), resampling == Resampling::units ? 200u : 194u);
+      }
       EXPECT_EQ(0, std::memcmp(serial.replicates.data(), openmp.replicates.data(), 4001 * sizeof(double)));
       EXPECT_EQ(0, std::memcmp(serial.replicates.data(), host.replicates.data(), 4001 * sizeof(double)));
       EXPECT_EQ(serial.jackknife, openmp.jackknife);
