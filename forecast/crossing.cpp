@@ -159,6 +159,38 @@ std::string CrossingSummary::to_string() const {
   return s;
 }
 
+namespace {
+void check_labels(const stats::CellTable& t, const char* what) {
+  if (t.rows() != static_cast<Eigen::Index>(t.cells.size()) || t.cols() != static_cast<Eigen::Index>(t.steps.size())) {
+    throw ForecastError(std::string(what) + ": table values are " + std::to_string(t.rows()) + "x" +
+                        std::to_string(t.cols()) + " but it labels " + std::to_string(t.cells.size()) + " cells and " +
+                        std::to_string(t.steps.size()) + " steps");
+  }
+}
+
+std::vector<double> row_of(const stats::CellTable& t, std::size_t r) {
+  std::vector<double> y(t.steps.size());
+  for (std::size_t c = 0; c < y.size(); ++c) {
+    y[c] = t.values(static_cast<Eigen::Index>(r), static_cast<Eigen::Index>(c));
+  }
+  return y;
+}
+}  // namespace
+
+std::vector<Crossing> find_crossings(const stats::CellTable& table, const CrossingOptions& options) {
+  check_labels(table, "find_crossings");
+  std::vector<Crossing> out;
+  out.reserve(table.cells.size());
+  for (std::size_t r = 0; r < table.cells.size(); ++r) {
+    try {
+      out.push_back(find_crossing(table.steps, row_of(table, r), options));
+    } catch (const ForecastError& e) {
+      throw ForecastError(std::string(e.what()) + " (cell " + table.cells[r] + ")");
+    }
+  }
+  return out;
+}
+
 CrossingComparison compare_crossings(const stats::CellTable& predicted, const stats::CellTable& measured,
                                      const CrossingOptions& options) {
   if (predicted.cells != measured.cells) {
@@ -169,14 +201,8 @@ CrossingComparison compare_crossings(const stats::CellTable& predicted, const st
   if (predicted.steps != measured.steps) {
     throw ForecastError("compare_crossings: predicted and measured tables have different step grids");
   }
-  for (const auto* t : {&predicted, &measured}) {
-    if (t->rows() != static_cast<Eigen::Index>(t->cells.size()) ||
-        t->cols() != static_cast<Eigen::Index>(t->steps.size())) {
-      throw ForecastError("compare_crossings: table values are " + std::to_string(t->rows()) + "x" +
-                          std::to_string(t->cols()) + " but it labels " + std::to_string(t->cells.size()) +
-                          " cells and " + std::to_string(t->steps.size()) + " steps");
-    }
-  }
+  check_labels(predicted, "compare_crossings (predicted)");
+  check_labels(measured, "compare_crossings (measured)");
   if (predicted.cells.empty()) throw ForecastError("compare_crossings: no cells");
   if (!(options.tolerance >= 0) || std::isinf(options.tolerance)) {
     throw ForecastError("compare_crossings: tolerance must be finite and >= 0, got " +
@@ -190,20 +216,13 @@ CrossingComparison compare_crossings(const stats::CellTable& predicted, const st
   s.burn_in = predicted.steps.empty() ? kNaN : static_cast<double>(options.burn_in.value_or(predicted.steps.front()));
   s.cells = static_cast<int>(predicted.cells.size());
   std::vector<double> measured_times, predicted_times, rel_errors;
-  std::vector<double> yp(predicted.steps.size()), ym(measured.steps.size());
+  const auto pred = find_crossings(predicted, options);
+  const auto meas = find_crossings(measured, options);
   for (std::size_t r = 0; r < predicted.cells.size(); ++r) {
-    for (std::size_t c = 0; c < yp.size(); ++c) {
-      yp[c] = predicted.values(static_cast<Eigen::Index>(r), static_cast<Eigen::Index>(c));
-      ym[c] = measured.values(static_cast<Eigen::Index>(r), static_cast<Eigen::Index>(c));
-    }
     CellCrossing cc;
     cc.cell = predicted.cells[r];
-    try {
-      cc.predicted = find_crossing(predicted.steps, yp, options);
-      cc.measured = find_crossing(measured.steps, ym, options);
-    } catch (const ForecastError& e) {
-      throw ForecastError(std::string(e.what()) + " (cell " + cc.cell + ")");
-    }
+    cc.predicted = pred[r];
+    cc.measured = meas[r];
     cc.category = categorize(cc.predicted.status, cc.measured.status);
     cc.relative_error = kNaN;
     if (cc.category == CrossingCategory::both_cross) {

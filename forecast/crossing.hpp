@@ -45,6 +45,10 @@ struct Crossing {
 Crossing find_crossing(std::span<const std::int64_t> steps, std::span<const double> y,
                        const CrossingOptions& options = {});
 
+// find_crossing on every row of a table (row order kept). Throws ForecastError naming the cell on bad rows, and when
+// the table's values do not match its labels.
+std::vector<Crossing> find_crossings(const stats::CellTable& table, const CrossingOptions& options = {});
+
 // Predicted vs measured category of one cell.
 enum class CrossingCategory {
   both_cross,

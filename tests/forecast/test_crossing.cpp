@@ -200,6 +200,19 @@ TEST(CrossingComparison, ToleranceIsInclusiveAndOtherCategories) {
   EXPECT_EQ(compare_crossings(predicted, measured, o).summary.within_tolerance, 0);
 }
 
+TEST(CrossingComparison, FindCrossingsOnATable) {
+  const auto t = table({"a", "b"}, {0, 10, 20}, {{0.1, 0.3, 0.9}, {0.7, 0.7, 0.7}});
+  const auto c = find_crossings(t);
+  ASSERT_EQ(c.size(), 2u);
+  EXPECT_DOUBLE_EQ(c[0].time, 10.0 + 0.2 / 0.6 * 10.0);
+  EXPECT_EQ(c[1].status, CrossingStatus::above_at_init);
+  auto bad = t;
+  bad.values(1, 2) = std::numeric_limits<double>::infinity();
+  EXPECT_THROW(find_crossings(bad), ForecastError);
+  bad.values.resize(2, 2);
+  EXPECT_THROW(find_crossings(bad), ForecastError);
+}
+
 TEST(CrossingComparison, MismatchedTablesThrow) {
   const auto a = table({"a", "b"}, {0, 10}, {{0.1, 0.2}, {0.1, 0.2}});
   const auto b = table({"b", "a"}, {0, 10}, {{0.1, 0.2}, {0.1, 0.2}});
