@@ -33,7 +33,8 @@ struct CommGuard {
 };
 
 // Runs one cell into a fresh attempt; failures of the cell are recorded, failures of the store propagate.
-bool run_one(const SweepStore& store, const CellTask& task, const CellFn& fn, const ExecOptions& opts, int rank) {
+bool run_one(const SweepStore& store, const CellTask& task, const CellFn& fn, const ExecOptions& opts, int rank,
+             double& cell_seconds) {
   Attempt attempt = store.begin_attempt(task.id);
   if (opts.progress) opts.progress({ProgressEvent::Kind::started, task.id, task.name, "", rank, 0.0});
   const auto start = std::chrono::steady_clock::now();
@@ -46,10 +47,11 @@ bool run_one(const SweepStore& store, const CellTask& task, const CellFn& fn, co
   } catch (...) {
     error = "unknown exception";
   }
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  cell_seconds += seconds;
   const AttemptRecord record =
       store.finish_attempt(attempt, error.empty() ? AttemptStatus::complete : AttemptStatus::failed, error, files);
   const bool ok = record.status == AttemptStatus::complete;
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (opts.progress)
     opts.progress({ok ? ProgressEvent::Kind::completed : ProgressEvent::Kind::failed, task.id, task.name,
                    ok ? "" : record.exit_reason, rank, seconds});
@@ -112,7 +114,7 @@ ExecSummary execute_sweep(const SweepStore& store, const std::vector<CellTask>& 
     check_runnable(store, cells);
     const auto todo = select_work(store, cells, opts.resume, summary.skipped);
     for (std::size_t i : todo) {
-      if (run_one(store, cells[i], fn, opts, 0)) {
+      if (run_one(store, cells[i], fn, opts, 0, summary.cell_seconds)) {
         ++summary.completed;
       } else {
         ++summary.failed;
@@ -153,9 +155,10 @@ ExecSummary execute_sweep(const SweepStore& store, const std::vector<CellTask>& 
 
   std::vector<int> my_failed;  // indices into cells
   std::size_t my_completed = 0;
+  double my_cell_seconds = 0.0;
   std::string local_error;  // a store failure (not a cell failure) on this rank
   auto run_index = [&](std::size_t i) {
-    if (run_one(store, cells[i], fn, opts, rank))
+    if (run_one(store, cells[i], fn, opts, rank, my_cell_seconds))
       ++my_completed;
     else
       my_failed.push_back(static_cast<int>(i));
@@ -237,6 +240,8 @@ ExecSummary execute_sweep(const SweepStore& store, const std::vector<CellTask>& 
   check_mpi(MPI_Allgatherv(my_failed.data(), my_count, MPI_INT, all_failed.data(), per_rank.data(), offsets.data(),
                            MPI_INT, comm),
             "MPI_Allgatherv", "failed cells");
+  check_mpi(MPI_Allreduce(&my_cell_seconds, &summary.cell_seconds, 1, MPI_DOUBLE, MPI_SUM, comm), "MPI_Allreduce",
+            "cell seconds");
   int my_error = local_error.empty() ? 0 : 1, any_error = 0;
   check_mpi(MPI_Allreduce(&my_error, &any_error, 1, MPI_INT, MPI_MAX, comm), "MPI_Allreduce", "errors");
   if (!local_error.empty()) throw StoreError("rank " + std::to_string(rank) + ": " + local_error);

@@ -40,7 +40,7 @@ struct ProgressEvent {
   std::string name;
   std::string message;  // failure reason
   int rank = 0;
-  double seconds = 0.0;  // completed/failed: wall time of the cell
+  double seconds = 0.0;  // completed/failed: time inside the cell function
 };
 
 struct ExecOptions {
@@ -58,6 +58,9 @@ struct ExecSummary {
   std::size_t failed = 0;               // run now and failed
   std::vector<std::string> failed_ids;  // in cell order
   double wall_seconds = 0.0;
+  // Sum over all ranks of the time spent inside the cell function; the rest of ranks x wall_seconds is the runner's
+  // own cost (identity, manifests, hashing, distribution) plus idle ranks.
+  double cell_seconds = 0.0;
   bool ok() const { return failed == 0; }
 };
 

@@ -19,4 +19,7 @@ void print_version();
 // and throws on error (std::exception: message printed, exit 1) or ExitStatus.
 namespace wbaudit::cli {
 void add_run_command(CLI::App& app);
+void add_status_command(CLI::App& app);
+void add_register_command(CLI::App& app);
+void add_deviate_command(CLI::App& app);
 }  // namespace wbaudit::cli

@@ -17,6 +17,9 @@ int main(int argc, char** argv) {
   app.add_flag("--version", version, "Print the build identity (git commit, Kokkos backend, MPI library) and exit");
 
   // Subcommands are registered here, one call each (declared in commands.hpp).
+  wbaudit::cli::add_status_command(app);
+  wbaudit::cli::add_register_command(app);
+  wbaudit::cli::add_deviate_command(app);
 
   try {
     app.parse(argc, argv);

@@ -1,0 +1,39 @@
+// wbaudit deviate DIR --reason ... --cells ...: append to the sweep's append-only deviation log.
+#include <iostream>
+
+#include "runners/cli/commands.hpp"
+#include "runners/registry.hpp"
+#include "runners/store.hpp"
+
+namespace wbaudit::cli {
+
+void add_deviate_command(CLI::App& app) {
+  struct Args {
+    std::string dir;
+    std::string reason;
+    std::string what;
+    std::vector<std::string> cells;
+    std::string who;
+  };
+  auto args = std::make_shared<Args>();
+  auto* cmd = app.add_subcommand("deviate",
+                                 "Record a deviation from the registered plan in the sweep's append-only "
+                                 "log; analyses run under a deviation are labelled retrospective");
+  cmd->add_option("dir", args->dir, "Sweep directory")->required()->check(CLI::ExistingDirectory);
+  cmd->add_option("--reason,--why", args->reason, "Why the plan was not followed")->required();
+  cmd->add_option("--what", args->what, "What was done differently (default: the reason)");
+  cmd->add_option("--cells", args->cells, "Affected cells (names or ids; comma-separated or repeated)")->delimiter(',');
+  cmd->add_option("--who", args->who, "Who deviates (default: $USER)");
+  cmd->footer(
+      "Example: wbaudit deviate runs/grid --reason \"node failure; reran on another partition\" "
+      "--cells target/e4m3/seed=3");
+  cmd->callback([args] {
+    const auto store = runners::SweepStore::open(args->dir);
+    const auto d = runners::record_deviation(store, args->what.empty() ? args->reason : args->what, args->reason,
+                                             args->cells, args->who);
+    std::cout << "deviation recorded in " << (store.dir() / "deviations.jsonl").string() << " (" << d.when << ", "
+              << d.who << ", " << d.cells.size() << " cells)\n";
+  });
+}
+
+}  // namespace wbaudit::cli
