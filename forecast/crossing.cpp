@@ -191,46 +191,44 @@ std::vector<Crossing> find_crossings(const stats::CellTable& table, const Crossi
   return out;
 }
 
-CrossingComparison compare_crossings(const stats::CellTable& predicted, const stats::CellTable& measured,
-                                     const CrossingOptions& options) {
-  if (predicted.cells != measured.cells) {
-    throw ForecastError("compare_crossings: predicted and measured tables list different cells (" +
-                        std::to_string(predicted.cells.size()) + " vs " + std::to_string(measured.cells.size()) +
-                        " rows, or a different order)");
+CellCrossing compare_cell_crossing(const std::string& cell, std::span<const std::int64_t> predicted_steps,
+                                   std::span<const double> predicted, std::span<const std::int64_t> measured_steps,
+                                   std::span<const double> measured, const CrossingOptions& options) {
+  CellCrossing cc;
+  cc.cell = cell;
+  try {
+    if (measured_steps.empty()) throw ForecastError("compare_cell_crossing: empty measured series");
+    CrossingOptions o = options;
+    o.burn_in = options.burn_in.value_or(measured_steps.front());
+    cc.predicted = find_crossing(predicted_steps, predicted, o);
+    cc.measured = find_crossing(measured_steps, measured, o);
+  } catch (const ForecastError& e) {
+    throw ForecastError(std::string(e.what()) + " (cell " + cell + ")");
   }
-  if (predicted.steps != measured.steps) {
-    throw ForecastError("compare_crossings: predicted and measured tables have different step grids");
-  }
-  check_labels(predicted, "compare_crossings (predicted)");
-  check_labels(measured, "compare_crossings (measured)");
-  if (predicted.cells.empty()) throw ForecastError("compare_crossings: no cells");
   if (!(options.tolerance >= 0) || std::isinf(options.tolerance)) {
-    throw ForecastError("compare_crossings: tolerance must be finite and >= 0, got " +
+    throw ForecastError("compare_cell_crossing: tolerance must be finite and >= 0, got " +
                         std::to_string(options.tolerance));
   }
+  cc.category = categorize(cc.predicted.status, cc.measured.status);
+  cc.relative_error = kNaN;
+  if (cc.category == CrossingCategory::both_cross) {
+    cc.relative_error = std::abs(cc.predicted.time - cc.measured.time) / cc.measured.time;
+    cc.within_tolerance = cc.relative_error <= options.tolerance;
+  }
+  cc.differs = cc.category != CrossingCategory::undetermined && cc.predicted.status != cc.measured.status;
+  return cc;
+}
 
-  CrossingComparison out;
-  CrossingSummary& s = out.summary;
+CrossingSummary summarize_crossings(const std::vector<CellCrossing>& cells, const CrossingOptions& options) {
+  if (cells.empty()) throw ForecastError("summarize_crossings: no cells");
+  CrossingSummary s;
   s.threshold = options.threshold;
   s.tolerance = options.tolerance;
-  s.burn_in = predicted.steps.empty() ? kNaN : static_cast<double>(options.burn_in.value_or(predicted.steps.front()));
-  s.cells = static_cast<int>(predicted.cells.size());
+  s.burn_in = cells.front().measured.burn_in;
+  s.cells = static_cast<int>(cells.size());
   std::vector<double> measured_times, predicted_times, rel_errors;
-  const auto pred = find_crossings(predicted, options);
-  const auto meas = find_crossings(measured, options);
-  for (std::size_t r = 0; r < predicted.cells.size(); ++r) {
-    CellCrossing cc;
-    cc.cell = predicted.cells[r];
-    cc.predicted = pred[r];
-    cc.measured = meas[r];
-    cc.category = categorize(cc.predicted.status, cc.measured.status);
-    cc.relative_error = kNaN;
-    if (cc.category == CrossingCategory::both_cross) {
-      cc.relative_error = std::abs(cc.predicted.time - cc.measured.time) / cc.measured.time;
-      cc.within_tolerance = cc.relative_error <= options.tolerance;
-      rel_errors.push_back(cc.relative_error);
-    }
-    cc.differs = cc.category != CrossingCategory::undetermined && cc.predicted.status != cc.measured.status;
+  for (const CellCrossing& cc : cells) {
+    if (cc.measured.burn_in != s.burn_in) s.burn_in = kNaN;
     switch (cc.category) {
       case CrossingCategory::both_cross:
         ++s.both_cross;
@@ -257,11 +255,11 @@ CrossingComparison compare_crossings(const stats::CellTable& predicted, const st
         ++s.undetermined;
         break;
     }
+    if (cc.category == CrossingCategory::both_cross) rel_errors.push_back(cc.relative_error);
     if (cc.within_tolerance) ++s.within_tolerance;
     if (cc.differs) ++s.differ_in_category;
     if (cc.measured.status == CrossingStatus::crossed) measured_times.push_back(cc.measured.time);
     if (cc.predicted.status == CrossingStatus::crossed) predicted_times.push_back(cc.predicted.time);
-    out.cells.push_back(std::move(cc));
   }
   s.measured_crossing = static_cast<int>(measured_times.size());
   const auto span = [](const std::vector<double>& t) {
@@ -277,6 +275,28 @@ CrossingComparison compare_crossings(const stats::CellTable& predicted, const st
     const std::size_t n = rel_errors.size();
     s.median_relative_error = n % 2 ? rel_errors[n / 2] : 0.5 * (rel_errors[n / 2 - 1] + rel_errors[n / 2]);
   }
+  return s;
+}
+
+CrossingComparison compare_crossings(const stats::CellTable& predicted, const stats::CellTable& measured,
+                                     const CrossingOptions& options) {
+  if (predicted.cells != measured.cells) {
+    throw ForecastError("compare_crossings: predicted and measured tables list different cells (" +
+                        std::to_string(predicted.cells.size()) + " vs " + std::to_string(measured.cells.size()) +
+                        " rows, or a different order)");
+  }
+  if (predicted.steps != measured.steps) {
+    throw ForecastError("compare_crossings: predicted and measured tables have different step grids");
+  }
+  check_labels(predicted, "compare_crossings (predicted)");
+  check_labels(measured, "compare_crossings (measured)");
+  if (predicted.cells.empty()) throw ForecastError("compare_crossings: no cells");
+  CrossingComparison out;
+  for (std::size_t r = 0; r < predicted.cells.size(); ++r) {
+    out.cells.push_back(compare_cell_crossing(predicted.cells[r], predicted.steps, row_of(predicted, r), measured.steps,
+                                              row_of(measured, r), options));
+  }
+  out.summary = summarize_crossings(out.cells, options);
   return out;
 }
 

@@ -96,6 +96,17 @@ struct CrossingComparison {
   CrossingSummary summary;
 };
 
+// One cell, predicted and measured possibly recorded on different steps (crossing times are step values, so no
+// alignment is needed). The burn-in default is the measured series' first recorded step, used for both sides.
+// Throws ForecastError (naming the cell) on bad input.
+CellCrossing compare_cell_crossing(const std::string& cell, std::span<const std::int64_t> predicted_steps,
+                                   std::span<const double> predicted, std::span<const std::int64_t> measured_steps,
+                                   std::span<const double> measured, const CrossingOptions& options = {});
+
+// Counts, within-tolerance share, spans and median relative error over per-cell results (the summary's
+// definitions above). burn_in is the cells' common t0, NaN when they differ. Throws ForecastError when empty.
+CrossingSummary summarize_crossings(const std::vector<CellCrossing>& cells, const CrossingOptions& options = {});
+
 // Row-by-row comparison of a predictor table against the measured outcome table. Throws ForecastError unless the
 // two tables have the same cells (same order) and the same steps.
 CrossingComparison compare_crossings(const stats::CellTable& predicted, const stats::CellTable& measured,

@@ -213,6 +213,35 @@ TEST(CrossingComparison, FindCrossingsOnATable) {
   EXPECT_THROW(find_crossings(bad), ForecastError);
 }
 
+TEST(CrossingComparison, CellsOnDifferentStepGrids) {
+  // Measured every 10 steps crosses at 15; predicted every 4 steps: (12, 0.4) -> (16, 0.6) reaches 0.5 at 14.
+  const auto c = compare_cell_crossing("x", Steps{0, 4, 8, 12, 16}, Values{0.0, 0.1, 0.2, 0.4, 0.6}, Steps{0, 10, 20},
+                                       Values{0.1, 0.3, 0.7});
+  EXPECT_EQ(c.cell, "x");
+  EXPECT_EQ(c.category, CrossingCategory::both_cross);
+  EXPECT_DOUBLE_EQ(c.predicted.time, 14.0);
+  EXPECT_DOUBLE_EQ(c.measured.time, 15.0);
+  EXPECT_DOUBLE_EQ(c.relative_error, 1.0 / 15.0);
+  EXPECT_TRUE(c.within_tolerance);
+  // The burn-in default is the measured series' first step, for both sides: the predicted series starts at 5 and
+  // cannot tell y(0), so it is undetermined.
+  const auto u = compare_cell_crossing("y", Steps{5, 10}, Values{0.1, 0.9}, Steps{0, 10}, Values{0.1, 0.9});
+  EXPECT_EQ(u.predicted.status, CrossingStatus::undetermined);
+  EXPECT_EQ(u.category, CrossingCategory::undetermined);
+  EXPECT_FALSE(u.differs);
+  // Summary over both: 1 both-cross (within), 1 undetermined; measured span 15 / 5 (y measured crosses at 5).
+  const auto s = summarize_crossings({c, u});
+  EXPECT_EQ(s.cells, 2);
+  EXPECT_EQ(s.both_cross, 1);
+  EXPECT_EQ(s.undetermined, 1);
+  EXPECT_EQ(s.within_tolerance, 1);
+  EXPECT_EQ(s.measured_crossing, 2);
+  EXPECT_DOUBLE_EQ(s.measured_span, 3.0);
+  EXPECT_EQ(s.burn_in, 0.0);
+  EXPECT_THROW(summarize_crossings({}), ForecastError);
+  EXPECT_THROW(compare_cell_crossing("z", Steps{0, 10}, Values{0.1}, Steps{0, 10}, Values{0.1, 0.2}), ForecastError);
+}
+
 TEST(CrossingComparison, MismatchedTablesThrow) {
   const auto a = table({"a", "b"}, {0, 10}, {{0.1, 0.2}, {0.1, 0.2}});
   const auto b = table({"b", "a"}, {0, 10}, {{0.1, 0.2}, {0.1, 0.2}});
