@@ -19,31 +19,62 @@ struct RngKey {
 inline constexpr std::uint64_t kRngMaxStep = std::uint64_t{1} << 32;
 inline constexpr std::uint64_t kRngMaxCoordinate = std::uint64_t{1} << 48;
 
-// The 32-bit words of one coordinate's stream, generated lazily four at a time.
-// Philox key = seed (64 bits); counter = (coordinate low 32 | coordinate high 16 + block index 16 | step | tensor).
+// The 32-bit words of one coordinate's stream. The first word of coordinate c is word c % 4 of the Philox block
+// with counter (c / 4, step, tensor) -- one Philox call serves four neighbouring coordinates, and the kernel can
+// compute it once per group; further words (needed with probability 2^-32) come from a separate counter domain
+// (high bit of counter word 1 set) indexed by (c, block j >= 1). Either way a word is a function of
+// (seed, step, tensor id, coordinate) alone.
 class PhiloxStream {
  public:
-  KOKKOS_INLINE_FUNCTION PhiloxStream(const RngKey& key, std::uint64_t coordinate) {
-    m_key = {{static_cast<std::uint32_t>(key.seed), static_cast<std::uint32_t>(key.seed >> 32)}};
-    m_ctr = {{static_cast<std::uint32_t>(coordinate), static_cast<std::uint32_t>((coordinate >> 32) & 0xffffu),
-              static_cast<std::uint32_t>(key.step), key.tensor_id}};
+  using Block = r123::Philox4x32::ctr_type;
+
+  KOKKOS_INLINE_FUNCTION PhiloxStream(const RngKey& key, std::uint64_t coordinate)
+      : m_key(make_key(key)),
+        m_coordinate(coordinate),
+        m_step(static_cast<std::uint32_t>(key.step)),
+        m_tensor(key.tensor_id) {}
+
+  // The Philox block holding the first words of coordinates 4g .. 4g+3.
+  KOKKOS_INLINE_FUNCTION static Block first_words(const RngKey& key, std::uint64_t group) {
+    r123::Philox4x32 philox;
+    const Block ctr = {{static_cast<std::uint32_t>(group), static_cast<std::uint32_t>(group >> 32) & 0x3fffu,
+                        static_cast<std::uint32_t>(key.step), key.tensor_id}};
+    return philox(ctr, make_key(key));
   }
 
   // Next uniformly distributed 32-bit word of this coordinate's stream.
   KOKKOS_INLINE_FUNCTION std::uint32_t next() {
+    if (m_next_block == 0) {
+      m_next_block = 1;
+      r123::Philox4x32 philox;
+      const Block ctr = {{static_cast<std::uint32_t>(m_coordinate >> 2),
+                          static_cast<std::uint32_t>(m_coordinate >> 34) & 0x3fffu, m_step, m_tensor}};
+      return philox(ctr, m_key).v[m_coordinate & 3u];
+    }
     if (m_used == 4) {
-      m_block = m_philox(m_ctr, m_key);
-      m_ctr.v[1] += 0x10000u;  // next block of this coordinate (block index in the high 16 bits)
+      r123::Philox4x32 philox;
+      const Block ctr = {
+          {static_cast<std::uint32_t>(m_coordinate),
+           0x80000000u | (m_next_block << 16) | (static_cast<std::uint32_t>(m_coordinate >> 32) & 0xffffu), m_step,
+           m_tensor}};
+      m_block = philox(ctr, m_key);
+      ++m_next_block;
       m_used = 0;
     }
     return m_block.v[m_used++];
   }
 
  private:
-  r123::Philox4x32 m_philox;
-  r123::Philox4x32::ctr_type m_ctr;
+  KOKKOS_INLINE_FUNCTION static r123::Philox4x32::key_type make_key(const RngKey& key) {
+    return {{static_cast<std::uint32_t>(key.seed), static_cast<std::uint32_t>(key.seed >> 32)}};
+  }
+
   r123::Philox4x32::key_type m_key;
-  r123::Philox4x32::ctr_type m_block{};
+  std::uint64_t m_coordinate;
+  std::uint32_t m_step;
+  std::uint32_t m_tensor;
+  std::uint32_t m_next_block = 0;  // 0: the first word is next; j >= 1: extra block j is next
+  Block m_block{};
   int m_used = 4;
 };
 

@@ -1,6 +1,7 @@
 // Write-back kernels and their explicit instantiations for the host execution spaces (Serial, OpenMP).
 #include "sim/precision/writeback.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <string>
@@ -32,27 +33,250 @@ KOKKOS_INLINE_FUNCTION bool finite(float v) {
   return std::isfinite(v);
 }
 
-template <class MemorySpace>
-struct WritebackKernel : CountsReducerBase {
+// ---- Fast path ----
+// Branch-light per-element rounding used by the kernel for the common case; it flags the rare cases it cannot decide
+// exactly (w + u not exact in double, intK near-ties, SR draws that tie with the first 32 random bits), and those
+// coordinates are recomputed with the exact generic path (writeback_value), which consumes the same random words.
+// So the kernel's results are exactly writeback_value's, only faster.
+struct FastParams {
+  double max_finite;
+  std::int64_t emin_biased;  // biased exponent (double) of the smallest normal binade
+  std::int64_t man_bits;
+  double scale, inv_scale;  // intK
+  int sr_bits;
+};
+
+struct FastResult {
+  float value;
+  bool saturated, random, truncated, slow;
+};
+
+KOKKOS_INLINE_FUNCTION double with_sign(double magnitude, std::uint64_t sign) {
+  return std::bit_cast<double>(std::bit_cast<std::uint64_t>(magnitude) | sign);
+}
+
+constexpr double kRound52 = 0x1.8p52;  // (y + kRound52) - kRound52 == nearbyint(y) (ties to even) for |y| < 2^51
+
+KOKKOS_INLINE_FUNCTION double floor_small(double y) {  // floor for |y| < 2^51 without a libm call
+  const double r = (y + kRound52) - kRound52;
+  return r > y ? r - 1 : r;
+}
+
+// Mode: 0 nearest, 1 stochastic, 2 deadzone-sr.
+template <bool Integer, int Mode>
+KOKKOS_INLINE_FUNCTION FastResult fast_writeback(const FastParams& fp, float wi, float ui, std::uint32_t word) {
+  FastResult r{};
+  const double wd = wi, ud = ui;
+  const double s = wd + ud;  // TwoSum: err == 0 iff s is the exact sum
+  const double bb = s - wd;
+  const double err = (wd - (s - bb)) + (ud - bb);
+  bool slow = err != 0;
+  const std::uint64_t sbits = std::bit_cast<std::uint64_t>(s);
+  const std::uint64_t sign = sbits & 0x8000000000000000ull;
+  const double ax = std::bit_cast<double>(sbits ^ sign);
+  const bool sat = ax > fp.max_finite;
+  double y, unit, nearest_mag;
+  if constexpr (Integer) {
+    y = ax * fp.inv_scale;  // not exact (odd scale factors): decisions keep a margin, near-ties go slow
+    const double level = (y + kRound52) - kRound52;
+    const double dist = std::fabs(y - level);
+    slow = slow || (!sat && std::fabs(dist - 0.5) < 0x1p-30);
+    nearest_mag = level * fp.scale;
+    unit = fp.scale;
+  } else {
+    std::int64_t eb = static_cast<std::int64_t>(sbits >> 52) & 0x7ff;
+    eb = eb < fp.emin_biased ? fp.emin_biased : eb;
+    const std::int64_t qb = eb - fp.man_bits;  // biased exponent of the grid spacing
+    const double c = std::bit_cast<double>((static_cast<std::uint64_t>(qb + 52) << 52) | (std::uint64_t{1} << 51));
+    nearest_mag = (ax + c) - c;  // round to a multiple of 2^q, ties to even
+    unit = std::bit_cast<double>(static_cast<std::uint64_t>(qb) << 52);
+    y = ax * std::bit_cast<double>(static_cast<std::uint64_t>(2046 - qb) << 52);  // ax / unit, exact
+  }
+  const double nearest = with_sign(sat ? fp.max_finite : nearest_mag, sign);
+  if constexpr (Mode == 0) {
+    r.value = static_cast<float>(nearest);
+    r.saturated = sat;
+    r.slow = slow;
+    return r;
+  } else {
+    const double fl = floor_small(y);
+    double frac = y - fl;  // exact for floating formats
+    bool on_grid;
+    if constexpr (Integer) {
+      on_grid = nearest_mag == ax;  // exact product
+      slow = slow || (!on_grid && !sat && (frac < 0x1p-20 || frac > 1 - 0x1p-20));
+    } else {
+      on_grid = frac == 0;
+    }
+    const double word_d = static_cast<double>(word);
+    bool away, random, truncated = false;
+    if (fp.sr_bits == 0) {
+      const double z = frac * 0x1p32;
+      const double margin = Integer ? 0x1p-8 : 0.0;
+      away = word_d + 1 <= z - margin;
+      const bool below = word_d >= z + margin;
+      slow = slow || (!on_grid && !sat && !away && !below);
+      random = true;
+    } else {
+      const double zr = frac * std::bit_cast<double>(static_cast<std::uint64_t>(1023 + fp.sr_bits) << 52);
+      const double d = floor_small(zr);
+      if constexpr (Integer) slow = slow || (!on_grid && !sat && (zr - d < 0x1p-20 || zr - d > 1 - 0x1p-20));
+      const double rbits = static_cast<double>(fp.sr_bits == 32 ? word : word >> (32 - fp.sr_bits));
+      away = rbits < d;
+      random = d > 0;
+      truncated = d == 0;
+    }
+    const double sr_mag = sat ? fp.max_finite : (on_grid ? ax : (away ? fl + 1 : fl) * unit);
+    const bool off = !on_grid && !sat;
+    const bool use_sr = Mode == 1 || (ui != 0 && nearest == wd);
+    r.value = static_cast<float>(use_sr ? with_sign(sr_mag, sign) : nearest);
+    r.saturated = sat;
+    r.random = use_sr && off && random;
+    r.truncated = use_sr && off && truncated;
+    r.slow = slow && (use_sr || err != 0 || Integer);
+    return r;
+  }
+}
+
+// Nearest write-back of a block, written so the compiler vectorizes it (SSE2 suffices): only doubles, 64-bit masks,
+// max/compare/select. Flags the coordinates whose sum is not exact in double (and intK near-ties) in `slow`.
+template <bool Integer>
+[[gnu::noinline]] std::int64_t nearest_block(const FastParams& fp, double min_normal, double c_factor,
+                                             const float* __restrict wp, const float* __restrict up,
+                                             float* __restrict out, unsigned char* __restrict slow_flags,
+                                             std::int64_t len, std::int64_t* counts) {
+  std::int64_t nonzero = 0, erased = 0, applied = 0, saturated = 0, slow = 0;
+#pragma omp simd reduction(+ : nonzero, erased, applied, saturated, slow)
+  for (std::int64_t k = 0; k < len; ++k) {
+    const float wi = wp[k], ui = up[k];
+    const double wd = wi, ud = ui;
+    const double s = wd + ud;
+    const double bb = s - wd;
+    const double err = (wd - (s - bb)) + (ud - bb);
+    const std::uint64_t sbits = std::bit_cast<std::uint64_t>(s);
+    const std::uint64_t sign = sbits & 0x8000000000000000ull;
+    const double ax = std::bit_cast<double>(sbits & 0x7fffffffffffffffull);
+    double mag;
+    int is_slow = err != 0;
+    if constexpr (Integer) {
+      const double t = ax * fp.inv_scale;
+      const double level = (t + kRound52) - kRound52;
+      const double dist = t - level;
+      is_slow =
+          is_slow || (dist > 0.5 - 0x1p-30 && dist < 0.5 + 0x1p-30) || (dist < -0.5 + 0x1p-30 && dist > -0.5 - 0x1p-30);
+      mag = level * fp.scale;
+    } else {
+      double pw = std::bit_cast<double>(sbits & 0x7ff0000000000000ull);  // 2^floor(log2|s|) (0 for s == 0)
+      pw = std::max(pw, min_normal);
+      const double c = pw * c_factor;  // 1.5 * 2^(q + 52) with 2^q the grid spacing
+      mag = (ax + c) - c;
+    }
+    const int sat = ax > fp.max_finite;
+    mag = std::min(mag, fp.max_finite);  // |s| beyond max finite saturates (mag <= max otherwise)
+    const auto v = static_cast<float>(std::bit_cast<double>(std::bit_cast<std::uint64_t>(mag) | sign));
+    out[k] = v;
+    slow_flags[k] = is_slow;
+    const std::int64_t ok = !is_slow;
+    nonzero += ok & (ui != 0);
+    erased += ok & static_cast<int>(ui != 0) & static_cast<int>(v == wi);
+    applied += ok & (v != wi);
+    saturated += ok & sat;
+    slow += !ok;
+  }
+  counts[0] += nonzero;
+  counts[1] += erased;
+  counts[2] += applied;
+  counts[3] += saturated;
+  return slow;
+}
+
+template <class MemorySpace, bool Integer, int Mode>
+struct BlockKernel : CountsReducerBase {
+  static constexpr std::int64_t kBlock = 256;
   FloatView<MemorySpace> w;
   ConstFloatView<MemorySpace> u;
   FormatParams p;
+  FastParams fp;
   WritebackPolicy policy;
   RngKey key;
   std::uint64_t first_coordinate;
+  std::int64_t n;
 
-  KOKKOS_INLINE_FUNCTION void operator()(std::int64_t i, value_type& c) const {
-    const float wi = w(i);
-    const float ui = u(i);
-    const WritebackOutcome out = writeback_value(p, policy, key, first_coordinate + i, wi, ui);
-    const bool changed = out.value != wi;  // +0 and -0 compare equal
-    c.nonzero += ui != 0;
-    c.erased += ui != 0 && !changed;
-    c.applied += changed;
-    c.saturated += out.saturated;
-    c.sr_applied += out.random;
-    c.sr_truncated += out.truncated;
-    w(i) = out.value;
+  KOKKOS_INLINE_FUNCTION void operator()(std::int64_t block, value_type& c) const {
+    const std::int64_t begin = block * kBlock;
+    const std::int64_t end = begin + kBlock < n ? begin + kBlock : n;
+    std::uint32_t words[kBlock];
+    if constexpr (Mode != 0) {
+      PhiloxStream::Block group{};
+      for (std::int64_t i = begin; i < end; ++i) {
+        const std::uint64_t coord = first_coordinate + static_cast<std::uint64_t>(i);
+        if (i == begin || (coord & 3u) == 0) group = PhiloxStream::first_words(key, coord >> 2);
+        words[i - begin] = group.v[coord & 3u];
+      }
+    }
+    float out[kBlock];
+    std::int64_t nonzero = 0, erased = 0, applied = 0, saturated = 0, random = 0, truncated = 0, slow = 0;
+    if constexpr (Mode == 0) {
+      unsigned char flags[kBlock];
+      std::int64_t counts[4] = {0, 0, 0, 0};
+      slow = nearest_block<Integer>(fp, p.min_normal, 1.5 * detail::pow2(52 - p.man_bits), w.data() + begin,
+                                    u.data() + begin, out, flags, end - begin, counts);
+      nonzero = counts[0];
+      erased = counts[1];
+      applied = counts[2];
+      saturated = counts[3];
+      if (slow > 0) {
+        for (std::int64_t i = begin; i < end; ++i) {
+          if (!flags[i - begin]) continue;
+          const float wi = w(i), ui = u(i);
+          const WritebackOutcome o = writeback_value(p, policy, key, first_coordinate + i, wi, ui);
+          out[i - begin] = o.value;
+          const bool changed = o.value != wi;
+          nonzero += ui != 0;
+          erased += ui != 0 && !changed;
+          applied += changed;
+          saturated += o.saturated;
+        }
+      }
+      slow = 0;
+    } else {
+      for (std::int64_t i = begin; i < end; ++i) {
+        const float wi = w(i), ui = u(i);
+        const FastResult r = fast_writeback<Integer, Mode>(fp, wi, ui, Mode != 0 ? words[i - begin] : 0u);
+        out[i - begin] = r.value;
+        const std::int64_t ok = !r.slow;
+        const bool changed = r.value != wi;
+        nonzero += ok & (ui != 0);
+        erased += ok & (ui != 0 && !changed);
+        applied += ok & changed;
+        saturated += ok & r.saturated;
+        random += ok & r.random;
+        truncated += ok & r.truncated;
+        slow += r.slow;
+      }
+      if (slow > 0) {  // rare: redo the flagged coordinates exactly
+        for (std::int64_t i = begin; i < end; ++i) {
+          const float wi = w(i), ui = u(i);
+          if (!fast_writeback<Integer, Mode>(fp, wi, ui, Mode != 0 ? words[i - begin] : 0u).slow) continue;
+          const WritebackOutcome o = writeback_value(p, policy, key, first_coordinate + i, wi, ui);
+          out[i - begin] = o.value;
+          const bool changed = o.value != wi;
+          nonzero += ui != 0;
+          erased += ui != 0 && !changed;
+          applied += changed;
+          saturated += o.saturated;
+          random += o.random;
+          truncated += o.truncated;
+        }
+      }
+    }
+    for (std::int64_t i = begin; i < end; ++i) w(i) = out[i - begin];
+    c.nonzero += nonzero;
+    c.erased += erased;
+    c.applied += applied;
+    c.saturated += saturated;
+    c.sr_applied += random;
+    c.sr_truncated += truncated;
   }
 };
 
@@ -202,8 +426,32 @@ WritebackCounts writeback(const ExecSpace& space, const FormatSpec& fmt, const W
                      ", format " + fmt.name + "); w left unchanged",
                  "w", ConstFloatView<MS>(w), "u", u);
   WritebackCounts counts;
-  Kokkos::parallel_reduce("wbaudit::sim::precision::writeback::kernel", range(space, w.extent(0), options.chunk_size),
-                          WritebackKernel<MS>{{}, w, u, p, policy, key, options.first_coordinate}, counts);
+  const auto n = static_cast<std::int64_t>(w.extent(0));
+  FastParams fp{p.max_finite, p.emin + 1023, p.man_bits, p.scale, 1.0 / p.scale, policy.sr_bits};
+  const int mode = policy.policy == Policy::nearest ? 0 : policy.policy == Policy::stochastic ? 1 : 2;
+  auto launch = [&](auto kernel) {
+    constexpr std::int64_t block = decltype(kernel)::kBlock;
+    kernel.w = w;
+    kernel.u = u;
+    kernel.p = p;
+    kernel.fp = fp;
+    kernel.policy = policy;
+    kernel.key = key;
+    kernel.first_coordinate = options.first_coordinate;
+    kernel.n = n;
+    Kokkos::parallel_reduce("wbaudit::sim::precision::writeback::kernel",
+                            range(space, static_cast<std::size_t>((n + block - 1) / block), options.chunk_size), kernel,
+                            counts);
+  };
+  if (p.integer) {
+    if (mode == 0) launch(BlockKernel<MS, true, 0>{});
+    if (mode == 1) launch(BlockKernel<MS, true, 1>{});
+    if (mode == 2) launch(BlockKernel<MS, true, 2>{});
+  } else {
+    if (mode == 0) launch(BlockKernel<MS, false, 0>{});
+    if (mode == 1) launch(BlockKernel<MS, false, 1>{});
+    if (mode == 2) launch(BlockKernel<MS, false, 2>{});
+  }
   return counts;
 }
 

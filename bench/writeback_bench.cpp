@@ -1,0 +1,124 @@
+// Write-back kernel throughput on 16M-element arrays for bf16, e4m3, e2m1 and int4 under each policy, as elements/s
+// and as a ratio to a plain fp32 `w += u` loop measured in the same process (counter `x_fp32`).
+// Run at 1 and 2 threads: bench_writeback --kokkos-threads=1, then --kokkos-threads=2.
+// Targets (issue 2): nearest >= 0.5x the fp32 loop, SR >= 0.2x, 2 threads >= 1.6x one thread.
+#include <benchmark/benchmark.h>
+
+#include <Kokkos_Core.hpp>
+#include <chrono>
+#include <cstdio>
+#include <map>
+#include <string>
+
+#include "sim/precision/format.hpp"
+#include "sim/precision/policy.hpp"
+#include "sim/precision/writeback.hpp"
+
+namespace {
+
+using namespace wbaudit::sim;
+
+constexpr std::int64_t kElements = std::int64_t{1} << 24;  // 16M
+
+double g_fp32_seconds_per_pass = 0;  // set by the baseline, which is registered (and so runs) first
+
+struct Arrays {
+  Kokkos::View<float*> w0, w, u, master;
+};
+
+// Allocated per benchmark (not static: Views must be released before Kokkos::finalize).
+Arrays make_arrays() {
+  return [] {
+    Arrays r{Kokkos::View<float*>("wbaudit::bench::w0", kElements),
+             Kokkos::View<float*>("wbaudit::bench::w", kElements), Kokkos::View<float*>("wbaudit::bench::u", kElements),
+             Kokkos::View<float*>("wbaudit::bench::master", kElements)};
+    auto w0 = r.w0;
+    auto u = r.u;
+    // Deterministic pseudo-random weights in [-1, 1) and proposals spanning 2^-14..2^-4 (a mix of erased and
+    // applied updates in every format).
+    Kokkos::parallel_for(
+        "wbaudit::bench::init", kElements, KOKKOS_LAMBDA(std::int64_t i) {
+          std::uint64_t z = static_cast<std::uint64_t>(i) * 0x9e3779b97f4a7c15ull;
+          z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+          z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+          z ^= z >> 31;
+          w0(i) = static_cast<float>(static_cast<double>(z >> 40) * 0x1p-23 - 1.0);
+          const double mag = std::ldexp(1.0, -4 - static_cast<int>((z >> 8) % 11));
+          u(i) = static_cast<float>(((z & 1) ? mag : -mag) * (1.0 + static_cast<double>((z >> 16) & 0xff) / 256));
+        });
+    Kokkos::fence();
+    return r;
+  }();
+}
+
+void set_ratio(benchmark::State& state, double seconds, std::int64_t passes) {
+  state.SetItemsProcessed(passes * kElements);
+  const double per_pass = seconds / static_cast<double>(passes);
+  if (g_fp32_seconds_per_pass > 0) state.counters["x_fp32"] = g_fp32_seconds_per_pass / per_pass;
+}
+
+void BM_fp32_add(benchmark::State& state) {
+  Arrays a = make_arrays();
+  Kokkos::deep_copy(a.w, a.w0);
+  auto w = a.w;
+  auto u = a.u;
+  double seconds = 0;
+  std::int64_t passes = 0;
+  for (auto _ : state) {
+    const auto t0 = std::chrono::steady_clock::now();
+    Kokkos::parallel_for(
+        "wbaudit::bench::fp32_add", kElements, KOKKOS_LAMBDA(std::int64_t i) { w(i) += u(i); });
+    Kokkos::fence();
+    seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    ++passes;
+  }
+  g_fp32_seconds_per_pass = seconds / static_cast<double>(passes);
+  set_ratio(state, seconds, passes);
+}
+
+FormatSpec bench_format(const std::string& name) {
+  if (name == "int4") return int_format(4, int_scale_for_absmax(4, 1.0));
+  return format_from_name(name);
+}
+
+void BM_writeback(benchmark::State& state, const std::string& format, const std::string& policy_text, int sr_bits) {
+  Arrays a = make_arrays();
+  const FormatSpec fmt = bench_format(format);
+  const WritebackPolicy policy = make_policy(policy_text, sr_bits);
+  Kokkos::deep_copy(a.w, a.w0);
+  quantize(fmt, a.w);
+  Kokkos::deep_copy(a.master, a.w0);
+  double seconds = 0;
+  std::int64_t passes = 0;
+  WritebackCounts last;
+  for (auto _ : state) {
+    const auto t0 = std::chrono::steady_clock::now();
+    if (policy.policy == Policy::master) {
+      last = writeback_master(fmt, a.master, a.w, a.u);
+    } else {
+      last = writeback(fmt, policy, RngKey{1, static_cast<std::uint64_t>(passes), 0}, a.w, a.u);
+    }
+    seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    ++passes;
+  }
+  set_ratio(state, seconds, passes);
+  state.counters["erased_frac"] = static_cast<double>(last.erased) / static_cast<double>(last.nonzero);
+}
+
+struct Registration {
+  Registration() {
+    benchmark::RegisterBenchmark("fp32_add", BM_fp32_add)->Unit(benchmark::kMillisecond)->UseRealTime();
+    for (const char* format : {"bf16", "e4m3", "e2m1", "int4"}) {
+      for (const auto& [policy, bits] : std::initializer_list<std::pair<const char*, int>>{
+               {"nearest", 0}, {"stochastic", 0}, {"stochastic", 8}, {"deadzone-sr", 0}, {"master", 0}}) {
+        const std::string name =
+            std::string("writeback/") + format + "/" + policy + (bits ? "/r" + std::to_string(bits) : "");
+        benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& s) { BM_writeback(s, format, policy, bits); })
+            ->Unit(benchmark::kMillisecond)
+            ->UseRealTime();
+      }
+    }
+  }
+} registration;
+
+}  // namespace
