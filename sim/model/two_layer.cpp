@@ -77,14 +77,14 @@ void TwoLayerModel<ExecSpace>::initialize(const ExecSpace& space, const Gaussian
 }
 
 template <class ExecSpace>
-void TwoLayerModel<ExecSpace>::predict(const ExecSpace& space, Kokkos::View<const float*, memory_space> x,
-                                       Kokkos::View<float*, memory_space> yhat) const {
-  const int d = m_shape.input_dim, h = m_shape.hidden, o = m_shape.output_dim;
+void TwoLayerModel<ExecSpace>::forward_hidden(const ExecSpace& space,
+                                              Kokkos::View<const float*, memory_space> x) const {
+  const int d = m_shape.input_dim, h = m_shape.hidden;
   const Activation act = m_shape.activation;
-  const auto w1 = m_params[0], b1 = m_params[1], w2 = m_params[2], b2 = m_params[3];
+  const auto w1 = m_params[0], b1 = m_params[1];
   const auto hidden = m_hidden, slope = m_hidden_slope;
   Kokkos::parallel_for(
-      "wbaudit::sim::TwoLayerModel::predict::hidden", Kokkos::RangePolicy<ExecSpace>(space, 0, m_batch * h),
+      "wbaudit::sim::TwoLayerModel::forward_hidden", Kokkos::RangePolicy<ExecSpace>(space, 0, m_batch * h),
       KOKKOS_LAMBDA(const int idx) {
         const int b = idx / h, j = idx % h;
         const float z = b1(j) + fixed_order_sum(d, [&](int i) { return w1(j * d + i) * x(b * d + i); });
@@ -92,6 +92,15 @@ void TwoLayerModel<ExecSpace>::predict(const ExecSpace& space, Kokkos::View<cons
         hidden(idx) = a;
         slope(idx) = activate_derivative(act, z, a);
       });
+}
+
+template <class ExecSpace>
+void TwoLayerModel<ExecSpace>::predict(const ExecSpace& space, Kokkos::View<const float*, memory_space> x,
+                                       Kokkos::View<float*, memory_space> yhat) const {
+  const int h = m_shape.hidden, o = m_shape.output_dim;
+  forward_hidden(space, x);
+  const auto w2 = m_params[2], b2 = m_params[3];
+  const auto hidden = m_hidden;
   Kokkos::parallel_for(
       "wbaudit::sim::TwoLayerModel::predict::output", Kokkos::RangePolicy<ExecSpace>(space, 0, m_batch * o),
       KOKKOS_LAMBDA(const int idx) {
@@ -104,15 +113,17 @@ template <class ExecSpace>
 double TwoLayerModel<ExecSpace>::loss_and_gradient(const ExecSpace& space, Kokkos::View<const float*, memory_space> x,
                                                    Kokkos::View<const float*, memory_space> y) {
   const int d = m_shape.input_dim, h = m_shape.hidden, o = m_shape.output_dim, nb = m_batch;
-  predict(space, x, m_residual);
+  forward_hidden(space, x);
   const auto residual = m_residual, delta_out = m_delta_out, delta_hidden = m_delta_hidden;
   const auto hidden = m_hidden, slope = m_hidden_slope;
-  const auto w2 = m_params[2];
+  const auto w2 = m_params[2], b2 = m_params[3];
   const float scale = static_cast<float>(2.0 / (static_cast<double>(nb) * o));  // dL/dyhat = 2 r / (B O)
   Kokkos::parallel_for(
       "wbaudit::sim::TwoLayerModel::loss_and_gradient::residual", Kokkos::RangePolicy<ExecSpace>(space, 0, nb * o),
       KOKKOS_LAMBDA(const int idx) {
-        const float r = residual(idx) - y(idx);
+        const int b = idx / o, k = idx % o;
+        const float yhat = b2(k) + fixed_order_sum(h, [&](int j) { return w2(k * h + j) * hidden(b * h + j); });
+        const float r = yhat - y(idx);
         residual(idx) = r;
         delta_out(idx) = scale * r;
       });
@@ -167,27 +178,39 @@ TeacherStudentData<ExecSpace>::TeacherStudentData(const ExecSpace& space, const 
       m_batch(batch),
       m_noise(noise),
       m_x("wbaudit::sim::TeacherStudentData::x", std::size_t(batch) * teacher_shape.input_dim),
-      m_y("wbaudit::sim::TeacherStudentData::y", std::size_t(batch) * teacher_shape.output_dim) {
+      m_y("wbaudit::sim::TeacherStudentData::y", std::size_t(batch) * teacher_shape.output_dim),
+      m_hidden("wbaudit::sim::TeacherStudentData::hidden", std::size_t(batch) * teacher_shape.hidden) {
   m_teacher.initialize(space, GaussianStream{teacher_seed, StreamDomain::teacher}, 1.0f);
 }
 
 template <class ExecSpace>
 void TeacherStudentData<ExecSpace>::generate(const ExecSpace& space, std::int64_t step) {
-  const int d = m_teacher.shape().input_dim, o = m_teacher.shape().output_dim;
-  const auto x = m_x, y = m_y;
+  // One work item per sample: its inputs, the teacher's hidden layer (in this sample's row of m_hidden) and
+  // outputs, and the label noise -- one parallel region per step instead of four.
+  const TwoLayerShape shape = m_teacher.shape();
+  const int d = shape.input_dim, h = shape.hidden, o = shape.output_dim;
+  const Activation act = shape.activation;
+  const auto x = m_x, y = m_y, hidden = m_hidden;
+  const auto w1 = m_teacher.parameter(0), b1 = m_teacher.parameter(1), w2 = m_teacher.parameter(2),
+             b2 = m_teacher.parameter(3);
   const GaussianStream inputs{m_data_seed, StreamDomain::input};
   const GaussianStream noise_stream{m_data_seed, StreamDomain::label_noise};
   const std::uint64_t t = static_cast<std::uint64_t>(step);
+  const float noise = m_noise;
   Kokkos::parallel_for(
-      "wbaudit::sim::TeacherStudentData::generate::x", Kokkos::RangePolicy<ExecSpace>(space, 0, m_batch * d),
-      KOKKOS_LAMBDA(const int idx) { x(idx) = inputs(t, idx / d, idx % d); });
-  m_teacher.predict(space, x, y);
-  if (m_noise != 0.0f) {
-    const float noise = m_noise;
-    Kokkos::parallel_for(
-        "wbaudit::sim::TeacherStudentData::generate::noise", Kokkos::RangePolicy<ExecSpace>(space, 0, m_batch * o),
-        KOKKOS_LAMBDA(const int idx) { y(idx) += noise * noise_stream(t, idx / o, idx % o); });
-  }
+      "wbaudit::sim::TeacherStudentData::generate", Kokkos::RangePolicy<ExecSpace>(space, 0, m_batch),
+      KOKKOS_LAMBDA(const int b) {
+        for (int i = 0; i < d; ++i) x(b * d + i) = inputs(t, b, i);
+        for (int j = 0; j < h; ++j) {
+          const float z = b1(j) + fixed_order_sum(d, [&](int i) { return w1(j * d + i) * x(b * d + i); });
+          hidden(b * h + j) = activate(act, z);
+        }
+        for (int k = 0; k < o; ++k) {
+          float out = b2(k) + fixed_order_sum(h, [&](int j) { return w2(k * h + j) * hidden(b * h + j); });
+          if (noise != 0.0f) out += noise * noise_stream(t, b, k);
+          y(b * o + k) = out;
+        }
+      });
   space.fence();
 }
 

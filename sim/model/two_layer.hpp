@@ -114,6 +114,8 @@ class TwoLayerModel {
                            Kokkos::View<const float*, memory_space> y);
 
  private:
+  void forward_hidden(const ExecSpace& space, Kokkos::View<const float*, memory_space> x) const;
+
   TwoLayerShape m_shape;
   int m_batch = 0;
   std::array<Vector, kTwoLayerTensors> m_params;
@@ -145,6 +147,7 @@ class TeacherStudentData {
   float m_noise;
   Kokkos::View<float*, memory_space> m_x;
   Kokkos::View<float*, memory_space> m_y;
+  Kokkos::View<float*, memory_space> m_hidden;  // [batch x teacher hidden] scratch
 };
 
 }  // namespace wbaudit::sim
