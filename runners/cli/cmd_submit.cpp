@@ -1,0 +1,102 @@
+// wbaudit submit SPEC --out DIR: a SLURM job array over the sweep's cells (or one MPI job) plus a report job that
+// depends on it (afterany). Every job runs the sweep's frozen executable copy, DIR/bin/wbaudit.
+#include <iostream>
+
+#include "runners/cli/commands.hpp"
+#include "runners/identity.hpp"
+#include "runners/slurm/submit.hpp"
+#include "runners/spec.hpp"
+#include "runners/store.hpp"
+#include "runners/sweep_run.hpp"
+
+namespace wbaudit::cli {
+
+void add_submit_command(CLI::App& app) {
+  struct Args {
+    std::string spec;
+    std::string out;
+    bool resume = false;
+    bool dry_run = false;
+    runners::slurm::SlurmOptions slurm;
+  };
+  auto args = std::make_shared<Args>();
+  auto& o = args->slurm;
+  auto* cmd = app.add_subcommand("submit",
+                                 "Submit a sweep to SLURM: a job array (cells chunked per task) and a "
+                                 "report job that runs after it; prints the job ids");
+  cmd->add_option("spec", args->spec, "Sweep spec (TOML)")->required()->check(CLI::ExistingFile);
+  cmd->add_option("--out,-o", args->out, "Sweep directory (default: runs/<sweep name>)");
+  cmd->add_flag("--resume", args->resume,
+                "Reuse an existing sweep directory (same spec) and submit only cells without a canonical complete "
+                "attempt");
+  cmd->add_flag("--dry-run", args->dry_run, "Print the scripts; write and submit nothing");
+  cmd->add_option("--partition,-p", o.partition, "Slurm partition");
+  cmd->add_option("--time,-t", o.time, "Time limit per array task (e.g. 01:00:00)");
+  cmd->add_option("--account,-A", o.account, "Slurm account");
+  cmd->add_option("--qos", o.qos, "Slurm quality of service");
+  cmd->add_option("--cpus-per-task,-c", o.cpus_per_task, "CPUs (Kokkos threads) per task")->check(CLI::PositiveNumber);
+  cmd->add_option("--mem", o.mem, "Memory per node (e.g. 4G)");
+  cmd->add_option("--array-throttle", o.array_throttle, "At most this many array tasks at once (0: no limit)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--cells-per-task", o.cells_per_task,
+                  "Cells per array task (raised when needed to respect the cluster's MaxArraySize)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--mpi-ranks", o.mpi_ranks, "Run the whole sweep as one MPI job with this many ranks instead")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--signal-seconds", o.signal_seconds,
+                  "Seconds before the time limit at which a task stops and requeues itself (USR1)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--job-name", o.job_name, "Job name");
+  cmd->add_option("--report-command", o.report_command, "wbaudit subcommand the report job runs on the directory");
+  cmd->footer(
+      "Examples:\n  wbaudit submit examples/two_layer_grid.toml --out runs/grid --partition short "
+      "--time 00:30:00 --cells-per-task 4\n"
+      "  wbaudit submit examples/two_layer_grid.toml --out runs/grid --resume   # rerun what is missing\n"
+      "  wbaudit submit examples/two_layer_grid.toml --out runs/grid --mpi-ranks 8 --dry-run");
+  cmd->callback([args] {
+    const runners::SweepSpec spec = runners::load_sweep_spec(args->spec);
+    const std::filesystem::path out =
+        args->out.empty() ? std::filesystem::path("runs") / spec.name : std::filesystem::path(args->out);
+    auto cells = runners::stored_cells(spec);
+    if (args->slurm.job_name == "wbaudit") args->slurm.job_name = "wbaudit-" + spec.name;
+    if (args->dry_run) {
+      std::vector<std::string> ids;
+      if (std::filesystem::exists(out / "sweep.json")) {
+        if (!args->resume)
+          throw std::runtime_error("sweep directory " + out.string() + " already exists; use --resume");
+        const auto store = runners::SweepStore::open(out);
+        if (store.spec_sha256() != runners::sha256_hex(spec.text))
+          throw std::runtime_error("the spec changed since the sweep " + out.string() + " was created");
+        for (const auto& s : store.status())
+          if (s.needs_run()) ids.push_back(s.cell->id);
+      } else {
+        for (const auto& c : cells) ids.push_back(runners::cell_id(c.config));
+      }
+      const auto plan = runners::slurm::plan_submission(std::filesystem::absolute(out), ids, args->slurm,
+                                                        runners::slurm::query_max_array_size());
+      std::cout << "# dry run: " << ids.size() << " cells in " << plan.plan.tasks.size() << " task(s) of up to "
+                << plan.plan.cells_per_task << " cells\n";
+      if (!plan.cells_script.empty()) std::cout << "# ---- cells.sbatch ----\n" << plan.cells_script;
+      std::cout << "# ---- report.sbatch (sbatch --dependency=afterany:<cells job>) ----\n" << plan.report_script;
+      return;
+    }
+    runners::CreateOptions create;
+    create.resume = args->resume;
+    const auto store = runners::SweepStore::create(out, spec.text, std::move(cells), create);
+    const auto s = runners::slurm::submit(store, args->slurm);
+    if (s.cells_job_id.empty()) {
+      std::cout << "nothing to run: every cell is canonical and complete\n";
+    } else {
+      std::cout << "cells job  " << s.cells_job_id << " ("
+                << (args->slurm.mpi_ranks > 0 ? "one MPI job, " + std::to_string(args->slurm.mpi_ranks) + " ranks"
+                                              : "array of " + std::to_string(s.plan.tasks.size()) + " tasks, " +
+                                                    std::to_string(s.plan.cells_per_task) + " cells each")
+                << ", " << s.cell_ids.size() << " cells)\n";
+    }
+    std::cout << "report job " << s.report_job_id
+              << (s.cells_job_id.empty() ? "" : " (afterany:" + s.cells_job_id + ")") << "\n"
+              << "scripts    " << s.dir.string() << "\n";
+  });
+}
+
+}  // namespace wbaudit::cli
