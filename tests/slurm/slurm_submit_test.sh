@@ -7,7 +7,8 @@
 #  3. `wbaudit submit --resume` submits only the cancelled cell, after which every cell is canonical and complete,
 #     with exactly one attempt each;
 #  4. a drained node (a node that never starts the job): status shows the scheduler's PENDING view while content
-#     says pending; after scancel, --resume completes the sweep.
+#     says pending; after scancel, --resume completes the sweep;
+#  5. --mpi-ranks 2: the whole sweep as one MPI job.
 #   slurm_submit_test.sh WBAUDIT SOURCE_DIR
 set -uo pipefail
 wbaudit=$1
@@ -163,4 +164,16 @@ job4=$(awk '/^cells job/ {print $3}' "$work/submit4.txt")
 rep4=$(awk '/^report job/ {print $3}' "$work/submit4.txt")
 wait_jobs "$job4,$rep4"
 "$wbaudit" status "$sweep3" --check --no-scheduler > /dev/null || fail "sweep3 incomplete after resubmission"
-echo "PASS: Slurm array, cancelled task resumed alone, afterany report job, drained node recovered"
+
+# 5. The whole sweep as one MPI job (2 ranks inside one allocation).
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+sweep5="$work/sweep5"
+"$wbaudit" submit "$here/tiny_sweep.toml" --out "$sweep5" --mpi-ranks 2 --report-command status > "$work/submit5.txt" 2>&1 \
+  || { cat "$work/submit5.txt"; fail "submit --mpi-ranks"; }
+grep -q "one MPI job, 2 ranks, 8 cells" "$work/submit5.txt" || { cat "$work/submit5.txt"; fail "MPI job plan"; }
+job5=$(awk '/^cells job/ {print $3}' "$work/submit5.txt")
+rep5=$(awk '/^report job/ {print $3}' "$work/submit5.txt")
+wait_jobs "$job5,$rep5"
+"$wbaudit" status "$sweep5" --check --no-scheduler > /dev/null || { cat "$sweep5"/slurm/submit-1/logs/*; fail "MPI job left cells undone"; }
+[ "$(grep -h '"pid"' "$sweep5"/cells/*/attempts/*/manifest.json | sort -u | wc -l)" -eq 2 ] || fail "MPI job did not use 2 ranks"
+echo "PASS: Slurm array, cancelled task resumed alone, afterany report job, drained node recovered, one MPI job"
