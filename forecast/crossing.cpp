@@ -153,7 +153,7 @@ std::string CrossingSummary::to_string() const {
   if (std::isnan(measured_span)) {
     s += "n/a (no measured crossing)";
   } else {
-    std::snprintf(buf, sizeof buf, "%.3gx", measured_span);
+    std::snprintf(buf, sizeof buf, measured_span >= 100 ? "%.0fx" : "%.3gx", measured_span);
     s += buf;
   }
   return s;

@@ -239,6 +239,10 @@ TEST(CrossingComparison, CellsOnDifferentStepGrids) {
   EXPECT_DOUBLE_EQ(s.measured_span, 3.0);
   EXPECT_EQ(s.burn_in, 0.0);
   EXPECT_THROW(summarize_crossings({}), ForecastError);
+  // Wide spans print as whole numbers: measured crossings at 5 (u) and 1922 = 5 * 384.4 (w, both cross).
+  const auto w = compare_cell_crossing("w", Steps{0, 1922}, Values{0.0, 0.5}, Steps{0, 1922}, Values{0.0, 0.5});
+  EXPECT_EQ(summarize_crossings({u, w}).to_string(),
+            "1/2 both cross, 1/1 within 15%, 0/2 differ in category, measured span 384x");
   EXPECT_THROW(compare_cell_crossing("z", Steps{0, 10}, Values{0.1}, Steps{0, 10}, Values{0.1, 0.2}), ForecastError);
 }
 
