@@ -10,15 +10,23 @@
 namespace wbaudit::stats {
 
 IntervalMethod interval_method_from_name(std::string_view name) {
-  if (name == "percentile") return IntervalMethod::percentile;
-  if (name == "bca") return IntervalMethod::bca;
+  if (name == "percentile") {
+    return IntervalMethod::percentile;
+  }
+  if (name == "bca") {
+    return IntervalMethod::bca;
+  }
   throw StatsError("interval_method_from_name: unknown interval method \"" + std::string(name) +
                    "\" (known: percentile, bca)");
 }
 
 Resampling resampling_from_name(std::string_view name) {
-  if (name == "units") return Resampling::units;
-  if (name == "moving_block") return Resampling::moving_block;
+  if (name == "units") {
+    return Resampling::units;
+  }
+  if (name == "moving_block") {
+    return Resampling::moving_block;
+  }
   throw StatsError("resampling_from_name: unknown resampling \"" + std::string(name) +
                    "\" (known: units, moving_block)");
 }
@@ -34,7 +42,9 @@ std::string_view to_string(Resampling resampling) {
 std::string Interval::describe() const {
   char buf[256];
   std::string scheme(to_string(resampling));
-  if (resampling == Resampling::moving_block) scheme += " L=" + std::to_string(block_length);
+  if (resampling == Resampling::moving_block) {
+    scheme += " L=" + std::to_string(block_length);
+  }
   std::snprintf(buf, sizeof buf, "%.6g [%.6g, %.6g] (%g%% %s, %s n=%lld, %d resamples, seed %llu)", estimate, lower,
                 upper, 100.0 * confidence, std::string(to_string(method)).c_str(), scheme.c_str(),
                 static_cast<long long>(n_units), resamples, static_cast<unsigned long long>(seed));
@@ -42,9 +52,15 @@ std::string Interval::describe() const {
 }
 
 void check_bootstrap_spec(BootstrapSpec const& spec, std::int64_t n_units) {
-  if (n_units < 2) throw StatsError("bootstrap: needs at least 2 units, got " + std::to_string(n_units));
-  if (n_units >= (std::int64_t(1) << 31)) throw StatsError("bootstrap: too many units: " + std::to_string(n_units));
-  if (spec.resamples < 2) throw StatsError("bootstrap: resamples must be >= 2, got " + std::to_string(spec.resamples));
+  if (n_units < 2) {
+    throw StatsError("bootstrap: needs at least 2 units, got " + std::to_string(n_units));
+  }
+  if (n_units >= (std::int64_t(1) << 31)) {
+    throw StatsError("bootstrap: too many units: " + std::to_string(n_units));
+  }
+  if (spec.resamples < 2) {
+    throw StatsError("bootstrap: resamples must be >= 2, got " + std::to_string(spec.resamples));
+  }
   if (!(spec.confidence > 0 && spec.confidence < 1)) {
     throw StatsError("bootstrap: confidence must be in (0, 1), got " + std::to_string(spec.confidence));
   }
@@ -56,9 +72,15 @@ void check_bootstrap_spec(BootstrapSpec const& spec, std::int64_t n_units) {
 
 void resample_indices(BootstrapSpec const& spec, std::int64_t n_units, std::uint64_t resample,
                       std::span<std::int64_t> out) {
+  if (n_units < 1 || out.size() != std::size_t(n_units)) {
+    throw StatsError("resample_indices: output has " + std::to_string(out.size()) + " slots for " +
+                     std::to_string(n_units) + " units");
+  }
   auto const n = std::uint64_t(n_units);
   if (spec.resampling == Resampling::units) {
-    for (std::uint64_t d = 0; d < n; ++d) out[d] = std::int64_t(uniform_index(spec.seed, resample, d, n));
+    for (std::uint64_t d = 0; d < n; ++d) {
+      out[d] = std::int64_t(uniform_index(spec.seed, resample, d, n));
+    }
     return;
   }
   auto const block = std::uint64_t(spec.block_length);
@@ -66,7 +88,9 @@ void resample_indices(BootstrapSpec const& spec, std::int64_t n_units, std::uint
   std::uint64_t filled = 0;
   for (std::uint64_t d = 0; filled < n; ++d) {
     std::uint64_t const start = uniform_index(spec.seed, resample, d, n_starts);
-    for (std::uint64_t k = 0; k < block && filled < n; ++k) out[filled++] = std::int64_t(start + k);
+    for (std::uint64_t k = 0; k < block && filled < n; ++k) {
+      out[filled++] = std::int64_t(start + k);
+    }
   }
 }
 
@@ -76,7 +100,9 @@ namespace {
 double quantile_sorted(std::vector<double> const& sorted, double q) {
   double const h = double(sorted.size() - 1) * q;
   auto const lo = std::size_t(std::floor(h));
-  if (lo + 1 >= sorted.size()) return sorted.back();
+  if (lo + 1 >= sorted.size()) {
+    return sorted.back();
+  }
   double const frac = h - double(lo);
   return sorted[lo] + frac * (sorted[lo + 1] - sorted[lo]);
 }
@@ -92,14 +118,18 @@ void throw_statistic_failure(std::string_view what, std::uint64_t index, std::st
 
 Interval make_interval(double estimate, std::vector<double> replicates, std::vector<double> const& jackknife,
                        BootstrapSpec const& spec, std::int64_t n_units) {
-  if (!std::isfinite(estimate)) throw StatsError("bootstrap: the statistic is not finite on the original sample");
+  if (!std::isfinite(estimate)) {
+    throw StatsError("bootstrap: the statistic is not finite on the original sample");
+  }
   for (std::size_t b = 0; b < replicates.size(); ++b) {
     if (!std::isfinite(replicates[b])) {
       throw StatsError("bootstrap: the statistic is not finite (" + std::to_string(replicates[b]) + ") on resample " +
                        std::to_string(b));
     }
   }
-  if (replicates.size() < 2) throw StatsError("bootstrap: fewer than 2 replicates");
+  if (replicates.size() < 2) {
+    throw StatsError("bootstrap: fewer than 2 replicates");
+  }
   Interval r;
   r.estimate = estimate;
   r.confidence = spec.confidence;
@@ -126,7 +156,9 @@ Interval make_interval(double estimate, std::vector<double> replicates, std::vec
                      " (use the percentile method or more units)");
   }
   r.bias_correction = boost::math::quantile(normal, p0);
-  if (jackknife.size() < 2) throw StatsError("bootstrap: BCa needs at least 2 jackknife values");
+  if (jackknife.size() < 2) {
+    throw StatsError("bootstrap: BCa needs at least 2 jackknife values");
+  }
   for (std::size_t i = 0; i < jackknife.size(); ++i) {
     if (!std::isfinite(jackknife[i])) {
       throw StatsError("bootstrap: the statistic is not finite on jackknife sample " + std::to_string(i));

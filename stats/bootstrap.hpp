@@ -103,7 +103,9 @@ BootstrapResult bootstrap_replicates(ExecSpace const& space, std::int64_t n_unit
                 "wbaudit::stats::bootstrap runs host statistics: use a host execution space");
   check_bootstrap_spec(spec, n_units);
   std::vector<std::int64_t> all(static_cast<std::size_t>(n_units));
-  for (std::int64_t i = 0; i < n_units; ++i) all[std::size_t(i)] = i;
+  for (std::int64_t i = 0; i < n_units; ++i) {
+    all[std::size_t(i)] = i;
+  }
   double const estimate = statistic(std::span<std::int64_t const>(all));
 
   BootstrapResult result;
@@ -148,7 +150,9 @@ BootstrapResult bootstrap_replicates(ExecSpace const& space, std::int64_t n_unit
                            std::vector<std::int64_t> idx;
                            idx.reserve(std::size_t(n_units - left_out));
                            for (std::int64_t u = 0; u < n_units; ++u) {
-                             if (u < i || u >= i + left_out) idx.push_back(u);
+                             if (u < i || u >= i + left_out) {
+                               idx.push_back(u);
+                             }
                            }
                            try {
                              jack[i] = statistic(std::span<std::int64_t const>(idx));
@@ -158,7 +162,9 @@ BootstrapResult bootstrap_replicates(ExecSpace const& space, std::int64_t n_unit
                          });
     space.fence();
     for (std::int64_t i = 0; i < n_jack; ++i) {
-      if (jack_failures[i]) detail::throw_statistic_failure("jackknife sample", std::uint64_t(i), "statistic threw");
+      if (jack_failures[i]) {
+        detail::throw_statistic_failure("jackknife sample", std::uint64_t(i), "statistic threw");
+      }
     }
   }
   result.interval = make_interval(estimate, result.replicates, result.jackknife, spec, n_units);

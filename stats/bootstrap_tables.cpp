@@ -10,10 +10,18 @@
 namespace wbaudit::stats {
 
 TableMetric table_metric_from_name(std::string_view name) {
-  if (name == "bias") return TableMetric::bias;
-  if (name == "mae") return TableMetric::mae;
-  if (name == "rmse_macro") return TableMetric::rmse_macro;
-  if (name == "rmse_pooled") return TableMetric::rmse_pooled;
+  if (name == "bias") {
+    return TableMetric::bias;
+  }
+  if (name == "mae") {
+    return TableMetric::mae;
+  }
+  if (name == "rmse_macro") {
+    return TableMetric::rmse_macro;
+  }
+  if (name == "rmse_pooled") {
+    return TableMetric::rmse_pooled;
+  }
   throw StatsError("table_metric_from_name: unknown metric \"" + std::string(name) +
                    "\" (known: bias, mae, rmse_macro, rmse_pooled)");
 }
@@ -44,12 +52,16 @@ PreparedTables prepare_tables(std::vector<CellTable const*> const& tables, std::
   }
   std::map<std::string, std::string> unit_by_cell;
   if (!unit_of_cell.empty()) {
-    for (std::size_t i = 0; i < unit_of_cell.size(); ++i) unit_by_cell[tables[0]->cells[i]] = unit_of_cell[i];
+    for (std::size_t i = 0; i < unit_of_cell.size(); ++i) {
+      unit_by_cell[tables[0]->cells[i]] = unit_of_cell[i];
+    }
   }
   auto complete = complete_tables(tables, names, policy, context);
   PreparedTables p;
   p.resampling = spec.resampling;
-  for (auto& t : complete.tables) p.values.push_back(std::move(t.values));
+  for (auto& t : complete.tables) {
+    p.values.push_back(std::move(t.values));
+  }
   auto const& cells = complete.tables[0].cells;
   if (spec.resampling == Resampling::moving_block) {
     p.n_units = std::int64_t(p.values[0].cols());
@@ -58,7 +70,9 @@ PreparedTables prepare_tables(std::vector<CellTable const*> const& tables, std::
     for (std::size_t i = 0; i < cells.size(); ++i) {
       std::string const unit = unit_of_cell.empty() ? cells[i] : unit_by_cell.at(cells[i]);
       auto [it, inserted] = unit_index.emplace(unit, p.rows_of_unit.size());
-      if (inserted) p.rows_of_unit.emplace_back();
+      if (inserted) {
+        p.rows_of_unit.emplace_back();
+      }
       p.rows_of_unit[it->second].push_back(std::int64_t(i));
     }
     p.n_units = std::int64_t(p.rows_of_unit.size());
@@ -147,7 +161,9 @@ double skill_on_units(CellQuantities const& pred, CellQuantities const& base, Pr
       sb.add(base.mse[std::size_t(row)]);
     }
   }
-  if (!(sb.value() > 0)) throw StatsError("skill: the baseline's summed MSE is 0 on this sample");
+  if (!(sb.value() > 0)) {
+    throw StatsError("skill: the baseline's summed MSE is 0 on this sample");
+  }
   return 1.0 - sp.value() / sb.value();
 }
 
@@ -164,7 +180,9 @@ double skill_on_steps(Eigen::MatrixXd const& pred_error, Eigen::MatrixXd const& 
     sp.add(cp.value() / double(steps.size()));
     sb.add(cb.value() / double(steps.size()));
   }
-  if (!(sb.value() > 0)) throw StatsError("skill: the baseline's summed MSE is 0 on this sample");
+  if (!(sb.value() > 0)) {
+    throw StatsError("skill: the baseline's summed MSE is 0 on this sample");
+  }
   return 1.0 - sp.value() / sb.value();
 }
 
@@ -176,13 +194,19 @@ Eigen::MatrixXd resampled(Eigen::MatrixXd const& values, PreparedTables const& p
   if (p.resampling == Resampling::units) {
     std::vector<Eigen::Index> rows;
     for (auto u : units) {
-      for (auto row : p.rows_of_unit[std::size_t(u)]) rows.push_back(Eigen::Index(row));
+      for (auto row : p.rows_of_unit[std::size_t(u)]) {
+        rows.push_back(Eigen::Index(row));
+      }
     }
     sample.resize(Eigen::Index(rows.size()), values.cols());
-    for (std::size_t r = 0; r < rows.size(); ++r) sample.row(Eigen::Index(r)) = values.row(rows[r]);
+    for (std::size_t r = 0; r < rows.size(); ++r) {
+      sample.row(Eigen::Index(r)) = values.row(rows[r]);
+    }
   } else {
     sample.resize(values.rows(), Eigen::Index(units.size()));
-    for (std::size_t s = 0; s < units.size(); ++s) sample.col(Eigen::Index(s)) = values.col(Eigen::Index(units[s]));
+    for (std::size_t s = 0; s < units.size(); ++s) {
+      sample.col(Eigen::Index(s)) = values.col(Eigen::Index(units[s]));
+    }
   }
   return sample;
 }
@@ -193,11 +217,15 @@ double directional_on_resample(int which, Eigen::MatrixXd const& predictor, Eige
                                PreparedTables const& p, std::span<std::int64_t const> units) {
   auto const core = directional_core(resampled(predictor, p, units), resampled(outcome, p, units), tol);
   if (which == 0) {
-    if (core.n_directional == 0) throw StatsError("sign_agreement_rate undefined: no directional cell");
+    if (core.n_directional == 0) {
+      throw StatsError("sign_agreement_rate undefined: no directional cell");
+    }
     return double(core.n_sign_agree) / double(core.n_directional);
   }
   auto const& value = which == 1 ? core.anomaly_correlation : core.cell_anomaly_correlation;
-  if (!value) throw StatsError("anomaly correlation undefined: an anomaly field is flat");
+  if (!value) {
+    throw StatsError("anomaly correlation undefined: an anomaly field is flat");
+  }
   return *value;
 }
 

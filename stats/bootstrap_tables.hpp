@@ -173,7 +173,9 @@ DirectionalIntervals bootstrap_directional(ExecSpace const& space, CellTable con
                                            DirectionalOptions const& options = {}) {
   auto const p = detail::prepare_tables({&predictor, &outcome}, {"predictor", "outcome"}, unit_of_cell,
                                         options.missing_policy, spec, "bootstrap_directional");
-  if (!(options.zero_tolerance >= 0)) throw StatsError("bootstrap_directional: zero_tolerance must be >= 0");
+  if (!(options.zero_tolerance >= 0)) {
+    throw StatsError("bootstrap_directional: zero_tolerance must be >= 0");
+  }
   double const tol =
       options.zero_tolerance * std::max(p.values[0].cwiseAbs().maxCoeff(), p.values[1].cwiseAbs().maxCoeff());
   std::array<Interval, 3> out;

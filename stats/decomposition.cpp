@@ -8,28 +8,40 @@ namespace wbaudit::stats {
 Decomposition decompose_values(Eigen::MatrixXd const& y) {
   Eigen::Index const n_cells = y.rows();
   Eigen::Index const n_steps = y.cols();
-  if (n_cells == 0 || n_steps == 0) throw StatsError("decompose: empty table");
+  if (n_cells == 0 || n_steps == 0) {
+    throw StatsError("decompose: empty table");
+  }
   Decomposition d;
   NeumaierSum total;
   for (Eigen::Index i = 0; i < n_cells; ++i) {
-    for (Eigen::Index j = 0; j < n_steps; ++j) total.add(y(i, j));
+    for (Eigen::Index j = 0; j < n_steps; ++j) {
+      total.add(y(i, j));
+    }
   }
   d.mu = total.value() / double(n_cells * n_steps);
   d.time_effect.resize(n_steps);
   d.cell_effect.resize(n_cells);
   for (Eigen::Index j = 0; j < n_steps; ++j) {
     NeumaierSum s;
-    for (Eigen::Index i = 0; i < n_cells; ++i) s.add(y(i, j));
+    for (Eigen::Index i = 0; i < n_cells; ++i) {
+      s.add(y(i, j));
+    }
     d.time_effect(j) = s.value() / double(n_cells) - d.mu;
   }
   for (Eigen::Index i = 0; i < n_cells; ++i) {
     NeumaierSum s;
-    for (Eigen::Index j = 0; j < n_steps; ++j) s.add(y(i, j));
+    for (Eigen::Index j = 0; j < n_steps; ++j) {
+      s.add(y(i, j));
+    }
     d.cell_effect(i) = s.value() / double(n_steps) - d.mu;
   }
   NeumaierSum ss_total, ss_time, ss_cell, ss_residual;
-  for (Eigen::Index j = 0; j < n_steps; ++j) ss_time.add(d.time_effect(j) * d.time_effect(j));
-  for (Eigen::Index i = 0; i < n_cells; ++i) ss_cell.add(d.cell_effect(i) * d.cell_effect(i));
+  for (Eigen::Index j = 0; j < n_steps; ++j) {
+    ss_time.add(d.time_effect(j) * d.time_effect(j));
+  }
+  for (Eigen::Index i = 0; i < n_cells; ++i) {
+    ss_cell.add(d.cell_effect(i) * d.cell_effect(i));
+  }
   for (Eigen::Index i = 0; i < n_cells; ++i) {
     for (Eigen::Index j = 0; j < n_steps; ++j) {
       double const dev = y(i, j) - d.mu;

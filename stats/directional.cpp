@@ -13,9 +13,13 @@ Eigen::MatrixXd anomalies(Eigen::MatrixXd const& values) {
   Eigen::MatrixXd a(values.rows(), values.cols());
   for (Eigen::Index j = 0; j < values.cols(); ++j) {
     NeumaierSum s;
-    for (Eigen::Index i = 0; i < values.rows(); ++i) s.add(values(i, j));
+    for (Eigen::Index i = 0; i < values.rows(); ++i) {
+      s.add(values(i, j));
+    }
     double const mean = s.value() / double(values.rows());
-    for (Eigen::Index i = 0; i < values.rows(); ++i) a(i, j) = values(i, j) - mean;
+    for (Eigen::Index i = 0; i < values.rows(); ++i) {
+      a(i, j) = values(i, j) - mean;
+    }
   }
   return a;
 }
@@ -25,15 +29,17 @@ double sign_test_p_value(int k, int n) {
     throw StatsError("sign_test_p_value: need 0 <= k <= n, got k = " + std::to_string(k) +
                      ", n = " + std::to_string(n));
   }
-  if (k == 0) return 1.0;
+  if (k == 0) {
+    return 1.0;
+  }
   boost::math::binomial_distribution<double> const dist(double(n), 0.5);
   return boost::math::cdf(boost::math::complement(dist, double(k - 1)));  // P(X > k-1) = P(X >= k)
 }
 
 namespace {
 
-std::optional<double> correlation(Eigen::Ref<Eigen::VectorXd const> x, Eigen::Ref<Eigen::VectorXd const> y,
-                                  bool centre) {
+std::optional<double> correlation(Eigen::Ref<Eigen::VectorXd const> const& x,
+                                  Eigen::Ref<Eigen::VectorXd const> const& y, bool centre) {
   double mx = 0, my = 0;
   if (centre) {
     NeumaierSum sx, sy;
@@ -51,7 +57,9 @@ std::optional<double> correlation(Eigen::Ref<Eigen::VectorXd const> x, Eigen::Re
     sxx.add(dx * dx);
     syy.add(dy * dy);
   }
-  if (!(sxx.value() > 0) || !(syy.value() > 0)) return std::nullopt;
+  if (!(sxx.value() > 0) || !(syy.value() > 0)) {
+    return std::nullopt;
+  }
   return sxy.value() / std::sqrt(sxx.value() * syy.value());
 }
 
@@ -77,9 +85,13 @@ DirectionalCore directional_core(Eigen::MatrixXd const& p, Eigen::MatrixXd const
   }
   for (Eigen::Index i = 0; i < n_cells; ++i) {
     double const mp = r.predictor_cell_anomaly(i), my = r.outcome_cell_anomaly(i);
-    if (std::abs(mp) <= tol || std::abs(my) <= tol) continue;
+    if (std::abs(mp) <= tol || std::abs(my) <= tol) {
+      continue;
+    }
     ++r.n_directional;
-    if ((mp > 0) == (my > 0)) ++r.n_sign_agree;
+    if ((mp > 0) == (my > 0)) {
+      ++r.n_sign_agree;
+    }
   }
   // Anomaly fields indistinguishable from rounding noise carry no direction: no correlation.
   bool const p_flat = ap.cwiseAbs().maxCoeff() <= tol;
@@ -122,7 +134,9 @@ DirectionalSpecificity directional_specificity(CellTable const& predictor, CellT
   r.n_sign_agree = core.n_sign_agree;
   r.anomaly_correlation = core.anomaly_correlation;
   r.cell_anomaly_correlation = core.cell_anomaly_correlation;
-  if (r.n_directional > 0) r.sign_agreement_rate = double(r.n_sign_agree) / double(r.n_directional);
+  if (r.n_directional > 0) {
+    r.sign_agreement_rate = double(r.n_sign_agree) / double(r.n_directional);
+  }
   r.binomial_p_value = sign_test_p_value(r.n_sign_agree, r.n_directional);
   r.significant = r.n_directional > 0 && r.binomial_p_value < options.alpha;
   return r;

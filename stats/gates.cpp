@@ -49,30 +49,44 @@ bool is_known_gate_statistic(std::string_view name) {
   constexpr std::string_view skill_prefix = "skill_vs_";
   if (name.starts_with(skill_prefix)) {
     auto const baseline = name.substr(skill_prefix.size());
-    if (baseline.empty()) return false;
+    if (baseline.empty()) {
+      return false;
+    }
     for (char c : baseline) {
-      if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_')) return false;
+      if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_')) {
+        return false;
+      }
     }
     return true;
   }
   for (auto const& known : known_gate_statistics()) {
-    if (known == name) return true;
+    if (known == name) {
+      return true;
+    }
   }
   return false;
 }
 
 void check_gate_statistic(std::string_view name) {
-  if (is_known_gate_statistic(name)) return;
+  if (is_known_gate_statistic(name)) {
+    return;
+  }
   std::string list;
-  for (auto const& k : known_gate_statistics()) list += (list.empty() ? "" : ", ") + k;
+  for (auto const& k : known_gate_statistics()) {
+    list += (list.empty() ? "" : ", ") + k;
+  }
   throw StatsError("gate: unknown statistic \"" + std::string(name) + "\" (known: " + list + ")");
 }
 
 namespace {
 
 std::string_view trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) {
+    s.remove_prefix(1);
+  }
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) {
+    s.remove_suffix(1);
+  }
   return s;
 }
 
@@ -84,7 +98,7 @@ std::string format_double(double x) {
 
 }  // namespace
 
-Gate parse_gate(std::string_view expression, std::string name, std::vector<std::string> required_cells) {
+Gate parse_gate(std::string_view expression, std::string const& name, std::vector<std::string> required_cells) {
   std::string const expr(expression);
   auto const le = expression.find("<=");
   auto const ge = expression.find(">=");
@@ -93,7 +107,7 @@ Gate parse_gate(std::string_view expression, std::string name, std::vector<std::
   }
   auto const pos = le != std::string_view::npos ? le : ge;
   Gate g;
-  g.name = name.empty() ? expr : std::move(name);
+  g.name = name.empty() ? expr : name;
   g.direction = le != std::string_view::npos ? GateDirection::at_most : GateDirection::at_least;
   g.statistic = std::string(trim(expression.substr(0, pos)));
   check_gate_statistic(g.statistic);
@@ -121,7 +135,9 @@ GateResult evaluate_gate(Gate const& gate, Interval const& interval, std::vector
   for (auto const& required : gate.required_cells) {
     CellStatus const* status = nullptr;
     for (auto const& c : cells) {
-      if (c.cell == required) status = &c;
+      if (c.cell == required) {
+        status = &c;
+      }
     }
     if (status == nullptr || !status->present) {
       r.reasons.push_back("required cell \"" + required + "\" is missing" +
@@ -159,7 +175,9 @@ GateResult evaluate_gate(Gate const& gate, std::map<std::string, Interval> const
   auto const it = computed.find(gate.statistic);
   if (it == computed.end()) {
     std::string list;
-    for (auto const& [k, v] : computed) list += (list.empty() ? "" : ", ") + k;
+    for (auto const& [k, v] : computed) {
+      list += (list.empty() ? "" : ", ") + k;
+    }
     throw StatsError("gate \"" + gate.name + "\": statistic \"" + gate.statistic +
                      "\" was not computed (computed: " + (list.empty() ? std::string("none") : list) + ")");
   }

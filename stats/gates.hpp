@@ -41,7 +41,8 @@ struct Gate {
 
 // Parses "STATISTIC <= THRESHOLD" or "STATISTIC >= THRESHOLD" (spaces optional). Throws StatsError on another
 // operator, an unknown statistic or a non-finite threshold.
-Gate parse_gate(std::string_view expression, std::string name = {}, std::vector<std::string> required_cells = {});
+Gate parse_gate(std::string_view expression, std::string const& name = {},
+                std::vector<std::string> required_cells = {});
 
 // What the caller knows about one required cell.
 struct CellStatus {

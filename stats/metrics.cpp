@@ -34,7 +34,9 @@ std::vector<double> mse_per_cell(Eigen::MatrixXd const& error) {
   double const n = double(error.cols());
   for (Eigen::Index i = 0; i < error.rows(); ++i) {
     NeumaierSum s;
-    for (Eigen::Index j = 0; j < error.cols(); ++j) s.add(error(i, j) * error(i, j));
+    for (Eigen::Index j = 0; j < error.cols(); ++j) {
+      s.add(error(i, j) * error(i, j));
+    }
     mse[std::size_t(i)] = s.value() / n;
   }
   return mse;

@@ -17,9 +17,15 @@ std::string format_step(CellTable const& t, Eigen::Index j) {
 }  // namespace
 
 MissingPolicy missing_policy_from_name(std::string_view name) {
-  if (name == "error") return MissingPolicy::error;
-  if (name == "drop_incomplete_cells") return MissingPolicy::drop_incomplete_cells;
-  if (name == "drop_incomplete_steps") return MissingPolicy::drop_incomplete_steps;
+  if (name == "error") {
+    return MissingPolicy::error;
+  }
+  if (name == "drop_incomplete_cells") {
+    return MissingPolicy::drop_incomplete_cells;
+  }
+  if (name == "drop_incomplete_steps") {
+    return MissingPolicy::drop_incomplete_steps;
+  }
   throw StatsError("missing_policy_from_name: unknown missing-value policy \"" + std::string(name) +
                    "\" (known: error, drop_incomplete_cells, drop_incomplete_steps)");
 }
@@ -49,7 +55,13 @@ void check_table_shape(CellTable const& table, std::string_view context) {
   }
   std::set<std::string> seen;
   for (auto const& c : table.cells) {
-    if (!seen.insert(c).second) throw StatsError(ctx + ": cell label \"" + c + "\" appears twice");
+    if (!seen.insert(c).second) {
+      std::string message = ctx;  // built with += (clang-tidy performance-inefficient-string-concatenation)
+      message += ": cell label \"";
+      message += c;
+      message += "\" appears twice";
+      throw StatsError(message);
+    }
   }
   for (std::size_t j = 1; j < table.steps.size(); ++j) {
     if (table.steps[j] <= table.steps[j - 1]) {
@@ -86,11 +98,17 @@ void check_same_grid(CellTable const& a, CellTable const& b, std::string_view co
 CompleteTables complete_tables(std::vector<CellTable const*> const& tables, std::vector<std::string> const& names,
                                MissingPolicy policy, std::string_view context) {
   std::string const ctx(context);
-  if (tables.empty()) throw StatsError(ctx + ": no tables given");
-  if (names.size() != tables.size()) throw StatsError(ctx + ": table names do not match the tables");
+  if (tables.empty()) {
+    throw StatsError(ctx + ": no tables given");
+  }
+  if (names.size() != tables.size()) {
+    throw StatsError(ctx + ": table names do not match the tables");
+  }
   for (std::size_t k = 0; k < tables.size(); ++k) {
     check_table_shape(*tables[k], ctx + " (" + names[k] + ")");
-    if (k > 0) check_same_grid(*tables[0], *tables[k], ctx + " (" + names[0] + " vs " + names[k] + ")");
+    if (k > 0) {
+      check_same_grid(*tables[0], *tables[k], ctx + " (" + names[0] + " vs " + names[k] + ")");
+    }
   }
   CellTable const& grid = *tables[0];
   Eigen::Index const n_cells = grid.rows();
@@ -113,8 +131,12 @@ CompleteTables complete_tables(std::vector<CellTable const*> const& tables, std:
                              " and the missing-value policy is \"error\" (declare drop_incomplete_cells or "
                              "drop_incomplete_steps to drop it)");
           }
-          if (policy == MissingPolicy::drop_incomplete_cells) cell_ok[std::size_t(i)] = false;
-          if (policy == MissingPolicy::drop_incomplete_steps) step_ok[std::size_t(j)] = false;
+          if (policy == MissingPolicy::drop_incomplete_cells) {
+            cell_ok[std::size_t(i)] = false;
+          }
+          if (policy == MissingPolicy::drop_incomplete_steps) {
+            step_ok[std::size_t(j)] = false;
+          }
         }
       }
     }
@@ -149,7 +171,9 @@ CompleteTables complete_tables(std::vector<CellTable const*> const& tables, std:
         c.values(Eigen::Index(r), Eigen::Index(s)) = t->values(keep_rows[r], keep_cols[s]);
       }
     }
-    for (auto j : keep_cols) c.steps.push_back(t->steps[std::size_t(j)]);
+    for (auto j : keep_cols) {
+      c.steps.push_back(t->steps[std::size_t(j)]);
+    }
     out.tables.push_back(std::move(c));
   }
   return out;

@@ -10,7 +10,9 @@
 namespace wbaudit::stats {
 
 TInterval t_interval(std::vector<double> const& values, double confidence) {
-  if (values.size() < 2) throw StatsError("t_interval: needs at least 2 values, got " + std::to_string(values.size()));
+  if (values.size() < 2) {
+    throw StatsError("t_interval: needs at least 2 values, got " + std::to_string(values.size()));
+  }
   if (!(confidence > 0 && confidence < 1)) {
     throw StatsError("t_interval: confidence must be in (0, 1), got " + std::to_string(confidence));
   }
@@ -22,7 +24,9 @@ TInterval t_interval(std::vector<double> const& values, double confidence) {
   double const n = double(values.size());
   double const mean = compensated_sum(values) / n;
   NeumaierSum ss;
-  for (double v : values) ss.add((v - mean) * (v - mean));
+  for (double v : values) {
+    ss.add((v - mean) * (v - mean));
+  }
   TInterval r;
   r.estimate = mean;
   r.confidence = confidence;
@@ -44,21 +48,29 @@ void check_pairs(std::vector<std::string> const& units, std::vector<double> cons
     throw StatsError(ctx + ": " + std::to_string(units.size()) + " units but " + std::to_string(a.size()) + " and " +
                      std::to_string(b.size()) + " values");
   }
-  if (a.size() < 2) throw StatsError(ctx + ": needs at least 2 pairs, got " + std::to_string(a.size()));
+  if (a.size() < 2) {
+    throw StatsError(ctx + ": needs at least 2 pairs, got " + std::to_string(a.size()));
+  }
   std::set<std::string> seen;
   for (std::size_t i = 0; i < a.size(); ++i) {
-    if (!seen.insert(units[i]).second) throw StatsError(ctx + ": unit \"" + units[i] + "\" appears twice");
+    if (!seen.insert(units[i]).second) {
+      throw StatsError(ctx + ": unit \"" + units[i] + "\" appears twice");
+    }
     if (!std::isfinite(a[i]) || !std::isfinite(b[i])) {
       throw StatsError(ctx + ": unit \"" + units[i] + "\" has a non-finite value (" + std::to_string(a[i]) + ", " +
                        std::to_string(b[i]) + ")");
     }
-    if (nonzero_b && b[i] == 0) throw StatsError(ctx + ": unit \"" + units[i] + "\" has a zero denominator");
+    if (nonzero_b && b[i] == 0) {
+      throw StatsError(ctx + ": unit \"" + units[i] + "\" has a zero denominator");
+    }
   }
 }
 
 double mean_of(std::vector<double> const& v, std::span<std::int64_t const> idx) {
   NeumaierSum s;
-  for (auto i : idx) s.add(v[std::size_t(i)]);
+  for (auto i : idx) {
+    s.add(v[std::size_t(i)]);
+  }
   return s.value() / double(idx.size());
 }
 
@@ -68,7 +80,9 @@ double ratio_of_sums(std::vector<double> const& a, std::vector<double> const& b,
     sa.add(a[std::size_t(i)]);
     sb.add(b[std::size_t(i)]);
   }
-  if (sb.value() == 0) throw StatsError("ratio_of_means: the denominator sums to 0 on this sample");
+  if (sb.value() == 0) {
+    throw StatsError("ratio_of_means: the denominator sums to 0 on this sample");
+  }
   return sa.value() / sb.value();
 }
 

@@ -57,7 +57,9 @@ PairedDifference paired_difference(ExecSpace const& space, std::vector<std::stri
   detail::check_pairs(units, a, b, "paired_difference", /*nonzero_b=*/false);
   PairedDifference r;
   r.units = units;
-  for (std::size_t i = 0; i < a.size(); ++i) r.differences.push_back(a[i] - b[i]);
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    r.differences.push_back(a[i] - b[i]);
+  }
   r.t = t_interval(r.differences, spec.confidence);
   auto const& d = r.differences;
   r.bootstrap = bootstrap(
@@ -77,7 +79,9 @@ PairedRatio paired_ratio(ExecSpace const& space, std::vector<std::string> const&
   detail::check_pairs(units, a, b, "paired_ratio", /*nonzero_b=*/true);
   PairedRatio r;
   r.units = units;
-  for (std::size_t i = 0; i < a.size(); ++i) r.ratios.push_back(a[i] / b[i]);
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    r.ratios.push_back(a[i] / b[i]);
+  }
   r.mean_ratio_t = t_interval(r.ratios, spec.confidence);
   auto const& ratios = r.ratios;
   auto const n = std::int64_t(a.size());

@@ -23,9 +23,13 @@ KOKKOS_INLINE_FUNCTION std::uint64_t uniform_index(std::uint64_t seed, std::uint
         {std::uint32_t(stream), std::uint32_t(stream >> 32), std::uint32_t(draw), attempt}};
     r123::Philox4x32::ctr_type const out = philox(ctr, key);
     std::uint64_t const x0 = (std::uint64_t(out[0]) << 32) | out[1];
-    if (x0 >= reject_below) return x0 % n;
+    if (x0 >= reject_below) {
+      return x0 % n;
+    }
     std::uint64_t const x1 = (std::uint64_t(out[2]) << 32) | out[3];
-    if (x1 >= reject_below) return x1 % n;
+    if (x1 >= reject_below) {
+      return x1 % n;
+    }
   }
 }
 

@@ -30,7 +30,9 @@ class NeumaierSum {
 template <class Range>
 double compensated_sum(Range const& values) {
   NeumaierSum s;
-  for (double v : values) s.add(v);
+  for (double v : values) {
+    s.add(v);
+  }
   return s.value();
 }
 
