@@ -22,4 +22,6 @@ void add_run_command(CLI::App& app);
 void add_status_command(CLI::App& app);
 void add_register_command(CLI::App& app);
 void add_deviate_command(CLI::App& app);
+void add_formats_command(CLI::App& app);
+void add_round_command(CLI::App& app);
 }  // namespace wbaudit::cli

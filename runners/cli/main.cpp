@@ -20,6 +20,8 @@ int main(int argc, char** argv) {
   wbaudit::cli::add_status_command(app);
   wbaudit::cli::add_register_command(app);
   wbaudit::cli::add_deviate_command(app);
+  wbaudit::cli::add_formats_command(app);
+  wbaudit::cli::add_round_command(app);
 
   try {
     app.parse(argc, argv);

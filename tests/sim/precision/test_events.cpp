@@ -108,7 +108,7 @@ TEST(E4M3, OcpFiniteOnlySpecifics) {
   EXPECT_EQ(round_nearest(p, 464.0), 448.0);
   EXPECT_EQ(round_nearest(p, 480.0), 448.0);
   EXPECT_EQ(round_nearest(p, -1e9), -448.0);
-  EXPECT_EQ(round_nearest(p, 440.0), 448.0);  // tie between 416 and 448? no: 432 is the midpoint; 440 -> 448
+  EXPECT_EQ(round_nearest(p, 440.0), 448.0);  // above the midpoint 432 of 416 and 448
   EXPECT_EQ(round_nearest(p, 432.0), 448.0);  // tie: 416 = 1.101b*2^8 (odd), 448 = 1.110b*2^8 (even)
   const WritebackOutcome at = writeback_value(p, {}, {}, 0, 448.0f, 16.0f);  // 464: beyond max, saturated, erased
   EXPECT_EQ(at.value, 448.0f);

@@ -1,0 +1,217 @@
+// wbaudit round --format F [...] [FILE]: round values into a format and classify single write-backs, for exploring
+// a format by hand or from scripts. Output is buffered and printed only when every input line is valid.
+#include <cerrno>
+#include <charconv>
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "runners/cli/commands.hpp"
+#include "sim/precision/format.hpp"
+#include "sim/precision/policy.hpp"
+#include "sim/precision/rounding.hpp"
+#include "sim/precision/writeback.hpp"
+
+namespace wbaudit::cli {
+namespace {
+
+std::string decimal(float v) {  // shortest text that reads back as the same float
+  char buf[64];
+  const auto r = std::to_chars(buf, buf + sizeof buf, v);
+  return std::string(buf, r.ptr);
+}
+
+std::string hexfloat(float v) {
+  char buf[64];
+  const auto r = std::to_chars(buf, buf + sizeof buf, std::fabs(v), std::chars_format::hex);
+  return std::string(std::signbit(v) ? "-0x" : "0x") + std::string(buf, r.ptr);
+}
+
+std::string neighbour(double v) {  // +-inf: no neighbour in the format
+  return std::isfinite(v) ? decimal(static_cast<float>(v)) : "none";
+}
+
+std::string code_text(std::uint32_t code, int bits) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "0x%0*x", (bits + 3) / 4, code);
+  return buf;
+}
+
+std::string trim(const std::string& s) {
+  const auto b = s.find_first_not_of(" \t\r");
+  if (b == std::string::npos) return "";
+  const auto e = s.find_last_not_of(" \t\r");
+  return s.substr(b, e - b + 1);
+}
+
+// Decimal or hex-float (0x1.8p-3) text; the whole text must be consumed and the value finite.
+double parse_value(const std::string& text, const std::string& where) {
+  const char* begin = text.c_str();
+  char* end = nullptr;
+  errno = 0;
+  const double v = std::strtod(begin, &end);
+  if (end == begin || *end != '\0') throw std::invalid_argument(where + ": not a number: \"" + text + "\"");
+  if (errno == ERANGE && std::fabs(v) > 1) {
+    throw std::invalid_argument(where + ": value out of range (beyond double): \"" + text + "\"");
+  }
+  if (!std::isfinite(v)) {
+    throw std::invalid_argument(where + ": non-finite value \"" + text + "\" (NaN/inf are not rounded)");
+  }
+  return v;
+}
+
+struct Args {
+  std::string format;
+  std::string policy = "nearest";
+  std::uint64_t seed = 0;
+  int sr_bits = 0;
+  std::optional<std::string> update;
+  std::optional<double> scale;
+  bool json = false;
+  std::string file;
+};
+
+void run_round(const Args& a) {
+  sim::FormatSpec fmt = sim::format_from_name(a.format);
+  if (a.scale) {
+    if (fmt.kind != sim::FormatKind::integer) {
+      throw std::invalid_argument("--scale applies only to integer formats, not " + a.format);
+    }
+    const auto s = static_cast<float>(*a.scale);
+    if (static_cast<double>(s) != *a.scale) {
+      throw std::invalid_argument("--scale " + std::to_string(*a.scale) + " is not an fp32 value");
+    }
+    fmt = sim::int_format(fmt.bits, s);
+  }
+  const sim::WritebackPolicy policy = sim::make_policy(a.policy, a.sr_bits);
+  if (policy.policy == sim::Policy::master) {
+    throw std::invalid_argument("policy master keeps an fp32 copy and has no single-value rounding; use nearest");
+  }
+  const sim::FormatParams p = sim::format_params(fmt);
+  std::optional<float> u;
+  if (a.update) {
+    const double ud = parse_value(trim(*a.update), "--update");
+    u = static_cast<float>(ud);  // proposals are fp32
+    if (!std::isfinite(*u)) throw std::invalid_argument("--update " + *a.update + " overflows fp32");
+  }
+
+  std::istream* in = &std::cin;
+  std::ifstream file;
+  const std::string source = a.file.empty() ? "<stdin>" : a.file;
+  if (!a.file.empty()) {
+    file.open(a.file);
+    if (!file) throw std::invalid_argument("cannot open " + a.file);
+    in = &file;
+  }
+  const sim::RngKey key{a.seed, 0, 0};
+  nlohmann::json rows = nlohmann::json::array();
+  std::ostringstream text;
+  char line_buf[512];
+  std::snprintf(line_buf, sizeof line_buf, "%-24s %-14s %-18s %-8s %-14s %-14s %s", "input", "rounded", "hex", "code",
+                "pred", "succ", "note");
+  text << line_buf;
+  if (u) text << "  | u = " << decimal(*u) << " (" << hexfloat(*u) << "): result event";
+  text << "\n";
+  std::string line;
+  std::size_t line_no = 0, index = 0;
+  while (std::getline(*in, line)) {
+    ++line_no;
+    const std::string t = trim(line);
+    if (t.empty() || t[0] == '#') continue;
+    const double v = parse_value(t, source + ":" + std::to_string(line_no));
+    const sim::Bracket b = sim::bracket_of(p, sim::ExactSum{v, 0.0});
+    double rounded = sim::nearest_of(b);
+    bool random = false;
+    if (policy.policy == sim::Policy::stochastic) {
+      sim::PhiloxStream stream(key, index);
+      const auto s = sim::stochastic_of(b, policy.sr_bits, stream);
+      rounded = s.value;
+      random = s.random;
+    }
+    const auto r = static_cast<float>(rounded);
+    const std::uint32_t code = sim::encode_value(p, r);
+    const double lo = sim::pred(p, r), hi = sim::succ(p, r);
+    std::string note = b.saturated ? "saturated" : (b.exact ? "exact" : "rounded");
+    if (random) note += ",random";
+    nlohmann::json row = {{"line", line_no},
+                          {"input", t},
+                          {"rounded", decimal(r)},
+                          {"hex", hexfloat(r)},
+                          {"code", code_text(code, fmt.bits)},
+                          {"pred", neighbour(lo)},
+                          {"succ", neighbour(hi)},
+                          {"saturated", b.saturated},
+                          {"exact", b.exact}};
+    std::snprintf(line_buf, sizeof line_buf, "%-24s %-14s %-18s %-8s %-14s %-14s %s", t.c_str(), decimal(r).c_str(),
+                  hexfloat(r).c_str(), code_text(code, fmt.bits).c_str(), neighbour(lo).c_str(), neighbour(hi).c_str(),
+                  note.c_str());
+    text << line_buf;
+    if (u) {
+      // The write-back of w = the rounded value with proposal u (the same policy and seed; coordinate = value index).
+      const auto w = static_cast<float>(sim::round_nearest(p, v));
+      const sim::WritebackOutcome o = sim::writeback_value(p, policy, key, index, w, *u);
+      std::string event = *u == 0 ? "zero" : (o.value == w ? "erased" : "applied");
+      if (o.saturated) event += ",saturated";
+      if (o.random) event += ",random";
+      if (o.truncated) event += ",sr-truncated";
+      row["update"] = {{"w", decimal(w)},
+                       {"u", decimal(*u)},
+                       {"result", decimal(o.value)},
+                       {"result_hex", hexfloat(o.value)},
+                       {"event", event},
+                       {"erased", *u != 0 && o.value == w},
+                       {"saturated", o.saturated},
+                       {"gap_up", sim::gap_up(p, w)},
+                       {"gap_down", sim::gap_down(p, w)}};
+      text << "  | w = " << decimal(w) << ": " << decimal(o.value) << " " << event;
+    }
+    text << "\n";
+    rows.push_back(row);
+    ++index;
+  }
+  if (in->bad()) throw std::runtime_error("error reading " + source);
+  if (a.json) {
+    nlohmann::json out = {{"format", fmt.name},
+                          {"policy", sim::policy_name(policy.policy)},
+                          {"sr_bits", policy.sr_bits},
+                          {"seed", a.seed},
+                          {"values", rows}};
+    if (fmt.kind == sim::FormatKind::integer) out["scale"] = fmt.int_scale;
+    std::cout << out.dump(2) << "\n";
+  } else {
+    std::cout << text.str();
+  }
+}
+
+}  // namespace
+
+void add_round_command(CLI::App& app) {
+  auto args = std::make_shared<Args>();
+  auto* cmd = app.add_subcommand("round", "Round values into a format and classify single write-backs");
+  cmd->add_option("--format", args->format, "Target format (see `wbaudit formats`)")->required();
+  cmd->add_option("--policy", args->policy, "nearest (default), stochastic or deadzone-sr");
+  cmd->add_option("--seed", args->seed, "Seed of the stochastic draws (coordinate = index of the value)");
+  cmd->add_option("--sr-bits", args->sr_bits, "0: exact SR probabilities (default); r in 1..32: r-bit hardware SR");
+  cmd->add_option("--update", args->update,
+                  "Also write back w = q(value) with this fp32 proposal u and print the event "
+                  "(erased, applied, saturated)");
+  cmd->add_option("--scale", args->scale, "Scale of an integer format (default 1)");
+  cmd->add_flag("--json", args->json, "Machine-readable output");
+  cmd->add_option("file", args->file, "File with one value per line (decimal or hex-float); default: stdin");
+  cmd->footer(
+      "Values are read as doubles and rounded exactly (ties to even; beyond max finite: saturated).\n"
+      "Examples:\n"
+      "  printf '1.3\\n464\\n0x1.8p-9\\n' | wbaudit round --format e4m3\n"
+      "  echo 1 | wbaudit round --format bf16 --update 0x1p-8          # erased: tie, 1 is even\n"
+      "  echo 1 | wbaudit round --format bf16 --update 0.001 --policy stochastic --seed 3");
+  cmd->callback([args] { run_round(*args); });
+}
+
+}  // namespace wbaudit::cli
