@@ -41,8 +41,8 @@ Tables const& tables() {
       }
     }
     for (int t = 0; t < kSteps; ++t) {
-      r.outcome.steps.push_back(10 * (t + 1));
-      r.forecast.steps.push_back(10 * (t + 1));
+      r.outcome.steps.push_back(std::int64_t{10} * (t + 1));
+      r.forecast.steps.push_back(std::int64_t{10} * (t + 1));
     }
     return r;
   }();
@@ -55,7 +55,9 @@ double baseline_seconds() {
     int const reps = 200;
     auto const start = std::chrono::steady_clock::now();
     double sink = 0;
-    for (int i = 0; i < reps; ++i) sink += evaluate_metrics(t.forecast, t.outcome).rmse_macro;
+    for (int i = 0; i < reps; ++i) {
+      sink += evaluate_metrics(t.forecast, t.outcome).rmse_macro;
+    }
     benchmark::DoNotOptimize(sink);
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / reps;
   }();
@@ -64,7 +66,9 @@ double baseline_seconds() {
 
 void BM_EvaluateMetricsBaseline(benchmark::State& state) {
   auto const& t = tables();
-  for (auto _ : state) benchmark::DoNotOptimize(evaluate_metrics(t.forecast, t.outcome).rmse_macro);
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(evaluate_metrics(t.forecast, t.outcome).rmse_macro);
+  }
 }
 
 template <class ExecSpace>

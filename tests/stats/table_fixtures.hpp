@@ -20,9 +20,13 @@ inline CellTable make_table(std::vector<std::vector<double>> const& rows) {
   t.values.resize(Eigen::Index(rows.size()), rows.empty() ? 0 : Eigen::Index(rows[0].size()));
   for (std::size_t i = 0; i < rows.size(); ++i) {
     t.cells.push_back(cell_label("c", i));
-    for (std::size_t j = 0; j < rows[i].size(); ++j) t.values(Eigen::Index(i), Eigen::Index(j)) = rows[i][j];
+    for (std::size_t j = 0; j < rows[i].size(); ++j) {
+      t.values(Eigen::Index(i), Eigen::Index(j)) = rows[i][j];
+    }
   }
-  for (std::size_t j = 0; !rows.empty() && j < rows[0].size(); ++j) t.steps.push_back(std::int64_t(10 * (j + 1)));
+  for (std::size_t j = 0; !rows.empty() && j < rows[0].size(); ++j) {
+    t.steps.push_back(std::int64_t(10 * (j + 1)));
+  }
   return t;
 }
 

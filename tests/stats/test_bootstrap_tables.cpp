@@ -82,11 +82,15 @@ TEST(BootstrapTables, MovingBlocksOverStepsKeepEveryCell) {
 
 TEST(BootstrapTables, DecompositionSharesOfATimeDrivenTable) {
   Eigen::MatrixXd v(8, 30);
-  for (Eigen::Index j = 0; j < v.cols(); ++j) v.col(j).setConstant(double(j % 7));
+  for (Eigen::Index j = 0; j < v.cols(); ++j) {
+    v.col(j).setConstant(double(j % 7));
+  }
   CellTable t = make_table({std::vector<double>(30, 0.0)});
   t.values = v;
   t.cells.clear();
-  for (int i = 0; i < 8; ++i) t.cells.push_back(wbaudit::stats::testing::cell_label("cell", std::size_t(i)));
+  for (int i = 0; i < 8; ++i) {
+    t.cells.push_back(wbaudit::stats::testing::cell_label("cell", std::size_t(i)));
+  }
   auto const d = bootstrap_decomposition(t, percentile_spec(0.95));
   EXPECT_NEAR(d.share_time.lower, 1.0, 1e-12);
   EXPECT_NEAR(d.share_time.upper, 1.0, 1e-12);
@@ -96,11 +100,12 @@ TEST(BootstrapTables, DecompositionSharesOfATimeDrivenTable) {
 
 TEST(BootstrapTables, IdenticalOnSerialAndOpenMP) {
   Eigen::MatrixXd y(72, 50), f(72, 50);
-  for (int i = 0; i < 72; ++i)
+  for (int i = 0; i < 72; ++i) {
     for (int j = 0; j < 50; ++j) {
       y(i, j) = std::sin(0.37 * i * j + 0.1);
       f(i, j) = y(i, j) + 0.01 * std::cos(1.3 * i + 0.7 * j) + 1e-3 * i;
     }
+  }
   CellTable ty = make_table({std::vector<double>(50, 0.0)}), tf = ty;
   ty.values = y;
   tf.values = f;

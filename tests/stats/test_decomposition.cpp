@@ -40,22 +40,30 @@ TEST(Decomposition, SharesSumToOne) {
   std::mt19937_64 gen(11);
   std::uniform_real_distribution<double> u(-3, 3);
   Eigen::MatrixXd v(9, 17);
-  for (Eigen::Index i = 0; i < v.rows(); ++i)
-    for (Eigen::Index j = 0; j < v.cols(); ++j) v(i, j) = u(gen) * u(gen) + 0.1 * double(j);
+  for (Eigen::Index i = 0; i < v.rows(); ++i) {
+    for (Eigen::Index j = 0; j < v.cols(); ++j) {
+      v(i, j) = u(gen) * u(gen) + 0.1 * double(j);
+    }
+  }
   auto const d = decompose_values(v);
   EXPECT_NEAR(d.share_time + d.share_cell + d.share_residual, 1.0, 1e-14);
   // and the sums of squares add up to SS_total computed plainly
   double const mean = v.mean();
   double plain_total = 0;
-  for (Eigen::Index i = 0; i < v.rows(); ++i)
-    for (Eigen::Index j = 0; j < v.cols(); ++j) plain_total += (v(i, j) - mean) * (v(i, j) - mean);
+  for (Eigen::Index i = 0; i < v.rows(); ++i) {
+    for (Eigen::Index j = 0; j < v.cols(); ++j) {
+      plain_total += (v(i, j) - mean) * (v(i, j) - mean);
+    }
+  }
   EXPECT_NEAR(d.ss_total, plain_total, 1e-10 * plain_total);
   EXPECT_NEAR(d.ss_time + d.ss_cell + d.ss_residual, plain_total, 1e-10 * plain_total);
 }
 
 TEST(Decomposition, PurelyTimeDriven) {
   Eigen::MatrixXd v(6, 40);
-  for (Eigen::Index j = 0; j < v.cols(); ++j) v.col(j).setConstant(std::sin(0.3 * double(j)) + 0.01 * double(j));
+  for (Eigen::Index j = 0; j < v.cols(); ++j) {
+    v.col(j).setConstant(std::sin(0.3 * double(j)) + 0.01 * double(j));
+  }
   auto const d = decompose_values(v);
   EXPECT_NEAR(d.share_time, 1.0, 1e-14);
   EXPECT_NEAR(d.share_cell, 0.0, 1e-14);
@@ -64,7 +72,9 @@ TEST(Decomposition, PurelyTimeDriven) {
 
 TEST(Decomposition, PurelyCellDriven) {
   Eigen::MatrixXd v(6, 40);
-  for (Eigen::Index i = 0; i < v.rows(); ++i) v.row(i).setConstant(0.5 * double(i * i) - 1.0);
+  for (Eigen::Index i = 0; i < v.rows(); ++i) {
+    v.row(i).setConstant(0.5 * double(i * i) - 1.0);
+  }
   auto const d = decompose_values(v);
   EXPECT_NEAR(d.share_cell, 1.0, 1e-14);
   EXPECT_NEAR(d.share_time, 0.0, 1e-14);
@@ -77,12 +87,19 @@ TEST(Decomposition, RecoversKnownAdditiveEffectsUnderNoise) {
   std::mt19937_64 gen(2024);
   std::normal_distribution<double> noise(0.0, sigma);
   Eigen::VectorXd a(n_steps), b(n_cells);
-  for (int j = 0; j < n_steps; ++j) a(j) = std::cos(0.05 * j);
+  for (int j = 0; j < n_steps; ++j) {
+    a(j) = std::cos(0.05 * j);
+  }
   a.array() -= a.mean();
-  for (int i = 0; i < n_cells; ++i) b(i) = 0.1 * (i - 14.5);
+  for (int i = 0; i < n_cells; ++i) {
+    b(i) = 0.1 * (i - 14.5);
+  }
   Eigen::MatrixXd v(n_cells, n_steps);
-  for (int i = 0; i < n_cells; ++i)
-    for (int j = 0; j < n_steps; ++j) v(i, j) = 5.0 + a(j) + b(i) + noise(gen);
+  for (int i = 0; i < n_cells; ++i) {
+    for (int j = 0; j < n_steps; ++j) {
+      v(i, j) = 5.0 + a(j) + b(i) + noise(gen);
+    }
+  }
   auto const d = decompose_values(v);
   EXPECT_NEAR(d.mu, 5.0, 4 * sigma / std::sqrt(n_cells * n_steps));
   // effect estimates have noise sd sigma/sqrt(C) (time) and sigma/sqrt(T) (cell)
@@ -99,7 +116,9 @@ TEST(Decomposition, RecoversKnownAdditiveEffectsUnderNoise) {
 TEST(Decomposition, ForecastErrorOfACommonTimeOffsetIsAllTime) {
   auto const y = make_table({{1, 5, 2}, {3, 0, 7}, {4, 4, 4}});
   auto f = y;
-  for (Eigen::Index j = 0; j < 3; ++j) f.values.col(j).array() += double(j * j);  // error depends on t only
+  for (Eigen::Index j = 0; j < 3; ++j) {
+    f.values.col(j).array() += double(j * j);  // error depends on t only
+  }
   auto const d = decompose_forecast_error(f, y);
   EXPECT_NEAR(d.share_time, 1.0, 1e-14);
 }

@@ -17,7 +17,9 @@ long double plain_tail(int k, int n) {
   long double total = 0;
   for (int j = k; j <= n; ++j) {
     long double c = 1;  // C(n, j) by the product formula
-    for (int i = 1; i <= j; ++i) c = c * (n - j + i) / i;
+    for (int i = 1; i <= j; ++i) {
+      c = c * (n - j + i) / i;
+    }
     total += c;
   }
   return total / std::pow(2.0L, n);
@@ -29,7 +31,10 @@ CellTable outcome_table() {
   for (int c = 0; c < 12; ++c) {
     std::vector<double> row;
     double const offset = 0.02 * (c % 2 == 0 ? 1 : -1) * (1 + c);
-    for (int t = 0; t < 50; ++t) row.push_back(1.0 - std::exp(-0.05 * t) + offset * std::sqrt(t + 1.0));
+    row.reserve(50);
+    for (int t = 0; t < 50; ++t) {
+      row.push_back(1.0 - std::exp(-0.05 * t) + offset * std::sqrt(t + 1.0));
+    }
     rows.push_back(row);
   }
   return make_table(rows);
@@ -64,7 +69,9 @@ TEST(Directional, OutcomePlusCommonNoisePasses) {
   auto p = y;
   std::mt19937_64 gen(5);
   std::normal_distribution<double> noise(0.0, 0.3);
-  for (Eigen::Index t = 0; t < p.cols(); ++t) p.values.col(t).array() += noise(gen);  // same for every cell
+  for (Eigen::Index t = 0; t < p.cols(); ++t) {
+    p.values.col(t).array() += noise(gen);  // same for every cell
+  }
   auto const r = directional_specificity(p, y);
   EXPECT_EQ(r.n_directional, 12);
   EXPECT_EQ(r.n_sign_agree, 12);
@@ -81,7 +88,9 @@ TEST(Directional, OutcomePlusCommonNoisePasses) {
 TEST(Directional, CommonTimeMeanFails) {
   auto const y = outcome_table();
   auto p = y;
-  for (Eigen::Index t = 0; t < p.cols(); ++t) p.values.col(t).setConstant(y.values.col(t).mean());
+  for (Eigen::Index t = 0; t < p.cols(); ++t) {
+    p.values.col(t).setConstant(y.values.col(t).mean());
+  }
   auto const r = directional_specificity(p, y);
   EXPECT_EQ(r.n_directional, 0);
   EXPECT_FALSE(r.sign_agreement_rate.has_value());

@@ -65,7 +65,9 @@ TEST(Metrics, CompensatedAcrossLargeOffsets) {
   int const n = 1000;
   auto y = make_table({std::vector<double>(n, 0.0)});
   auto f = y;
-  for (int j = 0; j < n; ++j) f.values(0, j) = 1e8 + (j % 2 == 0 ? 0.5 : -0.5);
+  for (int j = 0; j < n; ++j) {
+    f.values(0, j) = 1e8 + (j % 2 == 0 ? 0.5 : -0.5);
+  }
   auto const r = evaluate_metrics(f, y);
   EXPECT_EQ(r.bias, 1e8);
   EXPECT_EQ(r.cells[0].mse_cell, 1e16 + 0.25);

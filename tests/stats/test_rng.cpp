@@ -49,7 +49,9 @@ TEST(Rng, ResampledUnitsAreUniform) {
   }
   double const expected = 14000.0 / n;
   double chi2 = 0;
-  for (auto c : counts) chi2 += (double(c) - expected) * (double(c) - expected) / expected;
+  for (auto c : counts) {
+    chi2 += (double(c) - expected) * (double(c) - expected) / expected;
+  }
   EXPECT_LT(chi2, 22.458);
 }
 
@@ -64,12 +66,16 @@ TEST(Rng, MovingBlocksAreRunsOfConsecutiveSteps) {
   for (std::uint64_t b = 0; b < 500; ++b) {
     resample_indices(spec, n, b, idx);
     for (int block = 0; block * 4 < n; ++block) {
-      std::int64_t const start = idx[std::size_t(block * 4)];
+      std::int64_t const start = idx[std::size_t(block) * 4];
       ASSERT_GE(start, 0);
       ASSERT_LE(start, n - 4);
       ++start_counts[std::size_t(start)];
-      for (int k = 1; k < 4 && block * 4 + k < n; ++k) EXPECT_EQ(idx[std::size_t(block * 4 + k)], start + k);
+      for (int k = 1; k < 4 && block * 4 + k < n; ++k) {
+        EXPECT_EQ(idx[std::size_t(block) * 4 + std::size_t(k)], start + k);
+      }
     }
   }
-  for (auto c : start_counts) EXPECT_GT(c, 0);  // every start position 0..6 is reached
+  for (auto c : start_counts) {
+    EXPECT_GT(c, 0);  // every start position 0..6 is reached
+  }
 }

@@ -15,6 +15,8 @@ TEST(Summation, RecoversTermsLostByNaiveSummation) {
 TEST(Summation, ManySmallTermsAfterALargeOne) {
   // 1 + 1e6 * 1e-16: naive summation returns exactly 1 (each 1e-16 is below half an ulp of 1).
   std::vector<double> v = {1.0};
-  for (int i = 0; i < 1000000; ++i) v.push_back(1e-16);
+  for (int i = 0; i < 1000000; ++i) {
+    v.push_back(1e-16);
+  }
   EXPECT_NEAR(compensated_sum(v), 1.0 + 1e-10, 1e-15);
 }
