@@ -25,7 +25,9 @@ RunConfig mid_cell(RunMode mode) {
   c.optimizer.kind = OptimizerKind::adam;
   c.optimizer.lr = std::ldexp(1.0, -4);
   c.record = RecordConfig{RecordKind::every_k, kSteps, 2};  // steps 0 and last only
-  if (mode == RunMode::target) c.target = TargetConfig{"e4m3", "nearest", 0};
+  if (mode == RunMode::target) {
+    c.target = TargetConfig{"e4m3", "nearest", 0};
+  }
   return c;
 }
 
@@ -54,7 +56,9 @@ double seconds_per_step(const RunConfig& c) {
 }
 
 void run(benchmark::State& state, const RunConfig& c) {
-  for (auto _ : state) benchmark::DoNotOptimize(run_cell(Kokkos::DefaultExecutionSpace(), c));
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(run_cell(Kokkos::DefaultExecutionSpace(), c));
+  }
   state.counters["steps_per_s"] =
       benchmark::Counter(static_cast<double>(state.iterations() * c.steps), benchmark::Counter::kIsRate);
 }

@@ -26,11 +26,15 @@ class ObjectReader {
  public:
   ObjectReader(const json& object, std::string path, std::set<std::string> known)
       : m_object(object), m_path(std::move(path)), m_known(std::move(known)) {
-    if (!object.is_object()) throw ConfigError((m_path.empty() ? "cell" : m_path) + ": expected an object");
+    if (!object.is_object()) {
+      throw ConfigError((m_path.empty() ? "cell" : m_path) + ": expected an object");
+    }
     for (const auto& item : object.items()) {
       if (!m_known.count(item.key())) {
         std::string names;
-        for (const std::string& k : m_known) names += (names.empty() ? "" : ", ") + k;
+        for (const std::string& k : m_known) {
+          names += (names.empty() ? "" : ", ") + k;
+        }
         throw ConfigError(join_path(m_path, item.key()) + ": unknown key (known: " + names + ")");
       }
     }
@@ -44,15 +48,21 @@ class ObjectReader {
 
   void number(const std::string& key, double& out) const {
     if (const json* v = find(key)) {
-      if (!v->is_number()) throw ConfigError(path(key) + ": expected a number");
+      if (!v->is_number()) {
+        throw ConfigError(path(key) + ": expected a number");
+      }
       out = v->get<double>();
-      if (!std::isfinite(out)) throw ConfigError(path(key) + ": expected a finite number");
+      if (!std::isfinite(out)) {
+        throw ConfigError(path(key) + ": expected a finite number");
+      }
     }
   }
   template <class Int>
   void integer(const std::string& key, Int& out) const {
     if (const json* v = find(key)) {
-      if (!v->is_number_integer()) throw ConfigError(path(key) + ": expected an integer");
+      if (!v->is_number_integer()) {
+        throw ConfigError(path(key) + ": expected an integer");
+      }
       if (v->is_number_unsigned()) {
         const auto u = v->get<std::uint64_t>();
         if (u > static_cast<std::uint64_t>(std::numeric_limits<Int>::max())) {
@@ -74,7 +84,9 @@ class ObjectReader {
   }
   void string(const std::string& key, std::string& out) const {
     if (const json* v = find(key)) {
-      if (!v->is_string()) throw ConfigError(path(key) + ": expected a string");
+      if (!v->is_string()) {
+        throw ConfigError(path(key) + ": expected a string");
+      }
       out = v->get<std::string>();
     }
   }
@@ -86,7 +98,9 @@ class ObjectReader {
 };
 
 void require(bool ok, const std::string& path, const std::string& what) {
-  if (!ok) throw ConfigError(path + ": " + what);
+  if (!ok) {
+    throw ConfigError(path + ": " + what);
+  }
 }
 
 // Runs a name parser and reports its message under the key path.
@@ -283,7 +297,9 @@ FormatSpec tensor_format(const std::string& name, const std::vector<float>& init
   FormatSpec fmt = format_from_name(name);
   if (fmt.kind == FormatKind::integer) {
     double absmax = 0;
-    for (float v : init) absmax = std::max(absmax, std::fabs(static_cast<double>(v)));
+    for (float v : init) {
+      absmax = std::max(absmax, std::fabs(static_cast<double>(v)));
+    }
     const int k = std::stoi(name.substr(3));
     fmt = int_format(k, int_scale_for_absmax(k, absmax));
   }
@@ -324,7 +340,10 @@ Trace run_cell(const ExecSpace& space, const RunConfig& config, const ProgressCa
                                      static_cast<float>(config.data.noise));
 
   std::vector<std::int64_t> sizes;
-  for (int t = 0; t < kTwoLayerTensors; ++t) sizes.push_back(model.tensor_size(t));
+  sizes.reserve(kTwoLayerTensors);
+  for (int t = 0; t < kTwoLayerTensors; ++t) {
+    sizes.push_back(model.tensor_size(t));
+  }
   Optimizer<ExecSpace> optimizer(config.optimizer, sizes);
 
   Trace trace;
@@ -422,7 +441,9 @@ Trace run_cell(const ExecSpace& space, const RunConfig& config, const ProgressCa
           std::int64_t* row = g.ratio_histogram.data() + next * static_cast<std::size_t>(nbins);
           for (std::size_t i = 0; i < host_bins.extent(0); ++i) {
             const int b = host_bins(i);
-            if (b == -1) continue;
+            if (b == -1) {
+              continue;
+            }
             if (b == -3) {
               ++bad;
               continue;
@@ -434,7 +455,9 @@ Trace run_cell(const ExecSpace& space, const RunConfig& config, const ProgressCa
               ++row[static_cast<std::size_t>(b)];
             }
           }
-          if (bad > 0) non_finite(g.name, step, std::to_string(bad) + " coordinates");
+          if (bad > 0) {
+            non_finite(g.name, step, std::to_string(bad) + " coordinates");
+          }
           g.nonzero.push_back(nonzero);
           g.zero_weight.push_back(zero_weight);
           // Non-finite values were rejected above, so project_erasure sees finite inputs only.
@@ -459,7 +482,9 @@ Trace run_cell(const ExecSpace& space, const RunConfig& config, const ProgressCa
               }
             },
             bad);
-        if (bad > 0) non_finite(g.name, step, std::to_string(bad) + " coordinates");
+        if (bad > 0) {
+          non_finite(g.name, step, std::to_string(bad) + " coordinates");
+        }
       } else {
         WritebackCounts c;
         try {
@@ -492,7 +517,9 @@ Trace run_cell(const ExecSpace& space, const RunConfig& config, const ProgressCa
       trace.learning_rate.push_back(static_cast<double>(lr));
       ++next;
     }
-    if (progress) progress(step + 1, config.steps);
+    if (progress) {
+      progress(step + 1, config.steps);
+    }
   }
   space.fence();
   return trace;

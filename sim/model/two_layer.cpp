@@ -6,9 +6,15 @@
 namespace wbaudit::sim {
 
 Activation activation_from_name(std::string_view name) {
-  if (name == "tanh") return Activation::tanh;
-  if (name == "relu") return Activation::relu;
-  if (name == "linear") return Activation::linear;
+  if (name == "tanh") {
+    return Activation::tanh;
+  }
+  if (name == "relu") {
+    return Activation::relu;
+  }
+  if (name == "linear") {
+    return Activation::linear;
+  }
   throw std::invalid_argument("unknown activation \"" + std::string(name) + "\" (known: tanh, relu, linear)");
 }
 
@@ -165,7 +171,9 @@ double TwoLayerModel<ExecSpace>::loss_and_gradient(const ExecSpace& space, Kokko
   space.fence();
   const auto r_host = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), residual);
   double sum = 0.0;
-  for (std::size_t i = 0; i < r_host.extent(0); ++i) sum += static_cast<double>(r_host(i)) * r_host(i);
+  for (std::size_t i = 0; i < r_host.extent(0); ++i) {
+    sum += static_cast<double>(r_host(i)) * r_host(i);
+  }
   return sum / (static_cast<double>(nb) * o);
 }
 
@@ -200,14 +208,18 @@ void TeacherStudentData<ExecSpace>::generate(const ExecSpace& space, std::int64_
   Kokkos::parallel_for(
       "wbaudit::sim::TeacherStudentData::generate", Kokkos::RangePolicy<ExecSpace>(space, 0, m_batch),
       KOKKOS_LAMBDA(const int b) {
-        for (int i = 0; i < d; ++i) x(b * d + i) = inputs(t, b, i);
+        for (int i = 0; i < d; ++i) {
+          x(b * d + i) = inputs(t, b, i);
+        }
         for (int j = 0; j < h; ++j) {
           const float z = b1(j) + fixed_order_sum(d, [&](int i) { return w1(j * d + i) * x(b * d + i); });
           hidden(b * h + j) = activate(act, z);
         }
         for (int k = 0; k < o; ++k) {
           float out = b2(k) + fixed_order_sum(h, [&](int j) { return w2(k * h + j) * hidden(b * h + j); });
-          if (noise != 0.0f) out += noise * noise_stream(t, b, k);
+          if (noise != 0.0f) {
+            out += noise * noise_stream(t, b, k);
+          }
           y(b * o + k) = out;
         }
       });

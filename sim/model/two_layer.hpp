@@ -40,7 +40,9 @@ KOKKOS_INLINE_FUNCTION float fast_tanh(float z) {
     const float z2 = z * z;
     return z + z * z2 * (-1.0f / 3.0f + z2 * (2.0f / 15.0f));
   }
-  if (a > 9.0f) return z > 0.0f ? 1.0f : -1.0f;  // 1 - tanh(9) < 2^-25
+  if (a > 9.0f) {
+    return z > 0.0f ? 1.0f : -1.0f;  // 1 - tanh(9) < 2^-25
+  }
   const float t = 1.0f - 2.0f / (std::exp(2.0f * a) + 1.0f);
   return z > 0.0f ? t : -t;
 }
@@ -57,7 +59,9 @@ KOKKOS_INLINE_FUNCTION float fixed_order_sum(int n, const Term& term) {
     s2 += term(k + 2);
     s3 += term(k + 3);
   }
-  for (; k < n; ++k) s0 += term(k);
+  for (; k < n; ++k) {
+    s0 += term(k);
+  }
   return (s0 + s1) + (s2 + s3);
 }
 

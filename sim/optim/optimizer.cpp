@@ -6,10 +6,18 @@
 namespace wbaudit::sim {
 
 OptimizerKind optimizer_kind_from_name(std::string_view name) {
-  if (name == "sgd") return OptimizerKind::sgd;
-  if (name == "momentum") return OptimizerKind::momentum;
-  if (name == "adam") return OptimizerKind::adam;
-  if (name == "adamw") return OptimizerKind::adamw;
+  if (name == "sgd") {
+    return OptimizerKind::sgd;
+  }
+  if (name == "momentum") {
+    return OptimizerKind::momentum;
+  }
+  if (name == "adam") {
+    return OptimizerKind::adam;
+  }
+  if (name == "adamw") {
+    return OptimizerKind::adamw;
+  }
   throw std::invalid_argument("unknown optimizer \"" + std::string(name) + "\" (known: sgd, momentum, adam, adamw)");
 }
 
@@ -78,7 +86,9 @@ void Optimizer<ExecSpace>::propose(const ExecSpace& space, int tensor, std::int6
             first(i) = m;
             second(i) = v;
             float step_dir = (m / c1) / (std::sqrt(v / c2) + eps);
-            if (decoupled) step_dir += wd * w(i);
+            if (decoupled) {
+              step_dir += wd * w(i);
+            }
             u(i) = -lr * step_dir;
           });
       break;

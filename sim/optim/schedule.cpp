@@ -8,11 +8,21 @@
 namespace wbaudit::sim {
 
 ScheduleKind schedule_kind_from_name(std::string_view name) {
-  if (name == "constant") return ScheduleKind::constant;
-  if (name == "warmup") return ScheduleKind::warmup;
-  if (name == "cosine") return ScheduleKind::cosine;
-  if (name == "cosine_restarts") return ScheduleKind::cosine_restarts;
-  if (name == "step") return ScheduleKind::step;
+  if (name == "constant") {
+    return ScheduleKind::constant;
+  }
+  if (name == "warmup") {
+    return ScheduleKind::warmup;
+  }
+  if (name == "cosine") {
+    return ScheduleKind::cosine;
+  }
+  if (name == "cosine_restarts") {
+    return ScheduleKind::cosine_restarts;
+  }
+  if (name == "step") {
+    return ScheduleKind::step;
+  }
   throw std::invalid_argument("unknown schedule \"" + std::string(name) +
                               "\" (known: constant, warmup, cosine, cosine_restarts, step)");
 }
@@ -52,8 +62,10 @@ float scheduled_learning_rate(const ScheduleConfig& schedule, double base_lr, st
     case ScheduleKind::cosine_restarts:
       return static_cast<float>(
           cosine(static_cast<double>(tau % schedule.period), static_cast<double>(schedule.period)));
-    default:
-      return static_cast<float>(base_lr * std::pow(schedule.gamma, static_cast<double>(tau / schedule.step_size)));
+    default: {
+      const std::int64_t decays = tau / schedule.step_size;  // floor division: completed step_size periods
+      return static_cast<float>(base_lr * std::pow(schedule.gamma, static_cast<double>(decays)));
+    }
   }
 }
 

@@ -12,10 +12,14 @@ namespace wbaudit::sim {
 
 const GroupTrace& Trace::group(const std::string& name) const {
   for (const GroupTrace& g : groups) {
-    if (g.name == name) return g;
+    if (g.name == name) {
+      return g;
+    }
   }
   std::string known;
-  for (const GroupTrace& g : groups) known += (known.empty() ? "" : ", ") + g.name;
+  for (const GroupTrace& g : groups) {
+    known += (known.empty() ? "" : ", ") + g.name;
+  }
   throw std::out_of_range("trace has no group \"" + name + "\" (groups: " + known + ")");
 }
 
@@ -31,12 +35,16 @@ class Handle {
  public:
   Handle(hid_t id, herr_t (*close)(hid_t), const std::string& what, const std::string& file)
       : m_id(id), m_close(close) {
-    if (id < 0) throw TraceFileError(file + ": HDF5 error: " + what);
+    if (id < 0) {
+      throw TraceFileError(file + ": HDF5 error: " + what);
+    }
   }
   Handle(const Handle&) = delete;
   Handle& operator=(const Handle&) = delete;
   ~Handle() {
-    if (m_id >= 0) m_close(m_id);
+    if (m_id >= 0) {
+      m_close(m_id);
+    }
   }
   hid_t get() const { return m_id; }
 
@@ -46,7 +54,9 @@ class Handle {
 };
 
 void check(herr_t status, const std::string& what, const std::string& file) {
-  if (status < 0) throw TraceFileError(file + ": HDF5 error: " + what);
+  if (status < 0) {
+    throw TraceFileError(file + ": HDF5 error: " + what);
+  }
 }
 
 template <class T>
@@ -147,7 +157,9 @@ bool has_link(hid_t loc, const std::string& name) {
 }
 
 std::string read_string_attribute(hid_t loc, const char* name, const std::string& file) {
-  if (H5Aexists(loc, name) <= 0) throw TraceFileError(file + ": not a wbaudit trace: missing attribute " + name);
+  if (H5Aexists(loc, name) <= 0) {
+    throw TraceFileError(file + ": not a wbaudit trace: missing attribute " + name);
+  }
   Handle attr(H5Aopen(loc, name, H5P_DEFAULT), H5Aclose, std::string("open attribute ") + name, file);
   Handle type = string_type(file);
   char* data = nullptr;
@@ -159,7 +171,9 @@ std::string read_string_attribute(hid_t loc, const char* name, const std::string
 
 template <class T>
 T read_scalar_attribute(hid_t loc, const char* name, const std::string& file) {
-  if (H5Aexists(loc, name) <= 0) throw TraceFileError(file + ": not a wbaudit trace: missing attribute " + name);
+  if (H5Aexists(loc, name) <= 0) {
+    throw TraceFileError(file + ": not a wbaudit trace: missing attribute " + name);
+  }
   Handle attr(H5Aopen(loc, name, H5P_DEFAULT), H5Aclose, std::string("open attribute ") + name, file);
   T value{};
   check(H5Aread(attr.get(), native_type<T>(), &value), std::string("read attribute ") + name, file);
@@ -168,11 +182,15 @@ T read_scalar_attribute(hid_t loc, const char* name, const std::string& file) {
 
 template <class T>
 std::vector<T> read_dataset(hid_t loc, const std::string& name, const std::string& where, const std::string& file) {
-  if (!has_link(loc, name)) throw TraceFileError(file + ": not a wbaudit trace: missing dataset " + where + name);
+  if (!has_link(loc, name)) {
+    throw TraceFileError(file + ": not a wbaudit trace: missing dataset " + where + name);
+  }
   Handle set(H5Dopen2(loc, name.c_str(), H5P_DEFAULT), H5Dclose, "open dataset " + where + name, file);
   Handle space(H5Dget_space(set.get()), H5Sclose, "H5Dget_space " + where + name, file);
   const hssize_t n = H5Sget_simple_extent_npoints(space.get());
-  if (n < 0) throw TraceFileError(file + ": HDF5 error: extent of " + where + name);
+  if (n < 0) {
+    throw TraceFileError(file + ": HDF5 error: extent of " + where + name);
+  }
   std::vector<T> data(static_cast<std::size_t>(n));
   if (n > 0) {
     check(H5Dread(set.get(), native_type<T>(), H5S_ALL, H5S_ALL, H5P_DEFAULT, data.data()),
@@ -204,7 +222,9 @@ void write_file(const std::string& file, const Trace& trace) {
   write_vector(root, "learning_rate", trace.learning_rate, file);
 
   std::string order;
-  for (const GroupTrace& g : trace.groups) order += (order.empty() ? "" : "\n") + g.name;
+  for (const GroupTrace& g : trace.groups) {
+    order += (order.empty() ? "" : "\n") + g.name;
+  }
   write_string_attribute(root, "group_order", order, file);
   Handle groups = create_group(root, "groups", file);
   for (const GroupTrace& g : trace.groups) {
@@ -265,8 +285,12 @@ void write_trace(const std::filesystem::path& path, const Trace& trace) {
 Trace read_trace(const std::filesystem::path& path) {
   const std::string file = path.string();
   H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
-  if (!std::filesystem::exists(path)) throw TraceFileError(file + ": no such trace file");
-  if (H5Fis_hdf5(file.c_str()) <= 0) throw TraceFileError(file + ": not an HDF5 file");
+  if (!std::filesystem::exists(path)) {
+    throw TraceFileError(file + ": no such trace file");
+  }
+  if (H5Fis_hdf5(file.c_str()) <= 0) {
+    throw TraceFileError(file + ": not an HDF5 file");
+  }
   Handle h5(H5Fopen(file.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose, "open file", file);
   const hid_t root = h5.get();
   Trace trace;
@@ -292,11 +316,14 @@ Trace read_trace(const std::filesystem::path& path) {
   std::size_t begin = 0;
   while (begin < order.size()) {
     std::size_t end = order.find('\n', begin);
-    if (end == std::string::npos) end = order.size();
+    if (end == std::string::npos) {
+      end = order.size();
+    }
     GroupTrace g;
     g.name = order.substr(begin, end - begin);
     begin = end + 1;
     const std::string where = "/groups/" + g.name + "/";
+    const std::string projected_where = where + "projected";
     Handle gh = open_group(groups.get(), g.name, file);
     g.tensor_id = read_scalar_attribute<std::uint32_t>(gh.get(), "tensor_id", file);
     g.size = read_scalar_attribute<std::int64_t>(gh.get(), "size", file);
@@ -314,12 +341,17 @@ Trace read_trace(const std::filesystem::path& path) {
       for (hsize_t i = 0; i < info.nlinks; ++i) {
         const ssize_t len =
             H5Lget_name_by_idx(projected.get(), ".", H5_INDEX_NAME, H5_ITER_INC, i, nullptr, 0, H5P_DEFAULT);
-        if (len < 0) throw TraceFileError(file + ": HDF5 error: link name in " + where + "projected");
+        if (len < 0) {
+          std::string message = file;
+          message += ": HDF5 error: link name in " + projected_where;
+          throw TraceFileError(message);
+        }
         std::string name(static_cast<std::size_t>(len), '\0');
         H5Lget_name_by_idx(projected.get(), ".", H5_INDEX_NAME, H5_ITER_INC, i, name.data(), name.size() + 1,
                            H5P_DEFAULT);
         Handle fh = open_group(projected.get(), name, file);
-        const std::string fwhere = where + "projected/" + name + "/";
+        std::string fwhere = projected_where;
+        fwhere += "/" + name + "/";
         ProjectedSeries series;
         series.erased = read_dataset<std::int64_t>(fh.get(), "erased", fwhere, file);
         series.fraction = read_dataset<double>(fh.get(), "fraction", fwhere, file);

@@ -34,8 +34,12 @@ struct FormatTable {
       const std::size_t hi = std::upper_bound(values.begin(), values.end(), static_cast<double>(a)) - values.begin();
       // upper_bound on the double of a is safe: every value is exact in double and a < max.
       std::size_t h = hi;
-      while (h > 0 && static_cast<long double>(values[h - 1]) > a) --h;
-      while (h < values.size() && static_cast<long double>(values[h]) <= a) ++h;
+      while (h > 0 && static_cast<long double>(values[h - 1]) > a) {
+        --h;
+      }
+      while (h < values.size() && static_cast<long double>(values[h]) <= a) {
+        ++h;
+      }
       const std::size_t lo = h - 1;
       if (static_cast<long double>(values[lo]) == a) {
         r = values[lo];

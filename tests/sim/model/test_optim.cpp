@@ -19,11 +19,13 @@ using Vec = Kokkos::View<float*, Space::memory_space>;
 Vec make(const std::vector<float>& v) {
   Vec out("v", v.size());
   auto h = Kokkos::create_mirror_view(out);
-  for (std::size_t i = 0; i < v.size(); ++i) h(i) = v[i];
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    h(i) = v[i];
+  }
   Kokkos::deep_copy(out, h);
   return out;
 }
-std::vector<float> host(Vec v) {
+std::vector<float> host(const Vec& v) {
   auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), v);
   return std::vector<float>(h.data(), h.data() + h.extent(0));
 }
@@ -112,7 +114,9 @@ TEST(RecordSchedule, EveryEveryKAndLog) {
       ASSERT_EQ(static_cast<std::int64_t>(r.size()), std::min(points, steps)) << steps << " " << points;
       EXPECT_EQ(r.front(), 0);
       EXPECT_EQ(r.back(), steps - 1);
-      for (std::size_t i = 1; i < r.size(); ++i) EXPECT_LT(r[i - 1], r[i]);
+      for (std::size_t i = 1; i < r.size(); ++i) {
+        EXPECT_LT(r[i - 1], r[i]);
+      }
     }
   }
   // Log spacing: between 100 and 1000 there are about as many points as between 1000 and 10000.

@@ -87,12 +87,18 @@ void check_recount(const std::string& policy) {
         ASSERT_EQ(e4m3.nearest(w[i]), static_cast<double>(w[i])) << "w not in e4m3";
         const long double sum = static_cast<long double>(w[i]) + static_cast<long double>(u[i]);
         const double q = e4m3.nearest(sum);
-        if (std::fabs(sum) > e4m3.max_finite()) ++saturated;
-        if (next[i] != w[i]) ++applied;
+        if (std::fabs(sum) > e4m3.max_finite()) {
+          ++saturated;
+        }
+        if (next[i] != w[i]) {
+          ++applied;
+        }
         if (u[i] != 0.0f) {
           ++nonzero;
           if (policy == "nearest") {
-            if (q == static_cast<double>(w[i])) ++erased;
+            if (q == static_cast<double>(w[i])) {
+              ++erased;
+            }
           } else if (next[i] == w[i]) {
             ++erased;
           }
@@ -145,7 +151,9 @@ TEST(RunCell, ProjectionAndHistogramAtStepZeroEqualPlainRecomputation) {
     std::int64_t nonzero = 0, zero_weight = 0;
     std::vector<std::int64_t> hist(layout.bins, 0);
     for (std::size_t i = 0; i < w.size(); ++i) {
-      if (u[i] == 0.0f) continue;
+      if (u[i] == 0.0f) {
+        continue;
+      }
       ++nonzero;
       if (w[i] == 0.0f) {
         ++zero_weight;
@@ -165,7 +173,9 @@ TEST(RunCell, ProjectionAndHistogramAtStepZeroEqualPlainRecomputation) {
       std::int64_t erased = 0;
       for (std::size_t i = 0; i < w.size(); ++i) {
         const double qw = table.nearest(w[i]);
-        if (u[i] != 0.0f && table.nearest(static_cast<long double>(qw) + u[i]) == qw) ++erased;
+        if (u[i] != 0.0f && table.nearest(static_cast<long double>(qw) + u[i]) == qw) {
+          ++erased;
+        }
       }
       EXPECT_EQ(g.projected.at(name).erased[0], erased) << g.name << " " << name;
       EXPECT_DOUBLE_EQ(g.projected.at(name).fraction[0], static_cast<double>(erased) / nonzero)
@@ -219,14 +229,18 @@ TEST(RunCell, IntegerTargetUsesPerTensorScale) {
     levels.erase(std::unique(levels.begin(), levels.end()), levels.end());
     EXPECT_LE(levels.size(), 15u) << t.groups[tensor].name;
     const GroupTrace& g = t.groups[tensor];
-    for (std::size_t r = 0; r < g.erased.size(); ++r) EXPECT_LE(g.erased[r], g.nonzero[r]);
+    for (std::size_t r = 0; r < g.erased.size(); ++r) {
+      EXPECT_LE(g.erased[r], g.nonzero[r]);
+    }
   }
 }
 
 TEST(RunCell, NonFiniteProposalNamesTensorAndStep) {
   for (RunMode mode : {RunMode::reference, RunMode::target}) {
     RunConfig cfg = small_config(mode);
-    if (mode == RunMode::target) cfg.target = TargetConfig{"bf16", "nearest", 0};
+    if (mode == RunMode::target) {
+      cfg.target = TargetConfig{"bf16", "nearest", 0};
+    }
     cfg.optimizer.kind = OptimizerKind::sgd;
     cfg.optimizer.lr = 1e37;
     try {

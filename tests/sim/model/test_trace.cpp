@@ -49,7 +49,9 @@ Trace sample_trace(const std::string& mode) {
       g.erased_fraction = {0.01, 2.0 / 99, std::numeric_limits<double>::quiet_NaN(), 1.0};
     } else {
       g.zero_weight = {0, 1, 0, 2};
-      for (int i = 0; i < 32; ++i) g.ratio_histogram.push_back(i * 3 + id);
+      for (int i = 0; i < 32; ++i) {
+        g.ratio_histogram.push_back(i * 3 + id);
+      }
       g.projected["e4m3"] = ProjectedSeries{{5, 6, 0, 1}, {0.05, 6.0 / 99, std::nan(""), 1.0 / 7}};
       g.projected["bf16"] = ProjectedSeries{{0, 0, 0, 0}, {0.0, 0.0, std::nan(""), 0.0}};
     }

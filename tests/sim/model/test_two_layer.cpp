@@ -18,7 +18,7 @@ using wbaudit::sim::TwoLayerModel;
 using wbaudit::sim::TwoLayerShape;
 using Space = Kokkos::DefaultExecutionSpace;
 
-std::vector<float> host(Kokkos::View<const float*, Space::memory_space> v) {
+std::vector<float> host(const Kokkos::View<const float*, Space::memory_space>& v) {
   const auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), v);
   return std::vector<float>(h.data(), h.data() + h.extent(0));
 }
@@ -28,8 +28,12 @@ struct Plain {
   Activation act;
   std::vector<double> x, y;
   double activate(double z) const {
-    if (act == Activation::tanh) return std::tanh(z);
-    if (act == Activation::relu) return z > 0 ? z : 0;
+    if (act == Activation::tanh) {
+      return std::tanh(z);
+    }
+    if (act == Activation::relu) {
+      return z > 0 ? z : 0;
+    }
     return z;
   }
   // L = 1/(B*O) sum (W2 act(W1 x + b1) + b2 - y)^2 with params = [W1 | b1 | W2 | b2].
@@ -39,12 +43,16 @@ struct Plain {
       std::vector<double> a(h);
       for (int j = 0; j < h; ++j) {
         double z = p[1][j];
-        for (int i = 0; i < d; ++i) z += p[0][j * d + i] * x[n * d + i];
+        for (int i = 0; i < d; ++i) {
+          z += p[0][j * d + i] * x[n * d + i];
+        }
         a[j] = activate(z);
       }
       for (int k = 0; k < o; ++k) {
         double out = p[3][k];
-        for (int j = 0; j < h; ++j) out += p[2][k * h + j] * a[j];
+        for (int j = 0; j < h; ++j) {
+          out += p[2][k * h + j] * a[j];
+        }
         sum += (out - y[n * o + k]) * (out - y[n * o + k]);
       }
     }
@@ -63,12 +71,18 @@ void check_gradient(Activation act) {
   const double loss = model.loss_and_gradient(space, data.x(), data.y());
 
   Plain plain{5, 7, 3, batch, act, {}, {}};
-  for (float v : host(data.x())) plain.x.push_back(v);
-  for (float v : host(data.y())) plain.y.push_back(v);
+  for (float v : host(data.x())) {
+    plain.x.push_back(v);
+  }
+  for (float v : host(data.y())) {
+    plain.y.push_back(v);
+  }
   std::vector<std::vector<double>> params;
   for (int t = 0; t < 4; ++t) {
     std::vector<double> p;
-    for (float v : host(model.parameter(t))) p.push_back(v);
+    for (float v : host(model.parameter(t))) {
+      p.push_back(v);
+    }
     params.push_back(p);
   }
   const double plain_loss = plain.loss(params);
