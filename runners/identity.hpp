@@ -6,8 +6,9 @@
 //    so dump() already emits keys in std::less<std::string> order at every depth);
 //  - numbers by value: an integer prints as an integer; a floating-point number whose value is an integer with
 //    |x| < 2^53 prints as that integer (so `lr = 1` and `lr = 1.0` give one id, and -0.0 prints as 0); any other
-//    double prints as its shortest round-trip decimal text (nlohmann's Grisu2 dump, e.g. 0.001 -> "0.001",
-//    1e-8 -> "1e-08"), so "1e-3" and "0.001" in a spec give the same text; NaN and infinities are errors;
+//    double prints as nlohmann's Grisu2 text (exact round trip, shortest digits in practice; e.g. 0.001 ->
+//    "0.001", 1e-8 -> "1e-08"), so "1e-3" and "0.001" in a spec give the same text; NaN and infinities are errors.
+//    The tests pin this text against hand-written strings, so a dependency upgrade that changed it would fail;
 //  - strings as UTF-8 with JSON's mandatory escapes only (invalid UTF-8 is an error);
 //  - the configuration must carry its schema version (key "schema", e.g. "wbaudit.cell/1"), which is therefore
 //    part of the id.

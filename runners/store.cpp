@@ -143,7 +143,7 @@ std::string utc_now() {
   return out;
 }
 
-void write_file_atomic(const fs::path& path, const std::string& bytes) {
+void write_file_atomic(const fs::path& path, const std::string& bytes, bool durable) {
   const fs::path dir = path.parent_path().empty() ? fs::path(".") : path.parent_path();
   const fs::path temp = dir / ("." + path.filename().string() + ".tmp." + std::to_string(::getpid()));
   const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -163,7 +163,7 @@ void write_file_atomic(const fs::path& path, const std::string& bytes) {
     }
     written += static_cast<std::size_t>(n);
   }
-  if (::fsync(fd) != 0) fail("cannot fsync");
+  if (durable && ::fsync(fd) != 0) fail("cannot fsync");
   if (::close(fd) != 0) {
     const std::string message = "cannot close " + temp.string() + ": " + errno_text();
     ::unlink(temp.c_str());
@@ -174,7 +174,7 @@ void write_file_atomic(const fs::path& path, const std::string& bytes) {
     ::unlink(temp.c_str());
     throw StoreError(message);
   }
-  fsync_path(dir, true);
+  if (durable) fsync_path(dir, true);
 }
 
 SweepStore SweepStore::create(const fs::path& dir, const std::string& spec_text, std::vector<StoredCell> cells,
@@ -334,7 +334,7 @@ Attempt SweepStore::begin_attempt(const std::string& id) const {
                         {"build", build_identity()},
                         {"executable_sha256", self_executable_sha256()},
                         {"files", nlohmann::json::object()}};
-  write_file_atomic(attempt.m_dir / "manifest.json", attempt.m_manifest.dump(1) + "\n");
+  write_file_atomic(attempt.m_dir / "manifest.json", attempt.m_manifest.dump(1) + "\n", /*durable=*/false);
   return attempt;
 }
 
@@ -356,14 +356,13 @@ AttemptRecord SweepStore::finish_attempt(Attempt& attempt, AttemptStatus status,
       reason += (reason.empty() ? "" : "; ") + std::string("output file \"") + name + "\" was not written";
       continue;
     }
-    fsync_path(full, false);  // the data is durable before a manifest can call it complete
     hashes[name] = sha256_file(full);
   }
   attempt.m_manifest["files"] = hashes;
   attempt.m_manifest["status"] = to_string(status);
   attempt.m_manifest["exit_reason"] = reason;
   attempt.m_manifest["end"] = utc_now();
-  write_file_atomic(attempt.m_dir / "manifest.json", attempt.m_manifest.dump(1) + "\n");
+  write_file_atomic(attempt.m_dir / "manifest.json", attempt.m_manifest.dump(1) + "\n", /*durable=*/false);
   return read_attempt(attempt.m_dir, attempt.m_cell_id);
 }
 

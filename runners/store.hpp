@@ -105,7 +105,7 @@ class SweepStore {
 
   // Starts an attempt: creates cells/<id>/attempts/<uuid>/ and an atomic manifest with status "running".
   Attempt begin_attempt(const std::string& cell_id) const;
-  // Hashes (and fsyncs) the files, relative to the attempt directory, then atomically rewrites the manifest with
+  // Hashes the files, relative to the attempt directory, then atomically rewrites the manifest with
   // status complete or failed. A file that is missing turns a complete attempt into a failed one.
   AttemptRecord finish_attempt(Attempt& attempt, AttemptStatus status, const std::string& exit_reason,
                                const std::vector<std::string>& files) const;
@@ -123,9 +123,16 @@ class SweepStore {
   std::string m_created;
 };
 
-// Writes bytes to path atomically: a temporary ".<name>.tmp.<pid>" in the same directory, fsync, rename, fsync of
-// the directory. Throws StoreError naming the path and errno text (e.g. a full disk) and removes the temporary.
-void write_file_atomic(const std::filesystem::path& path, const std::string& bytes);
+// Writes bytes to path atomically: a temporary ".<name>.tmp.<pid>" in the same directory, then rename, so a reader
+// sees the old content or the new, never a part. durable: also fsync the file before and the directory after the
+// rename (survives power loss). Throws StoreError naming the path and errno text (e.g. a full disk) and removes the
+// temporary.
+//
+// Attempt manifests are written without fsync (about 15 ms per cell on an ordinary disk): a crash can at worst
+// lose or truncate a manifest, which every reader detects (no manifest, corrupt manifest, or file hashes that do not
+// match) and --resume reruns; nothing torn can pass as complete. sweep.json, spec.toml, the executable copy and
+// registrations are durable.
+void write_file_atomic(const std::filesystem::path& path, const std::string& bytes, bool durable = true);
 // Current UTC time, ISO 8601 with milliseconds.
 std::string utc_now();
 

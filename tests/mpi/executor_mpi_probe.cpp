@@ -45,7 +45,11 @@ int main(int argc, char** argv) {
                      "",
                      {{"schema", "wbaudit.cell/1"}, {"seed", seed}, {"work", 1 + (seed % 4) * 3}}});
   try {
-    if (mpi.rank() == 0 && !status_only) (void)wr::SweepStore::create(dir, "probe spec\n", cells, {.resume = resume});
+    if (mpi.rank() == 0 && !status_only) {
+      wr::CreateOptions create;
+      create.resume = resume;
+      (void)wr::SweepStore::create(dir, "probe spec\n", cells, create);
+    }
     if (mpi.active()) MPI_Barrier(MPI_COMM_WORLD);
     const auto store = wr::SweepStore::open(dir);
     // Uneven cost: `work` rounds of a xorshift stream; the output depends only on the configuration.

@@ -35,6 +35,18 @@ struct FakeCell {
   }
 };
 
+wr::ExecOptions resuming() {
+  wr::ExecOptions o;
+  o.resume = true;
+  return o;
+}
+
+wr::CreateOptions registered_binary(const fs::path& executable) {
+  wr::CreateOptions o;
+  o.executable = executable;
+  return o;
+}
+
 struct ExecutorTest : ::testing::Test {
   fs::path dir = fs::temp_directory_path() / ("wbaudit_exec_" + wr::random_uuid());
   void TearDown() override { fs::remove_all(dir); }
@@ -79,8 +91,8 @@ TEST_F(ExecutorTest, ResumeRunsOnlyMissingFailedOrNonCanonicalCells) {
   for (const auto& e : fs::directory_iterator(dir / "cells" / store.cells()[5].id / "attempts"))
     std::ofstream(e.path() / "out.txt") << "tampered";
   FakeCell second;
-  const auto summary =
-      wr::execute_sweep(store, wr::tasks_of(store), [&](auto& t, auto& d) { return second(t, d); }, {.resume = true});
+  const auto summary = wr::execute_sweep(
+      store, wr::tasks_of(store), [&](auto& t, auto& d) { return second(t, d); }, resuming());
   EXPECT_EQ(summary.skipped, 3u);
   EXPECT_EQ(summary.completed, 3u);
   EXPECT_EQ(summary.failed, 0u);
@@ -93,8 +105,8 @@ TEST_F(ExecutorTest, ResumeRunsOnlyMissingFailedOrNonCanonicalCells) {
             "21df5d9b21fca1b7c6c85295029cb45e0fbf526a09bb6e0f2d7ab32c316d12d9");
   // Nothing left to do.
   FakeCell third;
-  const auto again =
-      wr::execute_sweep(store, wr::tasks_of(store), [&](auto& t, auto& d) { return third(t, d); }, {.resume = true});
+  const auto again = wr::execute_sweep(
+      store, wr::tasks_of(store), [&](auto& t, auto& d) { return third(t, d); }, resuming());
   EXPECT_EQ(again.skipped, 6u);
   EXPECT_TRUE(third.calls.empty());
 }
@@ -106,7 +118,7 @@ TEST_F(ExecutorTest, RefusesTasksOutsideTheSweepAndForeignBinaries) {
   EXPECT_THROW((void)wr::execute_sweep(store, foreign, [&](auto& t, auto& d) { return fake(t, d); }, {}),
                wr::StoreError);
   const fs::path other = dir.string() + "_other";
-  const auto foreign_store = wr::SweepStore::create(other, "spec", cells(2), {.executable = "/bin/true"});
+  const auto foreign_store = wr::SweepStore::create(other, "spec", cells(2), registered_binary("/bin/true"));
   try {
     (void)wr::execute_sweep(foreign_store, wr::tasks_of(foreign_store), [&](auto& t, auto& d) { return fake(t, d); },
                             {});

@@ -32,6 +32,13 @@ std::vector<wr::StoredCell> three_cells() {
   return cells;
 }
 
+wr::CreateOptions options(bool resume, const fs::path& executable = {}) {
+  wr::CreateOptions o;
+  o.resume = resume;
+  o.executable = executable;
+  return o;
+}
+
 fs::path fresh_dir(const std::string& tag) {
   const fs::path dir = fs::temp_directory_path() / ("wbaudit_store_" + tag + "_" + wr::random_uuid());
   return dir;
@@ -95,12 +102,12 @@ TEST_F(StoreTest, RefusesExistingDirectoryAndChangedSpec) {
   (void)wr::SweepStore::create(dir, kSpec, three_cells());
   EXPECT_THROW((void)wr::SweepStore::create(dir, kSpec, three_cells()), wr::StoreError);
   try {
-    (void)wr::SweepStore::create(dir, kSpec + "# edited\n", three_cells(), {.resume = true});
+    (void)wr::SweepStore::create(dir, kSpec + "# edited\n", three_cells(), options(true));
     FAIL() << "changed spec accepted on resume";
   } catch (const wr::StoreError& e) {
     EXPECT_NE(std::string(e.what()).find("spec changed"), std::string::npos) << e.what();
   }
-  EXPECT_NO_THROW((void)wr::SweepStore::create(dir, kSpec, three_cells(), {.resume = true}));
+  EXPECT_NO_THROW((void)wr::SweepStore::create(dir, kSpec, three_cells(), options(true)));
 }
 
 TEST_F(StoreTest, RejectsBadCellLists) {
@@ -120,10 +127,9 @@ TEST_F(StoreTest, MissingExecutableCopyIsReportedAndRestoredOnResume) {
   ASSERT_EQ(problems.size(), 1u);
   EXPECT_NE(problems[0].find("missing"), std::string::npos) << problems[0];
   // Another binary cannot stand in for the registered one.
-  EXPECT_THROW((void)wr::SweepStore::create(dir, kSpec, three_cells(), {.resume = true, .executable = "/bin/true"}),
-               wr::StoreError);
+  EXPECT_THROW((void)wr::SweepStore::create(dir, kSpec, three_cells(), options(true, "/bin/true")), wr::StoreError);
   EXPECT_FALSE(fs::exists(dir / "bin" / "wbaudit"));
-  const auto resumed = wr::SweepStore::create(dir, kSpec, three_cells(), {.resume = true});
+  const auto resumed = wr::SweepStore::create(dir, kSpec, three_cells(), options(true));
   EXPECT_TRUE(resumed.check_frozen_inputs().empty());
 }
 
@@ -211,7 +217,7 @@ TEST_F(StoreTest, HandMadeDirectoryIsNonCanonical) {
 
 TEST_F(StoreTest, OtherBinaryIsNonCanonical) {
   // The sweep registers /bin/true as its binary; this test program then runs an attempt.
-  const auto store = wr::SweepStore::create(dir, kSpec, three_cells(), {.executable = "/bin/true"});
+  const auto store = wr::SweepStore::create(dir, kSpec, three_cells(), options(false, "/bin/true"));
   EXPECT_EQ(store.binary_sha256(), wr::sha256_file("/bin/true"));
   const auto record = complete_attempt(store, store.cells()[0].id, "x");
   EXPECT_TRUE(record.complete);
