@@ -1,6 +1,7 @@
 // Simulator step throughput for a mid-size cell (input 16, hidden 64, output 4, batch 64, Adam): a plain fp32 step
 // (reference mode, nothing recorded), a target step (e4m3 nearest write-back with exact event counting), and
-// reference recording (3 projected formats + the d histogram) at every step and log-spaced (amortized).
+// reference recording (3 projected formats + the d histogram; or 1 format) at every step, and log-spaced
+// (amortized).
 // The Ratios benchmark times them in the same process and reports them as counters.
 #include <benchmark/benchmark.h>
 
@@ -43,6 +44,11 @@ RunConfig recording_every_step() {
   c.record = RecordConfig{RecordKind::every, 1, 2};
   return c;
 }
+RunConfig recording_every_step_one_format() {
+  RunConfig c = recording_every_step();
+  c.project_formats = {"e4m3"};
+  return c;
+}
 RunConfig recording_log() {  // 2000-step runs recorded at 80 log-spaced points: 4% of steps; here scaled to 400
   RunConfig c = recording_every_step();
   c.record = RecordConfig{RecordKind::log, 1, 16};
@@ -72,6 +78,9 @@ void TargetE4m3NearestStep(benchmark::State& state) {
 void ReferenceRecordingEveryStep(benchmark::State& state) {
   run(state, recording_every_step());
 }
+void ReferenceRecordingEveryStepOneFormat(benchmark::State& state) {
+  run(state, recording_every_step_one_format());
+}
 void ReferenceRecordingLogSpaced(benchmark::State& state) {
   run(state, recording_log());
 }
@@ -79,11 +88,12 @@ void ReferenceRecordingLogSpaced(benchmark::State& state) {
 // Interleaved timing of the four variants in one loop; counters are per-step time ratios to the plain step
 // (the median over iterations of each variant's seconds per step).
 void Ratios(benchmark::State& state) {
-  std::vector<double> p, t, r, l;
+  std::vector<double> p, t, r, r1, l;
   for (auto _ : state) {
     p.push_back(seconds_per_step(plain()));
     t.push_back(seconds_per_step(target()));
     r.push_back(seconds_per_step(recording_every_step()));
+    r1.push_back(seconds_per_step(recording_every_step_one_format()));
     l.push_back(seconds_per_step(recording_log()));
   }
   const auto median = [](std::vector<double> v) {
@@ -94,12 +104,14 @@ void Ratios(benchmark::State& state) {
   state.counters["plain_us_per_step"] = base * 1e6;
   state.counters["target_over_plain"] = median(t) / base;
   state.counters["recording_every_step_over_plain"] = median(r) / base;
+  state.counters["recording_every_step_one_format_over_plain"] = median(r1) / base;
   state.counters["recording_log_amortized_over_plain"] = median(l) / base;
 }
 
 BENCHMARK(PlainFp32Step)->Unit(benchmark::kMillisecond);
 BENCHMARK(TargetE4m3NearestStep)->Unit(benchmark::kMillisecond);
 BENCHMARK(ReferenceRecordingEveryStep)->Unit(benchmark::kMillisecond);
+BENCHMARK(ReferenceRecordingEveryStepOneFormat)->Unit(benchmark::kMillisecond);
 BENCHMARK(ReferenceRecordingLogSpaced)->Unit(benchmark::kMillisecond);
 BENCHMARK(Ratios)->Unit(benchmark::kMillisecond)->Iterations(9);
 
