@@ -54,9 +54,14 @@ Figure scatter_figure(const CrossingReport& report) {
     if (!std::isfinite(row.measured) || !std::isfinite(row.predicted)) continue;
     lo = std::min({lo, row.measured, row.predicted});
     hi = std::max({hi, row.measured, row.predicted});
+    static const char* kColors[] = {"#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#17becf"};
+    static const int kPoints[] = {7, 5, 9, 11, 13, 15, 4};
     auto& s = by_format[row.format];
-    s.title = row.format;
-    s.style = "points pt 7 ps 0.8";
+    if (s.title.empty()) {
+      std::size_t k = (by_format.size() - 1) % 7;
+      s.title = row.format;
+      s.style = std::string("points pt ") + std::to_string(kPoints[k]) + " ps 1.0 lc rgb '" + kColors[k] + "'";
+    }
     s.x.push_back(row.measured);
     s.y.push_back(row.predicted);
   }

@@ -74,7 +74,7 @@ std::vector<std::string> render(const Figure& figure, const std::filesystem::pat
     out << "set datafile missing 'nan'\n";
     out << "set title " << quoted(figure.title) << "\n";
     out << "set xlabel " << quoted(figure.xlabel) << "\nset ylabel " << quoted(figure.ylabel) << "\n";
-    out << "set grid\nset key outside right top\n";
+    out << "set grid\nset key below\nset autoscale xfix\n";
     if (figure.logx) out << "set logscale x\n";
     if (figure.logy) out << "set logscale y\n";
     if (std::isfinite(figure.ymin) || std::isfinite(figure.ymax)) {
@@ -90,9 +90,10 @@ std::vector<std::string> render(const Figure& figure, const std::filesystem::pat
            << " title " << quoted(figure.series[s].title);
     }
     plot << "\n";
-    out << "set terminal svg size " << figure.width << "," << figure.height << " dynamic background '#ffffff'\n";
+    out << "set terminal svg size " << figure.width << "," << figure.height
+        << " dynamic noenhanced background '#ffffff'\n";
     out << "set output " << quoted(stem + ".svg") << "\n" << plot.str();
-    out << "set terminal pngcairo size " << figure.width << "," << figure.height << "\n";
+    out << "set terminal pngcairo noenhanced size " << figure.width << "," << figure.height << "\n";
     out << "set output " << quoted(stem + ".png") << "\n" << plot.str();
     out << "unset output\n";
     if (!out) throw std::runtime_error(script.string() + ": cannot write gnuplot script");

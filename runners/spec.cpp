@@ -1,0 +1,342 @@
+#include "runners/spec.hpp"
+
+#include <toml++/toml.h>
+#include <cmath>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "sim/precision/format.hpp"
+#include "sim/run.hpp"
+
+namespace wbaudit::runners {
+namespace {
+
+using nlohmann::json;
+
+// Where each dotted key path was written in the spec, for error messages.
+using LineMap = std::map<std::string, std::int64_t>;
+
+struct Context {
+  std::string file;
+  LineMap lines;
+
+  [[noreturn]] void fail(std::int64_t line, const std::string& what) const {
+    std::ostringstream out;
+    out << file;
+    if (line > 0) out << ':' << line;
+    out << ": " << what;
+    throw SpecError(out.str());
+  }
+  // The line of a key path, or of its closest declared ancestor.
+  std::int64_t line_of(std::string path) const {
+    while (!path.empty()) {
+      if (auto it = lines.find(path); it != lines.end()) return it->second;
+      auto dot = path.rfind('.');
+      if (dot == std::string::npos) break;
+      path.resize(dot);
+    }
+    return 0;
+  }
+};
+
+json to_json(const toml::node& node, const std::string& path, Context& ctx) {
+  ctx.lines.emplace(path, static_cast<std::int64_t>(node.source().begin.line));
+  if (auto* table = node.as_table()) {
+    json out = json::object();
+    for (auto&& [key, value] : *table) {
+      std::string child = path.empty() ? std::string(key.str()) : path + "." + std::string(key.str());
+      ctx.lines.emplace(child, static_cast<std::int64_t>(key.source().begin.line));
+      out[std::string(key.str())] = to_json(value, child, ctx);
+    }
+    return out;
+  }
+  if (auto* array = node.as_array()) {
+    json out = json::array();
+    for (std::size_t i = 0; i < array->size(); ++i) out.push_back(to_json(*array->get(i), path, ctx));
+    return out;
+  }
+  if (auto v = node.value_exact<std::int64_t>()) return *v;
+  if (auto v = node.value_exact<double>()) {
+    if (!std::isfinite(*v)) ctx.fail(ctx.line_of(path), path + ": non-finite number");
+    return *v;
+  }
+  if (auto v = node.value_exact<bool>()) return *v;
+  if (auto v = node.value_exact<std::string>()) return *v;
+  ctx.fail(static_cast<std::int64_t>(node.source().begin.line), path + ": dates and times are not supported here");
+}
+
+// Flattens [grid] into axes: every array leaf is an axis named by its dotted path.
+void collect_axes(const json& table, const std::string& prefix, std::vector<std::pair<std::string, json>>& axes,
+                  const Context& ctx) {
+  for (auto& [key, value] : table.items()) {
+    std::string path = prefix.empty() ? key : prefix + "." + key;
+    if (value.is_object()) {
+      collect_axes(value, path, axes, ctx);
+    } else if (value.is_array()) {
+      if (value.empty())
+        ctx.fail(ctx.line_of("grid." + path), "grid." + path + ": empty axis (the grid would be empty)");
+      axes.emplace_back(path, value);
+    } else {
+      ctx.fail(ctx.line_of("grid." + path), "grid." + path + ": a grid axis must be an array of values");
+    }
+  }
+}
+
+void set_path(json& config, const std::string& path, const json& value) {
+  json* node = &config;
+  std::size_t start = 0;
+  while (true) {
+    auto dot = path.find('.', start);
+    std::string key = path.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
+    if (dot == std::string::npos) {
+      (*node)[key] = value;
+      return;
+    }
+    node = &(*node)[key];
+    start = dot + 1;
+  }
+}
+
+std::string value_text(const json& value) {
+  if (value.is_string()) return value.get<std::string>();
+  return value.dump();
+}
+
+std::vector<std::string> string_list(const json& value, const std::string& path, const Context& ctx) {
+  if (!value.is_array()) ctx.fail(ctx.line_of(path), path + ": expected an array of strings");
+  std::vector<std::string> out;
+  for (auto& v : value) {
+    if (!v.is_string()) ctx.fail(ctx.line_of(path), path + ": expected an array of strings");
+    out.push_back(v.get<std::string>());
+  }
+  return out;
+}
+
+// Learning rates set relative to the target format's mantissa width: lr = lr_scale * 2^-(M+1), where erasure
+// begins for |u| ~ 2^-(M+1) |w| (DESIGN.md section 3, study 1).
+void resolve_lr_scale(json& config, const std::string& cell, const Context& ctx) {
+  auto& opt = config["optimizer"];
+  if (!opt.is_object() || !opt.contains("lr_scale")) return;
+  if (opt.contains("lr")) {
+    ctx.fail(ctx.line_of("optimizer.lr_scale"), "optimizer: give either lr or lr_scale, not both (cell " + cell + ")");
+  }
+  if (!opt["lr_scale"].is_number())
+    ctx.fail(ctx.line_of("optimizer.lr_scale"), "optimizer.lr_scale: expected a number");
+  if (!config.contains("target") || !config["target"].contains("format")) {
+    ctx.fail(ctx.line_of("optimizer.lr_scale"), "optimizer.lr_scale needs target.format (cell " + cell + ")");
+  }
+  sim::FormatSpec format;
+  try {
+    format = sim::format_from_name(config["target"]["format"].get<std::string>());
+  } catch (const std::exception& e) {
+    ctx.fail(ctx.line_of("target.format"), std::string("target.format: ") + e.what());
+  }
+  if (format.kind != sim::FormatKind::floating) {
+    ctx.fail(
+        ctx.line_of("optimizer.lr_scale"),
+        "optimizer.lr_scale is defined for floating formats only; give optimizer.lr for " + std::string(format.name));
+  }
+  double scale = opt["lr_scale"].get<double>();
+  opt.erase("lr_scale");
+  opt["lr"] = std::ldexp(scale, -(format.man_bits + 1));
+}
+
+void validate(const SweepCell& cell, const Context& ctx) {
+  try {
+    (void)sim::run_config_from_json(cell.config);
+  } catch (const std::exception& e) {
+    std::string what = e.what();
+    // The simulator names the key path first ("optimizer.lr: ..."); map it to the spec line: the grid axis that set
+    // it for this cell, else where the base configuration declares it.
+    std::string path = what.substr(0, what.find(':'));
+    std::int64_t line = 0;
+    for (auto& [axis, value] : cell.params.items()) {
+      if (path == axis || path.rfind(axis + ".", 0) == 0 || axis.rfind(path + ".", 0) == 0) {
+        line = ctx.line_of("grid." + axis);
+      }
+    }
+    ctx.fail(line > 0 ? line : ctx.line_of(path), what + " (cell " + cell.name + ")");
+  }
+}
+
+}  // namespace
+
+std::string role_name(CellRole role) {
+  return role == CellRole::reference ? "reference" : "target";
+}
+
+std::size_t SweepSpec::count(CellRole role) const {
+  std::size_t n = 0;
+  for (auto& c : cells) n += c.role == role ? 1 : 0;
+  return n;
+}
+
+const SweepCell& SweepSpec::cell(const std::string& cell_name) const {
+  for (auto& c : cells)
+    if (c.name == cell_name) return c;
+  throw std::out_of_range("sweep " + name + " has no cell named " + cell_name);
+}
+
+SweepSpec load_sweep_spec(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw SpecError(path.string() + ": cannot open the spec file");
+  std::ostringstream text;
+  text << in.rdbuf();
+  return parse_sweep_spec(text.str(), path);
+}
+
+SweepSpec parse_sweep_spec(const std::string& text, const std::filesystem::path& source_name) {
+  Context ctx{source_name.string(), {}};
+  toml::table root;
+  try {
+    root = toml::parse(text, source_name.string());
+  } catch (const toml::parse_error& e) {
+    ctx.fail(static_cast<std::int64_t>(e.source().begin.line), std::string(e.description()));
+  }
+  json doc = to_json(root, "", ctx);
+
+  static const std::set<std::string> kTopLevel = {"sweep",    "seed",   "steps",  "model",     "data", "optimizer",
+                                                  "schedule", "record", "target", "reference", "grid", "evaluation"};
+  for (auto& [key, value] : doc.items()) {
+    if (!kTopLevel.count(key)) {
+      std::string known;
+      for (auto& k : kTopLevel) known += (known.empty() ? "" : ", ") + k;
+      ctx.fail(ctx.line_of(key), "unknown key \"" + key + "\" (known: " + known + ")");
+    }
+  }
+
+  SweepSpec spec;
+  spec.path = source_name;
+  spec.text = text;
+  if (doc.contains("sweep")) {
+    for (auto& [key, value] : doc["sweep"].items()) {
+      if (key == "name" && value.is_string()) {
+        spec.name = value.get<std::string>();
+      } else if (key == "description" && value.is_string()) {
+        spec.description = value.get<std::string>();
+      } else {
+        ctx.fail(ctx.line_of("sweep." + key),
+                 "sweep." + key + ": unknown key or wrong type (known: name, description)");
+      }
+    }
+  }
+  if (spec.name.empty()) spec.name = source_name.stem().string();
+
+  if (doc.contains("evaluation")) {
+    auto& ev = doc["evaluation"];
+    for (auto& [key, value] : ev.items()) {
+      std::string path = "evaluation." + key;
+      if (key == "groups") {
+        spec.evaluation.groups = string_list(value, path, ctx);
+      } else if (key == "threshold" && value.is_number()) {
+        spec.evaluation.threshold = value.get<double>();
+        if (!(spec.evaluation.threshold > 0 && spec.evaluation.threshold <= 1))
+          ctx.fail(ctx.line_of(path), path + ": must be in (0, 1], got " + value.dump());
+      } else if (key == "burn_in" && value.is_number_integer()) {
+        spec.evaluation.burn_in = value.get<std::int64_t>();
+        if (spec.evaluation.burn_in < 0) ctx.fail(ctx.line_of(path), path + ": must be >= 0, got " + value.dump());
+      } else if (key == "tolerance" && value.is_number()) {
+        spec.evaluation.tolerance = value.get<double>();
+        if (!(spec.evaluation.tolerance > 0)) ctx.fail(ctx.line_of(path), path + ": must be > 0, got " + value.dump());
+      } else {
+        ctx.fail(ctx.line_of(path),
+                 path + ": unknown key or wrong type (known: groups, threshold, burn_in, tolerance)");
+      }
+    }
+  }
+
+  std::vector<std::string> project_formats;
+  if (doc.contains("reference")) {
+    for (auto& [key, value] : doc["reference"].items()) {
+      if (key != "project_formats")
+        ctx.fail(ctx.line_of("reference." + key), "reference." + key + ": unknown key (known: project_formats)");
+      project_formats = string_list(value, "reference.project_formats", ctx);
+    }
+  }
+
+  // The base configuration: everything but the sweep-level tables.
+  json base = doc;
+  for (auto* key : {"sweep", "reference", "grid", "evaluation"}) base.erase(key);
+  base["schema"] = "wbaudit.cell/1";
+
+  std::vector<std::pair<std::string, json>> axes;
+  if (!doc.contains("grid")) ctx.fail(0, "no [grid] table: a sweep needs at least one grid axis");
+  collect_axes(doc["grid"], "", axes, ctx);
+  if (axes.empty()) ctx.fail(ctx.line_of("grid"), "grid: no axes (the grid would be empty)");
+  for (auto& [path, values] : axes) {
+    if (path == "mode" || path.rfind("project_formats", 0) == 0)
+      ctx.fail(ctx.line_of("grid." + path), "grid." + path + ": cannot be a grid axis");
+  }
+
+  // Every target format in the grid is projected by every reference, so references are shared across formats
+  // whenever their runs are otherwise identical.
+  std::set<std::string> formats(project_formats.begin(), project_formats.end());
+
+  std::size_t total = 1;
+  for (auto& axis : axes) total *= axis.second.size();
+  std::vector<SweepCell> targets;
+  for (std::size_t k = 0; k < total; ++k) {
+    json config = base;
+    json params = json::object();
+    std::string name = "target";
+    // Mixed-radix decoding of k, the last axis varying fastest.
+    std::size_t rest = k, stride = total;
+    for (auto& [path, values] : axes) {
+      stride /= values.size();
+      const json& value = values[rest / stride];
+      rest %= stride;
+      set_path(config, path, value);
+      params[path] = value;
+      name += "/" + path.substr(path.rfind('.') + 1) + "=" + value_text(value);
+    }
+    config["mode"] = "target";
+    if (!config.contains("target") || !config["target"].contains("format")) {
+      ctx.fail(ctx.line_of("target"), "target.format is required (in [target] or as a grid axis)");
+    }
+    if (!config["target"].contains("policy")) config["target"]["policy"] = "nearest";
+    resolve_lr_scale(config, name, ctx);
+    formats.insert(config["target"]["format"].get<std::string>());
+    targets.push_back({name, CellRole::target, config, params, ""});
+  }
+
+  // References: the target's run in fp32, same seed, init and data order; identical ones are shared.
+  std::map<std::string, std::string> reference_by_config;
+  std::vector<SweepCell> references;
+  for (auto& target : targets) {
+    json config = target.config;
+    config.erase("target");
+    config["mode"] = "reference";
+    config["project_formats"] = std::vector<std::string>(formats.begin(), formats.end());
+    std::string key = config.dump();
+    auto it = reference_by_config.find(key);
+    if (it == reference_by_config.end()) {
+      json params = json::object();
+      for (auto& [path, value] : target.params.items()) {
+        if (path.rfind("target.", 0) == 0) continue;
+        params[path] = value;
+      }
+      // lr is what distinguishes references made from different lr_scale x format combinations.
+      params["optimizer.lr"] = config["optimizer"].value("lr", 0.0);
+      std::string name = "reference";
+      for (auto& [path, value] : params.items())
+        name += "/" + path.substr(path.rfind('.') + 1) + "=" + value_text(value);
+      it = reference_by_config.emplace(key, name).first;
+      references.push_back({name, CellRole::reference, config, params, ""});
+    }
+    target.reference = it->second;
+  }
+
+  std::set<std::string> names;
+  for (auto* list : {&references, &targets}) {
+    for (auto& cell : *list) {
+      if (!names.insert(cell.name).second) ctx.fail(ctx.line_of("grid"), "two cells share the name " + cell.name);
+      validate(cell, ctx);
+      spec.cells.push_back(cell);
+    }
+  }
+  return spec;
+}
+
+}  // namespace wbaudit::runners

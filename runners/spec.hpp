@@ -1,0 +1,56 @@
+#pragma once
+// Sweep specs (TOML): a base run configuration, a [grid] whose Cartesian product defines the target runs, the fp32
+// reference runs they need, and the evaluation settings. Errors name the file, line and key.
+#include <cstdint>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace wbaudit::runners {
+
+// "examples/grid.toml:12: optimizer.lr: expected a number"
+class SpecError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+enum class CellRole { reference, target };
+
+struct SweepCell {
+  std::string name;  // human-readable, unique in the sweep: "target/e4m3/lr_scale=0.5/hidden=32/seed=1"
+  CellRole role = CellRole::target;
+  nlohmann::json config;  // the run configuration (docs/contracts.md), mode included
+  nlohmann::json params;  // the grid values that made this cell, keyed by dotted path ({} for references)
+  std::string reference;  // targets: name of the fp32 reference run with the same seed, data order and init
+};
+
+struct EvaluationSettings {
+  std::vector<std::string> groups;  // parameter groups that form evaluation cells (empty: all groups)
+  double threshold = 0.5;           // crossing threshold theta
+  std::int64_t burn_in = 0;         // t0
+  double tolerance = 0.15;          // relative crossing-time tolerance
+};
+
+struct SweepSpec {
+  std::filesystem::path path;
+  std::string text;  // the spec file, verbatim (frozen into the sweep directory)
+  std::string name;
+  std::string description;
+  std::vector<SweepCell> cells;  // references first, then targets, in grid order
+  EvaluationSettings evaluation;
+
+  std::size_t count(CellRole role) const;
+  const SweepCell& cell(const std::string& name) const;  // throws std::out_of_range naming the cell
+};
+
+// Reads and validates a spec; every cell's configuration is checked by the simulator's strict parser.
+SweepSpec load_sweep_spec(const std::filesystem::path& path);
+// The same from text; source_name is used in error messages.
+SweepSpec parse_sweep_spec(const std::string& text, const std::filesystem::path& source_name);
+
+std::string role_name(CellRole role);
+
+}  // namespace wbaudit::runners

@@ -1,0 +1,310 @@
+#include "runners/sweep_run.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <fstream>
+#include <iomanip>
+#include <iostream>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "forecast/alignment.hpp"
+#include "forecast/crossing.hpp"
+#include "runners/report/crossing_report.hpp"
+#include "runners/sweep_cells.hpp"
+#include "sim/run.hpp"
+#include "sim/trace/trace.hpp"
+
+namespace wbaudit::runners {
+namespace {
+
+std::string csv_field(const std::string& text) {
+  if (text.find_first_of(",\"\n") == std::string::npos) return text;
+  std::string out = "\"";
+  for (char c : text) out += c == '"' ? std::string("\"\"") : std::string(1, c);
+  return out + "\"";
+}
+
+std::string number(double x) {
+  if (!std::isfinite(x)) return "";
+  std::ostringstream out;
+  out << std::setprecision(10) << x;
+  return out.str();
+}
+
+std::string format_seconds(double s) {
+  std::ostringstream out;
+  if (s < 90) {
+    out << std::fixed << std::setprecision(0) << s << "s";
+  } else if (s < 5400) {
+    out << std::fixed << std::setprecision(1) << s / 60 << "min";
+  } else {
+    out << std::fixed << std::setprecision(1) << s / 3600 << "h";
+  }
+  return out.str();
+}
+
+// Progress on stderr: one line per finished cell with done/total, rate and ETA (per rank under MPI).
+class ProgressPrinter {
+ public:
+  ProgressPrinter(std::size_t total, int rank, int ranks) : m_total(total), m_rank(rank), m_ranks(ranks) {}
+  void operator()(const ProgressEvent& event) {
+    if (event.kind == ProgressEvent::Kind::started) return;
+    ++m_done;
+    double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - m_start).count();
+    double rate = m_done / std::max(elapsed, 1e-9);
+    // Every rank runs about total/ranks cells.
+    double remaining = std::max(0.0, static_cast<double>(m_total) / m_ranks - static_cast<double>(m_done));
+    std::ostringstream line;
+    if (m_ranks > 1) line << "[rank " << m_rank << "] ";
+    line << "[" << m_done << (m_ranks > 1 ? " here" : "") << "/" << m_total << "] "
+         << (event.kind == ProgressEvent::Kind::failed ? "FAILED " : "") << event.name << " (" << std::fixed
+         << std::setprecision(1) << event.seconds << "s)  " << std::setprecision(2) << rate * 60 << " cells/min, ETA "
+         << format_seconds(remaining / std::max(rate, 1e-9));
+    if (event.kind == ProgressEvent::Kind::failed) line << "\n    reason: " << event.message;
+    std::cerr << line.str() << "\n" << std::flush;
+  }
+
+ private:
+  std::size_t m_total;
+  int m_rank, m_ranks;
+  std::size_t m_done = 0;
+  std::chrono::steady_clock::time_point m_start = std::chrono::steady_clock::now();
+};
+
+struct EvalCell {
+  std::string label;  // "<target name> :: <group>"
+  std::string target_name, target_id, reference_name, reference_id, group, format, policy;
+  nlohmann::json params;
+  std::vector<std::int64_t> steps;
+  std::vector<double> measured, predicted;
+};
+
+}  // namespace
+
+std::vector<StoredCell> stored_cells(const SweepSpec& spec) {
+  std::vector<StoredCell> cells;
+  for (auto& c : spec.cells) cells.push_back({"", c.name, role_name(c.role), c.reference, c.config});
+  return cells;
+}
+
+CellFn simulator_cell_fn() {
+  return [](const CellTask& task, const std::filesystem::path& attempt_dir) -> std::vector<std::string> {
+    sim::RunConfig config = sim::run_config_from_json(task.config);
+    sim::Trace trace = sim::run_cell(config);
+    sim::write_trace(attempt_dir / "trace.h5", trace);
+    return {"trace.h5"};
+  };
+}
+
+ExecSummary run_sweep(const SweepSpec& spec, const RunOptions& options, MPI_Comm comm) {
+  int rank = 0, ranks = 1;
+  if (comm != MPI_COMM_NULL) {
+    MPI_Comm_rank(comm, &rank);
+    MPI_Comm_size(comm, &ranks);
+  }
+  // Rank 0 creates (or checks) the sweep directory; the others open it once it exists.
+  std::string create_error;
+  if (rank == 0) {
+    try {
+      CreateOptions create;
+      create.resume = options.resume;
+      SweepStore::create(options.out, spec.text, stored_cells(spec), create);
+    } catch (const std::exception& e) {
+      create_error = e.what();
+    }
+  }
+  if (comm != MPI_COMM_NULL) {
+    int failed = create_error.empty() ? 0 : 1;
+    MPI_Bcast(&failed, 1, MPI_INT, 0, comm);
+    if (failed) throw StoreError(rank == 0 ? create_error : "rank 0 could not create the sweep directory");
+  } else if (!create_error.empty()) {
+    throw StoreError(create_error);
+  }
+  SweepStore store = SweepStore::open(options.out);
+
+  ExecOptions exec;
+  exec.resume = true;  // the directory was just created (or resume was asked for and checked by create)
+  exec.comm = comm;
+  ProgressPrinter printer(store.cells().size(), rank, ranks);
+  if (options.progress) exec.progress = [&printer](const ProgressEvent& e) { printer(e); };
+  if (options.progress && rank == 0) {
+    std::cerr << "wbaudit run: " << spec.name << ": " << spec.count(CellRole::target) << " target runs, "
+              << spec.count(CellRole::reference) << " fp32 reference runs -> " << options.out.string() << "\n";
+  }
+  ExecSummary summary = execute_sweep(store, tasks_of(store), simulator_cell_fn(), exec);
+
+  if (options.report && rank == 0) {
+    SweepOutputs outputs = write_sweep_outputs(store, spec);
+    if (options.progress) {
+      std::cerr << "wbaudit run: " << summary.completed << " run, " << summary.skipped << " already complete, "
+                << summary.failed << " failed in " << format_seconds(summary.wall_seconds) << "\n"
+                << "crossings: " << outputs.crossing_summary << "\n"
+                << "summary:   " << outputs.summary_csv.string() << "\n"
+                << "report:    " << outputs.report_html.string() << "\n";
+    }
+  }
+  return summary;
+}
+
+SweepOutputs write_sweep_outputs(const SweepStore& store, const SweepSpec& spec) {
+  SweepOutputs outputs;
+  TraceCache cache(store);
+  SweepEvaluationCells read = read_sweep_evaluation_cells(store, spec, cache);
+  std::vector<std::string> missing;
+  for (const auto& name : read.missing_names) {
+    const bool target_present = cache.trace(store.find_by_name(name)->id) != nullptr;
+    missing.push_back(name + (target_present ? " (its reference is incomplete)" : ""));
+  }
+  std::vector<EvalCell> cells;
+  for (const auto& c : read.cells) {
+    const auto& projected = c.reference_trace->group(c.group).projected.at(c.format);
+    EvalCell cell;
+    cell.label = c.label;
+    cell.target_name = c.target->name;
+    cell.target_id = c.target->id;
+    cell.reference_name = c.reference->name;
+    cell.reference_id = c.reference->id;
+    cell.group = c.group;
+    cell.format = c.format;
+    cell.policy = c.policy;
+    cell.params = c.params;
+    cell.steps = c.target_trace->recorded_steps;
+    cell.measured = c.target_trace->group(c.group).erased_fraction;
+    cell.predicted = forecast::align_series(c.reference_trace->recorded_steps, projected.fraction, cell.steps,
+                                            forecast::OutOfRange::missing);
+    cells.push_back(std::move(cell));
+  }
+  outputs.evaluation_cells = cells.size();
+  outputs.missing_targets = missing.size();
+
+  // Crossing comparison, one row per evaluation cell.
+  forecast::CrossingOptions options;
+  options.threshold = spec.evaluation.threshold;
+  options.burn_in = spec.evaluation.burn_in;
+  options.tolerance = spec.evaluation.tolerance;
+  std::vector<forecast::CellCrossing> crossings;
+  for (const auto& cell : cells) {
+    crossings.push_back(
+        forecast::compare_cell_crossing(cell.label, cell.steps, cell.predicted, cell.steps, cell.measured, options));
+  }
+  const forecast::CrossingSummary summary = forecast::summarize_crossings(crossings, options);
+  report::CrossingReport rep;
+  rep.sweep_name = spec.name;
+  rep.description = spec.description;
+  auto& t = rep.totals;
+  t.cells = summary.cells;
+  t.both = summary.both_cross;
+  t.within = summary.within_tolerance;
+  t.differ = summary.differ_in_category;
+  t.neither = summary.neither;
+  t.above_at_init = summary.measured_above_at_init + summary.both_above_at_init;
+  t.span = summary.measured_span;
+  t.threshold = options.threshold;
+  t.tolerance = options.tolerance;
+  t.burn_in = spec.evaluation.burn_in;
+  for (std::size_t i = 0; i < crossings.size(); ++i) {
+    const auto& c = crossings[i];
+    report::CrossingRow row;
+    row.cell = cells[i].label;
+    row.format = cells[i].format;
+    row.category = forecast::to_string(c.category);
+    row.measured = c.measured.status == forecast::CrossingStatus::crossed ? c.measured.time : NAN;
+    row.predicted = c.predicted.status == forecast::CrossingStatus::crossed ? c.predicted.time : NAN;
+    row.relative_error = c.relative_error;
+    row.within_tolerance = c.within_tolerance;
+    rep.rows.push_back(row);
+  }
+  outputs.crossing_summary = summary.to_string();
+
+  // summary.csv: one row per evaluation cell; trajectories.csv: long format (cell, step, measured, predicted).
+  std::set<std::string> param_keys;
+  for (auto& cell : cells)
+    for (auto& [k, v] : cell.params.items()) param_keys.insert(k);
+  std::ostringstream csv;
+  csv << "cell,target,target_id,reference,reference_id,group,format,policy";
+  for (auto& k : param_keys) csv << "," << csv_field(k);
+  csv << ",category,measured_status,predicted_status,measured_crossing,predicted_crossing,relative_error,"
+         "within_tolerance,measured_at_burn_in,predicted_at_burn_in,measured_final,predicted_final\n";
+  std::ostringstream traj;
+  traj << "cell,step,measured,predicted\n";
+  for (std::size_t i = 0; i < cells.size(); ++i) {
+    const auto& cell = cells[i];
+    const auto& c = crossings[i];
+    csv << csv_field(cell.label) << "," << csv_field(cell.target_name) << "," << cell.target_id << ","
+        << csv_field(cell.reference_name) << "," << cell.reference_id << "," << cell.group << "," << cell.format << ","
+        << cell.policy;
+    for (auto& k : param_keys) {
+      csv << ",";
+      if (cell.params.contains(k)) {
+        const auto& v = cell.params[k];
+        csv << csv_field(v.is_string() ? v.get<std::string>() : v.dump());
+      }
+    }
+    csv << "," << forecast::to_string(c.category) << "," << forecast::to_string(c.measured.status) << ","
+        << forecast::to_string(c.predicted.status) << "," << number(rep.rows[i].measured) << ","
+        << number(rep.rows[i].predicted) << "," << number(c.relative_error) << ","
+        << (c.within_tolerance ? "true" : "false") << "," << number(c.measured.value_at_burn_in) << ","
+        << number(c.predicted.value_at_burn_in) << "," << number(cell.measured.back()) << ","
+        << number(cell.predicted.back()) << "\n";
+    for (std::size_t k = 0; k < cell.steps.size(); ++k) {
+      traj << csv_field(cell.label) << "," << cell.steps[k] << "," << number(cell.measured[k]) << ","
+           << number(cell.predicted[k]) << "\n";
+    }
+  }
+  outputs.summary_csv = store.dir() / "summary.csv";
+  outputs.trajectories_csv = store.dir() / "trajectories.csv";
+  write_file_atomic(outputs.summary_csv, csv.str());
+  write_file_atomic(outputs.trajectories_csv, traj.str());
+
+  // A few trajectories: the earliest and latest measured crossings, a median one, and a disagreement if any.
+  std::vector<std::size_t> crossing_order;
+  for (std::size_t i = 0; i < crossings.size(); ++i)
+    if (crossings[i].measured.status == forecast::CrossingStatus::crossed) crossing_order.push_back(i);
+  std::sort(crossing_order.begin(), crossing_order.end(),
+            [&](std::size_t a, std::size_t b) { return crossings[a].measured.time < crossings[b].measured.time; });
+  std::vector<std::size_t> picks;
+  if (!crossing_order.empty()) {
+    picks.push_back(crossing_order.front());
+    picks.push_back(crossing_order[crossing_order.size() / 2]);
+    picks.push_back(crossing_order.back());
+  }
+  for (std::size_t i = 0; i < crossings.size(); ++i) {
+    if (crossings[i].differs || crossings[i].category == forecast::CrossingCategory::neither) {
+      picks.push_back(i);
+      break;
+    }
+  }
+  std::set<std::size_t> seen;
+  for (auto i : picks) {
+    if (!seen.insert(i).second) continue;
+    report::TrajectoryPanel panel;
+    panel.title = cells[i].label + " [" + forecast::to_string(crossings[i].category) + "]";
+    panel.steps.assign(cells[i].steps.begin(), cells[i].steps.end());
+    panel.measured = cells[i].measured;
+    panel.predicted = cells[i].predicted;
+    rep.panels.push_back(std::move(panel));
+  }
+
+  rep.facts = {{"sweep directory", store.dir().string()},
+               {"spec SHA-256", store.spec_sha256()},
+               {"binary SHA-256", store.binary_sha256()},
+               {"created", store.created()},
+               {"target runs", std::to_string(spec.count(CellRole::target))},
+               {"fp32 reference runs", std::to_string(spec.count(CellRole::reference))},
+               {"evaluation cells (target run x group)", std::to_string(cells.size())},
+               {"predictor", "source: exact projected events of the fp32 reference trace (same seed, init and data)"}};
+  if (!missing.empty()) {
+    std::string list;
+    for (auto& m : missing) list += (list.empty() ? "" : "; ") + m;
+    rep.facts.emplace_back("target runs left out (no canonical complete trace)", list);
+  }
+  outputs.report_html = report::write_crossing_report(rep, store.dir() / "report");
+  return outputs;
+}
+
+}  // namespace wbaudit::runners

@@ -1,0 +1,46 @@
+#pragma once
+// The main job: run a sweep spec into a sweep directory (locally or across MPI ranks), then write the summary
+// tables and the crossing report from the traces it produced.
+#define OMPI_SKIP_MPICXX 1
+#include <mpi.h>
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "runners/executor.hpp"
+#include "runners/spec.hpp"
+#include "runners/store.hpp"
+
+namespace wbaudit::runners {
+
+struct RunOptions {
+  std::filesystem::path out;  // sweep directory
+  bool resume = false;
+  bool report = true;    // write summary.csv and report/ after the cells ran
+  bool progress = true;  // progress lines on stderr
+};
+
+// The cells of a spec as stored in a sweep directory (ids are filled in by SweepStore::create).
+std::vector<StoredCell> stored_cells(const SweepSpec& spec);
+
+// The CellFn that runs one cell with the simulator and writes DIR/trace.h5 (atomically).
+CellFn simulator_cell_fn();
+
+// Creates (or, with resume, reopens) the sweep directory and runs every cell that is not canonical and complete.
+// Collective over comm when it is not MPI_COMM_NULL; rank 0 writes the report.
+ExecSummary run_sweep(const SweepSpec& spec, const RunOptions& options, MPI_Comm comm = MPI_COMM_NULL);
+
+struct SweepOutputs {
+  std::filesystem::path summary_csv;
+  std::filesystem::path trajectories_csv;
+  std::filesystem::path report_html;
+  std::string crossing_summary;  // one line, e.g. "55/72 both cross, 52/55 within 15%, ..."
+  std::size_t evaluation_cells = 0;
+  std::size_t missing_targets = 0;  // target runs without a canonical complete attempt (left out, listed in report)
+};
+
+// Reads the traces of a sweep directory and writes summary.csv, trajectories.csv and report/.
+SweepOutputs write_sweep_outputs(const SweepStore& store, const SweepSpec& spec);
+
+}  // namespace wbaudit::runners

@@ -1,0 +1,128 @@
+// Sweep spec parsing: grid expansion, shared references, lr_scale, and errors that name file, line and key.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+
+#include "runners/spec.hpp"
+
+namespace {
+
+using wbaudit::runners::CellRole;
+using wbaudit::runners::parse_sweep_spec;
+using wbaudit::runners::SpecError;
+
+// Line numbers matter below: line 1 is empty, `seed` is on line 2, `[model]` on line 6.
+const std::string kBase = R"(
+seed = 3
+steps = 50
+[sweep]
+name = "tiny"
+[model]
+kind = "two_layer"
+input_dim = 4
+hidden = 8
+output_dim = 2
+[data]
+batch = 8
+[optimizer]
+kind = "adam"
+[schedule]
+kind = "constant"
+[record]
+kind = "every"
+[target]
+policy = "nearest"
+)";
+
+std::string message_of(const std::string& text) {
+  try {
+    parse_sweep_spec(text, "spec.toml");
+  } catch (const SpecError& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+TEST(SweepSpec, ReferencesAreSharedAcrossFormats) {
+  // 2 formats x 2 absolute learning rates x 2 widths = 8 targets; a reference does not depend on the target
+  // format, so 2 x 2 = 4 references serve them.
+  auto spec = parse_sweep_spec(kBase + R"(
+[grid]
+"target.format" = ["bf16", "e4m3"]
+"optimizer.lr" = [0.001, 0.01]
+"model.hidden" = [8, 16]
+)",
+                               "spec.toml");
+  EXPECT_EQ(spec.name, "tiny");
+  EXPECT_EQ(spec.count(CellRole::target), 8u);
+  EXPECT_EQ(spec.count(CellRole::reference), 4u);
+  for (const auto& cell : spec.cells) {
+    if (cell.role != CellRole::target) continue;
+    const auto& ref = spec.cell(cell.reference);
+    EXPECT_EQ(ref.role, CellRole::reference);
+    EXPECT_EQ(ref.config.at("mode"), "reference");
+    EXPECT_FALSE(ref.config.contains("target"));
+    EXPECT_EQ(ref.config.at("optimizer").at("lr"), cell.config.at("optimizer").at("lr"));
+    EXPECT_EQ(ref.config.at("model").at("hidden"), cell.config.at("model").at("hidden"));
+    EXPECT_EQ(ref.config.at("seed"), 3);
+    // Every reference projects every target format of the grid.
+    EXPECT_EQ(ref.config.at("project_formats"), (nlohmann::json{"bf16", "e4m3"}));
+  }
+}
+
+TEST(SweepSpec, LearningRateScaleIsRelativeToMantissaWidth) {
+  // lr = s * 2^-(M+1): e4m3 has M = 3, so s = 2 gives 2 * 2^-4 = 0.125; bf16 has M = 7: 2 * 2^-8 = 0.0078125.
+  auto spec = parse_sweep_spec(kBase + R"(
+[grid]
+"target.format" = ["e4m3", "bf16"]
+"optimizer.lr_scale" = [2.0]
+)",
+                               "spec.toml");
+  ASSERT_EQ(spec.count(CellRole::target), 2u);
+  for (const auto& cell : spec.cells) {
+    if (cell.role != CellRole::target) continue;
+    double lr = cell.config.at("optimizer").at("lr").get<double>();
+    EXPECT_FALSE(cell.config.at("optimizer").contains("lr_scale"));
+    if (cell.config.at("target").at("format") == "e4m3") EXPECT_EQ(lr, 0.125);
+    if (cell.config.at("target").at("format") == "bf16") EXPECT_EQ(lr, 0.0078125);
+  }
+  // Distinct learning rates: two references.
+  EXPECT_EQ(spec.count(CellRole::reference), 2u);
+}
+
+TEST(SweepSpec, NestedGridTablesAreAxesToo) {
+  auto spec = parse_sweep_spec(kBase + R"(
+[grid.target]
+format = ["e2m1", "e3m2", "e5m2"]
+[grid.model]
+hidden = [4, 8]
+)",
+                               "spec.toml");
+  EXPECT_EQ(spec.count(CellRole::target), 6u);
+}
+
+TEST(SweepSpec, ErrorsNameFileLineAndKey) {
+  EXPECT_NE(message_of("bogus = 1\n" + kBase + "[grid]\nseed = [1]\n").find("spec.toml:1: unknown key \"bogus\""),
+            std::string::npos);
+  // An empty axis: [grid] is on line 21 of kBase + this text, the axis on line 22.
+  EXPECT_NE(message_of(kBase + "[grid]\nseed = []\n").find("spec.toml:22: grid.seed: empty axis"), std::string::npos);
+  EXPECT_NE(message_of(kBase).find("no [grid] table"), std::string::npos);
+  // Unknown format names the value and lists the known ones.
+  std::string unknown = message_of(kBase + "[grid]\n\"target.format\" = [\"e4m4\"]\n");
+  EXPECT_NE(unknown.find("spec.toml:"), std::string::npos) << unknown;
+  EXPECT_NE(unknown.find("e4m4"), std::string::npos) << unknown;
+  EXPECT_NE(unknown.find("e4m3"), std::string::npos) << unknown;
+  // TOML syntax errors carry their line.
+  EXPECT_NE(message_of("seed = = 1\n").find("spec.toml:1:"), std::string::npos);
+  EXPECT_NE(message_of(kBase + "[evaluation]\nthreshold = 1.5\n[grid]\nseed = [1]\n")
+                .find("spec.toml:22: evaluation.threshold: must be in (0, 1]"),
+            std::string::npos);
+  // A bad value inside the run configuration is caught by the simulator's parser and mapped to its line (3).
+  std::string steps = kBase;
+  steps.replace(steps.find("steps = 50"), 10, "steps = 0 ");
+  std::string message = message_of(steps + "[grid]\nseed = [1]\n");
+  EXPECT_NE(message.find("spec.toml:3: steps"), std::string::npos) << message;
+}
+
+}  // namespace
