@@ -18,9 +18,15 @@ std::string shortest(double v) {
 }
 
 std::string specials_of(const sim::FormatSpec& f) {
-  if (f.kind == sim::FormatKind::integer) return "none (code -2^(K-1) unused)";
-  if (f.has_inf) return "inf, NaN";
-  if (f.has_nan) return "NaN = S.1111.111 only (no inf)";
+  if (f.kind == sim::FormatKind::integer) {
+    return "none (code -2^(K-1) unused)";
+  }
+  if (f.has_inf) {
+    return "inf, NaN";
+  }
+  if (f.has_nan) {
+    return "NaN = S.1111.111 only (no inf)";
+  }
   return "none (all codes finite)";
 }
 

@@ -46,7 +46,9 @@ std::string code_text(std::uint32_t code, int bits) {
 
 std::string trim(const std::string& s) {
   const auto b = s.find_first_not_of(" \t\r");
-  if (b == std::string::npos) return "";
+  if (b == std::string::npos) {
+    return "";
+  }
   const auto e = s.find_last_not_of(" \t\r");
   return s.substr(b, e - b + 1);
 }
@@ -57,7 +59,9 @@ double parse_value(const std::string& text, const std::string& where) {
   char* end = nullptr;
   errno = 0;
   const double v = std::strtod(begin, &end);
-  if (end == begin || *end != '\0') throw std::invalid_argument(where + ": not a number: \"" + text + "\"");
+  if (end == begin || *end != '\0') {
+    throw std::invalid_argument(where + ": not a number: \"" + text + "\"");
+  }
   if (errno == ERANGE && std::fabs(v) > 1) {
     throw std::invalid_argument(where + ": value out of range (beyond double): \"" + text + "\"");
   }
@@ -99,7 +103,9 @@ void run_round(const Args& a) {
   if (a.update) {
     const double ud = parse_value(trim(*a.update), "--update");
     u = static_cast<float>(ud);  // proposals are fp32
-    if (!std::isfinite(*u)) throw std::invalid_argument("--update " + *a.update + " overflows fp32");
+    if (!std::isfinite(*u)) {
+      throw std::invalid_argument("--update " + *a.update + " overflows fp32");
+    }
   }
 
   std::istream* in = &std::cin;
@@ -107,7 +113,9 @@ void run_round(const Args& a) {
   const std::string source = a.file.empty() ? "<stdin>" : a.file;
   if (!a.file.empty()) {
     file.open(a.file);
-    if (!file) throw std::invalid_argument("cannot open " + a.file);
+    if (!file) {
+      throw std::invalid_argument("cannot open " + a.file);
+    }
     in = &file;
   }
   const sim::RngKey key{a.seed, 0, 0};
@@ -117,14 +125,18 @@ void run_round(const Args& a) {
   std::snprintf(line_buf, sizeof line_buf, "%-24s %-14s %-18s %-8s %-14s %-14s %s", "input", "rounded", "hex", "code",
                 "pred", "succ", "note");
   text << line_buf;
-  if (u) text << "  | u = " << decimal(*u) << " (" << hexfloat(*u) << "): result event";
+  if (u) {
+    text << "  | u = " << decimal(*u) << " (" << hexfloat(*u) << "): result event";
+  }
   text << "\n";
   std::string line;
   std::size_t line_no = 0, index = 0;
   while (std::getline(*in, line)) {
     ++line_no;
     const std::string t = trim(line);
-    if (t.empty() || t[0] == '#') continue;
+    if (t.empty() || t[0] == '#') {
+      continue;
+    }
     const double v = parse_value(t, source + ":" + std::to_string(line_no));
     const sim::Bracket b = sim::bracket_of(p, sim::ExactSum{v, 0.0});
     double rounded = sim::nearest_of(b);
@@ -139,7 +151,9 @@ void run_round(const Args& a) {
     const std::uint32_t code = sim::encode_value(p, r);
     const double lo = sim::pred(p, r), hi = sim::succ(p, r);
     std::string note = b.saturated ? "saturated" : (b.exact ? "exact" : "rounded");
-    if (random) note += ",random";
+    if (random) {
+      note += ",random";
+    }
     nlohmann::json row = {{"line", line_no},
                           {"input", t},
                           {"rounded", decimal(r)},
@@ -158,9 +172,15 @@ void run_round(const Args& a) {
       const auto w = static_cast<float>(sim::round_nearest(p, v));
       const sim::WritebackOutcome o = sim::writeback_value(p, policy, key, index, w, *u);
       std::string event = *u == 0 ? "zero" : (o.value == w ? "erased" : "applied");
-      if (o.saturated) event += ",saturated";
-      if (o.random) event += ",random";
-      if (o.truncated) event += ",sr-truncated";
+      if (o.saturated) {
+        event += ",saturated";
+      }
+      if (o.random) {
+        event += ",random";
+      }
+      if (o.truncated) {
+        event += ",sr-truncated";
+      }
       row["update"] = {{"w", decimal(w)},
                        {"u", decimal(*u)},
                        {"result", decimal(o.value)},
@@ -176,14 +196,18 @@ void run_round(const Args& a) {
     rows.push_back(row);
     ++index;
   }
-  if (in->bad()) throw std::runtime_error("error reading " + source);
+  if (in->bad()) {
+    throw std::runtime_error("error reading " + source);
+  }
   if (a.json) {
     nlohmann::json out = {{"format", fmt.name},
                           {"policy", sim::policy_name(policy.policy)},
                           {"sr_bits", policy.sr_bits},
                           {"seed", a.seed},
                           {"values", rows}};
-    if (fmt.kind == sim::FormatKind::integer) out["scale"] = fmt.int_scale;
+    if (fmt.kind == sim::FormatKind::integer) {
+      out["scale"] = fmt.int_scale;
+    }
     std::cout << out.dump(2) << "\n";
   } else {
     std::cout << text.str();

@@ -69,7 +69,9 @@ AuditReport audit_writeback(const FormatSpec& fmt, const WritebackPolicy& policy
       }
       c.sr_truncated += truncated;
       c.sr_applied += !truncated;
-      if (truncated) high = low;  // the r-bit dead zone never moves away from zero
+      if (truncated) {
+        high = low;  // the r-bit dead zone never moves away from zero
+      }
       if (replay) {
         PhiloxStream stream(*replay, i);
         low = high = static_cast<float>(stochastic_of(b, policy.sr_bits, stream).value);

@@ -61,7 +61,9 @@ FormatSpec float_format(const FloatRow& row) {
 
 std::string known_list() {
   std::string s;
-  for (const auto& n : known_format_names()) s += (s.empty() ? "" : ", ") + n;
+  for (const auto& n : known_format_names()) {
+    s += (s.empty() ? "" : ", ") + n;
+  }
   return s;
 }
 
@@ -69,14 +71,20 @@ std::string known_list() {
 
 std::vector<std::string> known_format_names() {
   std::vector<std::string> names;
-  for (const auto& row : kFloatRows) names.emplace_back(row.name);
-  for (int k = 2; k <= 8; ++k) names.push_back("int" + std::to_string(k));
+  for (const auto& row : kFloatRows) {
+    names.emplace_back(row.name);
+  }
+  for (int k = 2; k <= 8; ++k) {
+    names.push_back("int" + std::to_string(k));
+  }
   return names;
 }
 
 FormatSpec format_from_name(std::string_view name) {
   for (const auto& row : kFloatRows) {
-    if (name == row.name) return float_format(row);
+    if (name == row.name) {
+      return float_format(row);
+    }
   }
   if (name.size() >= 4 && name.substr(0, 3) == "int") {
     const std::string digits(name.substr(3));
@@ -144,7 +152,9 @@ float int_scale_for_absmax(int k, double absmax) {
   std::frexp(target, &e);  // target in [2^(e-1), 2^e)
   const double quantum = std::ldexp(1.0, e - 16);
   double scale = std::ceil(target / quantum) * quantum;
-  if (scale * level_max < absmax) scale += quantum;  // guard the division's rounding
+  if (scale * level_max < absmax) {
+    scale += quantum;  // guard the division's rounding
+  }
   const auto result = static_cast<float>(scale);
   if (static_cast<double>(result) != scale || std::isinf(result) || result == 0) {
     throw FormatError("int_scale_for_absmax: absmax " + std::to_string(absmax) + " gives a scale outside fp32");

@@ -6,10 +6,18 @@
 namespace wbaudit::sim {
 
 Policy policy_from_name(std::string_view name) {
-  if (name == "nearest") return Policy::nearest;
-  if (name == "stochastic") return Policy::stochastic;
-  if (name == "deadzone-sr") return Policy::deadzone_sr;
-  if (name == "master") return Policy::master;
+  if (name == "nearest") {
+    return Policy::nearest;
+  }
+  if (name == "stochastic") {
+    return Policy::stochastic;
+  }
+  if (name == "deadzone-sr") {
+    return Policy::deadzone_sr;
+  }
+  if (name == "master") {
+    return Policy::master;
+  }
   throw std::invalid_argument("unknown write-back policy \"" + std::string(name) +
                               "\" (known: nearest, stochastic, deadzone-sr, master)");
 }

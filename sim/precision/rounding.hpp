@@ -103,10 +103,14 @@ KOKKOS_INLINE_FUNCTION bool draw_below(ExactSum rem, double S, PhiloxStream& str
   for (int round = 0; round < 48; ++round) {
     const double r = static_cast<double>(stream.next());
     const ExactSum z{rem.hi * 0x1p32, rem.lo * 0x1p32};
-    const double a = r * S;               // exact (< 2^48)
-    if (!dd_greater(z, a)) return false;  // z <= r*S: U*S >= rem
-    if (!dd_less(z, a + S)) return true;  // z >= (r+1)*S: U*S < rem
-    rem = two_sum(z.hi - a, z.lo);        // exact: Sterbenz (a >= S) or a == 0
+    const double a = r * S;  // exact (< 2^48)
+    if (!dd_greater(z, a)) {
+      return false;  // z <= r*S: U*S >= rem
+    }
+    if (!dd_less(z, a + S)) {
+      return true;  // z >= (r+1)*S: U*S < rem
+    }
+    rem = two_sum(z.hi - a, z.lo);  // exact: Sterbenz (a >= S) or a == 0
   }
   return false;
 }
@@ -132,7 +136,9 @@ KOKKOS_INLINE_FUNCTION Bracket bracket_of(const FormatParams& p, const ExactSum&
   b.sign = negative ? -1.0 : 1.0;
   const double ax = negative ? -x.hi : x.hi;
   const double ae = negative ? -x.lo : x.lo;
-  if (ax == 0) return b;  // x == 0 exactly (lo == 0 too)
+  if (ax == 0) {
+    return b;  // x == 0 exactly (lo == 0 too)
+  }
   if (ax > p.max_finite || (ax == p.max_finite && ae > 0)) {
     b.saturated = true;
     b.tz = b.away = p.max_finite;
@@ -146,7 +152,9 @@ KOKKOS_INLINE_FUNCTION Bracket bracket_of(const FormatParams& p, const ExactSum&
     const int e = ax < p.min_normal ? p.emin : detail::exponent_of(ax);
     int qe = (e > p.emin ? e : p.emin) - p.man_bits;
     // Binade edge: just below |x| = 2^e the spacing is half the spacing above it.
-    if (ae < 0 && e > p.emin && ax == detail::pow2(e)) qe -= 1;
+    if (ae < 0 && e > p.emin && ax == detail::pow2(e)) {
+      qe -= 1;
+    }
     unit = detail::pow2(qe);
   }
   const double inv = 1.0 / unit;  // exact: a power of two
@@ -155,13 +163,17 @@ KOKKOS_INLINE_FUNCTION Bracket bracket_of(const FormatParams& p, const ExactSum&
   b.tz = b.level * b.S * unit;
   b.away = (b.level + 1) * b.S * unit;
   b.exact = b.rem.hi == 0 && b.rem.lo == 0;
-  if (b.exact) b.away = b.tz;
+  if (b.exact) {
+    b.away = b.tz;
+  }
   return b;
 }
 
 // Round to nearest, ties to the even level. Returns the signed value.
 KOKKOS_INLINE_FUNCTION double nearest_of(const Bracket& b) {
-  if (b.exact) return b.sign * b.tz;
+  if (b.exact) {
+    return b.sign * b.tz;
+  }
   const double twice = 2 * b.rem.hi;  // exact
   bool away;
   if (twice != b.S) {
@@ -225,7 +237,9 @@ KOKKOS_INLINE_FUNCTION double decode_code(const FormatParams& p, std::uint32_t c
     const std::uint32_t mask = (1u << p.bits) - 1u;
     code &= mask;
     const std::uint32_t sign_bit = 1u << (p.bits - 1);
-    if (code == sign_bit) return std::numeric_limits<double>::quiet_NaN();
+    if (code == sign_bit) {
+      return std::numeric_limits<double>::quiet_NaN();
+    }
     const int n = (code & sign_bit) ? static_cast<int>(code) - static_cast<int>(1u << p.bits) : static_cast<int>(code);
     return n * p.scale;
   }
@@ -261,9 +275,15 @@ KOKKOS_INLINE_FUNCTION std::uint32_t encode_value(const FormatParams& p, double 
     return p.ieee_specials ? ((exp_mask << p.man_bits) | (1u << (p.man_bits - 1)))
                            : ((exp_mask << p.man_bits) | ((1u << p.man_bits) - 1u));
   }
-  if (std::isinf(v)) return sign | (exp_mask << p.man_bits);
-  if (a == 0) return sign;
-  if (a < p.min_normal) return sign | static_cast<std::uint32_t>(a / p.min_subnormal);
+  if (std::isinf(v)) {
+    return sign | (exp_mask << p.man_bits);
+  }
+  if (a == 0) {
+    return sign;
+  }
+  if (a < p.min_normal) {
+    return sign | static_cast<std::uint32_t>(a / p.min_subnormal);
+  }
   const int e = detail::exponent_of(a);
   const auto mf = static_cast<std::uint32_t>(a * detail::pow2(p.man_bits - e) - detail::pow2(p.man_bits));
   return sign | (static_cast<std::uint32_t>(e + p.bias) << p.man_bits) | mf;
@@ -272,25 +292,37 @@ KOKKOS_INLINE_FUNCTION std::uint32_t encode_value(const FormatParams& p, double 
 namespace detail {
 // Next larger magnitude after a >= 0 (a representable); +inf when a is max finite.
 KOKKOS_INLINE_FUNCTION double next_up_magnitude(const FormatParams& p, double a) {
-  if (a >= p.max_finite) return std::numeric_limits<double>::infinity();
-  if (p.integer) return a + p.scale;
-  if (a == 0) return p.min_subnormal;
+  if (a >= p.max_finite) {
+    return std::numeric_limits<double>::infinity();
+  }
+  if (p.integer) {
+    return a + p.scale;
+  }
+  if (a == 0) {
+    return p.min_subnormal;
+  }
   const int e = a < p.min_normal ? p.emin : exponent_of(a);
   return a + pow2((e > p.emin ? e : p.emin) - p.man_bits);
 }
 // Next smaller magnitude before a > 0 (a representable).
 KOKKOS_INLINE_FUNCTION double next_down_magnitude(const FormatParams& p, double a) {
-  if (p.integer) return a - p.scale;
+  if (p.integer) {
+    return a - p.scale;
+  }
   const int e = a < p.min_normal ? p.emin : exponent_of(a);
   int qe = (e > p.emin ? e : p.emin) - p.man_bits;
-  if (e > p.emin && a == pow2(e)) qe -= 1;  // binade edge: the gap toward zero is half
+  if (e > p.emin && a == pow2(e)) {
+    qe -= 1;  // binade edge: the gap toward zero is half
+  }
   return a - pow2(qe);
 }
 }  // namespace detail
 
 // Smallest format value greater than v (v representable); +inf when v is max finite. -0 and +0 are both zero.
 KOKKOS_INLINE_FUNCTION double succ(const FormatParams& p, double v) {
-  if (v >= 0) return detail::next_up_magnitude(p, std::fabs(v));
+  if (v >= 0) {
+    return detail::next_up_magnitude(p, std::fabs(v));
+  }
   return -detail::next_down_magnitude(p, -v) + 0.0;  // + 0.0: the successor of -min is +0
 }
 

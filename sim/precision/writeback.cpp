@@ -120,7 +120,9 @@ KOKKOS_INLINE_FUNCTION FastResult fast_writeback(const FastParams& fp, float wi,
     } else {
       const double zr = frac * std::bit_cast<double>(static_cast<std::uint64_t>(1023 + fp.sr_bits) << 52);
       const double d = floor_small(zr);
-      if constexpr (Integer) slow = slow || (!on_grid && !sat && (zr - d < 0x1p-20 || zr - d > 1 - 0x1p-20));
+      if constexpr (Integer) {
+        slow = slow || (!on_grid && !sat && (zr - d < 0x1p-20 || zr - d > 1 - 0x1p-20));
+      }
       const double rbits = static_cast<double>(fp.sr_bits == 32 ? word : word >> (32 - fp.sr_bits));
       away = rbits < d;
       random = d > 0;
@@ -210,7 +212,9 @@ struct BlockKernel : CountsReducerBase {
       PhiloxStream::Block group{};
       for (std::int64_t i = begin; i < end; ++i) {
         const std::uint64_t coord = first_coordinate + static_cast<std::uint64_t>(i);
-        if (i == begin || (coord & 3u) == 0) group = PhiloxStream::first_words(key, coord >> 2);
+        if (i == begin || (coord & 3u) == 0) {
+          group = PhiloxStream::first_words(key, coord >> 2);
+        }
         words[i - begin] = group.v[coord & 3u];
       }
     }
@@ -227,7 +231,9 @@ struct BlockKernel : CountsReducerBase {
       saturated = counts[3];
       if (slow > 0) {
         for (std::int64_t i = begin; i < end; ++i) {
-          if (!flags[i - begin]) continue;
+          if (!flags[i - begin]) {
+            continue;
+          }
           const float wi = w(i), ui = u(i);
           const WritebackOutcome o = writeback_value(p, policy, key, first_coordinate + i, wi, ui);
           out[i - begin] = o.value;
@@ -257,7 +263,9 @@ struct BlockKernel : CountsReducerBase {
       if (slow > 0) {  // rare: redo the flagged coordinates exactly
         for (std::int64_t i = begin; i < end; ++i) {
           const float wi = w(i), ui = u(i);
-          if (!fast_writeback<Integer, Mode>(fp, wi, ui, Mode != 0 ? words[i - begin] : 0u).slow) continue;
+          if (!fast_writeback<Integer, Mode>(fp, wi, ui, Mode != 0 ? words[i - begin] : 0u).slow) {
+            continue;
+          }
           const WritebackOutcome o = writeback_value(p, policy, key, first_coordinate + i, wi, ui);
           out[i - begin] = o.value;
           const bool changed = o.value != wi;
@@ -270,7 +278,9 @@ struct BlockKernel : CountsReducerBase {
         }
       }
     }
-    for (std::int64_t i = begin; i < end; ++i) w(i) = out[i - begin];
+    for (std::int64_t i = begin; i < end; ++i) {
+      w(i) = out[i - begin];
+    }
     c.nonzero += nonzero;
     c.erased += erased;
     c.applied += applied;
@@ -294,7 +304,9 @@ struct FirstNonFinite {
   ConstFloatView<MemorySpace> a;
   ConstFloatView<MemorySpace> b;
   KOKKOS_INLINE_FUNCTION void operator()(std::int64_t i, std::int64_t& first) const {
-    if ((!finite(a(i)) || (b.extent(0) > 0 && !finite(b(i)))) && i < first) first = i;
+    if ((!finite(a(i)) || (b.extent(0) > 0 && !finite(b(i)))) && i < first) {
+      first = i;
+    }
   }
 };
 
@@ -314,7 +326,9 @@ void require_finite(const ExecSpace& space, const std::string& context, const ch
   std::int64_t bad = 0;
   Kokkos::parallel_reduce("wbaudit::sim::precision::require_finite::count", Kokkos::RangePolicy<ExecSpace>(space, 0, n),
                           NonFiniteCount<MS>{a, b}, bad);
-  if (bad == 0) return;
+  if (bad == 0) {
+    return;
+  }
   std::int64_t first = n;
   Kokkos::parallel_reduce("wbaudit::sim::precision::require_finite::first", Kokkos::RangePolicy<ExecSpace>(space, 0, n),
                           FirstNonFinite<MS>{a, b}, Kokkos::Min<std::int64_t>(first));
@@ -393,7 +407,9 @@ struct QuantizeKernel {
 template <class ExecSpace>
 Kokkos::RangePolicy<ExecSpace> range(const ExecSpace& space, std::size_t n, int chunk_size) {
   Kokkos::RangePolicy<ExecSpace> policy(space, 0, static_cast<std::int64_t>(n));
-  if (chunk_size > 0) policy.set_chunk_size(chunk_size);
+  if (chunk_size > 0) {
+    policy.set_chunk_size(chunk_size);
+  }
   return policy;
 }
 
@@ -444,13 +460,25 @@ WritebackCounts writeback(const ExecSpace& space, const FormatSpec& fmt, const W
                             counts);
   };
   if (p.integer) {
-    if (mode == 0) launch(BlockKernel<MS, true, 0>{});
-    if (mode == 1) launch(BlockKernel<MS, true, 1>{});
-    if (mode == 2) launch(BlockKernel<MS, true, 2>{});
+    if (mode == 0) {
+      launch(BlockKernel<MS, true, 0>{});
+    }
+    if (mode == 1) {
+      launch(BlockKernel<MS, true, 1>{});
+    }
+    if (mode == 2) {
+      launch(BlockKernel<MS, true, 2>{});
+    }
   } else {
-    if (mode == 0) launch(BlockKernel<MS, false, 0>{});
-    if (mode == 1) launch(BlockKernel<MS, false, 1>{});
-    if (mode == 2) launch(BlockKernel<MS, false, 2>{});
+    if (mode == 0) {
+      launch(BlockKernel<MS, false, 0>{});
+    }
+    if (mode == 1) {
+      launch(BlockKernel<MS, false, 1>{});
+    }
+    if (mode == 2) {
+      launch(BlockKernel<MS, false, 2>{});
+    }
   }
   return counts;
 }

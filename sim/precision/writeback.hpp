@@ -80,18 +80,18 @@ void quantize(const ExecSpace& space, const FormatSpec& fmt, Kokkos::View<float*
 
 // The same operations on the default execution space.
 inline WritebackCounts writeback(const FormatSpec& fmt, const WritebackPolicy& policy, RngKey key,
-                                 Kokkos::View<float*> w, Kokkos::View<const float*> u) {
+                                 const Kokkos::View<float*>& w, const Kokkos::View<const float*>& u) {
   return writeback(Kokkos::DefaultExecutionSpace{}, fmt, policy, key, w, u);
 }
-inline WritebackCounts writeback_master(const FormatSpec& fmt, Kokkos::View<float*> master, Kokkos::View<float*> w,
-                                        Kokkos::View<const float*> u) {
+inline WritebackCounts writeback_master(const FormatSpec& fmt, const Kokkos::View<float*>& master,
+                                        const Kokkos::View<float*>& w, const Kokkos::View<const float*>& u) {
   return writeback_master(Kokkos::DefaultExecutionSpace{}, fmt, master, w, u);
 }
-inline WritebackCounts project_erasure(const FormatSpec& fmt, Kokkos::View<const float*> w,
-                                       Kokkos::View<const float*> u) {
+inline WritebackCounts project_erasure(const FormatSpec& fmt, const Kokkos::View<const float*>& w,
+                                       const Kokkos::View<const float*>& u) {
   return project_erasure(Kokkos::DefaultExecutionSpace{}, fmt, w, u);
 }
-inline void quantize(const FormatSpec& fmt, Kokkos::View<float*> x) {
+inline void quantize(const FormatSpec& fmt, const Kokkos::View<float*>& x) {
   quantize(Kokkos::DefaultExecutionSpace{}, fmt, x);
 }
 
