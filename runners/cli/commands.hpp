@@ -20,8 +20,11 @@ void print_version();
 namespace wbaudit::cli {
 void add_run_command(CLI::App& app);
 void add_status_command(CLI::App& app);
+void add_submit_command(CLI::App& app);
 void add_register_command(CLI::App& app);
 void add_deviate_command(CLI::App& app);
+void add_run_cells_command(CLI::App& app);
 void add_formats_command(CLI::App& app);
 void add_round_command(CLI::App& app);
+void add_evaluate_command(CLI::App& app);
 }  // namespace wbaudit::cli

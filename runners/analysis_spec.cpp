@@ -1,0 +1,373 @@
+#include "runners/analysis_spec.hpp"
+
+#include <toml++/toml.h>
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <tuple>
+
+#include "stats/error.hpp"
+
+namespace wbaudit::runners {
+namespace {
+
+// Statistics evaluate computes for a predictor (skill_vs_<baseline> handled separately).
+const std::vector<std::string>& predictor_statistics() {
+  static const std::vector<std::string> names = {"bias",
+                                                 "mae",
+                                                 "rmse_macro",
+                                                 "rmse_pooled",
+                                                 "sign_agreement_rate",
+                                                 "anomaly_correlation",
+                                                 "cell_anomaly_correlation",
+                                                 "error_share_time",
+                                                 "error_share_cell",
+                                                 "error_share_residual"};
+  return names;
+}
+
+struct Reader {
+  std::string file;
+  [[noreturn]] void fail(const toml::node* node, const std::string& key, const std::string& what) const {
+    std::ostringstream out;
+    out << file << ":";
+    if (node && node->source().begin.line > 0) out << node->source().begin.line << ":";
+    out << " " << key << ": " << what;
+    throw AnalysisError(out.str());
+  }
+  std::string string(const toml::node& node, const std::string& key) const {
+    if (auto v = node.value<std::string>()) return *v;
+    fail(&node, key, "expected a string");
+  }
+  double number(const toml::node& node, const std::string& key) const {
+    std::optional<double> v;
+    if (node.is_integer()) v = static_cast<double>(*node.value<std::int64_t>());
+    if (node.is_floating_point()) v = *node.value<double>();
+    if (!v) fail(&node, key, "expected a number");
+    if (!std::isfinite(*v)) fail(&node, key, "non-finite number");
+    return *v;
+  }
+  std::int64_t integer(const toml::node& node, const std::string& key) const {
+    if (auto v = node.value_exact<std::int64_t>()) return *v;
+    fail(&node, key, "expected an integer");
+  }
+  std::vector<std::string> strings(const toml::node& node, const std::string& key) const {
+    const auto* array = node.as_array();
+    if (!array) fail(&node, key, "expected an array of strings");
+    std::vector<std::string> out;
+    for (std::size_t i = 0; i < array->size(); ++i) out.push_back(string(*array->get(i), key));
+    return out;
+  }
+  const toml::table& table(const toml::node& node, const std::string& key) const {
+    if (const auto* t = node.as_table()) return *t;
+    fail(&node, key, "expected a table");
+  }
+  // Refuses keys outside `known`, naming the first unknown one.
+  void only(const toml::table& t, const std::string& prefix, const std::vector<std::string>& known) const {
+    for (auto&& [k, v] : t) {
+      if (std::find(known.begin(), known.end(), std::string(k.str())) != known.end()) continue;
+      std::string list;
+      for (auto& n : known) list += (list.empty() ? "" : ", ") + n;
+      fail(&v, prefix + std::string(k.str()), "unknown key (known: " + list + ")");
+    }
+  }
+};
+
+std::string join(const std::vector<std::string>& items) {
+  std::string out;
+  for (auto& s : items) out += (out.empty() ? "" : ", ") + s;
+  return out;
+}
+
+nlohmann::json to_json(const toml::node& node, const std::string& key, const Reader& r) {
+  if (const auto* t = node.as_table()) {
+    nlohmann::json out = nlohmann::json::object();
+    for (auto&& [k, v] : *t) out[std::string(k.str())] = to_json(v, key + "." + std::string(k.str()), r);
+    return out;
+  }
+  if (const auto* a = node.as_array()) {
+    nlohmann::json out = nlohmann::json::array();
+    for (std::size_t i = 0; i < a->size(); ++i) out.push_back(to_json(*a->get(i), key, r));
+    return out;
+  }
+  if (auto v = node.value_exact<std::int64_t>()) return *v;
+  if (auto v = node.value_exact<double>()) return r.number(node, key);
+  if (auto v = node.value_exact<bool>()) return *v;
+  if (auto v = node.value_exact<std::string>()) return *v;
+  r.fail(&node, key, "unsupported value type");
+}
+
+}  // namespace
+
+const std::vector<std::string>& known_predictors() {
+  static const std::vector<std::string> names = {"source", "analytic-grid", "template", "matched-reference",
+                                                 "common-time"};
+  return names;
+}
+
+bool is_outcome_statistic(const std::string& statistic) {
+  return statistic == "share_time" || statistic == "share_cell" || statistic == "share_residual";
+}
+
+AnalysisSpec default_analysis_spec() {
+  AnalysisSpec spec;
+  spec.name = "default analysis";
+  spec.description = "wbaudit evaluate without --analysis: source, template (leave-run-out) and common-time, no gates";
+  spec.bootstrap.seed = 20261202;
+  spec.bootstrap.resamples = 2000;
+  return spec;
+}
+
+AnalysisSpec load_analysis_spec(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw AnalysisError(path.string() + ": cannot read the analysis spec");
+  std::ostringstream text;
+  text << in.rdbuf();
+  AnalysisSpec spec = parse_analysis_spec(text.str(), path);
+  spec.path = path;
+  return spec;
+}
+
+AnalysisSpec parse_analysis_spec(const std::string& text, const std::filesystem::path& source_name) {
+  Reader r{source_name.string()};
+  toml::table root;
+  try {
+    root = toml::parse(text, source_name.string());
+  } catch (const toml::parse_error& e) {
+    std::ostringstream out;
+    out << source_name.string() << ":" << e.source().begin.line << ": " << e.description();
+    throw AnalysisError(out.str());
+  }
+  AnalysisSpec spec = default_analysis_spec();
+  spec.name = source_name.stem().string();
+  spec.description.clear();
+  spec.text = text;
+  spec.path = source_name;
+  r.only(root, "", {"analysis", "required_cells", "source", "template", "bootstrap", "crossing", "gates"});
+
+  const toml::node* required = root.get("required_cells");
+  std::string required_key = "required_cells";
+  if (const auto* node = root.get("analysis")) {
+    const auto& a = r.table(*node, "analysis");
+    r.only(a, "analysis.",
+           {"name", "description", "outcome", "predictors", "baselines", "groups", "missing", "required_cells"});
+    if (const auto* n = a.get("name")) spec.name = r.string(*n, "analysis.name");
+    if (const auto* n = a.get("description")) spec.description = r.string(*n, "analysis.description");
+    if (const auto* n = a.get("outcome")) {
+      spec.outcome = r.string(*n, "analysis.outcome");
+      if (spec.outcome != "erased_fraction")
+        r.fail(n, "analysis.outcome", "unknown outcome \"" + spec.outcome + "\" (known: erased_fraction)");
+    }
+    if (const auto* n = a.get("predictors")) {
+      spec.predictors = r.strings(*n, "analysis.predictors");
+      if (spec.predictors.empty()) r.fail(n, "analysis.predictors", "no predictor to score");
+      std::set<std::string> seen;
+      for (auto& p : spec.predictors) {
+        if (std::find(known_predictors().begin(), known_predictors().end(), p) == known_predictors().end())
+          r.fail(n, "analysis.predictors", "unknown predictor \"" + p + "\" (known: " + join(known_predictors()) + ")");
+        if (!seen.insert(p).second) r.fail(n, "analysis.predictors", "predictor \"" + p + "\" listed twice");
+      }
+    }
+    if (const auto* n = a.get("baselines")) {
+      spec.baselines = r.strings(*n, "analysis.baselines");
+      for (auto& b : spec.baselines) {
+        if (b != "template" && b != "common-time")
+          r.fail(n, "analysis.baselines", "unknown baseline \"" + b + "\" (known: template, common-time)");
+      }
+    }
+    if (const auto* n = a.get("groups")) spec.groups = r.strings(*n, "analysis.groups");
+    if (const auto* n = a.get("missing")) {
+      try {
+        spec.missing = stats::missing_policy_from_name(r.string(*n, "analysis.missing"));
+      } catch (const stats::StatsError& e) {
+        r.fail(n, "analysis.missing", e.what());
+      }
+    }
+    if (const auto* n = a.get("required_cells")) {
+      if (required) r.fail(n, "analysis.required_cells", "given twice (also at the top level)");
+      required = n;
+      required_key = "analysis.required_cells";
+    }
+  }
+  for (auto& b : spec.baselines) {
+    if (std::find(spec.predictors.begin(), spec.predictors.end(), b) == spec.predictors.end())
+      r.fail(root.at_path("analysis.baselines").node(), "analysis.baselines",
+             "baseline \"" + b + "\" is not among analysis.predictors (" + join(spec.predictors) + ")");
+  }
+  if (required) {
+    spec.required_declared = true;
+    spec.required_cells = r.strings(*required, required_key);
+  }
+
+  if (const auto* node = root.get("source")) {
+    const auto& s = r.table(*node, "source");
+    r.only(s, "source.", {"reference", "overrides"});
+    if (const auto* n = s.get("reference")) {
+      auto v = r.string(*n, "source.reference");
+      if (v != "declared" && v != "overrides")
+        r.fail(n, "source.reference", "unknown value \"" + v + "\" (known: declared, overrides)");
+    }
+    if (const auto* n = s.get("overrides")) {
+      spec.source_overrides = to_json(r.table(*n, "source.overrides"), "source.overrides", r);
+      if (spec.source_overrides.empty()) r.fail(n, "source.overrides", "empty table");
+    }
+  }
+
+  if (const auto* node = root.get("template")) {
+    const auto& t = r.table(*node, "template");
+    r.only(t, "template.", {"class", "history", "history_cells", "missing_class"});
+    if (const auto* n = t.get("class")) {
+      spec.template_class = r.strings(*n, "template.class");
+      if (spec.template_class.empty()) r.fail(n, "template.class", "empty class definition");
+    }
+    if (const auto* n = t.get("history")) {
+      auto v = r.string(*n, "template.history");
+      if (v != "leave-run-out")
+        r.fail(n, "template.history",
+               "unknown history \"" + v +
+                   "\" (known: leave-run-out: the sweep's own target runs, each scored run "
+                   "left out of its template)");
+    }
+    if (const auto* n = t.get("history_cells")) {
+      spec.history_cells = r.strings(*n, "template.history_cells");
+      if (spec.history_cells.empty()) r.fail(n, "template.history_cells", "empty: no run would be historical");
+    }
+    if (const auto* n = t.get("missing_class")) {
+      auto v = r.string(*n, "template.missing_class");
+      if (v != "error" && v != "inconclusive")
+        r.fail(n, "template.missing_class", "unknown value \"" + v + "\" (known: error, inconclusive)");
+      spec.template_missing_inconclusive = v == "inconclusive";
+    }
+  }
+
+  if (const auto* node = root.get("bootstrap")) {
+    const auto& b = r.table(*node, "bootstrap");
+    r.only(b, "bootstrap.", {"resamples", "seed", "method", "confidence", "unit"});
+    if (const auto* n = b.get("resamples")) {
+      auto v = r.integer(*n, "bootstrap.resamples");
+      if (v < 2 || v > 10000000) r.fail(n, "bootstrap.resamples", "must be in [2, 1e7], got " + std::to_string(v));
+      spec.bootstrap.resamples = static_cast<int>(v);
+    }
+    if (const auto* n = b.get("seed")) {
+      auto v = r.integer(*n, "bootstrap.seed");
+      if (v < 0) r.fail(n, "bootstrap.seed", "must be >= 0");
+      spec.bootstrap.seed = static_cast<std::uint64_t>(v);
+    }
+    if (const auto* n = b.get("method")) {
+      try {
+        spec.bootstrap.method = stats::interval_method_from_name(r.string(*n, "bootstrap.method"));
+      } catch (const stats::StatsError& e) {
+        r.fail(n, "bootstrap.method", e.what());
+      }
+    }
+    if (const auto* n = b.get("confidence")) {
+      spec.bootstrap.confidence = r.number(*n, "bootstrap.confidence");
+      if (!(spec.bootstrap.confidence > 0 && spec.bootstrap.confidence < 1))
+        r.fail(n, "bootstrap.confidence", "must be in (0, 1)");
+    }
+    if (const auto* n = b.get("unit")) {
+      auto v = r.string(*n, "bootstrap.unit");
+      if (v != "run" && v != "cell")
+        r.fail(n, "bootstrap.unit",
+               "unknown unit \"" + v + "\" (known: run: the cells of one target run resampled together; cell)");
+      spec.unit = v == "run" ? BootstrapUnit::run : BootstrapUnit::cell;
+    }
+  }
+
+  if (const auto* node = root.get("crossing")) {
+    const auto& c = r.table(*node, "crossing");
+    r.only(c, "crossing.", {"threshold", "burn_in", "tolerance"});
+    if (const auto* n = c.get("threshold")) spec.threshold = r.number(*n, "crossing.threshold");
+    if (const auto* n = c.get("burn_in")) {
+      spec.burn_in = r.integer(*n, "crossing.burn_in");
+      if (*spec.burn_in < 0) r.fail(n, "crossing.burn_in", "must be >= 0");
+    }
+    if (const auto* n = c.get("tolerance")) {
+      spec.tolerance = r.number(*n, "crossing.tolerance");
+      if (!(*spec.tolerance > 0)) r.fail(n, "crossing.tolerance", "must be > 0");
+    }
+  }
+
+  if (const auto* node = root.get("gates")) {
+    // [[gates]] (an array of tables with `name`) or [gates.NAME] (a table of tables, named by their keys).
+    std::vector<std::tuple<std::string, const toml::table*, std::string>> entries;  // key, table, name
+    if (const auto* array = node->as_array()) {
+      for (std::size_t i = 0; i < array->size(); ++i) {
+        const std::string key = "gates[" + std::to_string(i) + "]";
+        const auto& g = r.table(*array->get(i), key);
+        if (!g.get("name")) r.fail(&g, key + ".name", "required");
+        entries.emplace_back(key, &g, r.string(*g.get("name"), key + ".name"));
+      }
+    } else if (const auto* table = node->as_table()) {
+      for (auto&& [k, v] : *table) {
+        const std::string key = "gates." + std::string(k.str());
+        const auto& g = r.table(v, key);
+        if (g.get("name")) r.fail(g.get("name"), key + ".name", "not allowed in [gates.NAME]: the key is the name");
+        entries.emplace_back(key, &g, std::string(k.str()));
+      }
+    } else {
+      r.fail(node, "gates", "expected [[gates]] tables or [gates.NAME] tables");
+    }
+    std::set<std::string> names;
+    for (auto& [key, table, name] : entries) {
+      const auto& g = *table;
+      r.only(g, key + ".", {"name", "statistic", "predictor", "comparator", "threshold"});
+      GateSpec gate;
+      gate.line = g.source().begin.line;
+      for (auto* field : {"statistic", "comparator", "threshold"}) {
+        if (!g.get(field)) r.fail(&g, key + "." + field, "required");
+      }
+      gate.gate.name = name;
+      if (!names.insert(gate.gate.name).second) r.fail(&g, key + ".name", "duplicate gate name \"" + name + "\"");
+      const auto* stat_node = g.get("statistic");
+      gate.gate.statistic = r.string(*stat_node, key + ".statistic");
+      try {
+        stats::check_gate_statistic(gate.gate.statistic);
+      } catch (const stats::StatsError& e) {
+        r.fail(stat_node, key + ".statistic", e.what());
+      }
+      const std::string& st = gate.gate.statistic;
+      const bool skill = st.rfind("skill_vs_", 0) == 0;
+      const bool per_predictor =
+          std::find(predictor_statistics().begin(), predictor_statistics().end(), st) != predictor_statistics().end();
+      if (!skill && !per_predictor && !is_outcome_statistic(st))
+        r.fail(stat_node, key + ".statistic",
+               "statistic \"" + st + "\" is not computed by wbaudit evaluate (it computes: " +
+                   join(predictor_statistics()) + ", skill_vs_<baseline>, share_time, share_cell, share_residual)");
+      if (skill) {
+        std::string baseline = st.substr(9);
+        std::replace(baseline.begin(), baseline.end(), '_', '-');
+        if (std::find(spec.baselines.begin(), spec.baselines.end(), baseline) == spec.baselines.end())
+          r.fail(stat_node, key + ".statistic",
+                 "\"" + st + "\": " + baseline +
+                     " is not a declared baseline (analysis.baselines: " + join(spec.baselines) + ")");
+      }
+      if (const auto* n = g.get("predictor")) {
+        gate.predictor = r.string(*n, key + ".predictor");
+        if (is_outcome_statistic(st))
+          r.fail(n, key + ".predictor", "\"" + st + "\" is a statistic of the outcome: no predictor");
+        if (std::find(spec.predictors.begin(), spec.predictors.end(), gate.predictor) == spec.predictors.end())
+          r.fail(n, key + ".predictor",
+                 "\"" + gate.predictor + "\" is not among analysis.predictors (" + join(spec.predictors) + ")");
+      } else if (!is_outcome_statistic(st)) {
+        r.fail(&g, key + ".predictor", "required for the statistic \"" + st + "\"");
+      }
+      const auto* cmp = g.get("comparator");
+      auto comparator = r.string(*cmp, key + ".comparator");
+      if (comparator == "<=") {
+        gate.gate.direction = stats::GateDirection::at_most;
+      } else if (comparator == ">=") {
+        gate.gate.direction = stats::GateDirection::at_least;
+      } else {
+        r.fail(cmp, key + ".comparator", "unknown comparator \"" + comparator + "\" (known: <=, >=)");
+      }
+      gate.gate.threshold = r.number(*g.get("threshold"), key + ".threshold");
+      spec.gates.push_back(std::move(gate));
+    }
+  }
+  return spec;
+}
+
+}  // namespace wbaudit::runners

@@ -1,0 +1,81 @@
+#pragma once
+// Analysis specs (TOML) for `wbaudit evaluate`: which outcome and predictors are scored, against which baselines,
+// how the historical template is built, the bootstrap, the crossing settings, the preregistered gates and the
+// required cells. docs/evaluate.md documents every key; examples/two_layer_analysis.toml is a complete example.
+// Errors name the file, line and key: "a.toml:14: gates[1].statistic: unknown statistic \"rmse\" (known: ...)".
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "stats/bootstrap.hpp"
+#include "stats/gates.hpp"
+#include "stats/missing.hpp"
+
+namespace wbaudit::runners {
+
+class AnalysisError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// Predictor names (forecast::predictor_name): "source", "analytic-grid", "template", "matched-reference",
+// "common-time". Baselines for skill: "template", "common-time".
+const std::vector<std::string>& known_predictors();
+
+// Statistics evaluate computes, per predictor: bias, mae, rmse_macro, rmse_pooled, skill_vs_<baseline>,
+// sign_agreement_rate, anomaly_correlation, cell_anomaly_correlation, error_share_time, error_share_cell,
+// error_share_residual; of the outcome (no predictor): share_time, share_cell, share_residual.
+bool is_outcome_statistic(const std::string& statistic);
+
+struct GateSpec {
+  stats::Gate gate;       // name, statistic, direction, threshold (required cells come from the analysis)
+  std::string predictor;  // empty for outcome statistics
+  std::int64_t line = 0;  // where it was declared
+};
+
+enum class BootstrapUnit { run, cell };
+
+struct AnalysisSpec {
+  std::filesystem::path path;  // empty for the built-in default
+  std::string text;            // verbatim (hashed to find a registration)
+  std::string name;
+  std::string description;
+  std::string outcome = "erased_fraction";
+  std::vector<std::string> predictors = {"source", "template", "common-time"};
+  std::vector<std::string> baselines = {"template", "common-time"};
+  std::vector<std::string> groups;  // empty: the sweep spec's [evaluation] groups (or every group)
+  stats::MissingPolicy missing = stats::MissingPolicy::error;
+
+  // `source`: the target's declared fp32 reference, or the reference whose configuration is the declared
+  // reference's with these keys (dotted paths) replaced, e.g. {"seed": 8} (a predeclared trace of another seed).
+  nlohmann::json source_overrides = nlohmann::json::object();
+
+  // Template class keys: "format", "group", "policy", or a dotted configuration path ("optimizer.lr_scale").
+  std::vector<std::string> template_class = {"format", "group"};
+  std::vector<std::string> history_cells;      // target-cell name patterns declared historical; empty: every target
+  bool template_missing_inconclusive = false;  // a class without history: error (default) or inconclusive
+
+  stats::BootstrapSpec bootstrap;
+  BootstrapUnit unit = BootstrapUnit::run;
+
+  std::optional<double> threshold;  // crossing settings; unset: the sweep spec's [evaluation]
+  std::optional<std::int64_t> burn_in;
+  std::optional<double> tolerance;
+
+  bool required_declared = false;           // required_cells given (else: every target cell)
+  std::vector<std::string> required_cells;  // name patterns
+  std::vector<GateSpec> gates;
+};
+
+AnalysisSpec load_analysis_spec(const std::filesystem::path& path);
+AnalysisSpec parse_analysis_spec(const std::string& text, const std::filesystem::path& source_name);
+// What evaluate uses without --analysis and without a registration: every predictor available, no gates.
+AnalysisSpec default_analysis_spec();
+
+}  // namespace wbaudit::runners

@@ -1,0 +1,56 @@
+// wbaudit evaluate DIR [--analysis A.toml] [--out REPORTDIR]: the skill report of a sweep.
+#include <iostream>
+
+#include "runners/cli/commands.hpp"
+#include "runners/evaluate.hpp"
+
+namespace wbaudit::cli {
+
+void add_evaluate_command(CLI::App& app) {
+  struct Args {
+    std::string sweep;
+    std::string analysis;
+    std::string out;
+    bool no_figures = false;
+  };
+  auto args = std::make_shared<Args>();
+  auto* cmd = app.add_subcommand("evaluate",
+                                 "Skill report of a sweep: predictors vs templates and common time, directional "
+                                 "specificity, decomposition, gates, crossings (Markdown + HTML + CSV + figures)");
+  cmd->add_option("sweep", args->sweep, "Sweep directory")->required()->check(CLI::ExistingDirectory);
+  cmd->add_option("--analysis", args->analysis,
+                  "Analysis spec (TOML; default: the sweep's registered analysis, else the built-in default)")
+      ->check(CLI::ExistingFile);
+  cmd->add_option("--out", args->out,
+                  "Report directory (must not exist; default: DIR/evaluations/<UTC time>-<analysis hash>)");
+  cmd->add_flag("--no-figures", args->no_figures, "Skip the gnuplot figures");
+  cmd->footer(
+      "Writes report.md, report.html, statistics.csv, cells.csv, gates.csv, decomposition.csv, crossings.csv,\n"
+      "series.csv, analysis.toml and figures/ into a new directory; an earlier evaluation is never overwritten.\n"
+      "A registered analysis is honoured: gates are inconclusive when a required cell is missing or not\n"
+      "canonical, and analyses under a recorded deviation are labelled retrospective. See docs/evaluate.md.\n"
+      "Example: wbaudit evaluate runs/grid --analysis examples/two_layer_analysis.toml");
+  cmd->callback([args] {
+    runners::EvaluateOptions options;
+    if (!args->analysis.empty()) options.analysis = args->analysis;
+    options.out = args->out;
+    options.figures = !args->no_figures;
+    auto result = runners::evaluate_sweep(args->sweep, options);
+    auto dir = runners::write_evaluation_report(result, options);
+    std::cout << "evaluated " << result.cells.size() << " cells x " << result.steps.size() << " steps of "
+              << result.sweep_name << " (" << result.standing << ") in " << result.seconds << " s\n";
+    for (const auto& p : result.predictors) {
+      std::cout << "  " << p.name;
+      if (!p.unavailable.empty()) {
+        std::cout << ": not scored (" << p.unavailable << ")\n";
+        continue;
+      }
+      std::cout << ": rmse_macro " << p.metrics.rmse_macro << ", rmse_pooled " << p.metrics.rmse_pooled;
+      for (const auto& [b, s] : p.skill) std::cout << ", skill_vs_" << b << " " << s;
+      std::cout << "\n";
+    }
+    std::cout << runners::gate_summary(result) << "report: " << (dir / "report.html").string() << "\n";
+  });
+}
+
+}  // namespace wbaudit::cli

@@ -1,0 +1,1017 @@
+#include "runners/evaluate.hpp"
+
+#include <fnmatch.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <ctime>
+#include <fstream>
+#include <iomanip>
+#include <set>
+#include <sstream>
+
+#include "forecast/error.hpp"
+#include "forecast/source.hpp"
+#include "runners/identity.hpp"
+#include "runners/registry.hpp"
+#include "runners/report/figure.hpp"
+#include "runners/spec.hpp"
+#include "runners/store.hpp"
+#include "runners/sweep_cells.hpp"
+#include "stats/bootstrap_tables.hpp"
+#include "stats/error.hpp"
+
+namespace wbaudit::runners {
+namespace fs = std::filesystem;
+namespace {
+
+// The definition of every reported statistic (docs/statistics.md, DESIGN.md section 2); e = forecast - outcome.
+const std::map<std::string, std::string>& definitions() {
+  static const std::map<std::string, std::string> d = {
+      {"bias", "mean over cells of mean_t e (forecast - outcome)"},
+      {"mae", "mean over cells of mean_t |e|"},
+      {"rmse_cell", "sqrt(mean_t e^2) of one cell"},
+      {"rmse_macro", "mean over cells of rmse_cell"},
+      {"rmse_pooled", "sqrt(mean over cells of mean_t e^2)"},
+      {"skill_vs_template", "1 - sum_c MSE_P / sum_c MSE_template"},
+      {"skill_vs_common_time", "1 - sum_c MSE_P / sum_c MSE_common-time"},
+      {"sign_agreement_rate", "share of directional cells whose mean anomaly has the outcome's sign"},
+      {"binomial_p_value", "P(X >= k), X ~ Binomial(n, 1/2), one-sided exact"},
+      {"anomaly_correlation", "correlation over cells and steps of anomalies (value - across-cell mean at t)"},
+      {"cell_anomaly_correlation", "correlation over cells of mean anomalies"},
+      {"share_time", "SS_time / SS_total of y = mu + a_t + b_c + e (outcome)"},
+      {"share_cell", "SS_cell / SS_total (outcome)"},
+      {"share_residual", "SS_residual / SS_total (outcome)"},
+      {"error_share_time", "SS_time / SS_total of the forecast error table"},
+      {"error_share_cell", "SS_cell / SS_total of the forecast error table"},
+      {"error_share_residual", "SS_residual / SS_total of the forecast error table"},
+  };
+  return d;
+}
+
+std::string definition(const std::string& statistic) {
+  auto it = definitions().find(statistic);
+  return it == definitions().end() ? std::string() : it->second;
+}
+
+std::string num(double x, int precision = 6) {
+  if (std::isnan(x)) return "";
+  std::ostringstream out;
+  out << std::setprecision(precision) << x;
+  return out.str();
+}
+
+std::string shown(double x, int precision = 4) {
+  if (std::isnan(x)) return "—";
+  return num(x, precision);
+}
+
+std::string csv_field(const std::string& text) {
+  if (text.find_first_of(",\"\n") == std::string::npos) return text;
+  std::string out = "\"";
+  for (char c : text) out += c == '"' ? std::string("\"\"") : std::string(1, c);
+  return out + "\"";
+}
+
+std::string join(const std::vector<std::string>& items, const std::string& sep = ", ") {
+  std::string out;
+  for (auto& s : items) out += (out.empty() ? "" : sep) + s;
+  return out;
+}
+
+std::string baseline_key(std::string name) {
+  std::replace(name.begin(), name.end(), '-', '_');
+  return "skill_vs_" + name;
+}
+
+const nlohmann::json* json_path(const nlohmann::json& j, const std::string& dotted) {
+  const nlohmann::json* node = &j;
+  std::size_t pos = 0;
+  while (true) {
+    auto dot = dotted.find('.', pos);
+    std::string key = dotted.substr(pos, dot == std::string::npos ? std::string::npos : dot - pos);
+    if (!node->is_object() || !node->contains(key)) return nullptr;
+    node = &(*node)[key];
+    if (dot == std::string::npos) return node;
+    pos = dot + 1;
+  }
+}
+
+void set_json_path(nlohmann::json& j, const std::string& dotted, const nlohmann::json& value) {
+  nlohmann::json* node = &j;
+  std::size_t pos = 0;
+  while (true) {
+    auto dot = dotted.find('.', pos);
+    std::string key = dotted.substr(pos, dot == std::string::npos ? std::string::npos : dot - pos);
+    if (dot == std::string::npos) {
+      (*node)[key] = value;
+      return;
+    }
+    node = &(*node)[key];
+    pos = dot + 1;
+  }
+}
+
+// Flattens {"a": {"b": 1}} into {"a.b": 1}.
+void flatten(const nlohmann::json& j, const std::string& prefix, std::map<std::string, nlohmann::json>& out) {
+  if (j.is_object()) {
+    for (auto& [k, v] : j.items()) flatten(v, prefix.empty() ? k : prefix + "." + k, out);
+  } else {
+    out[prefix] = j;
+  }
+}
+
+std::string value_text(const nlohmann::json& v) {
+  return v.is_string() ? v.get<std::string>() : v.dump();
+}
+
+bool matches_any(const std::vector<std::string>& patterns, const std::string& name) {
+  for (auto& p : patterns)
+    if (::fnmatch(p.c_str(), name.c_str(), 0) == 0) return true;
+  return false;
+}
+
+// Interval of a bootstrap, or the reason it could not be computed.
+template <class F>
+void interval_or_reason(const std::string& statistic, std::map<std::string, stats::Interval>& intervals,
+                        std::map<std::string, std::string>& undefined, F&& compute) {
+  try {
+    intervals[statistic] = compute();
+  } catch (const stats::StatsError& e) {
+    undefined[statistic] = e.what();
+  }
+}
+
+}  // namespace
+
+const PredictorEvaluation& EvaluationResult::predictor(const std::string& name) const {
+  for (auto& p : predictors)
+    if (p.name == name) return p;
+  std::vector<std::string> names;
+  for (auto& p : predictors) names.push_back(p.name);
+  throw AnalysisError("no predictor \"" + name + "\" in this evaluation (present: " + join(names) + ")");
+}
+
+EvaluationResult evaluate_sweep(const fs::path& sweep_dir, const EvaluateOptions& options) {
+  const auto start = std::chrono::steady_clock::now();
+  EvaluationResult result;
+  result.sweep_dir = sweep_dir;
+  const SweepStore store = SweepStore::open(sweep_dir);
+  const SweepSpec spec = load_sweep_spec(store.spec_path());
+  result.sweep_name = spec.name;
+
+  // The analysis: given, else the sweep's registration, else the default.
+  std::optional<Registration> registration;
+  if (options.analysis) {
+    result.analysis = load_analysis_spec(*options.analysis);
+    registration = find_registration(sweep_dir, result.analysis.text);
+  } else {
+    auto regs = registrations(sweep_dir);
+    if (regs.size() > 1) {
+      std::vector<std::string> list;
+      for (auto& r : regs) list.push_back(r.frozen.string());
+      throw AnalysisError(sweep_dir.string() + " has " + std::to_string(regs.size()) +
+                          " registered analyses; choose one with --analysis (" + join(list, "; ") + ")");
+    }
+    if (regs.size() == 1) {
+      registration = regs.front();
+      result.analysis = load_analysis_spec(registration->frozen);
+    } else {
+      result.analysis = default_analysis_spec();
+    }
+  }
+  const AnalysisSpec& analysis = result.analysis;
+  result.analysis_sha256 = sha256_hex(analysis.text);
+
+  // Required cells: the registration's, else the analysis' patterns, else every target.
+  std::vector<std::string> required;
+  if (registration) {
+    required = registration->outcome_cells;
+  } else if (analysis.required_declared) {
+    for (auto& pattern : analysis.required_cells) {
+      bool matched = false;
+      for (auto& c : store.cells()) {
+        if (::fnmatch(pattern.c_str(), c.name.c_str(), 0) != 0) continue;
+        matched = true;
+        if (std::find(required.begin(), required.end(), c.name) == required.end()) required.push_back(c.name);
+      }
+      if (!matched)
+        throw AnalysisError(analysis.path.string() + ": required_cells: \"" + pattern +
+                            "\" matches no cell of the sweep " + sweep_dir.string());
+    }
+  } else {
+    for (auto& c : store.cells())
+      if (c.role == "target") required.push_back(c.name);
+  }
+
+  // Standing: preregistered, retrospective (registered so, or under a deviation) or exploratory.
+  if (registration) {
+    result.registration_sha256 = registration->sha256;
+    result.standing = "preregistered";
+    if (registration->retrospective) {
+      result.standing = "retrospective";
+      result.standing_reasons.push_back("registered with --retrospective on " + registration->registered + " (" +
+                                        std::to_string(registration->outcomes_present_at_registration.size()) +
+                                        " outcomes already present)");
+    }
+  } else {
+    result.standing = "not preregistered (exploratory)";
+  }
+  for (const auto& d : read_deviations(sweep_dir)) {
+    bool touches = d.cells.empty();
+    for (auto& c : d.cells) touches = touches || std::find(required.begin(), required.end(), c) != required.end();
+    if (!touches) continue;
+    if (registration) result.standing = "retrospective";
+    result.standing_reasons.push_back("deviation " + d.when + " by " + d.who + ": " + d.what + " (why: " + d.why + ")" +
+                                      (d.cells.empty() ? "" : "; cells: " + join(d.cells)));
+  }
+
+  // Evaluation cells from canonical complete traces.
+  TraceCache cache(store);
+  SweepEvaluationCells read = read_sweep_evaluation_cells(store, spec, cache, analysis.groups);
+  result.missing_targets = read.missing;
+
+  // `source`: the declared reference, or the reference with the declared one's configuration and the overrides.
+  std::map<std::string, const StoredCell*> source_of;  // by target name
+  if (analysis.source_overrides.empty()) {
+    result.source_reference = "each target's declared fp32 reference (same seed, init and data order)";
+  } else {
+    result.source_reference = "the fp32 reference with the declared one's configuration and " +
+                              analysis.source_overrides.dump() + " (a predeclared trace, not matched)";
+    std::map<std::string, nlohmann::json> overrides;
+    flatten(analysis.source_overrides, "", overrides);
+    for (auto& c : read.cells) {
+      if (source_of.contains(c.target->name)) continue;
+      nlohmann::json wanted = c.reference->config;
+      for (auto& [path, value] : overrides) set_json_path(wanted, path, value);
+      const StoredCell* found = nullptr;
+      for (auto& s : store.cells())
+        if (s.role == "reference" && s.config == wanted) found = &s;
+      if (!found)
+        throw AnalysisError(analysis.path.string() + ": source.overrides: no reference run of the sweep has " +
+                            c.reference->name + "'s configuration with " + analysis.source_overrides.dump() +
+                            " (needed by " + c.target->name + ")");
+      source_of[c.target->name] = found;
+    }
+  }
+
+  // A target whose source trace is missing is missing for this analysis.
+  std::vector<SweepEvaluationCell> cells;
+  std::map<std::string, std::string> extra_missing;
+  for (auto& c : read.cells) {
+    auto it = source_of.find(c.target->name);
+    if (it != source_of.end() && !cache.trace(it->second->id)) {
+      extra_missing[c.target->name] =
+          "its source reference " + it->second->name + " is incomplete (" + cache.problem(it->second->id) + ")";
+      continue;
+    }
+    cells.push_back(c);
+  }
+  for (auto& [name, why] : extra_missing) {
+    result.missing_targets.push_back(name + " (" + why + ")");
+    read.missing_names.push_back(name);
+  }
+
+  // Required-cell states for the gates.
+  for (auto& name : required) {
+    stats::CellStatus st;
+    st.cell = name;
+    const StoredCell* stored = store.find_by_name(name);
+    if (!stored) {
+      st.reason = "not a cell of this sweep";
+    } else {
+      auto status = store.cell_status(stored->id);
+      st.present = status.state != CellState::pending || !status.attempts.empty();
+      st.canonical = status.state == CellState::done;
+      if (!st.canonical) {
+        st.reason = status.state == CellState::pending ? std::string("missing") : to_string(status.state);
+        if (!status.reasons.empty()) st.reason += ": " + status.reasons.front();
+      } else if (std::find(read.missing_names.begin(), read.missing_names.end(), name) != read.missing_names.end()) {
+        st.canonical = false;
+        for (auto& m : result.missing_targets)
+          if (m.rfind(name + " (", 0) == 0) st.reason = m.substr(name.size() + 2, m.size() - name.size() - 3);
+      }
+    }
+    result.required.push_back(st);
+  }
+
+  if (cells.empty())
+    throw AnalysisError("no evaluation cell in " + sweep_dir.string() + ": no target run has a canonical complete " +
+                        "trace with its reference (" + join(result.missing_targets, "; ") + ")");
+
+  // Template classes and history.
+  auto class_of = [&](const SweepEvaluationCell& c) {
+    std::string out;
+    for (auto& key : analysis.template_class) {
+      std::string value;
+      if (key == "format") {
+        value = c.format;
+      } else if (key == "group") {
+        value = c.group;
+      } else if (key == "policy") {
+        value = c.policy;
+      } else if (c.params.contains(key)) {
+        value = value_text(c.params[key]);
+      } else if (const auto* node = json_path(c.target->config, key)) {
+        value = value_text(*node);
+      } else {
+        throw AnalysisError(analysis.path.string() + ": template.class: \"" + key +
+                            "\" is neither format, group, policy, a grid parameter nor a configuration path of " +
+                            c.target->name);
+      }
+      out += (out.empty() ? "" : "/") + key + "=" + value;
+    }
+    return out;
+  };
+  std::vector<forecast::HistoryRun> history;
+  for (auto& c : cells) {
+    if (!analysis.history_cells.empty() && !matches_any(analysis.history_cells, c.target->name)) continue;
+    history.push_back({c.target->name, class_of(c), forecast::measured_series(*c.target_trace, c.group)});
+  }
+
+  auto has = [&](const std::string& p) {
+    return std::find(analysis.predictors.begin(), analysis.predictors.end(), p) != analysis.predictors.end();
+  };
+  std::vector<forecast::EvaluationCell> ecells;
+  for (auto& c : cells) {
+    forecast::EvaluationCell e;
+    e.run_id = c.target->name;
+    e.group = c.group;
+    e.format = c.format;
+    e.template_class = class_of(c);
+    e.outcome = forecast::measured_series(*c.target_trace, c.group);
+    auto src = source_of.find(c.target->name);
+    e.reference = src == source_of.end() ? c.reference_trace : cache.trace(src->second->id);
+    if (has("matched-reference")) e.matched_reference = c.reference_trace;
+    const auto* lr_t = json_path(c.target->config, "optimizer.lr");
+    const StoredCell* src_cell = src == source_of.end() ? c.reference : src->second;
+    const auto* lr_r = json_path(src_cell->config, "optimizer.lr");
+    if (lr_t && lr_r && lr_t->is_number() && lr_r->is_number() && lr_r->get<double>() > 0)
+      e.lr_scale = lr_t->get<double>() / lr_r->get<double>();
+    ecells.push_back(std::move(e));
+    result.runs.push_back(c.target->name);
+    result.groups.push_back(c.group);
+    result.formats.push_back(c.format);
+  }
+
+  forecast::TableOptions topt;
+  topt.source = has("source");
+  topt.analytic_grid = has("analytic-grid");
+  topt.template_mean = has("template");
+  topt.common_time = has("common-time");
+  topt.missing_class =
+      analysis.template_missing_inconclusive ? forecast::MissingClass::missing : forecast::MissingClass::error;
+  forecast::EvaluationTables tables;
+  try {
+    tables = forecast::build_evaluation_tables(ecells, history, topt);
+  } catch (const forecast::ForecastError& e) {
+    throw AnalysisError(std::string("building the predictor tables of ") + sweep_dir.string() + ": " + e.what());
+  }
+  result.outcome = tables.outcome;
+  result.cells = tables.outcome.cells;
+  result.steps = tables.outcome.steps;
+  result.tables = tables.predictors;
+  std::vector<std::string> unit_of_cell;
+  if (analysis.unit == BootstrapUnit::run) unit_of_cell = result.runs;
+  const auto& boot = analysis.bootstrap;
+  const auto policy = analysis.missing;
+
+  // The outcome's decomposition.
+  try {
+    result.outcome_decomposition = stats::decompose(tables.outcome, policy);
+    auto ci = stats::bootstrap_decomposition(tables.outcome, boot, unit_of_cell, policy);
+    result.outcome_intervals = {
+        {"share_time", ci.share_time}, {"share_cell", ci.share_cell}, {"share_residual", ci.share_residual}};
+  } catch (const stats::StatsError& e) {
+    for (auto* s : {"share_time", "share_cell", "share_residual"}) result.outcome_undefined[s] = e.what();
+  }
+
+  result.crossing_options.threshold = analysis.threshold.value_or(spec.evaluation.threshold);
+  result.crossing_options.burn_in = analysis.burn_in.value_or(spec.evaluation.burn_in);
+  result.crossing_options.tolerance = analysis.tolerance.value_or(spec.evaluation.tolerance);
+
+  // Baselines unavailable when their table has rows without history.
+  std::map<std::string, std::string> baseline_unavailable;
+  for (auto& t : tables.predictors) {
+    if (!t.missing_cells.empty())
+      baseline_unavailable[t.name] = "template classes without history (declared inconclusive) for " +
+                                     std::to_string(t.missing_cells.size()) + " cells: " + join(t.missing_cells);
+  }
+
+  auto is_baseline = [&](const std::string& n) {
+    return std::find(analysis.baselines.begin(), analysis.baselines.end(), n) != analysis.baselines.end();
+  };
+  for (const auto& name : analysis.predictors) {
+    const forecast::PredictorTable& pt = tables.predictor(name);
+    PredictorEvaluation p;
+    p.name = name;
+    p.privileged = pt.privileged;
+    p.post_outcome = pt.post_outcome;
+    if (auto it = baseline_unavailable.find(name); it != baseline_unavailable.end()) {
+      p.unavailable = it->second;
+      result.predictors.push_back(std::move(p));
+      continue;
+    }
+    // A table identical to one already scored (e.g. matched-reference when the source is the declared, same-seed
+    // reference) has identical statistics: reuse them rather than rerun every bootstrap.
+    const PredictorEvaluation* twin = nullptr;
+    for (const auto& done : result.predictors) {
+      if (!done.unavailable.empty() || is_baseline(done.name) || is_baseline(name)) continue;
+      const auto& other = tables.predictor(done.name).table.values;
+      if (other.rows() == pt.table.values.rows() && other.cols() == pt.table.values.cols() &&
+          ((other.array() == pt.table.values.array()) || (other.array().isNaN() && pt.table.values.array().isNaN()))
+              .all())
+        twin = &done;
+    }
+    if (twin) {
+      PredictorEvaluation copy = *twin;
+      copy.name = p.name;
+      copy.privileged = p.privileged;
+      copy.post_outcome = p.post_outcome;
+      copy.identical_to = twin->name;
+      result.predictors.push_back(std::move(copy));
+      continue;
+    }
+    const auto& P = pt.table;
+    const auto& Y = tables.outcome;
+    p.metrics = stats::evaluate_metrics(P, Y, policy);
+    for (auto* m : {"bias", "mae", "rmse_macro", "rmse_pooled"}) {
+      interval_or_reason(m, p.intervals, p.undefined, [&] {
+        return stats::bootstrap_metric(stats::table_metric_from_name(m), P, Y, boot, unit_of_cell, policy);
+      });
+    }
+    for (auto& b : analysis.baselines) {
+      if (b == name) continue;
+      const std::string key = baseline_key(b);
+      if (auto it = baseline_unavailable.find(b); it != baseline_unavailable.end()) {
+        p.undefined[key] = it->second;
+        continue;
+      }
+      const auto& B = tables.predictor(b).table;
+      try {
+        p.skill[b] = stats::evaluate_skill(P, B, Y, policy).skill;
+      } catch (const stats::StatsError& e) {
+        p.undefined[key] = e.what();
+        continue;
+      }
+      interval_or_reason(key, p.intervals, p.undefined,
+                         [&] { return stats::bootstrap_skill(P, B, Y, boot, unit_of_cell, policy); });
+    }
+    stats::DirectionalOptions dopt;
+    dopt.missing_policy = policy;
+    p.directional = stats::directional_specificity(P, Y, dopt);
+    try {
+      auto ci = stats::bootstrap_directional(P, Y, boot, unit_of_cell, dopt);
+      p.intervals["sign_agreement_rate"] = ci.sign_agreement_rate;
+      p.intervals["anomaly_correlation"] = ci.anomaly_correlation;
+      p.intervals["cell_anomaly_correlation"] = ci.cell_anomaly_correlation;
+    } catch (const stats::StatsError& e) {
+      for (auto* s : {"sign_agreement_rate", "anomaly_correlation", "cell_anomaly_correlation"})
+        p.undefined[s] = e.what();
+    }
+    try {
+      p.error_decomposition = stats::decompose_forecast_error(P, Y, policy);
+      auto ci = stats::bootstrap_decomposition(stats::forecast_error(P, Y), boot, unit_of_cell, policy);
+      p.intervals["error_share_time"] = ci.share_time;
+      p.intervals["error_share_cell"] = ci.share_cell;
+      p.intervals["error_share_residual"] = ci.share_residual;
+    } catch (const stats::StatsError& e) {
+      p.error_decomposition_note = e.what();
+      for (auto* s : {"error_share_time", "error_share_cell", "error_share_residual"}) p.undefined[s] = e.what();
+    }
+    if (!p.post_outcome) {
+      try {
+        auto cmp = forecast::compare_crossings(P, Y, result.crossing_options);
+        p.crossing = cmp.summary;
+        p.crossings = std::move(cmp.cells);
+      } catch (const forecast::ForecastError&) {
+        // No crossing summary (e.g. every cell undetermined); the report says so.
+      }
+    }
+    result.predictors.push_back(std::move(p));
+  }
+
+  // Gates.
+  for (const auto& g : analysis.gates) {
+    GateEvaluation ge;
+    ge.spec = g;
+    ge.spec.gate.required_cells = required;
+    const std::map<std::string, stats::Interval>* intervals = &result.outcome_intervals;
+    const std::map<std::string, std::string>* undefined = &result.outcome_undefined;
+    std::string unavailable;
+    if (!g.predictor.empty()) {
+      const auto& p = result.predictor(g.predictor);
+      intervals = &p.intervals;
+      undefined = &p.undefined;
+      unavailable = p.unavailable;
+    }
+    auto it = intervals->find(g.gate.statistic);
+    if (unavailable.empty() && it != intervals->end()) {
+      ge.result = stats::evaluate_gate(ge.spec.gate, it->second, result.required);
+      ge.has_interval = true;
+    } else {
+      // No interval: inconclusive, with the reason (and the required-cell reasons).
+      ge.result.gate = ge.spec.gate;
+      ge.result.verdict = stats::Verdict::inconclusive;
+      std::string why = !unavailable.empty() ? "predictor " + g.predictor + " not scored: " + unavailable
+                        : undefined->contains(g.gate.statistic)
+                            ? g.gate.statistic + " has no interval: " + undefined->at(g.gate.statistic)
+                            : g.gate.statistic + " was not computed";
+      ge.result.reasons.push_back(why);
+      for (auto& c : result.required)
+        if (!c.canonical) ge.result.reasons.push_back("required cell " + c.cell + ": " + c.reason);
+    }
+    result.gates.push_back(std::move(ge));
+  }
+  result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return result;
+}
+
+std::string gate_summary(const EvaluationResult& result) {
+  std::ostringstream out;
+  for (auto& g : result.gates) {
+    out << g.spec.gate.name << ": " << g.spec.gate.statistic;
+    if (!g.spec.predictor.empty()) out << "(" << g.spec.predictor << ")";
+    out << " " << stats::to_string(g.spec.gate.direction) << " " << num(g.spec.gate.threshold) << ": "
+        << stats::to_string(g.result.verdict);
+    if (g.has_interval) out << ", " << g.result.interval.describe();
+    if (g.result.verdict == stats::Verdict::inconclusive && !g.result.reasons.empty())
+      out << " (" << g.result.reasons.front() << (g.result.reasons.size() > 1 ? "; ..." : "") << ")";
+    out << "\n";
+  }
+  return out.str();
+}
+
+namespace {
+
+std::string predictor_label(const PredictorEvaluation& p) {
+  if (p.privileged) return "privileged";
+  if (p.post_outcome) return "post-outcome";
+  return "forecast";
+}
+
+struct Row {
+  std::string predictor, label, statistic;
+  double estimate = NAN;
+  const stats::Interval* ci = nullptr;
+  std::string note;
+};
+
+std::vector<Row> statistic_rows(const EvaluationResult& r) {
+  std::vector<Row> rows;
+  auto outcome_stat = [&](const std::string& s, double est) {
+    Row row{"(outcome)", "outcome", s, est, nullptr, {}};
+    if (auto it = r.outcome_intervals.find(s); it != r.outcome_intervals.end()) row.ci = &it->second;
+    if (auto it = r.outcome_undefined.find(s); it != r.outcome_undefined.end()) row.note = it->second;
+    rows.push_back(row);
+  };
+  const auto& d = r.outcome_decomposition;
+  outcome_stat("share_time", d ? d->share_time : NAN);
+  outcome_stat("share_cell", d ? d->share_cell : NAN);
+  outcome_stat("share_residual", d ? d->share_residual : NAN);
+  for (auto& p : r.predictors) {
+    auto add = [&](const std::string& s, double est, std::string note = {}) {
+      Row row{p.name, predictor_label(p), s, est, nullptr, {}};
+      if (!p.identical_to.empty()) note = "same table as " + p.identical_to + (note.empty() ? "" : "; " + note);
+      if (auto it = p.intervals.find(s); it != p.intervals.end()) row.ci = &it->second;
+      if (auto it = p.undefined.find(s); it != p.undefined.end()) note += (note.empty() ? "" : "; ") + it->second;
+      row.note = note;
+      rows.push_back(row);
+    };
+    if (!p.unavailable.empty()) {
+      rows.push_back({p.name, predictor_label(p), "(all)", NAN, nullptr, "not scored: " + p.unavailable});
+      continue;
+    }
+    add("bias", p.metrics.bias);
+    add("mae", p.metrics.mae);
+    add("rmse_macro", p.metrics.rmse_macro);
+    add("rmse_pooled", p.metrics.rmse_pooled);
+    for (auto& b : r.analysis.baselines) {
+      if (b == p.name) continue;
+      auto it = p.skill.find(b);
+      add(baseline_key(b), it == p.skill.end() ? NAN : it->second);
+    }
+    const auto& dir = p.directional;
+    add("sign_agreement_rate", dir.sign_agreement_rate.value_or(NAN),
+        "k=" + std::to_string(dir.n_sign_agree) + " of n=" + std::to_string(dir.n_directional) + " directional cells");
+    rows.push_back({p.name, predictor_label(p), "binomial_p_value", dir.binomial_p_value, nullptr,
+                    dir.significant ? "significant at alpha=" + num(dir.alpha) : "not significant"});
+    add("anomaly_correlation", dir.anomaly_correlation.value_or(NAN));
+    add("cell_anomaly_correlation", dir.cell_anomaly_correlation.value_or(NAN));
+    const auto& e = p.error_decomposition;
+    add("error_share_time", e ? e->share_time : NAN);
+    add("error_share_cell", e ? e->share_cell : NAN);
+    add("error_share_residual", e ? e->share_residual : NAN);
+  }
+  return rows;
+}
+
+// Text for gnuplot's enhanced mode: '_' and '^' are literal, not sub/superscripts.
+std::string gp(const std::string& text) {
+  std::string out;
+  for (char c : text) {
+    if (c == '_' || c == '^' || c == '{' || c == '}' || c == '@' || c == '&' || c == '~') out += '\\';
+    out += c;
+  }
+  return out;
+}
+
+// A Markdown table cell: '|' escaped.
+std::string md_cell(const std::string& text) {
+  std::string out;
+  for (char c : text) out += c == '|' ? std::string("\\|") : std::string(1, c);
+  return out;
+}
+
+std::string ci_text(const stats::Interval* ci) {
+  if (!ci) return "";
+  return "[" + shown(ci->lower) + ", " + shown(ci->upper) + "]";
+}
+
+void write_text(const fs::path& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary);
+  out << text;
+  out.close();
+  if (!out) throw StoreError(path.string() + ": cannot write");
+}
+
+std::string fresh_name(const fs::path& parent, const std::string& hash) {
+  std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  ::gmtime_r(&now, &tm);
+  char stamp[32];
+  std::strftime(stamp, sizeof stamp, "%Y%m%dT%H%M%SZ", &tm);
+  std::string base = std::string(stamp) + "-" + hash.substr(0, 12);
+  std::string name = base;
+  for (int k = 2; fs::exists(parent / name); ++k) name = base + "-" + std::to_string(k);
+  return name;
+}
+
+}  // namespace
+
+fs::path write_evaluation_report(EvaluationResult& r, const EvaluateOptions& options) {
+  fs::path final_dir;
+  if (!options.out.empty()) {
+    final_dir = options.out;
+    if (fs::exists(final_dir))
+      throw StoreError(final_dir.string() + " exists: an evaluation never overwrites an earlier one");
+  } else {
+    fs::create_directories(r.sweep_dir / "evaluations");
+    final_dir = r.sweep_dir / "evaluations" / fresh_name(r.sweep_dir / "evaluations", r.analysis_sha256);
+  }
+  fs::path parent = final_dir.parent_path().empty() ? fs::path(".") : final_dir.parent_path();
+  fs::create_directories(parent);
+  const fs::path tmp = parent / ("." + final_dir.filename().string() + ".tmp." + std::to_string(::getpid()));
+  fs::remove_all(tmp);
+  fs::create_directories(tmp / "figures");
+  try {
+    const auto rows = statistic_rows(r);
+    const auto& boot = r.analysis.bootstrap;
+
+    // statistics.csv: one row per (predictor, statistic), with its definition and interval provenance.
+    {
+      std::ostringstream csv;
+      csv << "predictor,predictor_label,statistic,definition,estimate,ci_lower,ci_upper,confidence,method,"
+             "resampling,resamples,seed,n_units,note\n";
+      for (auto& row : rows) {
+        csv << csv_field(row.predictor) << "," << row.label << "," << row.statistic << ","
+            << csv_field(definition(row.statistic)) << "," << num(row.estimate, 10) << ",";
+        if (row.ci) {
+          csv << num(row.ci->lower, 10) << "," << num(row.ci->upper, 10) << "," << num(row.ci->confidence) << ","
+              << stats::to_string(row.ci->method) << "," << stats::to_string(row.ci->resampling) << ","
+              << row.ci->resamples << "," << row.ci->seed << "," << row.ci->n_units;
+        } else {
+          csv << ",,,,,,,";
+        }
+        csv << "," << csv_field(row.note) << "\n";
+      }
+      write_text(tmp / "statistics.csv", csv.str());
+    }
+    // cells.csv: per predictor and cell.
+    {
+      std::ostringstream csv;
+      csv << "predictor,predictor_label,cell,run,group,format,bias_cell,mae_cell,rmse_cell,mse_cell,"
+             "outcome_cell_anomaly,predictor_cell_anomaly\n";
+      for (auto& p : r.predictors) {
+        if (!p.unavailable.empty()) continue;
+        std::map<std::string, Eigen::Index> dir_index;
+        for (std::size_t i = 0; i < p.directional.cells.size(); ++i)
+          dir_index[p.directional.cells[i]] = Eigen::Index(i);
+        for (auto& m : p.metrics.cells) {
+          auto k = std::find(r.cells.begin(), r.cells.end(), m.cell) - r.cells.begin();
+          csv << p.name << "," << predictor_label(p) << "," << csv_field(m.cell) << "," << csv_field(r.runs[k]) << ","
+              << r.groups[k] << "," << r.formats[k] << "," << num(m.bias_cell, 10) << "," << num(m.mae_cell, 10) << ","
+              << num(m.rmse_cell, 10) << "," << num(m.mse_cell, 10) << ",";
+          if (auto it = dir_index.find(m.cell); it != dir_index.end()) {
+            csv << num(p.directional.outcome_cell_anomaly[it->second], 10) << ","
+                << num(p.directional.predictor_cell_anomaly[it->second], 10);
+          } else {
+            csv << ",";
+          }
+          csv << "\n";
+        }
+      }
+      write_text(tmp / "cells.csv", csv.str());
+    }
+    // gates.csv
+    {
+      std::ostringstream csv;
+      csv << "gate,statistic,predictor,comparator,threshold,verdict,estimate,ci_lower,ci_upper,confidence,method,"
+             "resampling,resamples,seed,n_units,standing,reasons\n";
+      for (auto& g : r.gates) {
+        csv << csv_field(g.spec.gate.name) << "," << g.spec.gate.statistic << "," << g.spec.predictor << ","
+            << stats::to_string(g.spec.gate.direction) << "," << num(g.spec.gate.threshold, 10) << ","
+            << stats::to_string(g.result.verdict) << ",";
+        if (g.has_interval) {
+          auto& ci = g.result.interval;
+          csv << num(ci.estimate, 10) << "," << num(ci.lower, 10) << "," << num(ci.upper, 10) << ","
+              << num(ci.confidence) << "," << stats::to_string(ci.method) << "," << stats::to_string(ci.resampling)
+              << "," << ci.resamples << "," << ci.seed << "," << ci.n_units;
+        } else {
+          csv << ",,,,,,,,";
+        }
+        csv << "," << csv_field(r.standing) << "," << csv_field(join(g.result.reasons, "; ")) << "\n";
+      }
+      write_text(tmp / "gates.csv", csv.str());
+    }
+    // decomposition.csv
+    {
+      std::ostringstream csv;
+      csv << "table,ss_total,ss_time,ss_cell,ss_residual,share_time,share_cell,share_residual\n";
+      auto line = [&](const std::string& name, const std::optional<stats::Decomposition>& d) {
+        if (!d) return;
+        csv << csv_field(name) << "," << num(d->ss_total, 10) << "," << num(d->ss_time, 10) << ","
+            << num(d->ss_cell, 10) << "," << num(d->ss_residual, 10) << "," << num(d->share_time, 10) << ","
+            << num(d->share_cell, 10) << "," << num(d->share_residual, 10) << "\n";
+      };
+      line("outcome", r.outcome_decomposition);
+      for (auto& p : r.predictors) line("error:" + p.name, p.error_decomposition);
+      write_text(tmp / "decomposition.csv", csv.str());
+    }
+    // series.csv: the aligned tables, long format.
+    {
+      std::ostringstream csv;
+      csv << "cell,step,outcome";
+      for (auto& t : r.tables) csv << "," << t.name;
+      csv << "\n";
+      for (Eigen::Index i = 0; i < r.outcome.rows(); ++i) {
+        for (Eigen::Index k = 0; k < r.outcome.cols(); ++k) {
+          csv << csv_field(r.cells[std::size_t(i)]) << "," << r.steps[std::size_t(k)] << ","
+              << num(r.outcome.values(i, k), 10);
+          for (auto& t : r.tables) csv << "," << num(t.table.values(i, k), 10);
+          csv << "\n";
+        }
+      }
+      write_text(tmp / "series.csv", csv.str());
+    }
+    // crossings.csv: per predictor and cell.
+    {
+      std::ostringstream csv;
+      csv << "predictor,cell,category,measured_status,predicted_status,measured_crossing,predicted_crossing,"
+             "relative_error,within_tolerance\n";
+      for (auto& p : r.predictors) {
+        for (auto& c : p.crossings) {
+          csv << p.name << "," << csv_field(c.cell) << "," << forecast::to_string(c.category) << ","
+              << forecast::to_string(c.measured.status) << "," << forecast::to_string(c.predicted.status) << ","
+              << num(c.measured.status == forecast::CrossingStatus::crossed ? c.measured.time : NAN, 10) << ","
+              << num(c.predicted.status == forecast::CrossingStatus::crossed ? c.predicted.time : NAN, 10) << ","
+              << num(c.relative_error, 10) << "," << (c.within_tolerance ? "true" : "false") << "\n";
+        }
+      }
+      write_text(tmp / "crossings.csv", csv.str());
+    }
+    write_text(tmp / "analysis.toml",
+               r.analysis.text.empty() ? "# built-in default analysis (no gates)\n" : r.analysis.text);
+
+    // Figures.
+    std::vector<std::pair<std::string, std::string>> figures;  // (stem, caption)
+    if (options.figures) {
+      // 1. Decomposition shares: outcome and each predictor's error.
+      {
+        report::Figure fig;
+        fig.title = gp("Common-time decomposition y = mu + a_t + b_c + e: shares of SS_total");
+        fig.ylabel = gp("share of SS_total");
+        fig.xlabel = "";
+        fig.ymin = 0;
+        fig.ymax = 1.05;
+        std::vector<std::pair<std::string, const stats::Decomposition*>> bars;
+        if (r.outcome_decomposition) bars.push_back({"outcome", &*r.outcome_decomposition});
+        for (auto& p : r.predictors)
+          if (p.error_decomposition) bars.push_back({p.name + " error", &*p.error_decomposition});
+        const char* names[3] = {"SS_time", "SS_cell", "SS_residual"};
+        for (int s = 0; s < 3; ++s) {
+          report::Series series;
+          series.title = gp(names[s]);
+          series.style = "boxes";
+          for (std::size_t b = 0; b < bars.size(); ++b) {
+            series.x.push_back(double(b) + (s - 1) * 0.27);
+            const auto* d = bars[b].second;
+            series.y.push_back(s == 0 ? d->share_time : s == 1 ? d->share_cell : d->share_residual);
+          }
+          fig.series.push_back(series);
+        }
+        std::string tics = "set xtics rotate by -25 (";
+        for (std::size_t b = 0; b < bars.size(); ++b)
+          tics += (b ? ", " : "") + std::string("'") + gp(bars[b].first) + "' " + std::to_string(b);
+        tics += ")";
+        fig.extra = {"set style fill solid 0.8 border -1", "set boxwidth 0.25", tics,
+                     "set xrange [-0.6:" + std::to_string(double(bars.size()) - 0.4) + "]"};
+        if (!bars.empty()) {
+          report::render(fig, tmp / "figures", "decomposition");
+          figures.push_back({"decomposition",
+                             "Shares SS_time, SS_cell, SS_residual of SS_total, for the outcome "
+                             "and for each predictor's forecast error (descriptive)."});
+        }
+      }
+      // 2. Outcome vs each predictor over time for the most and least predictable cells (by rmse_cell of the first
+      //    scored forecast predictor).
+      const PredictorEvaluation* primary = nullptr;
+      for (auto& p : r.predictors)
+        if (p.unavailable.empty() && !p.post_outcome && !primary) primary = &p;
+      if (primary && !primary->metrics.cells.empty()) {
+        auto cmp = [](const stats::CellMetrics& a, const stats::CellMetrics& b) { return a.rmse_cell < b.rmse_cell; };
+        auto best = std::min_element(primary->metrics.cells.begin(), primary->metrics.cells.end(), cmp);
+        auto worst = std::max_element(primary->metrics.cells.begin(), primary->metrics.cells.end(), cmp);
+        for (auto [which, m] : {std::pair<std::string, const stats::CellMetrics*>{"most", &*best},
+                                std::pair<std::string, const stats::CellMetrics*>{"least", &*worst}}) {
+          auto i = std::find(r.cells.begin(), r.cells.end(), m->cell) - r.cells.begin();
+          report::Figure fig;
+          fig.title = gp(which + " predictable cell (rmse_cell of " + primary->name + " = " + shown(m->rmse_cell) +
+                         "): " + m->cell);
+          fig.xlabel = "step";
+          fig.ylabel = "erased fraction";
+          std::vector<double> x(r.steps.begin(), r.steps.end());
+          report::Series out{"outcome (measured)", x, {}, "linespoints lw 2 pt 7 ps 0.5"};
+          for (Eigen::Index k = 0; k < r.outcome.cols(); ++k) out.y.push_back(r.outcome.values(i, k));
+          fig.series.push_back(out);
+          for (auto& t : r.tables) {
+            std::string title = t.name + (t.privileged ? " (privileged)" : t.post_outcome ? " (post-outcome)" : "");
+            report::Series s{gp(title), x, {}, "lines"};
+            for (Eigen::Index k = 0; k < t.table.cols(); ++k) s.y.push_back(t.table.values(i, k));
+            fig.series.push_back(s);
+          }
+          fig.extra = {"set key bottom right"};
+          report::render(fig, tmp / "figures", which + "_predictable");
+          figures.push_back({which + "_predictable", "Outcome and every predictor over time, " + which +
+                                                         " predictable cell by rmse_cell of " + primary->name + "."});
+        }
+      }
+      // 3. Per-cell mean anomalies, predicted vs measured.
+      {
+        report::Figure fig;
+        fig.title = "Directional specificity: per-cell mean anomalies (common time removed)";
+        fig.xlabel = gp("measured mean anomaly m_Y(c)");
+        fig.ylabel = gp("predicted mean anomaly m_P(c)");
+        double lo = 0, hi = 0;
+        for (auto& p : r.predictors) {
+          if (!p.unavailable.empty() || p.directional.cells.empty()) continue;
+          report::Series s;
+          s.title = gp(p.name + (p.privileged ? " (privileged)" : p.post_outcome ? " (post-outcome)" : ""));
+          s.style = "points pt 7 ps 0.7";
+          for (Eigen::Index c = 0; c < p.directional.outcome_cell_anomaly.size(); ++c) {
+            s.x.push_back(p.directional.outcome_cell_anomaly[c]);
+            s.y.push_back(p.directional.predictor_cell_anomaly[c]);
+            lo = std::min({lo, s.x.back(), s.y.back()});
+            hi = std::max({hi, s.x.back(), s.y.back()});
+          }
+          fig.series.push_back(s);
+        }
+        if (!fig.series.empty()) {
+          fig.series.push_back({"y = x", {lo, hi}, {lo, hi}, "lines dt 2 lc rgb '#888888'"});
+          fig.extra = {"set xzeroaxis", "set yzeroaxis"};
+          report::render(fig, tmp / "figures", "anomaly_scatter");
+          figures.push_back({"anomaly_scatter",
+                             "Per-cell mean anomalies, predicted vs measured: points in the first "
+                             "and third quadrants have the right sign."});
+        }
+      }
+    }
+
+    // Markdown and HTML.
+    std::vector<std::pair<std::string, std::string>> facts = {
+        {"sweep", r.sweep_name + " (" + r.sweep_dir.string() + ")"},
+        {"analysis", r.analysis.name + (r.analysis.path.empty() ? "" : " (" + r.analysis.path.string() + ")")},
+        {"analysis SHA-256", r.analysis_sha256},
+        {"standing", r.standing + (r.standing_reasons.empty() ? "" : ": " + join(r.standing_reasons, "; "))},
+        {"registration", r.registration_sha256 ? *r.registration_sha256 : "none"},
+        {"outcome", r.analysis.outcome + " y(c,t) = erased / nonzero, per target run and parameter group"},
+        {"cells x steps", std::to_string(r.cells.size()) + " x " + std::to_string(r.steps.size())},
+        {"source", r.source_reference},
+        {"template", "class " + join(r.analysis.template_class, "/") + ", history: the sweep's target runs" +
+                         (r.analysis.history_cells.empty() ? "" : " matching " + join(r.analysis.history_cells)) +
+                         ", leave-run-out (outcome-blind)"},
+        {"bootstrap", std::to_string(boot.resamples) + " resamples, " + std::string(stats::to_string(boot.method)) +
+                          ", seed " + std::to_string(boot.seed) + ", confidence " + num(boot.confidence) + ", unit " +
+                          (r.analysis.unit == BootstrapUnit::run ? "run" : "cell")},
+        {"missing values", std::string(stats::to_string(r.analysis.missing))},
+        {"target runs left out", r.missing_targets.empty() ? "none" : join(r.missing_targets, "; ")},
+        {"computed in", num(r.seconds, 3) + " s"}};
+
+    std::ostringstream md, html;
+    md << "# Skill report: " << r.sweep_name << "\n\n";
+    html << "<!doctype html><html><head><meta charset=\"utf-8\"><title>Skill report: "
+         << report::html_escape(r.sweep_name)
+         << "</title><style>body{font-family:sans-serif;max-width:1100px;margin:2em auto}table{border-collapse:"
+            "collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:3px 8px;text-align:left}th{background:#eee}"
+            ".pass{color:#070}.fail{color:#b00}.inconclusive{color:#a60}</style></head><body>\n<h1>Skill report: "
+         << report::html_escape(r.sweep_name) << "</h1>\n<table>\n";
+    for (auto& [k, v] : facts) {
+      md << "- **" << k << "**: " << v << "\n";
+      html << "<tr><th>" << report::html_escape(k) << "</th><td>" << report::html_escape(v) << "</td></tr>\n";
+    }
+    html << "</table>\n";
+    md << "\nLabels: `forecast` predictors are scored as forecasts; `privileged` (matched-reference) needs one fp32 "
+          "run per target and is a comparison, never a forecast; `post-outcome` (common-time) is built from the "
+          "outcomes being scored and is descriptive only.\n";
+
+    // Gates.
+    md << "\n## Gates\n\n| gate | statistic | predictor | rule | verdict | estimate | CI | reasons |\n"
+          "|---|---|---|---|---|---|---|---|\n";
+    html << "<h2>Gates</h2>\n<table><tr><th>gate</th><th>statistic</th><th>predictor</th><th>rule</th><th>verdict"
+            "</th><th>estimate</th><th>CI</th><th>reasons</th></tr>\n";
+    for (auto& g : r.gates) {
+      std::string rule = std::string(stats::to_string(g.spec.gate.direction)) + " " + num(g.spec.gate.threshold);
+      std::string verdict(stats::to_string(g.result.verdict));
+      std::string est = g.has_interval ? shown(g.result.interval.estimate) : "—";
+      std::string ci = g.has_interval ? g.result.interval.describe() : "—";
+      std::string reasons = join(g.result.reasons, "; ");
+      md << "| " << g.spec.gate.name << " | " << g.spec.gate.statistic << " | "
+         << (g.spec.predictor.empty() ? "(outcome)" : g.spec.predictor) << " | " << rule << " | **" << verdict
+         << "** | " << est << " | " << ci << " | " << md_cell(reasons) << " |\n";
+      html << "<tr><td>" << report::html_escape(g.spec.gate.name) << "</td><td>" << g.spec.gate.statistic << "</td><td>"
+           << report::html_escape(g.spec.predictor.empty() ? "(outcome)" : g.spec.predictor) << "</td><td>"
+           << report::html_escape(rule) << "</td><td class=\"" << verdict << "\"><b>" << verdict << "</b></td><td>"
+           << est << "</td><td>" << report::html_escape(ci) << "</td><td>" << report::html_escape(reasons)
+           << "</td></tr>\n";
+    }
+    if (r.gates.empty()) {
+      md << "| (no gates declared) | | | | | | | |\n";
+      html << "<tr><td colspan=\"8\">(no gates declared)</td></tr>\n";
+    }
+    html << "</table>\n";
+
+    // Statistics.
+    md << "\n## Statistics (per predictor; every number with its definition name)\n\n"
+          "| predictor | label | statistic | estimate | CI | definition | note |\n|---|---|---|---|---|---|---|\n";
+    html << "<h2>Statistics</h2>\n<table><tr><th>predictor</th><th>label</th><th>statistic</th><th>estimate</th>"
+            "<th>CI</th><th>definition</th><th>note</th></tr>\n";
+    for (auto& row : rows) {
+      md << "| " << row.predictor << " | " << row.label << " | `" << row.statistic << "` | " << shown(row.estimate)
+         << " | " << ci_text(row.ci) << " | " << md_cell(definition(row.statistic)) << " | " << md_cell(row.note)
+         << " |\n";
+      html << "<tr><td>" << report::html_escape(row.predictor) << "</td><td>" << row.label << "</td><td><code>"
+           << row.statistic << "</code></td><td>" << shown(row.estimate) << "</td><td>" << ci_text(row.ci)
+           << "</td><td>" << report::html_escape(definition(row.statistic)) << "</td><td>"
+           << report::html_escape(row.note) << "</td></tr>\n";
+    }
+    html << "</table>\n";
+    md << "\nIntervals: " << num(100 * boot.confidence) << "% " << stats::to_string(boot.method) << ", "
+       << boot.resamples << " resamples, seed " << boot.seed
+       << ", resampling units = " << (r.analysis.unit == BootstrapUnit::run ? "target runs" : "cells") << ".\n";
+
+    // Crossings.
+    md << "\n## Crossings (threshold " << num(r.crossing_options.threshold) << ", burn-in "
+       << r.crossing_options.burn_in.value_or(0) << ", tolerance " << num(r.crossing_options.tolerance) << ")\n\n";
+    html << "<h2>Crossings</h2>\n<ul>\n";
+    for (auto& p : r.predictors) {
+      if (!p.crossing) continue;
+      md << "- " << p.name << " (" << predictor_label(p) << "): " << p.crossing->to_string() << "\n";
+      html << "<li>" << report::html_escape(p.name + " (" + predictor_label(p) + "): " + p.crossing->to_string())
+           << "</li>\n";
+    }
+    html << "</ul>\n";
+
+    // Figures.
+    if (!figures.empty()) {
+      md << "\n## Figures\n\n";
+      html << "<h2>Figures</h2>\n";
+      for (auto& [stem, caption] : figures) {
+        md << "![" << caption << "](figures/" << stem << ".png)\n\n" << caption << "\n\n";
+        html << "<figure><img src=\"figures/" << stem << ".svg\" alt=\"" << report::html_escape(caption)
+             << "\"><figcaption>" << report::html_escape(caption) << "</figcaption></figure>\n";
+      }
+    }
+    md << "\nTables: statistics.csv, cells.csv, gates.csv, decomposition.csv, crossings.csv, series.csv; the "
+          "analysis as evaluated: analysis.toml.\n";
+    html << "<p>Tables: <a href=\"statistics.csv\">statistics.csv</a>, <a href=\"cells.csv\">cells.csv</a>, "
+            "<a href=\"gates.csv\">gates.csv</a>, <a href=\"decomposition.csv\">decomposition.csv</a>, "
+            "<a href=\"crossings.csv\">crossings.csv</a>, <a href=\"series.csv\">series.csv</a>; "
+            "<a href=\"analysis.toml\">analysis.toml</a>.</p>\n</body></html>\n";
+    write_text(tmp / "report.md", md.str());
+    write_text(tmp / "report.html", html.str());
+
+    if (fs::exists(final_dir))
+      throw StoreError(final_dir.string() + " exists: an evaluation never overwrites an earlier one");
+    fs::rename(tmp, final_dir);
+  } catch (...) {
+    std::error_code ec;
+    fs::remove_all(tmp, ec);
+    throw;
+  }
+  r.report_dir = final_dir;
+  return final_dir;
+}
+
+}  // namespace wbaudit::runners

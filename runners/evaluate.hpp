@@ -1,0 +1,96 @@
+#pragma once
+// `wbaudit evaluate`: score a sweep's predictors against its measured outcomes under an analysis spec
+// (analysis_spec.hpp) and write a skill report (Markdown + HTML, CSV tables, gnuplot figures) into a new directory
+// that never replaces an earlier evaluation. docs/evaluate.md describes the outputs and every definition.
+//
+// A registered analysis (runners/registry.hpp) is honoured: without --analysis the sweep's single registration is
+// used; every gate is `inconclusive` when a required cell is missing or not canonical (the reasons are listed);
+// an analysis registered retrospectively, or touched by a recorded deviation, is labelled retrospective.
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "forecast/crossing.hpp"
+#include "forecast/tables.hpp"
+#include "runners/analysis_spec.hpp"
+#include "stats/bootstrap.hpp"
+#include "stats/decomposition.hpp"
+#include "stats/directional.hpp"
+#include "stats/gates.hpp"
+#include "stats/metrics.hpp"
+
+namespace wbaudit::runners {
+
+struct EvaluateOptions {
+  std::optional<std::filesystem::path> analysis;  // --analysis; unset: the registered analysis, else the default
+  std::filesystem::path out;                      // report directory; empty: DIR/evaluations/<UTC time>-<hash>
+  bool figures = true;                            // render the gnuplot figures
+};
+
+struct PredictorEvaluation {
+  std::string name;
+  bool privileged = false;    // matched-reference
+  bool post_outcome = false;  // common-time
+  std::string identical_to;   // another predictor with the same table, whose statistics were reused
+  std::string unavailable;    // why it was not scored (e.g. template classes without history, declared inconclusive)
+  stats::MetricsReport metrics;
+  std::map<std::string, double> skill;               // baseline name -> 1 - sum MSE_P / sum MSE_B
+  std::map<std::string, stats::Interval> intervals;  // statistic name -> bootstrap interval
+  std::map<std::string, std::string> undefined;      // statistic name -> why it has no interval
+  stats::DirectionalSpecificity directional;
+  std::optional<stats::Decomposition> error_decomposition;  // absent when the error table is constant
+  std::string error_decomposition_note;
+  std::optional<forecast::CrossingSummary> crossing;
+  std::vector<forecast::CellCrossing> crossings;
+};
+
+struct GateEvaluation {
+  GateSpec spec;
+  stats::GateResult result;
+  bool has_interval = false;
+};
+
+struct EvaluationResult {
+  std::filesystem::path sweep_dir;
+  std::filesystem::path report_dir;  // set by write_evaluation_report
+  AnalysisSpec analysis;
+  std::string analysis_sha256;
+  std::string standing;  // "preregistered", "retrospective" or "not preregistered (exploratory)"
+  std::vector<std::string> standing_reasons;
+  std::optional<std::string> registration_sha256;
+  std::string sweep_name;
+  std::vector<std::string> cells;   // table rows: "<target name>/<group>"
+  std::vector<std::string> runs;    // per row: the target run (bootstrap unit when unit = run)
+  std::vector<std::string> groups;  // per row
+  std::vector<std::string> formats;
+  std::vector<std::int64_t> steps;
+  stats::CellTable outcome;
+  std::vector<forecast::PredictorTable> tables;  // as built (NaN rows for classes without history)
+  std::string source_reference;                  // how `source` was chosen, in words
+  std::optional<stats::Decomposition> outcome_decomposition;
+  std::map<std::string, stats::Interval> outcome_intervals;  // share_time/cell/residual
+  std::map<std::string, std::string> outcome_undefined;
+  std::vector<PredictorEvaluation> predictors;
+  std::vector<stats::CellStatus> required;   // every required cell with its state
+  std::vector<std::string> missing_targets;  // "name (reason)"
+  std::vector<GateEvaluation> gates;
+  forecast::CrossingOptions crossing_options;
+  double seconds = 0;
+
+  const PredictorEvaluation& predictor(const std::string& name) const;  // throws AnalysisError
+};
+
+// Reads the sweep and computes everything; writes nothing. Throws (AnalysisError, StoreError, RegistryError,
+// stats::StatsError, forecast::ForecastError) with the offending file, key, cell or value on bad input.
+EvaluationResult evaluate_sweep(const std::filesystem::path& sweep_dir, const EvaluateOptions& options = {});
+
+// Writes the report into options.out (refused when it exists) or a new DIR/evaluations/<UTC time>-<hash>/, built
+// under a temporary name and renamed into place. Returns the directory.
+std::filesystem::path write_evaluation_report(EvaluationResult& result, const EvaluateOptions& options = {});
+
+// One line per gate, e.g. "accuracy: rmse_macro(source) <= 0.05: pass, 0.012 [0.010, 0.015] (95% bca, ...)".
+std::string gate_summary(const EvaluationResult& result);
+
+}  // namespace wbaudit::runners

@@ -1,0 +1,77 @@
+#include "runners/sweep_cells.hpp"
+
+#include <algorithm>
+
+namespace wbaudit::runners {
+
+std::shared_ptr<const sim::Trace> TraceCache::trace(const std::string& cell_id) {
+  if (auto it = m_traces.find(cell_id); it != m_traces.end()) return it->second;
+  auto status = m_store->cell_status(cell_id);
+  std::shared_ptr<const sim::Trace> trace;
+  if (status.canonical_attempt) {
+    trace = std::make_shared<const sim::Trace>(
+        sim::read_trace(status.attempts[*status.canonical_attempt].dir / "trace.h5"));
+  }
+  m_traces.emplace(cell_id, trace);
+  return trace;
+}
+
+std::string TraceCache::problem(const std::string& cell_id) const {
+  auto status = m_store->cell_status(cell_id);
+  if (status.canonical_attempt) return {};
+  std::string reason = status.state == CellState::pending ? std::string("missing") : to_string(status.state);
+  if (!status.reasons.empty()) reason += ": " + status.reasons.front();
+  return reason;
+}
+
+SweepEvaluationCells read_sweep_evaluation_cells(const SweepStore& store, const SweepSpec& spec, TraceCache& cache,
+                                                 const std::vector<std::string>& groups) {
+  SweepEvaluationCells out;
+  for (const auto& stored : store.cells()) {
+    if (stored.role != "target") continue;
+    const StoredCell* reference = store.find_by_name(stored.reference);
+    auto target = cache.trace(stored.id);
+    auto ref = reference ? cache.trace(reference->id) : nullptr;
+    if (!target || !ref) {
+      std::string why;
+      if (!target) {
+        why = cache.problem(stored.id);
+      } else if (!reference) {
+        why = "its reference " + stored.reference + " is not a cell of the sweep";
+      } else {
+        why = "its reference is incomplete (" + cache.problem(reference->id) + ")";
+      }
+      out.missing.push_back(stored.name + " (" + why + ")");
+      out.missing_names.push_back(stored.name);
+      continue;
+    }
+    const SweepCell& spec_cell = spec.cell(stored.name);
+    std::vector<std::string> names = !groups.empty() ? groups : spec.evaluation.groups;
+    if (names.empty())
+      for (auto& g : target->groups) names.push_back(g.name);
+    for (const auto& group : names) {
+      auto has = [&](const sim::Trace& t) {
+        return std::any_of(t.groups.begin(), t.groups.end(), [&](const auto& g) { return g.name == group; });
+      };
+      if (!has(*target)) throw StoreError("target " + stored.name + " has no parameter group \"" + group + "\"");
+      if (!has(*ref)) throw StoreError("reference " + reference->name + " has no parameter group \"" + group + "\"");
+      if (!ref->group(group).projected.contains(target->format)) {
+        throw StoreError("reference " + reference->name + " has no projection for format " + target->format);
+      }
+      SweepEvaluationCell cell;
+      cell.label = stored.name + " :: " + group;
+      cell.target = &stored;
+      cell.reference = reference;
+      cell.group = group;
+      cell.format = target->format;
+      cell.policy = target->policy;
+      cell.params = spec_cell.params;
+      cell.target_trace = target;
+      cell.reference_trace = ref;
+      out.cells.push_back(std::move(cell));
+    }
+  }
+  return out;
+}
+
+}  // namespace wbaudit::runners

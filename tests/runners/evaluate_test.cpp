@@ -1,0 +1,402 @@
+// wbaudit evaluate on a real (small) sweep run by the simulator: the CSV numbers against plain recomputations from
+// the trace files, leave-run-out templates, gate verdicts, required cells, bad analysis specs, and reports that
+// never overwrite earlier ones.
+#include "runners/evaluate.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "runners/identity.hpp"
+#include "runners/registry.hpp"
+#include "runners/spec.hpp"
+#include "runners/store.hpp"
+#include "runners/sweep_run.hpp"
+#include "sim/trace/trace.hpp"
+
+namespace fs = std::filesystem;
+namespace wr = wbaudit::runners;
+
+namespace {
+
+// 2 formats x 2 learning-rate scales: each (format, group) template class has two runs, so leave-run-out leaves one.
+const char* kSpec = R"(seed = 7
+steps = 60
+[sweep]
+name = "evaluate-test"
+[model]
+kind = "two_layer"
+input_dim = 8
+hidden = 8
+output_dim = 2
+activation = "tanh"
+[data]
+batch = 16
+[optimizer]
+kind = "adam"
+[schedule]
+kind = "constant"
+[record]
+kind = "every_k"
+k = 5
+[target]
+policy = "nearest"
+[grid]
+"target.format" = ["bf16", "e4m3"]
+"optimizer.lr_scale" = [0.5, 4.0]
+[evaluation]
+groups = ["layer1.weight", "layer2.weight"]
+)";
+
+void spit(const fs::path& path, const std::string& text) {
+  std::ofstream(path, std::ios::binary) << text;
+}
+
+// A minimal CSV reader (fields may be quoted; no embedded newlines in these files).
+std::vector<std::map<std::string, std::string>> read_csv(const fs::path& path) {
+  std::ifstream in(path);
+  EXPECT_TRUE(in) << path;
+  auto split = [](const std::string& line) {
+    std::vector<std::string> out;
+    std::string field;
+    bool quoted = false;
+    for (std::size_t i = 0; i < line.size(); ++i) {
+      char c = line[i];
+      if (quoted) {
+        if (c == '"' && i + 1 < line.size() && line[i + 1] == '"') {
+          field += '"';
+          ++i;
+        } else if (c == '"') {
+          quoted = false;
+        } else {
+          field += c;
+        }
+      } else if (c == '"') {
+        quoted = true;
+      } else if (c == ',') {
+        out.push_back(field);
+        field.clear();
+      } else {
+        field += c;
+      }
+    }
+    out.push_back(field);
+    return out;
+  };
+  std::string line;
+  std::getline(in, line);
+  auto header = split(line);
+  std::vector<std::map<std::string, std::string>> rows;
+  while (std::getline(in, line)) {
+    auto fields = split(line);
+    EXPECT_EQ(fields.size(), header.size()) << line;
+    std::map<std::string, std::string> row;
+    for (std::size_t i = 0; i < header.size() && i < fields.size(); ++i) row[header[i]] = fields[i];
+    rows.push_back(row);
+  }
+  return rows;
+}
+
+// The trace of a cell's (only) attempt, found by listing its directory: independent of the store's status logic.
+wbaudit::sim::Trace trace_of(const fs::path& sweep, const wr::SweepStore& store, const std::string& name) {
+  const auto* cell = store.find_by_name(name);
+  EXPECT_NE(cell, nullptr) << name;
+  for (const auto& attempt : fs::directory_iterator(sweep / "cells" / cell->id / "attempts"))
+    if (fs::exists(attempt.path() / "trace.h5")) return wbaudit::sim::read_trace(attempt.path() / "trace.h5");
+  ADD_FAILURE() << "no trace for " << name;
+  return {};
+}
+
+class EvaluateTest : public ::testing::Test {
+ protected:
+  static fs::path root;
+  static fs::path sweep;
+
+  static void SetUpTestSuite() {
+    root = fs::temp_directory_path() / ("wbaudit_evaluate_" + wr::random_uuid());
+    fs::create_directories(root);
+    spit(root / "spec.toml", kSpec);
+    wr::SweepSpec spec = wr::load_sweep_spec(root / "spec.toml");
+    wr::RunOptions options;
+    options.out = root / "sweep";
+    options.report = false;
+    options.progress = false;
+    auto summary = wr::run_sweep(spec, options);
+    ASSERT_EQ(summary.failed, 0u);
+    sweep = options.out;
+  }
+  static void TearDownTestSuite() { fs::remove_all(root); }
+
+  // A copy of the sweep (for tests that change it).
+  static fs::path copy_sweep(const std::string& tag) {
+    fs::path dir = root / ("copy_" + tag);
+    fs::copy(sweep, dir, fs::copy_options::recursive);
+    return dir;
+  }
+
+  static fs::path analysis(const std::string& tag, const std::string& text) {
+    fs::path path = root / (tag + ".toml");
+    spit(path, text);
+    return path;
+  }
+
+  static std::string basic_analysis(const std::string& extra = "") {
+    return std::string(R"([analysis]
+predictors = ["source", "template", "common-time"]
+baselines = ["template", "common-time"]
+[bootstrap]
+resamples = 200
+seed = 11
+method = "percentile"
+unit = "run"
+)") + extra;
+  }
+};
+fs::path EvaluateTest::root;
+fs::path EvaluateTest::sweep;
+
+const char* kGates = R"(
+[[gates]]
+name = "rmse bounded"
+statistic = "rmse_macro"
+predictor = "source"
+comparator = "<="
+threshold = 10.0
+
+[[gates]]
+name = "rmse impossible"
+statistic = "rmse_pooled"
+predictor = "source"
+comparator = ">="
+threshold = 5.0
+
+[[gates]]
+name = "skill vs common time"
+statistic = "skill_vs_common_time"
+predictor = "template"
+comparator = ">="
+threshold = -1000.0
+)";
+
+}  // namespace
+
+TEST_F(EvaluateTest, SourceRmseOfOneCellMatchesPlainRecomputationFromTraces) {
+  wr::EvaluateOptions options;
+  options.analysis = analysis("plain", basic_analysis());
+  options.figures = false;
+  auto result = wr::evaluate_sweep(sweep, options);
+  auto dir = wr::write_evaluation_report(result, options);
+
+  const auto store = wr::SweepStore::open(sweep);
+  const std::string target = "target/lr_scale=4.0/format=e4m3";
+  const auto* cell = store.find_by_name(target);
+  ASSERT_NE(cell, nullptr);
+  const auto t = trace_of(sweep, store, target);
+  const auto r = trace_of(sweep, store, cell->reference);
+  ASSERT_EQ(t.recorded_steps, r.recorded_steps);
+  const auto& measured = t.group("layer1.weight").erased_fraction;
+  const auto& projected = r.group("layer1.weight").projected.at("e4m3").fraction;
+  double sum = 0;
+  for (std::size_t k = 0; k < measured.size(); ++k) sum += (projected[k] - measured[k]) * (projected[k] - measured[k]);
+  const double rmse = std::sqrt(sum / static_cast<double>(measured.size()));
+
+  bool found = false;
+  for (auto& row : read_csv(dir / "cells.csv")) {
+    if (row["predictor"] != "source" || row["cell"] != target + "/layer1.weight") continue;
+    found = true;
+    EXPECT_NEAR(std::stod(row["rmse_cell"]), rmse, 1e-9 * std::max(1.0, rmse));
+  }
+  EXPECT_TRUE(found);
+  // Every statistic row names its definition; predictors carry their labels.
+  for (auto& row : read_csv(dir / "statistics.csv")) {
+    if (row["statistic"] == "rmse_macro") {
+      EXPECT_FALSE(row["definition"].empty());
+    }
+    if (row["predictor"] == "common-time") {
+      EXPECT_EQ(row["predictor_label"], "post-outcome");
+    }
+    if (row["predictor"] == "source") {
+      EXPECT_EQ(row["predictor_label"], "forecast");
+    }
+  }
+}
+
+TEST_F(EvaluateTest, TemplateIsLeaveRunOut) {
+  wr::EvaluateOptions options;
+  options.analysis = analysis("template", basic_analysis());
+  options.figures = false;
+  auto result = wr::evaluate_sweep(sweep, options);
+  auto dir = wr::write_evaluation_report(result, options);
+  const auto store = wr::SweepStore::open(sweep);
+  // Class (e4m3, layer2.weight) has runs lr_scale=0.5 and lr_scale=4; the template of each is the other's outcome.
+  const auto a = trace_of(sweep, store, "target/lr_scale=0.5/format=e4m3").group("layer2.weight").erased_fraction;
+  const auto b = trace_of(sweep, store, "target/lr_scale=4.0/format=e4m3").group("layer2.weight").erased_fraction;
+  const auto steps = trace_of(sweep, store, "target/lr_scale=4.0/format=e4m3").recorded_steps;
+  bool differs = false;
+  int checked = 0;
+  for (auto& row : read_csv(dir / "series.csv")) {
+    if (row["cell"] != "target/lr_scale=4.0/format=e4m3/layer2.weight") continue;
+    const auto k = std::find(steps.begin(), steps.end(), std::stoll(row["step"])) - steps.begin();
+    ASSERT_LT(std::size_t(k), steps.size());
+    EXPECT_NEAR(std::stod(row["template"]), a[k], 1e-12);  // the other run only
+    EXPECT_NEAR(std::stod(row["outcome"]), b[k], 1e-12);
+    differs = differs || std::abs(0.5 * (a[k] + b[k]) - a[k]) > 1e-9;  // including itself would change it
+    ++checked;
+  }
+  EXPECT_EQ(checked, static_cast<int>(steps.size()));
+  EXPECT_TRUE(differs) << "the two runs' outcomes coincide: the test could not tell leave-run-out apart";
+}
+
+TEST_F(EvaluateTest, EveryDeclaredGateHasAVerdictWithItsInterval) {
+  wr::EvaluateOptions options;
+  options.analysis = analysis("gates", basic_analysis(kGates));
+  options.figures = true;
+  auto result = wr::evaluate_sweep(sweep, options);
+  auto dir = wr::write_evaluation_report(result, options);
+  auto gates = read_csv(dir / "gates.csv");
+  ASSERT_EQ(gates.size(), 3u);
+  std::map<std::string, std::map<std::string, std::string>> by_name;
+  for (auto& g : gates) by_name[g["gate"]] = g;
+  // An erased fraction lies in [0, 1], so any RMSE interval lies in [0, 1]: <= 10 passes, >= 5 fails.
+  EXPECT_EQ(by_name["rmse bounded"]["verdict"], "pass");
+  EXPECT_EQ(by_name["rmse impossible"]["verdict"], "fail");
+  EXPECT_EQ(by_name["skill vs common time"]["verdict"], "pass");
+  for (auto& g : gates) {
+    EXPECT_EQ(g["resamples"], "200");
+    EXPECT_EQ(g["seed"], "11");
+    EXPECT_EQ(g["n_units"], "4");  // four target runs
+    EXPECT_LE(std::stod(g["ci_lower"]), std::stod(g["ci_upper"]));
+  }
+  EXPECT_TRUE(fs::exists(dir / "report.md"));
+  EXPECT_TRUE(fs::exists(dir / "report.html"));
+  EXPECT_TRUE(fs::exists(dir / "figures" / "decomposition.svg"));
+  EXPECT_TRUE(fs::exists(dir / "figures" / "anomaly_scatter.png"));
+  EXPECT_TRUE(fs::exists(dir / "figures" / "most_predictable.svg"));
+  EXPECT_TRUE(fs::exists(dir / "figures" / "least_predictable.svg"));
+}
+
+TEST_F(EvaluateTest, MissingRequiredCellMakesEveryGateInconclusiveWithTheReason) {
+  const fs::path copy = copy_sweep("missing");
+  const auto store = wr::SweepStore::open(copy);
+  const std::string gone = "target/lr_scale=0.5/format=bf16";
+  fs::remove_all(copy / "cells" / store.find_by_name(gone)->id / "attempts");
+  // Without the removed run its class has no history left: declared inconclusive (not an error) here.
+  auto path =
+      analysis("required", "required_cells = [\"target/*\"]\n" +
+                               basic_analysis(std::string("[template]\nmissing_class = \"inconclusive\"\n") + kGates));
+  // Registered (retrospectively: the other outcomes exist) and evaluated without --analysis.
+  (void)wr::register_analysis(store, path, /*retrospective=*/true, "tester");
+  wr::EvaluateOptions options;
+  options.figures = false;
+  auto result = wr::evaluate_sweep(copy, options);
+  EXPECT_EQ(result.standing, "retrospective");
+  ASSERT_EQ(result.gates.size(), 3u);
+  for (auto& g : result.gates) {
+    EXPECT_EQ(g.result.verdict, wbaudit::stats::Verdict::inconclusive) << g.spec.gate.name;
+    std::string reasons;
+    for (auto& r : g.result.reasons) reasons += r + "\n";
+    EXPECT_NE(reasons.find(gone), std::string::npos) << reasons;
+    EXPECT_NE(reasons.find("missing"), std::string::npos) << reasons;
+  }
+  EXPECT_EQ(result.cells.size(), 6u);  // the three present runs x two groups are still scored
+}
+
+TEST_F(EvaluateTest, NeverOverwritesAnEarlierEvaluation) {
+  const fs::path copy = copy_sweep("twice");
+  wr::EvaluateOptions options;
+  options.analysis = analysis("twice", basic_analysis());
+  options.figures = false;
+  auto first = wr::evaluate_sweep(copy, options);
+  auto a = wr::write_evaluation_report(first, options);
+  auto second = wr::evaluate_sweep(copy, options);
+  auto b = wr::write_evaluation_report(second, options);
+  EXPECT_NE(a, b);
+  EXPECT_TRUE(fs::exists(a / "report.md"));
+  EXPECT_TRUE(fs::exists(b / "report.md"));
+  // An explicit --out that exists is refused, and its content is kept.
+  options.out = a;
+  const auto before = fs::last_write_time(a / "report.md");
+  EXPECT_THROW(wr::write_evaluation_report(second, options), wr::StoreError);
+  EXPECT_EQ(fs::last_write_time(a / "report.md"), before);
+}
+
+TEST_F(EvaluateTest, TemplateClassWithoutHistoryIsAnErrorOrInconclusiveAsDeclared) {
+  const std::string only_bf16 = "[template]\nhistory_cells = [\"target/*format=bf16\"]\n";
+  wr::EvaluateOptions options;
+  options.figures = false;
+  options.analysis = analysis("nohistory", basic_analysis(only_bf16));
+  try {
+    (void)wr::evaluate_sweep(sweep, options);
+    FAIL() << "a template class without history gave a number";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("e4m3"), std::string::npos) << e.what();
+  }
+  options.analysis =
+      analysis("nohistory_inconclusive", basic_analysis(only_bf16 + "missing_class = \"inconclusive\"\n" + kGates));
+  auto result = wr::evaluate_sweep(sweep, options);
+  EXPECT_FALSE(result.predictor("template").unavailable.empty());
+  for (auto& g : result.gates) {
+    if (g.spec.predictor == "template") {
+      EXPECT_EQ(g.result.verdict, wbaudit::stats::Verdict::inconclusive);
+      ASSERT_FALSE(g.result.reasons.empty());
+      EXPECT_NE(g.result.reasons.front().find("without history"), std::string::npos) << g.result.reasons.front();
+    }
+  }
+}
+
+TEST(AnalysisSpec, UnknownStatisticNamesItAndTheLine) {
+  const std::string text =
+      "[analysis]\npredictors = [\"source\", \"template\"]\nbaselines = [\"template\"]\n\n[[gates]]\n"
+      "name = \"g\"\nstatistic = \"rmse_typo\"\npredictor = \"source\"\ncomparator = \"<=\"\nthreshold = 0.1\n";
+  try {
+    (void)wr::parse_analysis_spec(text, "a.toml");
+    FAIL() << "accepted an unknown statistic";
+  } catch (const wr::AnalysisError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("rmse_typo"), std::string::npos) << what;
+    EXPECT_NE(what.find("a.toml:7:"), std::string::npos) << what;
+    EXPECT_NE(what.find("gates[0].statistic"), std::string::npos) << what;
+  }
+}
+
+TEST(AnalysisSpec, BadInputIsRefusedWithFileLineAndKey) {
+  auto message = [](const std::string& text) {
+    try {
+      (void)wr::parse_analysis_spec(text, "b.toml");
+    } catch (const wr::AnalysisError& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  EXPECT_NE(message("[analysis]\npredictors = [\"oracle\"]\n")
+                .find("b.toml:2: analysis.predictors: unknown "
+                      "predictor \"oracle\""),
+            std::string::npos);
+  EXPECT_NE(message("[bootstrap]\nresampels = 10\n").find("b.toml:2: bootstrap.resampels: unknown key"),
+            std::string::npos);
+  EXPECT_NE(message("[bootstrap]\nmethod = \"student\"\n").find("bootstrap.method"), std::string::npos);
+  // A statistic stats knows but evaluate does not compute.
+  EXPECT_NE(message("[[gates]]\nname = \"r\"\nstatistic = \"recovery\"\ncomparator = \"<=\"\nthreshold = 1\n")
+                .find("not computed by wbaudit evaluate"),
+            std::string::npos);
+  // skill against a baseline the analysis does not declare.
+  EXPECT_NE(message("[analysis]\npredictors = [\"source\", \"template\"]\nbaselines = [\"template\"]\n[[gates]]\n"
+                    "name = \"s\"\nstatistic = \"skill_vs_common_time\"\npredictor = \"source\"\ncomparator = "
+                    "\">=\"\nthreshold = 0\n")
+                .find("common-time is not a declared baseline"),
+            std::string::npos);
+  EXPECT_NE(message("[[gates]]\nname = \"n\"\nstatistic = \"bias\"\npredictor = \"source\"\ncomparator = "
+                    "\"<=\"\nthreshold = nan\n")
+                .find("non-finite"),
+            std::string::npos);
+  // [gates.NAME] tables are accepted too.
+  auto spec = wr::parse_analysis_spec(
+      "[gates.acc]\nstatistic = \"rmse_macro\"\npredictor = \"source\"\ncomparator = \"<=\"\nthreshold = 0.1\n",
+      "c.toml");
+  ASSERT_EQ(spec.gates.size(), 1u);
+  EXPECT_EQ(spec.gates[0].gate.name, "acc");
+  EXPECT_EQ(spec.gates[0].gate.direction, wbaudit::stats::GateDirection::at_most);
+}
