@@ -54,7 +54,9 @@ Arrays make_arrays() {
 void set_ratio(benchmark::State& state, double seconds, std::int64_t passes) {
   state.SetItemsProcessed(passes * kElements);
   const double per_pass = seconds / static_cast<double>(passes);
-  if (g_fp32_seconds_per_pass > 0) state.counters["x_fp32"] = g_fp32_seconds_per_pass / per_pass;
+  if (g_fp32_seconds_per_pass > 0) {
+    state.counters["x_fp32"] = g_fp32_seconds_per_pass / per_pass;
+  }
 }
 
 void BM_fp32_add(benchmark::State& state) {
@@ -77,7 +79,9 @@ void BM_fp32_add(benchmark::State& state) {
 }
 
 FormatSpec bench_format(const std::string& name) {
-  if (name == "int4") return int_format(4, int_scale_for_absmax(4, 1.0));
+  if (name == "int4") {
+    return int_format(4, int_scale_for_absmax(4, 1.0));
+  }
   return format_from_name(name);
 }
 
@@ -109,8 +113,10 @@ struct Registration {
   Registration() {
     benchmark::RegisterBenchmark("fp32_add", BM_fp32_add)->Unit(benchmark::kMillisecond)->UseRealTime();
     for (const char* format : {"bf16", "e4m3", "e2m1", "int4"}) {
-      for (const auto& [policy, bits] : std::initializer_list<std::pair<const char*, int>>{
+      for (const auto& entry : std::initializer_list<std::pair<const char*, int>>{
                {"nearest", 0}, {"stochastic", 0}, {"stochastic", 8}, {"deadzone-sr", 0}, {"master", 0}}) {
+        const char* policy = entry.first;
+        const int bits = entry.second;
         const std::string name =
             std::string("writeback/") + format + "/" + policy + (bits ? "/r" + std::to_string(bits) : "");
         benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& s) { BM_writeback(s, format, policy, bits); })

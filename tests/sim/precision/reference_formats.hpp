@@ -52,8 +52,12 @@ inline double ref_decode(const RefFormat& f, std::uint32_t code) {
   if (f.int_bits) {
     const int k = f.int_bits;
     int n = static_cast<int>(code & ((1u << k) - 1));
-    if (n >= (1 << (k - 1))) n -= (1 << k);
-    if (n == -(1 << (k - 1))) return std::numeric_limits<double>::quiet_NaN();
+    if (n >= (1 << (k - 1))) {
+      n -= (1 << k);
+    }
+    if (n == -(1 << (k - 1))) {
+      return std::numeric_limits<double>::quiet_NaN();
+    }
     return n * f.scale;
   }
   const int s = (code >> (f.E + f.M)) & 1;
@@ -83,8 +87,12 @@ inline std::vector<ValueCode> ref_table(const RefFormat& f) {
   const std::uint32_t n = 1u << f.bits();
   for (std::uint32_t c = 0; c < n; ++c) {
     const double v = ref_decode(f, c);
-    if (!std::isfinite(v)) continue;
-    if (v == 0 && std::signbit(v)) continue;
+    if (!std::isfinite(v)) {
+      continue;
+    }
+    if (v == 0 && std::signbit(v)) {
+      continue;
+    }
     t.push_back({v, c});
   }
   std::sort(t.begin(), t.end(), [](const ValueCode& a, const ValueCode& b) { return a.value < b.value; });
@@ -94,8 +102,12 @@ inline std::vector<ValueCode> ref_table(const RefFormat& f) {
 // Round-to-nearest-even by scanning every finite value (the definition); |x| > max saturates to +-max.
 inline double ref_nearest_scan(const std::vector<ValueCode>& table, double x) {
   const double max = table.back().value;
-  if (x > max) return max;
-  if (x < -max) return -max;
+  if (x > max) {
+    return max;
+  }
+  if (x < -max) {
+    return -max;
+  }
   double best = table[0].value;
   std::uint32_t best_code = table[0].code;
   double best_dist = std::fabs(x - best);  // exact: both operands have few bits relative to double
@@ -113,14 +125,24 @@ inline double ref_nearest_scan(const std::vector<ValueCode>& table, double x) {
 // The same rule via binary search over the sorted table (for 16-bit formats where a scan per input is too slow).
 inline double ref_nearest_search(const std::vector<ValueCode>& table, double x) {
   const double max = table.back().value;
-  if (x > max) return max;
-  if (x < -max) return -max;
+  if (x > max) {
+    return max;
+  }
+  if (x < -max) {
+    return -max;
+  }
   auto hi = std::lower_bound(table.begin(), table.end(), x, [](const ValueCode& a, double v) { return a.value < v; });
-  if (hi->value == x) return x;
+  if (hi->value == x) {
+    return x;
+  }
   auto lo = hi - 1;
   const double dl = x - lo->value, dh = hi->value - x;
-  if (dl < dh) return lo->value;
-  if (dh < dl) return hi->value;
+  if (dl < dh) {
+    return lo->value;
+  }
+  if (dh < dl) {
+    return hi->value;
+  }
   return (lo->code & 1u) == 0 ? lo->value : hi->value;
 }
 

@@ -23,8 +23,12 @@ bool erased_nearest(const FormatParams& p, float w, float u) {
 // Closed form (DESIGN.md §2): erased iff -g-/2 < u < g+/2, or |u| is exactly half the gap in its direction and w's
 // last significand bit (code LSB) is even.
 bool erased_closed_form(std::uint32_t code, double g_down, double g_up, double u) {
-  if (u == 0) return false;
-  if (-g_down / 2 < u && u < g_up / 2) return true;
+  if (u == 0) {
+    return false;
+  }
+  if (-g_down / 2 < u && u < g_up / 2) {
+    return true;
+  }
   const bool even = (code & 1u) == 0;
   return even && (u == g_up / 2 || u == -g_down / 2);
 }
@@ -41,16 +45,22 @@ void check_format(const FormatSpec& spec, const RefFormat& ref, std::size_t max_
     const double g_down = w - down, g_up = up - w;  // inf at the ends of the range
     std::vector<double> us = {0.0};
     for (double g : {g_up, g_down}) {
-      if (!std::isfinite(g)) g = table.back().value - table[table.size() - 2].value;
+      if (!std::isfinite(g)) {
+        g = table.back().value - table[table.size() - 2].value;
+      }
       for (double f : {0.5, 0.5 * (1 + 0x1p-20), 0.5 * (1 - 0x1p-20), 0.25, 0.75, 1.0, 1.5, 0x1p-30}) {
         us.push_back(g * f);
         us.push_back(-g * f);
       }
     }
-    for (int r = 0; r < 8; ++r) us.push_back((rng.uniform() - 0.5) * 4 * (std::isfinite(g_up) ? g_up : g_down));
+    for (int r = 0; r < 8; ++r) {
+      us.push_back((rng.uniform() - 0.5) * 4 * (std::isfinite(g_up) ? g_up : g_down));
+    }
     for (double ud : us) {
       const auto u = static_cast<float>(ud);
-      if (static_cast<double>(u) != ud) continue;
+      if (static_cast<double>(u) != ud) {
+        continue;
+      }
       const double x = w + ud;  // exact: both have few significant bits at nearby scales
       const bool def = u != 0 && wbaudit::test::ref_nearest_search(table, x) == w;
       const bool closed = erased_closed_form(table[i].code, g_down, g_up, ud);
@@ -67,11 +77,15 @@ void check_format(const FormatSpec& spec, const RefFormat& ref, std::size_t max_
 
 TEST(Erased, DefinitionAndClosedFormOnEveryValueOfSmallFormats) {
   for (const auto& ref : wbaudit::test::ref_float_formats()) {
-    if (ref.bits() > 16) continue;
+    if (ref.bits() > 16) {
+      continue;
+    }
     SCOPED_TRACE(ref.name);
     check_format(format_from_name(ref.name), ref, ref.bits() > 8 ? 4096 : 1000);
   }
-  for (int k : {2, 3, 4, 8}) check_format(int_format(k, 0.375f), wbaudit::test::ref_int_format(k, 0.375), 1000);
+  for (int k : {2, 3, 4, 8}) {
+    check_format(int_format(k, 0.375f), wbaudit::test::ref_int_format(k, 0.375), 1000);
+  }
 }
 
 TEST(Erased, UnitAndBinadeEdgeExamples) {

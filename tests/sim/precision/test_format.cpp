@@ -27,7 +27,9 @@ void check_all_codes(const FormatSpec& spec, const RefFormat& ref) {
     const double got = decode_code(p, c);
     ASSERT_TRUE(same_value(expected, got))
         << spec.name << " code " << std::hex << c << ": " << got << " vs " << expected;
-    if (!std::isfinite(expected)) continue;
+    if (!std::isfinite(expected)) {
+      continue;
+    }
     EXPECT_EQ(encode_value(p, got), c) << spec.name << " value " << got;
     EXPECT_EQ(std::signbit(got), std::signbit(expected));
   }
@@ -82,7 +84,9 @@ TEST(Format, ParametersMatchHandComputedTable) {
 
 TEST(Format, EveryCodeOfEveryFloatFormatUpTo16Bits) {
   for (const auto& ref : wbaudit::test::ref_float_formats()) {
-    if (ref.bits() > 16) continue;
+    if (ref.bits() > 16) {
+      continue;
+    }
     SCOPED_TRACE(ref.name);
     check_all_codes(format_from_name(ref.name), ref);
   }
@@ -108,7 +112,9 @@ TEST(Format, Fp32SampledCodes) {
     const auto c = static_cast<std::uint32_t>(rng.next());
     const double expected = wbaudit::test::ref_decode(ref, c);
     ASSERT_TRUE(same_value(decode_code(p, c), expected)) << std::hex << c;
-    if (!std::isfinite(expected)) continue;
+    if (!std::isfinite(expected)) {
+      continue;
+    }
     ASSERT_EQ(encode_value(p, expected), c);
     const float f = static_cast<float>(expected);
     ASSERT_EQ(succ(p, expected), f == FLT_MAX ? INFINITY : static_cast<double>(std::nextafter(f, INFINITY)));

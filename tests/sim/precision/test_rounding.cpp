@@ -74,8 +74,9 @@ void check_nearest(const FormatSpec& spec, const RefFormat& ref, int count, bool
         scan ? wbaudit::test::ref_nearest_scan(table, x) : wbaudit::test::ref_nearest_search(table, x);
     const double got = round_nearest(p, x);
     if (got != expected) {
-      if (++mismatches < 10)
+      if (++mismatches < 10) {
         ADD_FAILURE() << spec.name << ": q(" << std::hexfloat << x << ") = " << got << ", expected " << expected;
+      }
     }
   }
   EXPECT_EQ(mismatches, 0) << spec.name;
@@ -91,9 +92,12 @@ void check_writeback_nearest(const FormatSpec& spec, const RefFormat& ref, int c
     const auto w = static_cast<float>(table[rng.below(table.size())].value);
     const double target = adversarial_input(table, rng);
     float u = static_cast<float>(target - static_cast<double>(w));
-    if (rng.below(4) == 0)
+    if (rng.below(4) == 0) {
       u = static_cast<float>((rng.uniform() - 0.5) * std::ldexp(1.0, static_cast<int>(rng.below(40)) - 20));
-    if (!std::isfinite(u)) continue;
+    }
+    if (!std::isfinite(u)) {
+      continue;
+    }
     const double x = static_cast<double>(w) + static_cast<double>(u);
     if (x - static_cast<double>(w) != static_cast<double>(u) || x - static_cast<double>(u) != static_cast<double>(w)) {
       continue;  // the reference needs the exact sum as a double
@@ -117,7 +121,9 @@ void check_writeback_nearest(const FormatSpec& spec, const RefFormat& ref, int c
 
 TEST(RoundNearest, EightBitAndNarrowerFormatsAgainstScanOfAllCodes) {
   for (const auto& ref : wbaudit::test::ref_float_formats()) {
-    if (ref.bits() > 8) continue;
+    if (ref.bits() > 8) {
+      continue;
+    }
     SCOPED_TRACE(ref.name);
     check_nearest(format_from_name(ref.name), ref, 400000, /*scan=*/true);
   }
@@ -135,7 +141,9 @@ TEST(RoundNearest, IntegerFormatsAgainstScanOfAllCodes) {
 TEST(RoundNearest, SixteenBitFormatsAgainstSortedTable) {
   for (const char* name : {"bf16", "fp16"}) {
     for (const auto& ref : wbaudit::test::ref_float_formats()) {
-      if (ref.name != name) continue;
+      if (ref.name != name) {
+        continue;
+      }
       SCOPED_TRACE(name);
       check_nearest(format_from_name(name), ref, 2000000, /*scan=*/false);
     }
@@ -159,7 +167,9 @@ TEST(RoundNearest, Fp32AgainstHardwareConversion) {
   for (int k = 0; k < 2000000; ++k) {
     double x;
     const auto f = std::bit_cast<float>(static_cast<std::uint32_t>(rng.next()));
-    if (!std::isfinite(f)) continue;
+    if (!std::isfinite(f)) {
+      continue;
+    }
     switch (rng.below(4)) {
       case 0:
         x = f;
@@ -176,7 +186,9 @@ TEST(RoundNearest, Fp32AgainstHardwareConversion) {
         x = static_cast<double>(f) * (1 + (rng.uniform() - 0.5) * 0x1p-22);
     }
     float hw = static_cast<float>(x);  // IEEE round-to-nearest-even, the independent reference
-    if (std::isinf(hw)) hw = std::copysign(FLT_MAX, hw);
+    if (std::isinf(hw)) {
+      hw = std::copysign(FLT_MAX, hw);
+    }
     const double got = round_nearest(p, x);
     if (got != static_cast<double>(hw) && ++mismatches < 10) {
       ADD_FAILURE() << std::hexfloat << x << ": " << got << " vs " << hw;
@@ -194,11 +206,17 @@ TEST(RoundNearest, Fp32WritebackAgainstHardwareFloatAddition) {
   for (int k = 0; k < 2000000; ++k) {
     const auto w = std::bit_cast<float>(static_cast<std::uint32_t>(rng.next()));
     auto u = std::bit_cast<float>(static_cast<std::uint32_t>(rng.next()));
-    if (rng.below(2)) u = std::ldexp(w, -static_cast<int>(rng.below(60))) * (rng.below(2) ? 1.0f : -1.0f) * 1.5f;
-    if (!std::isfinite(w) || !std::isfinite(u)) continue;
+    if (rng.below(2)) {
+      u = std::ldexp(w, -static_cast<int>(rng.below(60))) * (rng.below(2) ? 1.0f : -1.0f) * 1.5f;
+    }
+    if (!std::isfinite(w) || !std::isfinite(u)) {
+      continue;
+    }
     volatile float sum = w + u;
     float hw = sum;
-    if (std::isinf(hw)) hw = std::copysign(FLT_MAX, hw);
+    if (std::isinf(hw)) {
+      hw = std::copysign(FLT_MAX, hw);
+    }
     const WritebackOutcome out = writeback_value(p, WritebackPolicy{}, RngKey{}, 0, w, u);
     if (out.value != hw && ++mismatches < 10) {
       ADD_FAILURE() << std::hexfloat << w << " + " << u << ": " << out.value << " vs " << hw;
@@ -209,7 +227,9 @@ TEST(RoundNearest, Fp32WritebackAgainstHardwareFloatAddition) {
 
 TEST(RoundNearest, WritebackOfExactSumsAgainstReference) {
   for (const auto& ref : wbaudit::test::ref_float_formats()) {
-    if (ref.bits() > 16) continue;
+    if (ref.bits() > 16) {
+      continue;
+    }
     SCOPED_TRACE(ref.name);
     check_writeback_nearest(format_from_name(ref.name), ref, 300000);
   }

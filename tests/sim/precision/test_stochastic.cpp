@@ -42,7 +42,9 @@ void expect_binomial(std::int64_t k, double p, const char* what) {
 
 std::int64_t count_value(const RunResult& r, float v) {
   std::int64_t k = 0;
-  for (float x : r.out) k += x == v;
+  for (float x : r.out) {
+    k += x == v;
+  }
   return k;
 }
 
@@ -89,7 +91,9 @@ TEST(Stochastic, Unbiased) {
   for (const auto& c : cases) {
     const RunResult r = run_constant(format_from_name(c.fmt), sr, c.w, c.u, 9);
     double sum = 0;
-    for (float v : r.out) sum += v;
+    for (float v : r.out) {
+      sum += v;
+    }
     const double x = static_cast<double>(c.w) + c.u;
     EXPECT_NEAR(sum / kDraws, x, 6 * c.gap * 0.5 / std::sqrt(kDraws)) << c.fmt;
   }
@@ -131,7 +135,9 @@ TEST(Stochastic, DeadzoneSrIsNearestOutsideAndSrInside) {
     const auto refs = wbaudit::test::ref_float_formats();
     const wbaudit::test::RefFormat* ref = nullptr;
     for (const auto& r : refs) {
-      if (r.name == name) ref = &r;
+      if (r.name == name) {
+        ref = &r;
+      }
     }
     const auto table = wbaudit::test::ref_table(*ref);
     const int n = 200000;

@@ -65,7 +65,9 @@ bool bitwise_equal(const std::vector<float>& a, const std::vector<float>& b) {
 std::vector<std::pair<FormatSpec, wbaudit::test::RefFormat>> test_formats() {
   std::vector<std::pair<FormatSpec, wbaudit::test::RefFormat>> f;
   for (const auto& ref : wbaudit::test::ref_float_formats()) {
-    if (ref.name == "bf16" || ref.name == "e4m3" || ref.name == "e2m1") f.emplace_back(format_from_name(ref.name), ref);
+    if (ref.name == "bf16" || ref.name == "e4m3" || ref.name == "e2m1") {
+      f.emplace_back(format_from_name(ref.name), ref);
+    }
   }
   f.emplace_back(int_format(4, 0.375f), wbaudit::test::ref_int_format(4, 0.375));
   return f;
@@ -136,7 +138,6 @@ TEST(Writeback, DifferentKeysGiveDifferentStreams) {
   const Data d = make_data(fmt, ref, 20000, 3);
   std::vector<float> a, b;
   run<Kokkos::OpenMP>(fmt, {Policy::stochastic, 0}, d, a);
-  Data shifted = d;
   WritebackOptions opt;
   opt.first_coordinate = 1;
   run<Kokkos::OpenMP>(fmt, {Policy::stochastic, 0}, d, b, opt);
@@ -162,7 +163,9 @@ TEST(Writeback, NonFiniteInputIsAnErrorNamingTensorStepAndCoordinate) {
     EXPECT_NE(m.find("coordinate 6"), std::string::npos) << m;
   }
   auto hw = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace{}, w);
-  for (int i = 0; i < 10; ++i) EXPECT_EQ(hw(i), 1.0f);  // left unchanged
+  for (int i = 0; i < 10; ++i) {
+    EXPECT_EQ(hw(i), 1.0f);  // left unchanged
+  }
   hu(6) = INFINITY;
   Kokkos::deep_copy(u, hu);
   EXPECT_THROW(writeback(fmt, WritebackPolicy{}, RngKey{}, w, u), NonFiniteError);
@@ -257,7 +260,9 @@ TEST(Writeback, MasterProjectionAndQuantize) {
   Kokkos::deep_copy(x, hrw);
   quantize(fmt, x);
   auto hx = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace{}, x);
-  for (int i = 0; i < m; ++i) ASSERT_EQ(hx(i), wbaudit::test::ref_nearest_search(table, hrw(i)));
+  for (int i = 0; i < m; ++i) {
+    ASSERT_EQ(hx(i), wbaudit::test::ref_nearest_search(table, hrw(i)));
+  }
 }
 
 TEST(Audit, ConsistentTrajectoriesPassAndTamperedCoordinatesAreListed) {
@@ -302,7 +307,9 @@ TEST(Audit, ConsistentTrajectoriesPassAndTamperedCoordinatesAreListed) {
     run<Kokkos::OpenMP>(fmt, {Policy::stochastic, 0}, d, sr_next);
     run<Kokkos::OpenMP>(fmt, {Policy::nearest, 0}, d, near_next);
     std::int64_t differ = 0;
-    for (std::size_t i = 0; i < sr_next.size(); ++i) differ += sr_next[i] != near_next[i];
+    for (std::size_t i = 0; i < sr_next.size(); ++i) {
+      differ += sr_next[i] != near_next[i];
+    }
     EXPECT_EQ(
         static_cast<std::int64_t>(audit_writeback(fmt, {Policy::nearest, 0}, d.w, d.u, sr_next).inconsistencies.size()),
         differ);
