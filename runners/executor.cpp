@@ -17,7 +17,9 @@ constexpr int kTagAssign = 7102;
 constexpr long long kNoMoreWork = -1;
 
 void check_mpi(int rc, const char* call, const std::string& context = "") {
-  if (rc == MPI_SUCCESS) return;
+  if (rc == MPI_SUCCESS) {
+    return;
+  }
   char text[MPI_MAX_ERROR_STRING];
   int length = 0;
   MPI_Error_string(rc, text, &length);
@@ -28,7 +30,9 @@ void check_mpi(int rc, const char* call, const std::string& context = "") {
 struct CommGuard {
   MPI_Comm comm = MPI_COMM_NULL;
   ~CommGuard() {
-    if (comm != MPI_COMM_NULL) MPI_Comm_free(&comm);
+    if (comm != MPI_COMM_NULL) {
+      MPI_Comm_free(&comm);
+    }
   }
 };
 
@@ -36,7 +40,9 @@ struct CommGuard {
 bool run_one(const SweepStore& store, const CellTask& task, const CellFn& fn, const ExecOptions& opts, int rank,
              double& cell_seconds) {
   Attempt attempt = store.begin_attempt(task.id);
-  if (opts.progress) opts.progress({ProgressEvent::Kind::started, task.id, task.name, "", rank, 0.0});
+  if (opts.progress) {
+    opts.progress({ProgressEvent::Kind::started, task.id, task.name, "", rank, 0.0});
+  }
   const auto start = std::chrono::steady_clock::now();
   std::vector<std::string> files;
   std::string error;
@@ -52,9 +58,10 @@ bool run_one(const SweepStore& store, const CellTask& task, const CellFn& fn, co
   const AttemptRecord record =
       store.finish_attempt(attempt, error.empty() ? AttemptStatus::complete : AttemptStatus::failed, error, files);
   const bool ok = record.status == AttemptStatus::complete;
-  if (opts.progress)
+  if (opts.progress) {
     opts.progress({ok ? ProgressEvent::Kind::completed : ProgressEvent::Kind::failed, task.id, task.name,
                    ok ? "" : record.exit_reason, rank, seconds});
+  }
   return ok;
 }
 
@@ -64,13 +71,15 @@ std::vector<std::size_t> select_work(const SweepStore& store, const std::vector<
   skipped = 0;
   for (std::size_t i = 0; i < cells.size(); ++i) {
     const CellStatus status = store.cell_status(cells[i].id);
-    if (!resume && !status.attempts.empty())
+    if (!resume && !status.attempts.empty()) {
       throw StoreError("cell \"" + cells[i].name + "\" (" + cells[i].id + ") already has attempts in " +
                        store.dir().string() + "; use --resume");
-    if (status.state == CellState::done)
+    }
+    if (status.state == CellState::done) {
       ++skipped;
-    else
+    } else {
       todo.push_back(i);
+    }
   }
   return todo;
 }
@@ -78,20 +87,24 @@ std::vector<std::size_t> select_work(const SweepStore& store, const std::vector<
 void check_runnable(const SweepStore& store, const std::vector<CellTask>& cells) {
   for (const auto& task : cells) {
     const StoredCell& cell = store.cell(task.id);  // throws for a cell that is not in the sweep
-    if (cell.name != task.name)
+    if (cell.name != task.name) {
       throw StoreError("task \"" + task.name + "\" has the id of the sweep's cell \"" + cell.name + "\"");
+    }
   }
-  if (self_executable_sha256() != store.binary_sha256())
+  if (self_executable_sha256() != store.binary_sha256()) {
     throw StoreError("this executable (" + self_executable().string() + ", hash " + self_executable_sha256() +
                      ") is not the sweep's registered binary (hash " + store.binary_sha256() + "); run " +
                      store.executable_path().string() + " instead so that results stay canonical");
+  }
 }
 
 }  // namespace
 
 std::vector<CellTask> tasks_of(const SweepStore& store) {
   std::vector<CellTask> out;
-  for (const auto& cell : store.cells()) out.push_back({cell.id, cell.name, cell.config});
+  for (const auto& cell : store.cells()) {
+    out.push_back({cell.id, cell.name, cell.config});
+  }
   return out;
 }
 
@@ -141,7 +154,9 @@ ExecSummary execute_sweep(const SweepStore& store, const std::vector<CellTask>& 
       todo = select_work(store, cells, opts.resume, summary.skipped);
     } catch (const std::exception& e) {
       setup_error = e.what();
-      if (setup_error.empty()) setup_error = "setup failed";
+      if (setup_error.empty()) {
+        setup_error = "setup failed";
+      }
     }
   }
   long long header[2] = {static_cast<long long>(setup_error.size()), static_cast<long long>(summary.skipped)};
@@ -158,10 +173,11 @@ ExecSummary execute_sweep(const SweepStore& store, const std::vector<CellTask>& 
   double my_cell_seconds = 0.0;
   std::string local_error;  // a store failure (not a cell failure) on this rank
   auto run_index = [&](std::size_t i) {
-    if (run_one(store, cells[i], fn, opts, rank, my_cell_seconds))
+    if (run_one(store, cells[i], fn, opts, rank, my_cell_seconds)) {
       ++my_completed;
-    else
+    } else {
       my_failed.push_back(static_cast<int>(i));
+    }
   };
 
   if (rank == 0) {
@@ -181,14 +197,18 @@ ExecSummary execute_sweep(const SweepStore& store, const std::vector<CellTask>& 
           auto wait = std::chrono::microseconds(50);
           while (true) {
             check_mpi(MPI_Test(&handle, &done, &status), "MPI_Test");
-            if (done) break;
+            if (done) {
+              break;
+            }
             // Sleep instead of spinning: the dispatcher shares a core with the cell computation.
             std::this_thread::sleep_for(wait);
             wait = std::min(wait * 2, std::chrono::microseconds(2000));
           }
           const std::size_t i = next.fetch_add(1);
           long long assign = i < todo.size() ? static_cast<long long>(todo[i]) : kNoMoreWork;
-          if (assign == kNoMoreWork) ++stopped;
+          if (assign == kNoMoreWork) {
+            ++stopped;
+          }
           check_mpi(MPI_Send(&assign, 1, MPI_LONG_LONG, status.MPI_SOURCE, kTagAssign, comm), "MPI_Send",
                     "assignment to rank " + std::to_string(status.MPI_SOURCE));
         }
@@ -197,13 +217,17 @@ ExecSummary execute_sweep(const SweepStore& store, const std::vector<CellTask>& 
       }
     });
     try {
-      for (std::size_t i = next.fetch_add(1); i < todo.size(); i = next.fetch_add(1)) run_index(todo[i]);
+      for (std::size_t i = next.fetch_add(1); i < todo.size(); i = next.fetch_add(1)) {
+        run_index(todo[i]);
+      }
     } catch (const std::exception& e) {
       local_error = e.what();
       next.store(todo.size());  // hand out no more work
     }
     dispatcher.join();
-    if (!dispatch_error.empty() && local_error.empty()) local_error = dispatch_error;
+    if (!dispatch_error.empty() && local_error.empty()) {
+      local_error = dispatch_error;
+    }
   } else {
     try {
       while (true) {
@@ -211,10 +235,13 @@ ExecSummary execute_sweep(const SweepStore& store, const std::vector<CellTask>& 
         check_mpi(MPI_Send(&request, 1, MPI_LONG_LONG, 0, kTagRequest, comm), "MPI_Send", "work request");
         check_mpi(MPI_Recv(&assign, 1, MPI_LONG_LONG, 0, kTagAssign, comm, MPI_STATUS_IGNORE), "MPI_Recv",
                   "work assignment");
-        if (assign == kNoMoreWork) break;
-        if (assign < 0 || static_cast<std::size_t>(assign) >= cells.size())
+        if (assign == kNoMoreWork) {
+          break;
+        }
+        if (assign < 0 || static_cast<std::size_t>(assign) >= cells.size()) {
           throw MpiError("execute_sweep: rank 0 assigned cell index " + std::to_string(assign) + " of " +
                          std::to_string(cells.size()));
+        }
         if (local_error.empty()) {
           try {
             run_index(static_cast<std::size_t>(assign));
@@ -235,7 +262,9 @@ ExecSummary execute_sweep(const SweepStore& store, const std::vector<CellTask>& 
   const int my_count = static_cast<int>(my_failed.size());
   std::vector<int> per_rank(static_cast<std::size_t>(size)), offsets(static_cast<std::size_t>(size), 0);
   check_mpi(MPI_Allgather(&my_count, 1, MPI_INT, per_rank.data(), 1, MPI_INT, comm), "MPI_Allgather");
-  for (int r = 1; r < size; ++r) offsets[r] = offsets[r - 1] + per_rank[r - 1];
+  for (int r = 1; r < size; ++r) {
+    offsets[r] = offsets[r - 1] + per_rank[r - 1];
+  }
   std::vector<int> all_failed(static_cast<std::size_t>(totals[1]));
   check_mpi(MPI_Allgatherv(my_failed.data(), my_count, MPI_INT, all_failed.data(), per_rank.data(), offsets.data(),
                            MPI_INT, comm),
@@ -244,20 +273,29 @@ ExecSummary execute_sweep(const SweepStore& store, const std::vector<CellTask>& 
             "cell seconds");
   int my_error = local_error.empty() ? 0 : 1, any_error = 0;
   check_mpi(MPI_Allreduce(&my_error, &any_error, 1, MPI_INT, MPI_MAX, comm), "MPI_Allreduce", "errors");
-  if (!local_error.empty()) throw StoreError("rank " + std::to_string(rank) + ": " + local_error);
-  if (any_error) throw StoreError("rank " + std::to_string(rank) + ": another rank failed (see its message)");
+  if (!local_error.empty()) {
+    throw StoreError("rank " + std::to_string(rank) + ": " + local_error);
+  }
+  if (any_error) {
+    throw StoreError("rank " + std::to_string(rank) + ": another rank failed (see its message)");
+  }
 
   std::sort(all_failed.begin(), all_failed.end());
   summary.completed = static_cast<std::size_t>(totals[0]);
   summary.failed = static_cast<std::size_t>(totals[1]);
-  for (int i : all_failed) summary.failed_ids.push_back(cells[static_cast<std::size_t>(i)].id);
+  for (int i : all_failed) {
+    summary.failed_ids.push_back(cells[static_cast<std::size_t>(i)].id);
+  }
   summary.wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return summary;
 }
 
 bool launched_by_mpi() {
-  for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "PMI_RANK"})
-    if (std::getenv(name)) return true;
+  for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "PMI_RANK"}) {
+    if (std::getenv(name)) {
+      return true;
+    }
+  }
   return false;
 }
 
@@ -265,7 +303,9 @@ MpiSession::MpiSession(int* argc, char*** argv) {
   int initialized = 0;
   MPI_Initialized(&initialized);
   if (!initialized) {
-    if (!launched_by_mpi()) return;
+    if (!launched_by_mpi()) {
+      return;
+    }
     int provided = 0;
     check_mpi(MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided), "MPI_Init_thread");
     m_owner = true;
@@ -284,7 +324,9 @@ MpiSession::MpiSession(int* argc, char*** argv) {
 MpiSession::~MpiSession() {
   int finalized = 0;
   MPI_Finalized(&finalized);
-  if (m_owner && !finalized) MPI_Finalize();
+  if (m_owner && !finalized) {
+    MPI_Finalize();
+  }
 }
 
 }  // namespace wbaudit::runners

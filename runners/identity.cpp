@@ -22,21 +22,33 @@ nlohmann::json normalized(const nlohmann::json& value, const std::string& path) 
   switch (value.type()) {
     case nlohmann::json::value_t::object: {
       nlohmann::json out = nlohmann::json::object();
-      for (const auto& [key, item] : value.items()) out[key] = normalized(item, path.empty() ? key : path + "." + key);
+      for (const auto& [key, item] : value.items()) {
+        std::string child = path;
+        if (!child.empty()) {
+          child += '.';
+        }
+        child += key;
+        out[key] = normalized(item, child);
+      }
       return out;
     }
     case nlohmann::json::value_t::array: {
       nlohmann::json out = nlohmann::json::array();
       std::size_t i = 0;
-      for (const auto& item : value) out.push_back(normalized(item, path + "[" + std::to_string(i++) + "]"));
+      for (const auto& item : value) {
+        out.push_back(normalized(item, path + "[" + std::to_string(i++) + "]"));
+      }
       return out;
     }
     case nlohmann::json::value_t::number_float: {
       const double x = value.get<double>();
-      if (!std::isfinite(x))
+      if (!std::isfinite(x)) {
         throw IdentityError("canonical_json: " + (path.empty() ? std::string("value") : path) +
                             ": NaN or infinity has no canonical JSON form");
-      if (x == std::floor(x) && std::fabs(x) < kExactIntegerLimit) return nlohmann::json(static_cast<std::int64_t>(x));
+      }
+      if (x == std::floor(x) && std::fabs(x) < kExactIntegerLimit) {
+        return nlohmann::json(static_cast<std::int64_t>(x));
+      }
       return value;
     }
     default:
@@ -51,18 +63,21 @@ using MdCtx = std::unique_ptr<EVP_MD_CTX, MdCtxDeleter>;
 
 MdCtx sha256_context() {
   MdCtx ctx(EVP_MD_CTX_new());
-  if (!ctx || EVP_DigestInit_ex(ctx.get(), EVP_sha256(), nullptr) != 1)
+  if (!ctx || EVP_DigestInit_ex(ctx.get(), EVP_sha256(), nullptr) != 1) {
     throw IdentityError("sha256: OpenSSL EVP_DigestInit_ex failed");
+  }
   return ctx;
 }
 
 std::string hex_digest(EVP_MD_CTX* ctx) {
   std::array<unsigned char, EVP_MAX_MD_SIZE> digest{};
   unsigned int length = 0;
-  if (EVP_DigestFinal_ex(ctx, digest.data(), &length) != 1) throw IdentityError("sha256: EVP_DigestFinal_ex failed");
+  if (EVP_DigestFinal_ex(ctx, digest.data(), &length) != 1) {
+    throw IdentityError("sha256: EVP_DigestFinal_ex failed");
+  }
   static constexpr char kHex[] = "0123456789abcdef";
   std::string out;
-  out.reserve(2 * length);
+  out.reserve(2 * static_cast<std::size_t>(length));
   for (unsigned int i = 0; i < length; ++i) {
     out.push_back(kHex[digest[i] >> 4]);
     out.push_back(kHex[digest[i] & 0xf]);
@@ -82,43 +97,56 @@ std::string canonical_json(const nlohmann::json& value) {
 
 std::string sha256_hex(std::string_view bytes) {
   MdCtx ctx = sha256_context();
-  if (EVP_DigestUpdate(ctx.get(), bytes.data(), bytes.size()) != 1)
+  if (EVP_DigestUpdate(ctx.get(), bytes.data(), bytes.size()) != 1) {
     throw IdentityError("sha256: EVP_DigestUpdate failed");
+  }
   return hex_digest(ctx.get());
 }
 
 std::string sha256_file(const std::filesystem::path& path) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw IdentityError("sha256: cannot open " + path.string());
+  if (!in) {
+    throw IdentityError("sha256: cannot open " + path.string());
+  }
   MdCtx ctx = sha256_context();
   std::vector<char> buffer(1 << 20);
   while (in) {
     in.read(buffer.data(), static_cast<std::streamsize>(buffer.size()));
     const auto got = in.gcount();
-    if (got > 0 && EVP_DigestUpdate(ctx.get(), buffer.data(), static_cast<std::size_t>(got)) != 1)
+    if (got > 0 && EVP_DigestUpdate(ctx.get(), buffer.data(), static_cast<std::size_t>(got)) != 1) {
       throw IdentityError("sha256: EVP_DigestUpdate failed on " + path.string());
+    }
   }
-  if (in.bad()) throw IdentityError("sha256: read error on " + path.string());
+  if (in.bad()) {
+    throw IdentityError("sha256: read error on " + path.string());
+  }
   return hex_digest(ctx.get());
 }
 
 std::string cell_id(const nlohmann::json& config) {
-  if (!config.is_object()) throw IdentityError("cell_id: the cell configuration must be a JSON object");
+  if (!config.is_object()) {
+    throw IdentityError("cell_id: the cell configuration must be a JSON object");
+  }
   const auto schema = config.find("schema");
-  if (schema == config.end() || !schema->is_string())
+  if (schema == config.end() || !schema->is_string()) {
     throw IdentityError("cell_id: the cell configuration lacks its schema version (string key \"schema\")");
+  }
   return sha256_hex(canonical_json(config));
 }
 
 std::string random_uuid() {
   std::array<unsigned char, 16> b{};
-  if (RAND_bytes(b.data(), static_cast<int>(b.size())) != 1) throw IdentityError("random_uuid: RAND_bytes failed");
+  if (RAND_bytes(b.data(), static_cast<int>(b.size())) != 1) {
+    throw IdentityError("random_uuid: RAND_bytes failed");
+  }
   b[6] = static_cast<unsigned char>((b[6] & 0x0f) | 0x40);  // version 4
   b[8] = static_cast<unsigned char>((b[8] & 0x3f) | 0x80);  // RFC 4122 variant
   static constexpr char kHex[] = "0123456789abcdef";
   std::string out;
   for (std::size_t i = 0; i < b.size(); ++i) {
-    if (i == 4 || i == 6 || i == 8 || i == 10) out.push_back('-');
+    if (i == 4 || i == 6 || i == 8 || i == 10) {
+      out.push_back('-');
+    }
     out.push_back(kHex[b[i] >> 4]);
     out.push_back(kHex[b[i] & 0xf]);
   }
@@ -128,7 +156,9 @@ std::string random_uuid() {
 std::filesystem::path self_executable() {
   std::error_code ec;
   auto path = std::filesystem::read_symlink("/proc/self/exe", ec);
-  if (ec) throw IdentityError("self_executable: cannot resolve /proc/self/exe: " + ec.message());
+  if (ec) {
+    throw IdentityError("self_executable: cannot resolve /proc/self/exe: " + ec.message());
+  }
   return path;
 }
 
@@ -143,7 +173,9 @@ nlohmann::json build_identity() {
   int length = 0;
   MPI_Get_library_version(library, &length);  // allowed before MPI_Init
   std::string mpi_library(library, static_cast<std::size_t>(std::max(length, 0)));
-  if (auto cut = mpi_library.find_first_of(",\n"); cut != std::string::npos) mpi_library.resize(cut);
+  if (auto cut = mpi_library.find_first_of(",\n"); cut != std::string::npos) {
+    mpi_library.resize(cut);
+  }
   return {{"version", build_info::kVersion},
           {"git_commit", build_info::kGitCommit},
           {"git_dirty", build_info::kGitDirty},

@@ -21,7 +21,9 @@ namespace {
 
 std::string read_text(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw RegistryError("cannot read " + path.string());
+  if (!in) {
+    throw RegistryError("cannot read " + path.string());
+  }
   std::ostringstream out;
   out << in.rdbuf();
   return out.str();
@@ -29,11 +31,15 @@ std::string read_text(const fs::path& path) {
 
 std::vector<std::string> string_array(const toml::node& node, const std::string& where) {
   const auto* array = node.as_array();
-  if (!array) throw RegistryError(where + ": expected an array of cell names");
+  if (!array) {
+    throw RegistryError(where + ": expected an array of cell names");
+  }
   std::vector<std::string> out;
   for (const auto& item : *array) {
     const auto* text = item.as_string();
-    if (!text) throw RegistryError(where + ": expected an array of strings");
+    if (!text) {
+      throw RegistryError(where + ": expected an array of strings");
+    }
     out.push_back(text->get());
   }
   return out;
@@ -57,17 +63,26 @@ bool outcome_exists(const CellStatus& status) {
 }
 
 std::string resolve_cell(const SweepStore& store, const std::string& key) {
-  if (const auto* cell = store.find_by_name(key)) return cell->name;
-  for (const auto& cell : store.cells())
-    if (cell.id == key) return cell.name;
+  if (const auto* cell = store.find_by_name(key)) {
+    return cell->name;
+  }
+  for (const auto& cell : store.cells()) {
+    if (cell.id == key) {
+      return cell.name;
+    }
+  }
   throw RegistryError("unknown cell \"" + key + "\" (not a cell name or id of the sweep " + store.dir().string() + ")");
 }
 
 }  // namespace
 
 std::string current_user() {
-  if (const char* user = std::getenv("USER"); user && *user) return user;
-  if (const passwd* pw = ::getpwuid(::getuid()); pw && pw->pw_name) return pw->pw_name;
+  if (const char* user = std::getenv("USER"); user && *user) {
+    return user;
+  }
+  if (const passwd* pw = ::getpwuid(::getuid()); pw && pw->pw_name) {
+    return pw->pw_name;
+  }
   return "uid " + std::to_string(::getuid());
 }
 
@@ -91,8 +106,11 @@ std::vector<std::string> analysis_outcome_cells(const SweepStore& store, const f
   }
   std::vector<std::string> names;
   if (patterns.empty() && where.empty()) {
-    for (const auto& cell : store.cells())
-      if (cell.role == "target") names.push_back(cell.name);
+    for (const auto& cell : store.cells()) {
+      if (cell.role == "target") {
+        names.push_back(cell.name);
+      }
+    }
     return names;
   }
   std::set<std::string> seen;
@@ -101,10 +119,16 @@ std::vector<std::string> analysis_outcome_cells(const SweepStore& store, const f
     for (const auto& cell : store.cells()) {
       if (::fnmatch(pattern.c_str(), cell.name.c_str(), 0) == 0) {
         matched = true;
-        if (seen.insert(cell.name).second) names.push_back(cell.name);
+        if (seen.insert(cell.name).second) {
+          names.push_back(cell.name);
+        }
       }
     }
-    if (!matched) throw RegistryError(where + ": \"" + pattern + "\" matches no cell of the sweep");
+    if (!matched) {
+      std::string message = where;
+      message += ": \"" + pattern + "\" matches no cell of the sweep";
+      throw RegistryError(message);
+    }
   }
   return names;
 }
@@ -120,24 +144,31 @@ Registration register_analysis(const SweepStore& store, const fs::path& analysis
   r.retrospective = retrospective;
   r.outcome_cells = analysis_outcome_cells(store, analysis);
   const fs::path dir = store.dir() / "registry" / r.sha256;
-  if (fs::exists(dir / "registration.json"))
+  if (fs::exists(dir / "registration.json")) {
     throw RegistryError("the analysis " + analysis.string() + " (hash " + r.sha256 + ") is already registered in " +
                         store.dir().string());
-  for (const auto& name : r.outcome_cells)
-    if (outcome_exists(store.cell_status(store.find_by_name(name)->id)))
+  }
+  for (const auto& name : r.outcome_cells) {
+    if (outcome_exists(store.cell_status(store.find_by_name(name)->id))) {
       r.outcomes_present_at_registration.push_back(name);
+    }
+  }
   if (!r.outcomes_present_at_registration.empty() && !retrospective) {
     std::string list;
-    for (std::size_t i = 0; i < r.outcomes_present_at_registration.size() && i < 10; ++i)
+    for (std::size_t i = 0; i < r.outcomes_present_at_registration.size() && i < 10; ++i) {
       list += (i ? ", " : "") + r.outcomes_present_at_registration[i];
-    if (r.outcomes_present_at_registration.size() > 10)
+    }
+    if (r.outcomes_present_at_registration.size() > 10) {
       list += ", ... (" + std::to_string(r.outcomes_present_at_registration.size()) + " in all)";
+    }
     throw RegistryError("cannot preregister " + analysis.string() + ": outcomes it names already exist (" + list +
                         "); register with --retrospective to label the analysis retrospective");
   }
   std::error_code ec;
   fs::create_directories(dir, ec);
-  if (ec) throw RegistryError("cannot create " + dir.string() + ": " + ec.message());
+  if (ec) {
+    throw RegistryError("cannot create " + dir.string() + ": " + ec.message());
+  }
   r.frozen = dir / "analysis.toml";
   write_file_atomic(r.frozen, text);
   const nlohmann::json record = {{"schema", kRegistrationSchema},
@@ -156,14 +187,19 @@ Registration register_analysis(const SweepStore& store, const fs::path& analysis
 std::vector<Registration> registrations(const fs::path& sweep_dir) {
   std::vector<Registration> out;
   const fs::path root = sweep_dir / "registry";
-  if (!fs::exists(root)) return out;
+  if (!fs::exists(root)) {
+    return out;
+  }
   for (const auto& entry : fs::directory_iterator(root)) {
     const fs::path file = entry.path() / "registration.json";
-    if (!fs::exists(file)) continue;  // an interrupted registration: nothing was registered
+    if (!fs::exists(file)) {
+      continue;  // an interrupted registration: nothing was registered
+    }
     try {
       Registration r = registration_from_json(nlohmann::json::parse(read_text(file)), entry.path());
-      if (sha256_file(r.frozen) != r.sha256)
+      if (sha256_file(r.frozen) != r.sha256) {
         throw RegistryError("frozen analysis " + r.frozen.string() + " does not match its registered hash");
+      }
       out.push_back(std::move(r));
     } catch (const nlohmann::json::exception& e) {
       throw RegistryError(file.string() + ": corrupt registration: " + e.what());
@@ -175,8 +211,11 @@ std::vector<Registration> registrations(const fs::path& sweep_dir) {
 
 std::optional<Registration> find_registration(const fs::path& sweep_dir, const std::string& analysis_text) {
   const std::string digest = sha256_hex(analysis_text);
-  for (auto& r : registrations(sweep_dir))
-    if (r.sha256 == digest) return r;
+  for (auto& r : registrations(sweep_dir)) {
+    if (r.sha256 == digest) {
+      return r;
+    }
+  }
   return std::nullopt;
 }
 
@@ -189,10 +228,16 @@ std::vector<CellProblem> required_cell_problems(const SweepStore& store, const R
       continue;
     }
     const CellStatus status = store.cell_status(cell->id);
-    if (status.state == CellState::done) continue;
+    if (status.state == CellState::done) {
+      continue;
+    }
     std::string reason = to_string(status.state);
-    if (status.state == CellState::pending) reason = "missing";
-    if (!status.reasons.empty()) reason += ": " + status.reasons.front();
+    if (status.state == CellState::pending) {
+      reason = "missing";
+    }
+    if (!status.reasons.empty()) {
+      reason += ": " + status.reasons.front();
+    }
     problems.push_back({name, reason});
   }
   return problems;
@@ -200,13 +245,17 @@ std::vector<CellProblem> required_cell_problems(const SweepStore& store, const R
 
 Deviation record_deviation(const SweepStore& store, const std::string& what, const std::string& why,
                            const std::vector<std::string>& cells, const std::string& who) {
-  if (why.empty()) throw RegistryError("a deviation needs a reason (--reason)");
+  if (why.empty()) {
+    throw RegistryError("a deviation needs a reason (--reason)");
+  }
   Deviation d;
   d.who = who.empty() ? current_user() : who;
   d.when = utc_now();
   d.what = what;
   d.why = why;
-  for (const auto& key : cells) d.cells.push_back(resolve_cell(store, key));
+  for (const auto& key : cells) {
+    d.cells.push_back(resolve_cell(store, key));
+  }
   const fs::path log = store.dir() / "deviations.jsonl";
   (void)read_deviations(store.dir());  // refuse to extend a log that was edited
   const std::string before = fs::exists(log) ? read_text(log) : std::string();
@@ -219,32 +268,40 @@ Deviation record_deviation(const SweepStore& store, const std::string& what, con
                                 {"prev_sha256", sha256_hex(before)}};
   const std::string line = entry.dump() + "\n";
   const int fd = ::open(log.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
-  if (fd < 0) throw RegistryError("cannot open " + log.string() + ": " + std::strerror(errno));
+  if (fd < 0) {
+    throw RegistryError("cannot open " + log.string() + ": " + std::strerror(errno));
+  }
   const ssize_t n = ::write(fd, line.data(), line.size());
   const int saved = errno;
   const bool synced = n == static_cast<ssize_t>(line.size()) && ::fsync(fd) == 0;
   ::close(fd);
-  if (!synced) throw RegistryError("cannot append to " + log.string() + ": " + std::strerror(n < 0 ? saved : errno));
+  if (!synced) {
+    throw RegistryError("cannot append to " + log.string() + ": " + std::strerror(n < 0 ? saved : errno));
+  }
   return d;
 }
 
 std::vector<Deviation> read_deviations(const fs::path& sweep_dir) {
   std::vector<Deviation> out;
   const fs::path log = sweep_dir / "deviations.jsonl";
-  if (!fs::exists(log)) return out;
+  if (!fs::exists(log)) {
+    return out;
+  }
   const std::string text = read_text(log);
   std::size_t pos = 0;
   int line_number = 0;
   while (pos < text.size()) {
     ++line_number;
     const std::size_t end = text.find('\n', pos);
-    if (end == std::string::npos)
+    if (end == std::string::npos) {
       throw RegistryError(log.string() + ":" + std::to_string(line_number) + ": truncated entry (no newline)");
+    }
     try {
       const auto j = nlohmann::json::parse(text.substr(pos, end - pos));
-      if (j.at("prev_sha256").get<std::string>() != sha256_hex(std::string_view(text).substr(0, pos)))
+      if (j.at("prev_sha256").get<std::string>() != sha256_hex(std::string_view(text).substr(0, pos))) {
         throw RegistryError(log.string() + ":" + std::to_string(line_number) +
                             ": hash chain broken (the log was edited before this entry)");
+      }
       out.push_back({j.at("who").get<std::string>(), j.at("when").get<std::string>(), j.at("what").get<std::string>(),
                      j.at("why").get<std::string>(), j.at("cells").get<std::vector<std::string>>()});
     } catch (const nlohmann::json::exception& e) {

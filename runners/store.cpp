@@ -26,16 +26,22 @@ std::string errno_text() {
 
 void fsync_path(const fs::path& path, bool directory) {
   const int fd = ::open(path.c_str(), directory ? (O_RDONLY | O_DIRECTORY) : O_RDONLY);
-  if (fd < 0) throw StoreError("cannot open " + path.string() + " to sync it: " + errno_text());
+  if (fd < 0) {
+    throw StoreError("cannot open " + path.string() + " to sync it: " + errno_text());
+  }
   const int rc = ::fsync(fd);
   const int saved = errno;
   ::close(fd);
-  if (rc != 0) throw StoreError("fsync " + path.string() + ": " + std::strerror(saved));
+  if (rc != 0) {
+    throw StoreError("fsync " + path.string() + ": " + std::strerror(saved));
+  }
 }
 
 std::string read_text(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw StoreError("cannot read " + path.string());
+  if (!in) {
+    throw StoreError("cannot read " + path.string());
+  }
   std::ostringstream out;
   out << in.rdbuf();
   return out.str();
@@ -43,7 +49,9 @@ std::string read_text(const fs::path& path) {
 
 std::string host_name() {
   char buffer[256] = {};
-  if (::gethostname(buffer, sizeof buffer - 1) != 0) return "unknown";
+  if (::gethostname(buffer, sizeof buffer - 1) != 0) {
+    return "unknown";
+  }
   return buffer;
 }
 
@@ -58,7 +66,9 @@ nlohmann::json slurm_identity() {
        {std::pair{"job_id", "SLURM_JOB_ID"}, std::pair{"array_job_id", "SLURM_ARRAY_JOB_ID"},
         std::pair{"array_task_id", "SLURM_ARRAY_TASK_ID"}, std::pair{"restart_count", "SLURM_RESTART_COUNT"},
         std::pair{"node", "SLURMD_NODENAME"}}) {
-    if (auto value = env_or_empty(var); !value.empty()) out[key] = value;
+    if (auto value = env_or_empty(var); !value.empty()) {
+      out[key] = value;
+    }
   }
   return out;
 }
@@ -70,12 +80,13 @@ std::string freeze_executable(const fs::path& source, const std::string& source_
       target.parent_path() / ("." + target.filename().string() + ".tmp." + std::to_string(::getpid()));
   std::error_code ec;
   fs::copy_file(source, temp, fs::copy_options::overwrite_existing, ec);
-  if (ec)
+  if (ec) {
     throw StoreError("cannot copy the executable " + source.string() + " to " + temp.string() + ": " + ec.message());
+  }
   fs::permissions(temp, fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec | fs::perms::others_read |
                             fs::perms::others_exec);
   fsync_path(temp, false);
-  const std::string copied = sha256_file(temp);
+  std::string copied = sha256_file(temp);
   if (copied != source_sha256) {
     fs::remove(temp, ec);
     throw StoreError("the executable " + source.string() + " changed while it was copied (hash " + copied +
@@ -92,11 +103,19 @@ bool is_hex_digest(const std::string& s) {
 }
 
 bool process_gone(const nlohmann::json& manifest) {
-  if (!manifest.contains("host") || !manifest.contains("pid")) return false;
-  if (!manifest["host"].is_string() || manifest["host"].get<std::string>() != host_name()) return false;
-  if (!manifest["pid"].is_number_integer()) return false;
+  if (!manifest.contains("host") || !manifest.contains("pid")) {
+    return false;
+  }
+  if (!manifest["host"].is_string() || manifest["host"].get<std::string>() != host_name()) {
+    return false;
+  }
+  if (!manifest["pid"].is_number_integer()) {
+    return false;
+  }
   const auto pid = manifest["pid"].get<long long>();
-  if (pid <= 0) return false;
+  if (pid <= 0) {
+    return false;
+  }
   return ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH;
 }
 
@@ -147,7 +166,9 @@ void write_file_atomic(const fs::path& path, const std::string& bytes, bool dura
   const fs::path dir = path.parent_path().empty() ? fs::path(".") : path.parent_path();
   const fs::path temp = dir / ("." + path.filename().string() + ".tmp." + std::to_string(::getpid()));
   const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw StoreError("cannot create " + temp.string() + ": " + errno_text());
+  if (fd < 0) {
+    throw StoreError("cannot create " + temp.string() + ": " + errno_text());
+  }
   auto fail = [&](const std::string& what) {
     const std::string message = what + " " + temp.string() + ": " + errno_text();
     ::close(fd);
@@ -158,12 +179,16 @@ void write_file_atomic(const fs::path& path, const std::string& bytes, bool dura
   while (written < bytes.size()) {
     const ssize_t n = ::write(fd, bytes.data() + written, bytes.size() - written);
     if (n < 0) {
-      if (errno == EINTR) continue;
+      if (errno == EINTR) {
+        continue;
+      }
       fail("cannot write");
     }
     written += static_cast<std::size_t>(n);
   }
-  if (durable && ::fsync(fd) != 0) fail("cannot fsync");
+  if (durable && ::fsync(fd) != 0) {
+    fail("cannot fsync");
+  }
   if (::close(fd) != 0) {
     const std::string message = "cannot close " + temp.string() + ": " + errno_text();
     ::unlink(temp.c_str());
@@ -174,7 +199,9 @@ void write_file_atomic(const fs::path& path, const std::string& bytes, bool dura
     ::unlink(temp.c_str());
     throw StoreError(message);
   }
-  if (durable) fsync_path(dir, true);
+  if (durable) {
+    fsync_path(dir, true);
+  }
 }
 
 SweepStore SweepStore::create(const fs::path& dir, const std::string& spec_text, std::vector<StoredCell> cells,
@@ -185,26 +212,32 @@ SweepStore SweepStore::create(const fs::path& dir, const std::string& spec_text,
       options.executable.empty() ? self_executable_sha256() : sha256_file(options.executable);
 
   if (fs::exists(dir / "sweep.json")) {
-    if (!options.resume)
+    if (!options.resume) {
       throw StoreError("sweep directory " + dir.string() + " already exists; use --resume to continue it");
+    }
     SweepStore store = open(dir);
-    if (store.m_spec_sha256 != spec_sha256)
+    if (store.m_spec_sha256 != spec_sha256) {
       throw StoreError("the spec changed since the sweep " + dir.string() + " was created (frozen spec.toml has hash " +
                        store.m_spec_sha256 + ", this spec " + spec_sha256 +
                        "); start a new sweep directory for a changed spec");
+    }
     const fs::path frozen = store.executable_path();
     if (!fs::exists(frozen)) {
-      if (executable_sha256 != store.m_binary_sha256)
+      if (executable_sha256 != store.m_binary_sha256) {
         throw StoreError("the executable copy " + frozen.string() + " is missing and this executable (" +
                          executable.string() + ", hash " + executable_sha256 + ") is not the registered one (hash " +
                          store.m_binary_sha256 + "); resume with the registered binary to restore it");
+      }
       freeze_executable(executable, executable_sha256, frozen);
     }
-    if (!fs::exists(store.spec_path())) write_file_atomic(store.spec_path(), spec_text);
+    if (!fs::exists(store.spec_path())) {
+      write_file_atomic(store.spec_path(), spec_text);
+    }
     return store;
   }
-  if (fs::exists(dir) && !options.resume && !fs::is_empty(dir))
+  if (fs::exists(dir) && !options.resume && !fs::is_empty(dir)) {
     throw StoreError("sweep directory " + dir.string() + " already exists; use --resume to continue it");
+  }
 
   SweepStore store;
   store.m_dir = dir;
@@ -214,32 +247,41 @@ SweepStore SweepStore::create(const fs::path& dir, const std::string& spec_text,
   for (std::size_t i = 0; i < cells.size(); ++i) {
     auto& cell = cells[i];
     cell.id = cell_id(cell.config);
-    if (!names.insert(cell.name).second) throw StoreError("duplicate cell name \"" + cell.name + "\"");
-    if (auto [it, fresh] = store.m_index.emplace(cell.id, i); !fresh)
+    if (!names.insert(cell.name).second) {
+      throw StoreError("duplicate cell name \"" + cell.name + "\"");
+    }
+    if (auto [it, fresh] = store.m_index.emplace(cell.id, i); !fresh) {
       throw StoreError("cells \"" + cells[it->second].name + "\" and \"" + cell.name +
                        "\" have the same configuration (cell id " + cell.id + ")");
-    if (cell.role != "reference" && cell.role != "target")
+    }
+    if (cell.role != "reference" && cell.role != "target") {
       throw StoreError("cell \"" + cell.name + "\": role must be reference or target, not \"" + cell.role + "\"");
+    }
   }
-  for (const auto& cell : cells)
-    if (!cell.reference.empty() && !names.count(cell.reference))
+  for (const auto& cell : cells) {
+    if (!cell.reference.empty() && !names.count(cell.reference)) {
       throw StoreError("cell \"" + cell.name + "\" names the reference \"" + cell.reference +
                        "\", which is not a cell");
+    }
+  }
   store.m_cells = std::move(cells);
 
   std::error_code ec;
   fs::create_directories(dir / "cells", ec);
-  if (ec) throw StoreError("cannot create " + (dir / "cells").string() + ": " + ec.message());
+  if (ec) {
+    throw StoreError("cannot create " + (dir / "cells").string() + ": " + ec.message());
+  }
   write_file_atomic(store.spec_path(), spec_text);
   store.m_binary_sha256 = freeze_executable(executable, executable_sha256, store.executable_path());
 
   nlohmann::json cells_json = nlohmann::json::array();
-  for (const auto& cell : store.m_cells)
+  for (const auto& cell : store.m_cells) {
     cells_json.push_back({{"id", cell.id},
                           {"name", cell.name},
                           {"role", cell.role},
                           {"reference", cell.reference},
                           {"config", cell.config}});
+  }
   const nlohmann::json sweep = {{"schema", kSweepSchema},
                                 {"created", store.m_created},
                                 {"spec_sha256", store.m_spec_sha256},
@@ -253,7 +295,9 @@ SweepStore SweepStore::create(const fs::path& dir, const std::string& spec_text,
 
 SweepStore SweepStore::open(const fs::path& dir) {
   const fs::path file = dir / "sweep.json";
-  if (!fs::exists(file)) throw StoreError(dir.string() + " is not a sweep directory (no sweep.json)");
+  if (!fs::exists(file)) {
+    throw StoreError(dir.string() + " is not a sweep directory (no sweep.json)");
+  }
   nlohmann::json sweep;
   try {
     sweep = nlohmann::json::parse(read_text(file));
@@ -263,17 +307,19 @@ SweepStore SweepStore::open(const fs::path& dir) {
   SweepStore store;
   store.m_dir = dir;
   try {
-    if (sweep.at("schema").get<std::string>() != kSweepSchema)
+    if (sweep.at("schema").get<std::string>() != kSweepSchema) {
       throw StoreError(file.string() + ": unknown schema \"" + sweep["schema"].get<std::string>() + "\"");
+    }
     store.m_spec_sha256 = sweep.at("spec_sha256").get<std::string>();
     store.m_binary_sha256 = sweep.at("binary_sha256").get<std::string>();
     store.m_created = sweep.at("created").get<std::string>();
     for (const auto& c : sweep.at("cells")) {
       StoredCell cell{c.at("id").get<std::string>(), c.at("name").get<std::string>(), c.at("role").get<std::string>(),
                       c.at("reference").get<std::string>(), c.at("config")};
-      if (cell_id(cell.config) != cell.id)
+      if (cell_id(cell.config) != cell.id) {
         throw StoreError(file.string() + ": cell \"" + cell.name + "\": id " + cell.id +
                          " does not match its configuration (edited sweep.json)");
+      }
       store.m_index.emplace(cell.id, store.m_cells.size());
       store.m_cells.push_back(std::move(cell));
     }
@@ -285,28 +331,35 @@ SweepStore SweepStore::open(const fs::path& dir) {
 
 const StoredCell& SweepStore::cell(const std::string& id) const {
   auto it = m_index.find(id);
-  if (it == m_index.end()) throw StoreError("no cell with id " + id + " in the sweep " + m_dir.string());
+  if (it == m_index.end()) {
+    throw StoreError("no cell with id " + id + " in the sweep " + m_dir.string());
+  }
   return m_cells[it->second];
 }
 
 const StoredCell* SweepStore::find_by_name(const std::string& name) const {
-  for (const auto& cell : m_cells)
-    if (cell.name == name) return &cell;
+  for (const auto& cell : m_cells) {
+    if (cell.name == name) {
+      return &cell;
+    }
+  }
   return nullptr;
 }
 
 std::vector<std::string> SweepStore::check_frozen_inputs() const {
   std::vector<std::string> problems;
-  if (!fs::exists(spec_path()))
+  if (!fs::exists(spec_path())) {
     problems.push_back("frozen spec " + spec_path().string() + " is missing");
-  else if (sha256_file(spec_path()) != m_spec_sha256)
+  } else if (sha256_file(spec_path()) != m_spec_sha256) {
     problems.push_back("frozen spec " + spec_path().string() + " was modified (hash differs from sweep.json)");
-  if (!fs::exists(executable_path()))
+  }
+  if (!fs::exists(executable_path())) {
     problems.push_back("executable copy " + executable_path().string() +
                        " is missing (resume with the registered binary restores it)");
-  else if (sha256_file(executable_path()) != m_binary_sha256)
+  } else if (sha256_file(executable_path()) != m_binary_sha256) {
     problems.push_back("executable copy " + executable_path().string() +
                        " was modified (hash differs from sweep.json)");
+  }
   return problems;
 }
 
@@ -318,7 +371,9 @@ Attempt SweepStore::begin_attempt(const std::string& id) const {
   attempt.m_dir = m_dir / "cells" / id / "attempts" / attempt.m_uuid;
   std::error_code ec;
   fs::create_directories(attempt.m_dir, ec);
-  if (ec) throw StoreError("cannot create the attempt directory " + attempt.m_dir.string() + ": " + ec.message());
+  if (ec) {
+    throw StoreError("cannot create the attempt directory " + attempt.m_dir.string() + ": " + ec.message());
+  }
   attempt.m_manifest = {{"schema", kManifestSchema},
                         {"uuid", attempt.m_uuid},
                         {"cell_id", id},
@@ -340,7 +395,9 @@ Attempt SweepStore::begin_attempt(const std::string& id) const {
 
 AttemptRecord SweepStore::finish_attempt(Attempt& attempt, AttemptStatus status, const std::string& exit_reason,
                                          const std::vector<std::string>& files) const {
-  if (status == AttemptStatus::running) throw StoreError("finish_attempt: status must be complete or failed");
+  if (status == AttemptStatus::running) {
+    throw StoreError("finish_attempt: status must be complete or failed");
+  }
   nlohmann::json hashes = nlohmann::json::object();
   std::string reason = exit_reason;
   for (const auto& name : files) {
@@ -378,21 +435,25 @@ AttemptRecord SweepStore::read_attempt(const fs::path& attempt_dir, const std::s
   try {
     record.manifest = nlohmann::json::parse(read_text(file));
     const auto& m = record.manifest;
-    if (m.at("schema").get<std::string>() != kManifestSchema)
+    if (m.at("schema").get<std::string>() != kManifestSchema) {
       throw StoreError("unknown schema \"" + m["schema"].get<std::string>() + "\"");
+    }
     const std::string status = m.at("status").get<std::string>();
-    if (status == "running")
+    if (status == "running") {
       record.status = AttemptStatus::running;
-    else if (status == "complete")
+    } else if (status == "complete") {
       record.status = AttemptStatus::complete;
-    else if (status == "failed")
+    } else if (status == "failed") {
       record.status = AttemptStatus::failed;
-    else
+    } else {
       throw StoreError("unknown status \"" + status + "\"");
+    }
     record.start = m.at("start").get<std::string>();
     record.end = m.at("end").is_string() ? m["end"].get<std::string>() : "";
     record.exit_reason = m.at("exit_reason").get<std::string>();
-    if (!m.at("files").is_object()) throw StoreError("\"files\" is not an object");
+    if (!m.at("files").is_object()) {
+      throw StoreError("\"files\" is not an object");
+    }
     record.manifest_valid = true;
   } catch (const std::exception& e) {
     record.reasons.push_back("corrupt manifest " + file.string() + ": " + e.what());
@@ -433,24 +494,34 @@ AttemptRecord SweepStore::read_attempt(const fs::path& attempt_dir, const std::s
   record.complete = hashes_match;
   std::error_code ec;
   for (const auto& entry : fs::recursive_directory_iterator(attempt_dir, ec)) {
-    if (!entry.is_regular_file()) continue;
+    if (!entry.is_regular_file()) {
+      continue;
+    }
     const std::string rel = fs::relative(entry.path(), attempt_dir).generic_string();
-    if (rel != "manifest.json" && !listed.count(rel)) record.reasons.push_back("unlisted file " + rel);
+    if (rel != "manifest.json" && !listed.count(rel)) {
+      record.reasons.push_back("unlisted file " + rel);
+    }
   }
-  if (m.value("cell_id", std::string()) != id)
+  if (m.value("cell_id", std::string()) != id) {
     record.reasons.push_back("manifest names cell " + m.value("cell_id", std::string("(none)")) +
                              ", not the directory's cell " + id);
-  if (m.value("uuid", std::string()) != record.uuid)
+  }
+  if (m.value("uuid", std::string()) != record.uuid) {
     record.reasons.push_back("manifest uuid " + m.value("uuid", std::string("(none)")) +
                              " does not match its directory " + record.uuid);
-  if (m.value("spec_sha256", std::string()) != m_spec_sha256)
+  }
+  if (m.value("spec_sha256", std::string()) != m_spec_sha256) {
     record.reasons.push_back("run under another spec (spec hash " + m.value("spec_sha256", std::string("(none)")) +
                              ", registered " + m_spec_sha256 + ")");
-  if (m.value("executable_sha256", std::string()) != m_binary_sha256)
+  }
+  if (m.value("executable_sha256", std::string()) != m_binary_sha256) {
     record.reasons.push_back("run by another binary (executable hash " +
                              m.value("executable_sha256", std::string("(none)")) + ", registered " + m_binary_sha256 +
                              ")");
-  if (!m_index.count(id)) record.reasons.push_back("cell " + id + " is not part of the sweep");
+  }
+  if (!m_index.count(id)) {
+    record.reasons.push_back("cell " + id + " is not part of the sweep");
+  }
   record.canonical = record.complete && record.reasons.empty();
   return record;
 }
@@ -461,9 +532,11 @@ CellStatus SweepStore::cell_status(const std::string& id) const {
   const fs::path cell_dir = m_dir / "cells" / id;
   std::error_code ec;
   if (fs::exists(cell_dir)) {
-    for (const auto& entry : fs::directory_iterator(cell_dir, ec))
-      if (entry.path().filename() != "attempts")
+    for (const auto& entry : fs::directory_iterator(cell_dir, ec)) {
+      if (entry.path().filename() != "attempts") {
         status.reasons.push_back("unexpected entry " + entry.path().filename().string() + " in " + cell_dir.string());
+      }
+    }
   }
   const fs::path attempts = cell_dir / "attempts";
   if (fs::exists(attempts)) {
@@ -494,21 +567,27 @@ CellStatus SweepStore::cell_status(const std::string& id) const {
   for (auto it = status.attempts.rbegin(); it != status.attempts.rend(); ++it) {
     if (!it->manifest_valid || it->status == AttemptStatus::complete) {
       status.state = CellState::noncanonical;
-      for (const auto& reason : it->reasons) status.reasons.push_back("attempt " + it->uuid + ": " + reason);
+      for (const auto& reason : it->reasons) {
+        status.reasons.push_back("attempt " + it->uuid + ": " + reason);
+      }
       return status;
     }
   }
   const AttemptRecord& newest = status.attempts.back();
   const bool interrupted = !newest.reasons.empty() && newest.reasons.front().rfind("interrupted", 0) == 0;
   status.state = newest.status == AttemptStatus::failed || interrupted ? CellState::failed : CellState::running;
-  for (const auto& reason : newest.reasons) status.reasons.push_back("attempt " + newest.uuid + ": " + reason);
+  for (const auto& reason : newest.reasons) {
+    status.reasons.push_back("attempt " + newest.uuid + ": " + reason);
+  }
   return status;
 }
 
 std::vector<CellStatus> SweepStore::status() const {
   std::vector<CellStatus> out;
   out.reserve(m_cells.size());
-  for (const auto& cell : m_cells) out.push_back(cell_status(cell.id));
+  for (const auto& cell : m_cells) {
+    out.push_back(cell_status(cell.id));
+  }
   return out;
 }
 

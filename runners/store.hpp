@@ -40,6 +40,7 @@ enum class AttemptStatus { running, complete, failed };
 std::string to_string(AttemptStatus status);
 
 // What a manifest.json says, plus what checking it against the directory found.
+// NOLINTNEXTLINE(bugprone-exception-escape): implicit members of nlohmann::json/path members, as for any value type
 struct AttemptRecord {
   std::string uuid;
   std::filesystem::path dir;
@@ -67,6 +68,7 @@ struct CellStatus {
 };
 
 // An attempt in progress: its directory exists and manifest.json says "running".
+// NOLINTNEXTLINE(bugprone-exception-escape): implicit members of nlohmann::json/path members, as for any value type
 class Attempt {
  public:
   const std::string& cell_id() const { return m_cell_id; }

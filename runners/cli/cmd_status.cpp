@@ -39,7 +39,9 @@ void add_status_command(CLI::App& app) {
     const auto statuses = store.status();
     const auto frozen = store.check_frozen_inputs();
     std::map<runners::CellState, std::size_t> counts;
-    for (const auto& s : statuses) ++counts[s.state];
+    for (const auto& s : statuses) {
+      ++counts[s.state];
+    }
     nlohmann::json scheduler = args->no_scheduler ? nlohmann::json{{"available", false}, {"message", "not queried"}}
                                                   : runners::slurm::scheduler_view(store.dir());
     std::vector<runners::Deviation> deviations;
@@ -59,11 +61,13 @@ void add_status_command(CLI::App& app) {
                             {"scheduler", scheduler},
                             {"deviations", deviations.size()},
                             {"registrations", registrations.size()}};
-      if (!deviation_error.empty()) out["deviation_log_error"] = deviation_error;
+      if (!deviation_error.empty()) {
+        out["deviation_log_error"] = deviation_error;
+      }
       nlohmann::json cells = nlohmann::json::array();
       for (const auto& s : statuses) {
         nlohmann::json attempts = nlohmann::json::array();
-        for (const auto& a : s.attempts)
+        for (const auto& a : s.attempts) {
           attempts.push_back({{"uuid", a.uuid},
                               {"status", runners::to_string(a.status)},
                               {"complete", a.complete},
@@ -72,6 +76,7 @@ void add_status_command(CLI::App& app) {
                               {"end", a.end},
                               {"exit_reason", a.exit_reason},
                               {"reasons", a.reasons}});
+        }
         cells.push_back({{"id", s.cell->id},
                          {"name", s.cell->name},
                          {"role", s.cell->role},
@@ -82,46 +87,66 @@ void add_status_command(CLI::App& app) {
       out["cells"] = cells;
       nlohmann::json totals = nlohmann::json::object();
       for (auto state : {runners::CellState::done, runners::CellState::noncanonical, runners::CellState::running,
-                         runners::CellState::failed, runners::CellState::pending})
+                         runners::CellState::failed, runners::CellState::pending}) {
         totals[runners::to_string(state)] = counts[state];
+      }
       out["counts"] = totals;
       std::cout << out.dump(1) << "\n";
     } else {
       std::cout << "sweep    " << store.dir().string() << " (created " << store.created() << ")\n"
                 << "spec     sha256 " << store.spec_sha256() << "\n"
                 << "binary   sha256 " << store.binary_sha256() << "\n";
-      if (frozen.empty()) std::cout << "frozen   spec.toml and bin/wbaudit intact\n";
-      for (const auto& p : frozen) std::cout << "PROBLEM  " << p << "\n";
+      if (frozen.empty()) {
+        std::cout << "frozen   spec.toml and bin/wbaudit intact\n";
+      }
+      for (const auto& p : frozen) {
+        std::cout << "PROBLEM  " << p << "\n";
+      }
       std::cout << "cells    " << statuses.size() << ": " << counts[runners::CellState::done] << " done, "
                 << counts[runners::CellState::noncanonical] << " non-canonical, " << counts[runners::CellState::running]
                 << " running, " << counts[runners::CellState::failed] << " failed, "
                 << counts[runners::CellState::pending] << " pending\n";
       for (const auto& s : statuses) {
-        if (s.state == runners::CellState::done && !args->all_cells) continue;
+        if (s.state == runners::CellState::done && !args->all_cells) {
+          continue;
+        }
         std::cout << "  " << std::left << std::setw(13) << runners::to_string(s.state) << s.cell->name << "  "
                   << s.cell->id.substr(0, 12) << "  attempts " << s.attempts.size();
-        if (s.canonical_attempt) std::cout << "  canonical " << s.attempts[*s.canonical_attempt].uuid;
+        if (s.canonical_attempt) {
+          std::cout << "  canonical " << s.attempts[*s.canonical_attempt].uuid;
+        }
         std::cout << "\n";
-        for (const auto& r : s.reasons) std::cout << "      " << r << "\n";
+        for (const auto& r : s.reasons) {
+          std::cout << "      " << r << "\n";
+        }
       }
-      for (const auto& r : registrations)
+      for (const auto& r : registrations) {
         std::cout << "analysis " << r.sha256.substr(0, 12) << " registered " << r.registered << " by " << r.who
                   << (r.retrospective ? " (retrospective)" : "") << ", " << r.outcome_cells.size()
                   << " outcome cells\n";
-      if (!deviations.empty())
+      }
+      if (!deviations.empty()) {
         std::cout << "deviations " << deviations.size() << " (analyses run under them are retrospective)\n";
-      if (!deviation_error.empty()) std::cout << "PROBLEM  " << deviation_error << "\n";
+      }
+      if (!deviation_error.empty()) {
+        std::cout << "PROBLEM  " << deviation_error << "\n";
+      }
       if (scheduler.value("available", false)) {
         std::cout << "scheduler (informational; completion is decided from content):\n";
-        if (scheduler["jobs"].empty()) std::cout << "  no job of this sweep is queued or running\n";
-        for (const auto& j : scheduler["jobs"])
+        if (scheduler["jobs"].empty()) {
+          std::cout << "  no job of this sweep is queued or running\n";
+        }
+        for (const auto& j : scheduler["jobs"]) {
           std::cout << "  " << j.value("source", "") << " " << j.value("job", "") << " " << j.value("state", "") << " "
                     << j.value("reason", j.value("exit_code", "")) << "\n";
+        }
       } else if (scheduler.contains("message") && scheduler["message"] != "no submissions") {
         std::cout << "scheduler: " << scheduler["message"].get<std::string>() << "\n";
       }
     }
-    if (args->check && (counts[runners::CellState::done] != statuses.size() || !frozen.empty())) throw ExitStatus{2};
+    if (args->check && (counts[runners::CellState::done] != statuses.size() || !frozen.empty())) {
+      throw ExitStatus{2};
+    }
   });
 }
 

@@ -58,25 +58,36 @@ void add_submit_command(CLI::App& app) {
     const std::filesystem::path out =
         args->out.empty() ? std::filesystem::path("runs") / spec.name : std::filesystem::path(args->out);
     auto cells = runners::stored_cells(spec);
-    if (args->slurm.job_name == "wbaudit") args->slurm.job_name = "wbaudit-" + spec.name;
+    if (args->slurm.job_name == "wbaudit") {
+      args->slurm.job_name = "wbaudit-" + spec.name;
+    }
     if (args->dry_run) {
       std::vector<std::string> ids;
       if (std::filesystem::exists(out / "sweep.json")) {
-        if (!args->resume)
+        if (!args->resume) {
           throw std::runtime_error("sweep directory " + out.string() + " already exists; use --resume");
+        }
         const auto store = runners::SweepStore::open(out);
-        if (store.spec_sha256() != runners::sha256_hex(spec.text))
+        if (store.spec_sha256() != runners::sha256_hex(spec.text)) {
           throw std::runtime_error("the spec changed since the sweep " + out.string() + " was created");
-        for (const auto& s : store.status())
-          if (s.needs_run()) ids.push_back(s.cell->id);
+        }
+        for (const auto& s : store.status()) {
+          if (s.needs_run()) {
+            ids.push_back(s.cell->id);
+          }
+        }
       } else {
-        for (const auto& c : cells) ids.push_back(runners::cell_id(c.config));
+        for (const auto& c : cells) {
+          ids.push_back(runners::cell_id(c.config));
+        }
       }
       const auto plan = runners::slurm::plan_submission(std::filesystem::absolute(out), ids, args->slurm,
                                                         runners::slurm::query_max_array_size());
       std::cout << "# dry run: " << ids.size() << " cells in " << plan.plan.tasks.size() << " task(s) of up to "
                 << plan.plan.cells_per_task << " cells\n";
-      if (!plan.cells_script.empty()) std::cout << "# ---- cells.sbatch ----\n" << plan.cells_script;
+      if (!plan.cells_script.empty()) {
+        std::cout << "# ---- cells.sbatch ----\n" << plan.cells_script;
+      }
       std::cout << "# ---- report.sbatch (sbatch --dependency=afterany:<cells job>) ----\n" << plan.report_script;
       return;
     }

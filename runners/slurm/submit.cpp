@@ -24,8 +24,12 @@ fs::path next_submission_dir(const fs::path& sweep_dir) {
   for (int n = 1;; ++n) {
     fs::path dir = root / ("submit-" + std::to_string(n));
     std::error_code ec;
-    if (fs::create_directory(dir, ec)) return dir;  // atomic: two concurrent submits never share a directory
-    if (ec) throw SlurmError("cannot create " + dir.string() + ": " + ec.message());
+    if (fs::create_directory(dir, ec)) {
+      return dir;  // atomic: two concurrent submits never share a directory
+    }
+    if (ec) {
+      throw SlurmError("cannot create " + dir.string() + ": " + ec.message());
+    }
   }
 }
 
@@ -34,12 +38,14 @@ std::string sbatch(const std::vector<std::string>& extra, const fs::path& script
   argv.insert(argv.end(), extra.begin(), extra.end());
   argv.push_back(script.string());
   const CommandResult r = run_command(argv);
-  if (r.exit_code != 0)
+  if (r.exit_code != 0) {
     throw SlurmError("sbatch " + script.string() + " failed (exit " + std::to_string(r.exit_code) + "): " + r.output);
+  }
   // --parsable prints "<jobid>" or "<jobid>;<cluster>"
   std::string id = r.output.substr(0, r.output.find_first_of(";\n"));
-  if (id.empty() || id.find_first_not_of("0123456789") != std::string::npos)
+  if (id.empty() || id.find_first_not_of("0123456789") != std::string::npos) {
     throw SlurmError("sbatch " + script.string() + " printed no job id: " + r.output);
+  }
   return id;
 }
 
@@ -48,7 +54,9 @@ std::string sbatch(const std::vector<std::string>& extra, const fs::path& script
 CommandResult run_command(const std::vector<std::string>& argv) {
   CommandResult result;
   int pipe_fds[2];
-  if (::pipe(pipe_fds) != 0) throw SlurmError(std::string("pipe: ") + std::strerror(errno));
+  if (::pipe(pipe_fds) != 0) {
+    throw SlurmError(std::string("pipe: ") + std::strerror(errno));
+  }
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_addclose(&actions, pipe_fds[0]);
@@ -56,7 +64,10 @@ CommandResult run_command(const std::vector<std::string>& argv) {
   posix_spawn_file_actions_adddup2(&actions, pipe_fds[1], STDERR_FILENO);
   posix_spawn_file_actions_addclose(&actions, pipe_fds[1]);
   std::vector<char*> args;
-  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.reserve(argv.size() + 1);
+  for (const auto& a : argv) {
+    args.push_back(const_cast<char*>(a.c_str()));
+  }
   args.push_back(nullptr);
   pid_t pid = 0;
   const int rc = ::posix_spawnp(&pid, args[0], &actions, nullptr, args.data(), environ);
@@ -72,7 +83,9 @@ CommandResult run_command(const std::vector<std::string>& argv) {
   ssize_t n = 0;
   while ((n = ::read(pipe_fds[0], buffer.data(), buffer.size())) != 0) {
     if (n < 0) {
-      if (errno == EINTR) continue;
+      if (errno == EINTR) {
+        continue;
+      }
       break;
     }
     result.output.append(buffer.data(), static_cast<std::size_t>(n));
@@ -87,7 +100,9 @@ CommandResult run_command(const std::vector<std::string>& argv) {
 
 std::optional<long> query_max_array_size() {
   const CommandResult r = run_command({"scontrol", "show", "config"});
-  if (r.exit_code != 0) return std::nullopt;
+  if (r.exit_code != 0) {
+    return std::nullopt;
+  }
   return parse_max_array_size(r.output);
 }
 
@@ -99,21 +114,27 @@ Submission plan_submission(const fs::path& sweep_dir, const std::vector<std::str
   ScriptPaths paths{sweep_dir, dir / "tasks.json", dir / "logs"};
   if (options.mpi_ranks > 0) {
     s.plan.cells_per_task = static_cast<int>(cell_ids.size());
-    if (!cell_ids.empty()) s.plan.tasks.push_back(cell_ids);
+    if (!cell_ids.empty()) {
+      s.plan.tasks.push_back(cell_ids);
+    }
   } else {
     s.plan = plan_tasks(cell_ids, options.cells_per_task, max_array_size);
   }
-  if (!cell_ids.empty())
+  if (!cell_ids.empty()) {
     s.cells_script = options.mpi_ranks > 0 ? render_mpi_script(paths, options)
                                            : render_array_script(paths, s.plan.tasks.size(), options);
+  }
   s.report_script = render_report_script(paths, options);
   return s;
 }
 
 Submission submit(const SweepStore& store, const SlurmOptions& options) {
   std::vector<std::string> todo;
-  for (const auto& status : store.status())
-    if (status.needs_run()) todo.push_back(status.cell->id);
+  for (const auto& status : store.status()) {
+    if (status.needs_run()) {
+      todo.push_back(status.cell->id);
+    }
+  }
   const std::optional<long> max_array = options.mpi_ranks > 0 ? std::nullopt : query_max_array_size();
   Submission s;
   s.cell_ids = todo;
@@ -123,7 +144,9 @@ Submission submit(const SweepStore& store, const SlurmOptions& options) {
   fs::create_directories(paths.log_dir);
   if (options.mpi_ranks > 0) {
     s.plan.cells_per_task = static_cast<int>(todo.size());
-    if (!todo.empty()) s.plan.tasks.push_back(todo);
+    if (!todo.empty()) {
+      s.plan.tasks.push_back(todo);
+    }
   } else {
     s.plan = plan_tasks(todo, options.cells_per_task, max_array);
   }
@@ -159,12 +182,17 @@ nlohmann::json scheduler_view(const fs::path& sweep_dir) {
   if (fs::exists(root)) {
     for (const auto& entry : fs::directory_iterator(root)) {
       const fs::path file = entry.path() / "jobs.json";
-      if (!fs::exists(file)) continue;
+      if (!fs::exists(file)) {
+        continue;
+      }
       try {
         std::ifstream in(file);
         const auto jobs = nlohmann::json::parse(in);
-        for (const char* key : {"cells_job_id", "report_job_id"})
-          if (jobs.contains(key)) ids.push_back(jobs[key].get<std::string>());
+        for (const char* key : {"cells_job_id", "report_job_id"}) {
+          if (jobs.contains(key)) {
+            ids.push_back(jobs[key].get<std::string>());
+          }
+        }
       } catch (const nlohmann::json::exception& e) {
         view["message"] = file.string() + ": " + e.what();
       }
@@ -175,7 +203,9 @@ nlohmann::json scheduler_view(const fs::path& sweep_dir) {
     return view;
   }
   std::string list;
-  for (const auto& id : ids) list += (list.empty() ? "" : ",") + id;
+  for (const auto& id : ids) {
+    list += (list.empty() ? "" : ",") + id;
+  }
   const CommandResult q = run_command({"squeue", "-h", "-r", "-o", "%i %T %r", "-j", list});
   if (q.exit_code == 127) {
     view["message"] = "squeue not available";
@@ -187,9 +217,13 @@ nlohmann::json scheduler_view(const fs::path& sweep_dir) {
   while (std::getline(lines, line)) {
     std::istringstream words(line);
     std::string id, state, reason;
-    if (!(words >> id >> state)) continue;
+    if (!(words >> id >> state)) {
+      continue;
+    }
     std::getline(words, reason);
-    if (!reason.empty() && reason.front() == ' ') reason.erase(0, 1);
+    if (!reason.empty() && reason.front() == ' ') {
+      reason.erase(0, 1);
+    }
     view["jobs"].push_back({{"job", id}, {"state", state}, {"reason", reason}, {"source", "squeue"}});
   }
   const CommandResult a = run_command({"sacct", "-n", "-P", "-X", "-o", "JobID,State,ExitCode", "-j", list});
@@ -197,7 +231,9 @@ nlohmann::json scheduler_view(const fs::path& sweep_dir) {
     std::istringstream rows(a.output);
     while (std::getline(rows, line)) {
       const auto bar1 = line.find('|'), bar2 = line.rfind('|');
-      if (bar1 == std::string::npos || bar2 == bar1) continue;
+      if (bar1 == std::string::npos || bar2 == bar1) {
+        continue;
+      }
       view["jobs"].push_back({{"job", line.substr(0, bar1)},
                               {"state", line.substr(bar1 + 1, bar2 - bar1 - 1)},
                               {"exit_code", line.substr(bar2 + 1)},
