@@ -608,16 +608,6 @@ std::vector<Row> statistic_rows(const EvaluationResult& r) {
   return rows;
 }
 
-// Text for gnuplot's enhanced mode: '_' and '^' are literal, not sub/superscripts.
-std::string gp(const std::string& text) {
-  std::string out;
-  for (char c : text) {
-    if (c == '_' || c == '^' || c == '{' || c == '}' || c == '@' || c == '&' || c == '~') out += '\\';
-    out += c;
-  }
-  return out;
-}
-
 // A Markdown table cell: '|' escaped.
 std::string md_cell(const std::string& text) {
   std::string out;
@@ -791,8 +781,8 @@ fs::path write_evaluation_report(EvaluationResult& r, const EvaluateOptions& opt
       // 1. Decomposition shares: outcome and each predictor's error.
       {
         report::Figure fig;
-        fig.title = gp("Common-time decomposition y = mu + a_t + b_c + e: shares of SS_total");
-        fig.ylabel = gp("share of SS_total");
+        fig.title = std::string("Common-time decomposition y = mu + a_t + b_c + e: shares of SS_total");
+        fig.ylabel = std::string("share of SS_total");
         fig.xlabel = "";
         fig.ymin = 0;
         fig.ymax = 1.05;
@@ -803,7 +793,7 @@ fs::path write_evaluation_report(EvaluationResult& r, const EvaluateOptions& opt
         const char* names[3] = {"SS_time", "SS_cell", "SS_residual"};
         for (int s = 0; s < 3; ++s) {
           report::Series series;
-          series.title = gp(names[s]);
+          series.title = std::string(names[s]);
           series.style = "boxes";
           for (std::size_t b = 0; b < bars.size(); ++b) {
             series.x.push_back(double(b) + (s - 1) * 0.27);
@@ -814,7 +804,7 @@ fs::path write_evaluation_report(EvaluationResult& r, const EvaluateOptions& opt
         }
         std::string tics = "set xtics rotate by -25 (";
         for (std::size_t b = 0; b < bars.size(); ++b)
-          tics += (b ? ", " : "") + std::string("'") + gp(bars[b].first) + "' " + std::to_string(b);
+          tics += (b ? ", " : "") + std::string("'") + std::string(bars[b].first) + "' " + std::to_string(b);
         tics += ")";
         fig.extra = {"set style fill solid 0.8 border -1", "set boxwidth 0.25", tics,
                      "set xrange [-0.6:" + std::to_string(double(bars.size()) - 0.4) + "]"};
@@ -838,17 +828,18 @@ fs::path write_evaluation_report(EvaluationResult& r, const EvaluateOptions& opt
                                 std::pair<std::string, const stats::CellMetrics*>{"least", &*worst}}) {
           auto i = std::find(r.cells.begin(), r.cells.end(), m->cell) - r.cells.begin();
           report::Figure fig;
-          fig.title = gp(which + " predictable cell (rmse_cell of " + primary->name + " = " + shown(m->rmse_cell) +
-                         "): " + m->cell);
+          fig.title = std::string(which + " predictable cell (rmse_cell of " + primary->name + " = " +
+                                  shown(m->rmse_cell) + "): " + m->cell);
           fig.xlabel = "step";
           fig.ylabel = "erased fraction";
+          fig.width = 1000;  // the title names the cell
           std::vector<double> x(r.steps.begin(), r.steps.end());
           report::Series out{"outcome (measured)", x, {}, "linespoints lw 2 pt 7 ps 0.5"};
           for (Eigen::Index k = 0; k < r.outcome.cols(); ++k) out.y.push_back(r.outcome.values(i, k));
           fig.series.push_back(out);
           for (auto& t : r.tables) {
             std::string title = t.name + (t.privileged ? " (privileged)" : t.post_outcome ? " (post-outcome)" : "");
-            report::Series s{gp(title), x, {}, "lines"};
+            report::Series s{std::string(title), x, {}, "lines"};
             for (Eigen::Index k = 0; k < t.table.cols(); ++k) s.y.push_back(t.table.values(i, k));
             fig.series.push_back(s);
           }
@@ -862,13 +853,13 @@ fs::path write_evaluation_report(EvaluationResult& r, const EvaluateOptions& opt
       {
         report::Figure fig;
         fig.title = "Directional specificity: per-cell mean anomalies (common time removed)";
-        fig.xlabel = gp("measured mean anomaly m_Y(c)");
-        fig.ylabel = gp("predicted mean anomaly m_P(c)");
+        fig.xlabel = std::string("measured mean anomaly m_Y(c)");
+        fig.ylabel = std::string("predicted mean anomaly m_P(c)");
         double lo = 0, hi = 0;
         for (auto& p : r.predictors) {
           if (!p.unavailable.empty() || p.directional.cells.empty()) continue;
           report::Series s;
-          s.title = gp(p.name + (p.privileged ? " (privileged)" : p.post_outcome ? " (post-outcome)" : ""));
+          s.title = std::string(p.name + (p.privileged ? " (privileged)" : p.post_outcome ? " (post-outcome)" : ""));
           s.style = "points pt 7 ps 0.7";
           for (Eigen::Index c = 0; c < p.directional.outcome_cell_anomaly.size(); ++c) {
             s.x.push_back(p.directional.outcome_cell_anomaly[c]);
