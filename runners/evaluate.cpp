@@ -367,7 +367,11 @@ EvaluationResult evaluate_sweep(const fs::path& sweep_dir, const EvaluateOptions
   try {
     tables = forecast::build_evaluation_tables(ecells, history, topt);
   } catch (const forecast::ForecastError& e) {
-    throw AnalysisError(std::string("building the predictor tables of ") + sweep_dir.string() + ": " + e.what());
+    std::string left_out;
+    if (!result.missing_targets.empty())
+      left_out = " (target runs left out: " + join(result.missing_targets, "; ") + ")";
+    throw AnalysisError(std::string("building the predictor tables of ") + sweep_dir.string() + ": " + e.what() +
+                        left_out);
   }
   result.outcome = tables.outcome;
   result.cells = tables.outcome.cells;
