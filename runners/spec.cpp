@@ -117,8 +117,10 @@ std::vector<std::string> string_list(const json& value, const std::string& path,
 // Learning rates set relative to the target format's mantissa width: lr = lr_scale * 2^-(M+1), where erasure
 // begins for |u| ~ 2^-(M+1) |w| (DESIGN.md section 3, study 1).
 void resolve_lr_scale(json& config, const std::string& cell, const Context& ctx) {
+  if (!config.contains("optimizer") || !config["optimizer"].is_object() || !config["optimizer"].contains("lr_scale")) {
+    return;
+  }
   auto& opt = config["optimizer"];
-  if (!opt.is_object() || !opt.contains("lr_scale")) return;
   if (opt.contains("lr")) {
     ctx.fail(ctx.line_of("optimizer.lr_scale"), "optimizer: give either lr or lr_scale, not both (cell " + cell + ")");
   }
@@ -299,6 +301,7 @@ SweepSpec parse_sweep_spec(const std::string& text, const std::filesystem::path&
     resolve_lr_scale(config, name, ctx);
     formats.insert(config["target"]["format"].get<std::string>());
     targets.push_back({name, CellRole::target, config, params, ""});
+    validate(targets.back(), ctx);  // before references are derived, so errors name the target's own keys
   }
 
   // References: the target's run in fp32, same seed, init and data order; identical ones are shared.
@@ -318,7 +321,9 @@ SweepSpec parse_sweep_spec(const std::string& text, const std::filesystem::path&
         params[path] = value;
       }
       // lr is what distinguishes references made from different lr_scale x format combinations.
-      params["optimizer.lr"] = config["optimizer"].value("lr", 0.0);
+      if (config.contains("optimizer") && config["optimizer"].is_object() && config["optimizer"].contains("lr")) {
+        params["optimizer.lr"] = config["optimizer"]["lr"];
+      }
       std::string name = "reference";
       for (auto& [path, value] : params.items())
         name += "/" + path.substr(path.rfind('.') + 1) + "=" + value_text(value);
@@ -332,7 +337,7 @@ SweepSpec parse_sweep_spec(const std::string& text, const std::filesystem::path&
   for (auto* list : {&references, &targets}) {
     for (auto& cell : *list) {
       if (!names.insert(cell.name).second) ctx.fail(ctx.line_of("grid"), "two cells share the name " + cell.name);
-      validate(cell, ctx);
+      if (cell.role == CellRole::reference) validate(cell, ctx);
       spec.cells.push_back(cell);
     }
   }

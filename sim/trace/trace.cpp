@@ -122,12 +122,24 @@ void write_scalar_attribute(hid_t loc, const char* name, T value, const std::str
   check(H5Awrite(attr.get(), native_type<T>(), &value), std::string("write attribute ") + name, file);
 }
 
+// Creation property lists without object timestamps, so that the same trace always gives the same bytes (and the
+// same SHA-256 in attempt manifests) whatever the thread count, rank count or time of the run.
+hid_t untimed_plist(hid_t cls) {
+  hid_t id = H5Pcreate(cls);
+  if (id >= 0 && H5Pset_obj_track_times(id, false) < 0) {
+    H5Pclose(id);
+    return -1;
+  }
+  return id;
+}
+
 template <class T>
 void write_dataset(hid_t loc, const char* name, const std::vector<T>& data, const std::vector<hsize_t>& dims,
                    const std::string& file) {
   Handle space(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr), H5Sclose, "H5Screate_simple",
                file);
-  Handle set(H5Dcreate2(loc, name, file_type<T>(), space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Dclose,
+  Handle dcpl(untimed_plist(H5P_DATASET_CREATE), H5Pclose, "creation property list", file);
+  Handle set(H5Dcreate2(loc, name, file_type<T>(), space.get(), H5P_DEFAULT, dcpl.get(), H5P_DEFAULT), H5Dclose,
              std::string("create dataset ") + name, file);
   if (!data.empty()) {
     check(H5Dwrite(set.get(), native_type<T>(), H5S_ALL, H5S_ALL, H5P_DEFAULT, data.data()),
@@ -141,7 +153,8 @@ void write_vector(hid_t loc, const char* name, const std::vector<T>& data, const
 }
 
 Handle create_group(hid_t loc, const std::string& name, const std::string& file) {
-  return Handle(H5Gcreate2(loc, name.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose, "create group " + name,
+  Handle gcpl(untimed_plist(H5P_GROUP_CREATE), H5Pclose, "creation property list", file);
+  return Handle(H5Gcreate2(loc, name.c_str(), H5P_DEFAULT, gcpl.get(), H5P_DEFAULT), H5Gclose, "create group " + name,
                 file);
 }
 
@@ -205,7 +218,8 @@ std::vector<T> read_optional(hid_t loc, const std::string& name, const std::stri
 }
 
 void write_file(const std::string& file, const Trace& trace) {
-  Handle h5(H5Fcreate(file.c_str(), H5F_ACC_EXCL, H5P_DEFAULT, H5P_DEFAULT), H5Fclose, "create file", file);
+  Handle fcpl(untimed_plist(H5P_FILE_CREATE), H5Pclose, "creation property list", file);
+  Handle h5(H5Fcreate(file.c_str(), H5F_ACC_EXCL, fcpl.get(), H5P_DEFAULT), H5Fclose, "create file", file);
   const hid_t root = h5.get();
   write_string_attribute(root, "schema", trace.schema, file);
   write_string_attribute(root, "mode", trace.mode, file);

@@ -33,6 +33,7 @@ kind = "constant"
 kind = "every"
 [target]
 policy = "nearest"
+format = "bf16"
 )";
 
 std::string message_of(const std::string& text) {
@@ -105,8 +106,8 @@ hidden = [4, 8]
 TEST(SweepSpec, ErrorsNameFileLineAndKey) {
   EXPECT_NE(message_of("bogus = 1\n" + kBase + "[grid]\nseed = [1]\n").find("spec.toml:1: unknown key \"bogus\""),
             std::string::npos);
-  // An empty axis: [grid] is on line 21 of kBase + this text, the axis on line 22.
-  EXPECT_NE(message_of(kBase + "[grid]\nseed = []\n").find("spec.toml:22: grid.seed: empty axis"), std::string::npos);
+  // An empty axis: [grid] is on line 22 of kBase + this text, the axis on line 23.
+  EXPECT_NE(message_of(kBase + "[grid]\nseed = []\n").find("spec.toml:23: grid.seed: empty axis"), std::string::npos);
   EXPECT_NE(message_of(kBase).find("no [grid] table"), std::string::npos);
   // Unknown format names the value and lists the known ones.
   std::string unknown = message_of(kBase + "[grid]\n\"target.format\" = [\"e4m4\"]\n");
@@ -116,7 +117,7 @@ TEST(SweepSpec, ErrorsNameFileLineAndKey) {
   // TOML syntax errors carry their line.
   EXPECT_NE(message_of("seed = = 1\n").find("spec.toml:1:"), std::string::npos);
   EXPECT_NE(message_of(kBase + "[evaluation]\nthreshold = 1.5\n[grid]\nseed = [1]\n")
-                .find("spec.toml:22: evaluation.threshold: must be in (0, 1]"),
+                .find("spec.toml:23: evaluation.threshold: must be in (0, 1]"),
             std::string::npos);
   // A bad value inside the run configuration is caught by the simulator's parser and mapped to its line (3).
   std::string steps = kBase;
