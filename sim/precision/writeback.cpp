@@ -140,56 +140,119 @@ KOKKOS_INLINE_FUNCTION FastResult fast_writeback(const FastParams& fp, float wi,
   }
 }
 
-// Nearest write-back of a block, written so the compiler vectorizes it (SSE2 suffices): only doubles, 64-bit masks,
-// max/compare/select. Flags the coordinates whose sum is not exact in double (and intK near-ties) in `slow`.
+// 0/1 helpers on 64-bit patterns for the vectorized loops. GCC 12 does not vectorize these loops when a comparison
+// result (a bool) is widened to an integer, so every decision is plain 64-bit arithmetic: no compares of integers,
+// no bool conversions (selects between doubles, which become max/min, are fine).
+KOKKOS_INLINE_FUNCTION std::uint64_t nonzero01(std::uint64_t x) {  // x != 0
+  return (x | (0 - x)) >> 63;
+}
+KOKKOS_INLINE_FUNCTION std::uint64_t less01(std::uint64_t a, std::uint64_t b) {  // a < b for a, b < 2^63
+  return (a - b) >> 63;
+}
+KOKKOS_INLINE_FUNCTION std::uint64_t bits_of(double x) {
+  return std::bit_cast<std::uint64_t>(x);
+}
+constexpr std::uint64_t kSignBit = 0x8000000000000000ull;
+
+// Nearest write-back of a block, written so the compiler vectorizes it (SSE2 suffices, checked with
+// -fopt-info-vec): doubles, 64-bit integer arithmetic and max/min selects only. Values: w + u in double (exact
+// unless `err` != 0), rounded to the grid spacing with the 1.5 * 2^(q+52) trick (ties to even), saturated by a min.
+// Flags the coordinates whose sum is not exact in double (and intK near-ties) in `slow_flags`; their counts are left
+// out (the caller recomputes them exactly). out may alias nothing; wp, up are read only.
 template <bool Integer>
-[[gnu::noinline]] std::int64_t nearest_block(const FastParams& fp, double min_normal, double c_factor,
-                                             const float* __restrict wp, const float* __restrict up,
-                                             float* __restrict out, unsigned char* __restrict slow_flags,
-                                             std::int64_t len, std::int64_t* counts) {
-  std::int64_t nonzero = 0, erased = 0, applied = 0, saturated = 0, slow = 0;
-#pragma omp simd reduction(+ : nonzero, erased, applied, saturated, slow)
+[[gnu::always_inline]] inline std::int64_t nearest_block_body(const FastParams& fp, double min_normal, double c_factor,
+                                                              const float* __restrict wp, const float* __restrict up,
+                                                              float* __restrict out,
+                                                              unsigned char* __restrict slow_flags, std::int64_t len,
+                                                              std::int64_t* __restrict counts) {
+  std::uint64_t nonzero = 0, erased = 0, applied = 0, saturated = 0, slow = 0;
+  const double max_finite = fp.max_finite;
+  const std::uint64_t max_bits = bits_of(max_finite);
+  const double scale = fp.scale, inv_scale = fp.inv_scale;
   for (std::int64_t k = 0; k < len; ++k) {
-    const float wi = wp[k], ui = up[k];
-    const double wd = wi, ud = ui;
+    const double wd = wp[k], ud = up[k];
     const double s = wd + ud;
     const double bb = s - wd;
     const double err = (wd - (s - bb)) + (ud - bb);
-    const std::uint64_t sbits = std::bit_cast<std::uint64_t>(s);
-    const std::uint64_t sign = sbits & 0x8000000000000000ull;
-    const double ax = std::bit_cast<double>(sbits & 0x7fffffffffffffffull);
+    const std::uint64_t sbits = bits_of(s);
+    const std::uint64_t sign = sbits & kSignBit;
+    const std::uint64_t abits = sbits & ~kSignBit;
+    const double ax = std::bit_cast<double>(abits);
+    std::uint64_t is_slow = nonzero01(bits_of(err) << 1);  // err != 0 (-0 is 0)
     double mag;
-    int is_slow = err != 0;
     if constexpr (Integer) {
-      const double t = ax * fp.inv_scale;
+      const double t = ax * inv_scale;
       const double level = (t + kRound52) - kRound52;
       const double dist = t - level;
-      is_slow =
-          is_slow || (dist > 0.5 - 0x1p-30 && dist < 0.5 + 0x1p-30) || (dist < -0.5 + 0x1p-30 && dist > -0.5 - 0x1p-30);
-      mag = level * fp.scale;
+      // |dist| within 2^-30 of 1/2 (|dist| - 0.5 is exact where it matters, by Sterbenz)
+      const double adist = std::bit_cast<double>(bits_of(dist) & ~kSignBit);
+      const std::uint64_t off_half = bits_of(adist - 0.5) & ~kSignBit;
+      is_slow |= less01(off_half, bits_of(0x1p-30));
+      mag = level * scale;
     } else {
       double pw = std::bit_cast<double>(sbits & 0x7ff0000000000000ull);  // 2^floor(log2|s|) (0 for s == 0)
-      pw = std::max(pw, min_normal);
+      pw = pw < min_normal ? min_normal : pw;
       const double c = pw * c_factor;  // 1.5 * 2^(q + 52) with 2^q the grid spacing
       mag = (ax + c) - c;
     }
-    const int sat = ax > fp.max_finite;
-    mag = std::min(mag, fp.max_finite);  // |s| beyond max finite saturates (mag <= max otherwise)
-    const auto v = static_cast<float>(std::bit_cast<double>(std::bit_cast<std::uint64_t>(mag) | sign));
-    out[k] = v;
-    slow_flags[k] = is_slow;
-    const std::int64_t ok = !is_slow;
-    nonzero += ok & (ui != 0);
-    erased += ok & static_cast<int>(ui != 0) & static_cast<int>(v == wi);
-    applied += ok & (v != wi);
+    const std::uint64_t sat = less01(max_bits, abits);  // |s| > max finite (both non-negative)
+    mag = mag > max_finite ? max_finite : mag;          // |s| beyond max finite saturates (mag <= max otherwise)
+    const std::uint64_t vbits = bits_of(mag) | sign;
+    out[k] = static_cast<float>(std::bit_cast<double>(vbits));
+    slow_flags[k] = static_cast<unsigned char>(is_slow);
+    // changed: q != w as values (+0 == -0); v and w are both fp32 values, so comparing the doubles is exact
+    const std::uint64_t wbits = bits_of(wd);
+    const std::uint64_t changed = nonzero01(vbits ^ wbits) & nonzero01((vbits | wbits) << 1);
+    const std::uint64_t nz = nonzero01(bits_of(ud) << 1);
+    const std::uint64_t ok = is_slow ^ 1;
+    nonzero += ok & nz;
+    erased += ok & nz & (changed ^ 1);
+    applied += ok & changed;
     saturated += ok & sat;
-    slow += !ok;
+    slow += is_slow;
   }
-  counts[0] += nonzero;
-  counts[1] += erased;
-  counts[2] += applied;
-  counts[3] += saturated;
-  return slow;
+  counts[0] += static_cast<std::int64_t>(nonzero);
+  counts[1] += static_cast<std::int64_t>(erased);
+  counts[2] += static_cast<std::int64_t>(applied);
+  counts[3] += static_cast<std::int64_t>(saturated);
+  return static_cast<std::int64_t>(slow);
+}
+
+// The block loop compiled for x86-64 (SSE2), AVX2 and AVX-512 and picked at load time (GCC function
+// multi-versioning). Every operation is a correctly rounded IEEE operation (no FMA: -ffp-contract=off) or exact
+// integer arithmetic, so all versions give identical bits.
+// (Defining WBAUDIT_BLOCK_CLONES on the command line overrides the choice, e.g. empty for one SSE2 version.)
+#ifndef WBAUDIT_BLOCK_CLONES
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && defined(__has_attribute)
+#if __has_attribute(target_clones)
+#define WBAUDIT_BLOCK_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#endif
+#endif
+#endif
+#ifndef WBAUDIT_BLOCK_CLONES
+#define WBAUDIT_BLOCK_CLONES
+#endif
+
+WBAUDIT_BLOCK_CLONES [[gnu::noinline]] std::int64_t nearest_block_float(
+    const FastParams& fp, double min_normal, double c_factor, const float* __restrict wp, const float* __restrict up,
+    float* __restrict out, unsigned char* __restrict slow_flags, std::int64_t len, std::int64_t* __restrict counts) {
+  return nearest_block_body<false>(fp, min_normal, c_factor, wp, up, out, slow_flags, len, counts);
+}
+
+WBAUDIT_BLOCK_CLONES [[gnu::noinline]] std::int64_t nearest_block_integer(
+    const FastParams& fp, double min_normal, double c_factor, const float* __restrict wp, const float* __restrict up,
+    float* __restrict out, unsigned char* __restrict slow_flags, std::int64_t len, std::int64_t* __restrict counts) {
+  return nearest_block_body<true>(fp, min_normal, c_factor, wp, up, out, slow_flags, len, counts);
+}
+
+template <bool Integer>
+std::int64_t nearest_block(const FastParams& fp, double min_normal, double c_factor, const float* wp, const float* up,
+                           float* out, unsigned char* slow_flags, std::int64_t len, std::int64_t* counts) {
+  if constexpr (Integer) {
+    return nearest_block_integer(fp, min_normal, c_factor, wp, up, out, slow_flags, len, counts);
+  } else {
+    return nearest_block_float(fp, min_normal, c_factor, wp, up, out, slow_flags, len, counts);
+  }
 }
 
 template <class MemorySpace, bool Integer, int Mode>
@@ -290,12 +353,34 @@ struct BlockKernel : CountsReducerBase {
   }
 };
 
+// Counts the coordinates where a or b (b may be empty) is NaN/inf, over blocks of kBlock coordinates with a loop the
+// compiler vectorizes (integer test of the exponent field: all ones <=> not finite).
 template <class MemorySpace>
 struct NonFiniteCount {
+  static constexpr std::int64_t kBlock = 1024;
   ConstFloatView<MemorySpace> a;
   ConstFloatView<MemorySpace> b;  // may be empty
-  KOKKOS_INLINE_FUNCTION void operator()(std::int64_t i, std::int64_t& n) const {
-    n += !finite(a(i)) || (b.extent(0) > 0 && !finite(b(i)));
+  std::int64_t n;
+  static std::uint32_t count(const float* __restrict x, std::int64_t len) {
+    std::uint32_t bad = 0;
+    for (std::int64_t k = 0; k < len; ++k) {
+      bad += ((std::bit_cast<std::uint32_t>(x[k]) & 0x7f800000u) + 0x00800000u) >> 31;
+    }
+    return bad;
+  }
+  static std::uint32_t count2(const float* __restrict x, const float* __restrict y, std::int64_t len) {
+    std::uint32_t bad = 0;
+    for (std::int64_t k = 0; k < len; ++k) {
+      const std::uint32_t bx = ((std::bit_cast<std::uint32_t>(x[k]) & 0x7f800000u) + 0x00800000u) >> 31;
+      const std::uint32_t by = ((std::bit_cast<std::uint32_t>(y[k]) & 0x7f800000u) + 0x00800000u) >> 31;
+      bad += bx | by;
+    }
+    return bad;
+  }
+  KOKKOS_INLINE_FUNCTION void operator()(std::int64_t block, std::int64_t& bad) const {
+    const std::int64_t begin = block * kBlock;
+    const std::int64_t len = (begin + kBlock < n ? begin + kBlock : n) - begin;
+    bad += b.extent(0) > 0 ? count2(a.data() + begin, b.data() + begin, len) : count(a.data() + begin, len);
   }
 };
 
@@ -324,8 +409,10 @@ void require_finite(const ExecSpace& space, const std::string& context, const ch
   using MS = typename ExecSpace::memory_space;
   const auto n = static_cast<std::int64_t>(a.extent(0));
   std::int64_t bad = 0;
-  Kokkos::parallel_reduce("wbaudit::sim::precision::require_finite::count", Kokkos::RangePolicy<ExecSpace>(space, 0, n),
-                          NonFiniteCount<MS>{a, b}, bad);
+  constexpr std::int64_t block = NonFiniteCount<MS>::kBlock;
+  Kokkos::parallel_reduce("wbaudit::sim::precision::require_finite::count",
+                          Kokkos::RangePolicy<ExecSpace>(space, 0, (n + block - 1) / block),
+                          NonFiniteCount<MS>{a, b, n}, bad);
   if (bad == 0) {
     return;
   }
@@ -377,23 +464,70 @@ struct MasterKernel : CountsReducerBase {
   }
 };
 
-template <class MemorySpace>
-struct ProjectKernel : CountsReducerBase {
+// project_erasure over blocks: wq = q(w) and q(wq + u) with the vectorized nearest block (twice), flagged
+// coordinates recomputed exactly (round_nearest, then bracket_of/nearest_of of the exact sum wq + u).
+template <class MemorySpace, bool Integer>
+struct ProjectBlockKernel : CountsReducerBase {
+  static constexpr std::int64_t kBlock = 256;
+  static constexpr float kZeros[kBlock] = {};  // u = 0: the first pass rounds w itself
   ConstFloatView<MemorySpace> w;
   ConstFloatView<MemorySpace> u;
   FormatParams p;
-  KOKKOS_INLINE_FUNCTION void operator()(std::int64_t i, value_type& c) const {
-    const float ui = u(i);
-    const auto wq = static_cast<float>(round_nearest(p, static_cast<double>(w(i))));
-    const Bracket b = bracket_of(p, exact_sum(wq, ui));
-    const auto value = static_cast<float>(nearest_of(b));
-    const bool changed = value != wq;
-    c.nonzero += ui != 0;
-    c.erased += ui != 0 && !changed;
-    c.applied += changed;
-    c.saturated += b.saturated;
+  FastParams fp;
+  std::int64_t n;
+  KOKKOS_INLINE_FUNCTION void operator()(std::int64_t block, value_type& c) const {
+    const std::int64_t begin = block * kBlock;
+    const std::int64_t len = (begin + kBlock < n ? begin + kBlock : n) - begin;
+    const float* wp = w.data() + begin;
+    const float* up = u.data() + begin;
+    const double c_factor = 1.5 * detail::pow2(52 - p.man_bits);
+    float wq[kBlock];
+    float out[kBlock];
+    unsigned char flags[kBlock];
+    std::int64_t unused[4] = {0, 0, 0, 0};
+    if (nearest_block<Integer>(fp, p.min_normal, c_factor, wp, kZeros, wq, flags, len, unused) > 0) {
+      for (std::int64_t k = 0; k < len; ++k) {
+        if (flags[k]) {
+          wq[k] = static_cast<float>(round_nearest(p, static_cast<double>(wp[k])));
+        }
+      }
+    }
+    std::int64_t counts[4] = {0, 0, 0, 0};
+    if (nearest_block<Integer>(fp, p.min_normal, c_factor, wq, up, out, flags, len, counts) > 0) {
+      for (std::int64_t k = 0; k < len; ++k) {
+        if (!flags[k]) {
+          continue;
+        }
+        const float ui = up[k];
+        const Bracket b = bracket_of(p, exact_sum(wq[k], ui));
+        const auto value = static_cast<float>(nearest_of(b));
+        const bool changed = value != wq[k];
+        counts[0] += ui != 0;
+        counts[1] += ui != 0 && !changed;
+        counts[2] += changed;
+        counts[3] += b.saturated;
+      }
+    }
+    c.nonzero += counts[0];
+    c.erased += counts[1];
+    c.applied += counts[2];
+    c.saturated += counts[3];
   }
 };
+
+template <class Kernel, class ExecSpace>
+void run_project(const ExecSpace& space, ConstFloatView<typename ExecSpace::memory_space> w,
+                 ConstFloatView<typename ExecSpace::memory_space> u, const FormatParams& p, WritebackCounts& counts) {
+  Kernel kernel{};
+  kernel.w = w;
+  kernel.u = u;
+  kernel.p = p;
+  kernel.fp = FastParams{p.max_finite, p.emin + 1023, p.man_bits, p.scale, 1.0 / p.scale, 0};
+  kernel.n = static_cast<std::int64_t>(u.extent(0));
+  const std::int64_t blocks = (kernel.n + Kernel::kBlock - 1) / Kernel::kBlock;
+  Kokkos::parallel_reduce("wbaudit::sim::precision::project_erasure::kernel",
+                          Kokkos::RangePolicy<ExecSpace>(space, 0, blocks), kernel, counts);
+}
 
 template <class MemorySpace>
 struct QuantizeKernel {
@@ -523,8 +657,11 @@ WritebackCounts project_erasure(const ExecSpace& space, const FormatSpec& fmt,
   const FormatParams p = format_params(fmt);
   require_finite(space, std::string("project_erasure (format ") + fmt.name + ")", "w", w, "u", u);
   WritebackCounts counts;
-  Kokkos::parallel_reduce("wbaudit::sim::precision::project_erasure::kernel", range(space, u.extent(0), 0),
-                          ProjectKernel<MS>{{}, w, u, p}, counts);
+  if (p.integer) {
+    run_project<ProjectBlockKernel<MS, true>>(space, w, u, p, counts);
+  } else {
+    run_project<ProjectBlockKernel<MS, false>>(space, w, u, p, counts);
+  }
   return counts;
 }
 
