@@ -291,7 +291,7 @@ SweepSpec parse_sweep_spec(const std::string& text, const std::filesystem::path&
       rest %= stride;
       set_path(config, path, value);
       params[path] = value;
-      name += "/" + path.substr(path.rfind('.') + 1) + "=" + value_text(value);
+      name.append("/").append(path, path.rfind('.') + 1).append("=").append(value_text(value));
     }
     config["mode"] = "target";
     if (!config.contains("target") || !config["target"].contains("format")) {
