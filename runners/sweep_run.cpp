@@ -76,10 +76,8 @@ class ProgressPrinter {
   std::chrono::steady_clock::time_point m_start = std::chrono::steady_clock::now();
 };
 
-struct EvalCell {
-  std::string label;  // "<target name> :: <group>"
-  std::string target_name, target_id, reference_name, reference_id, group, format, policy;
-  nlohmann::json params;
+// One evaluation cell's trajectories on the target's recorded steps: measured, and projected from the reference.
+struct CellSeries {
   std::vector<std::int64_t> steps;
   std::vector<double> measured, predicted;
 };
@@ -155,29 +153,17 @@ SweepOutputs write_sweep_outputs(const SweepStore& store, const SweepSpec& spec)
   SweepOutputs outputs;
   TraceCache cache(store);
   SweepEvaluationCells read = read_sweep_evaluation_cells(store, spec, cache);
-  std::vector<std::string> missing;
-  for (const auto& name : read.missing_names) {
-    const bool target_present = cache.trace(store.find_by_name(name)->id) != nullptr;
-    missing.push_back(name + (target_present ? " (its reference is incomplete)" : ""));
-  }
-  std::vector<EvalCell> cells;
-  for (const auto& c : read.cells) {
+  const std::vector<SweepEvaluationCell>& cells = read.cells;
+  const std::vector<std::string>& missing = read.missing;
+  std::vector<CellSeries> series;
+  for (const auto& c : cells) {
     const auto& projected = c.reference_trace->group(c.group).projected.at(c.format);
-    EvalCell cell;
-    cell.label = c.label;
-    cell.target_name = c.target->name;
-    cell.target_id = c.target->id;
-    cell.reference_name = c.reference->name;
-    cell.reference_id = c.reference->id;
-    cell.group = c.group;
-    cell.format = c.format;
-    cell.policy = c.policy;
-    cell.params = c.params;
-    cell.steps = c.target_trace->recorded_steps;
-    cell.measured = c.target_trace->group(c.group).erased_fraction;
-    cell.predicted = forecast::align_series(c.reference_trace->recorded_steps, projected.fraction, cell.steps,
-                                            forecast::OutOfRange::missing);
-    cells.push_back(std::move(cell));
+    CellSeries cs;
+    cs.steps = c.target_trace->recorded_steps;
+    cs.measured = c.target_trace->group(c.group).erased_fraction;
+    cs.predicted = forecast::align_series(c.reference_trace->recorded_steps, projected.fraction, cs.steps,
+                                          forecast::OutOfRange::missing);
+    series.push_back(std::move(cs));
   }
   outputs.evaluation_cells = cells.size();
   outputs.missing_targets = missing.size();
@@ -188,9 +174,10 @@ SweepOutputs write_sweep_outputs(const SweepStore& store, const SweepSpec& spec)
   options.burn_in = spec.evaluation.burn_in;
   options.tolerance = spec.evaluation.tolerance;
   std::vector<forecast::CellCrossing> crossings;
-  for (const auto& cell : cells) {
+  for (std::size_t i = 0; i < cells.size(); ++i) {
+    const auto& cs = series[i];
     crossings.push_back(
-        forecast::compare_cell_crossing(cell.label, cell.steps, cell.predicted, cell.steps, cell.measured, options));
+        forecast::compare_cell_crossing(cells[i].label, cs.steps, cs.predicted, cs.steps, cs.measured, options));
   }
   const forecast::CrossingSummary summary = forecast::summarize_crossings(crossings, options);
   report::CrossingReport rep;
@@ -234,10 +221,11 @@ SweepOutputs write_sweep_outputs(const SweepStore& store, const SweepSpec& spec)
   traj << "cell,step,measured,predicted\n";
   for (std::size_t i = 0; i < cells.size(); ++i) {
     const auto& cell = cells[i];
+    const auto& cs = series[i];
     const auto& c = crossings[i];
-    csv << csv_field(cell.label) << "," << csv_field(cell.target_name) << "," << cell.target_id << ","
-        << csv_field(cell.reference_name) << "," << cell.reference_id << "," << cell.group << "," << cell.format << ","
-        << cell.policy;
+    csv << csv_field(cell.label) << "," << csv_field(cell.target->name) << "," << cell.target->id << ","
+        << csv_field(cell.reference->name) << "," << cell.reference->id << "," << cell.group << "," << cell.format
+        << "," << cell.policy;
     for (auto& k : param_keys) {
       csv << ",";
       if (cell.params.contains(k)) {
@@ -249,11 +237,11 @@ SweepOutputs write_sweep_outputs(const SweepStore& store, const SweepSpec& spec)
         << forecast::to_string(c.predicted.status) << "," << number(rep.rows[i].measured) << ","
         << number(rep.rows[i].predicted) << "," << number(c.relative_error) << ","
         << (c.within_tolerance ? "true" : "false") << "," << number(c.measured.value_at_burn_in) << ","
-        << number(c.predicted.value_at_burn_in) << "," << number(cell.measured.back()) << ","
-        << number(cell.predicted.back()) << "\n";
-    for (std::size_t k = 0; k < cell.steps.size(); ++k) {
-      traj << csv_field(cell.label) << "," << cell.steps[k] << "," << number(cell.measured[k]) << ","
-           << number(cell.predicted[k]) << "\n";
+        << number(c.predicted.value_at_burn_in) << "," << number(cs.measured.back()) << ","
+        << number(cs.predicted.back()) << "\n";
+    for (std::size_t k = 0; k < cs.steps.size(); ++k) {
+      traj << csv_field(cell.label) << "," << cs.steps[k] << "," << number(cs.measured[k]) << ","
+           << number(cs.predicted[k]) << "\n";
     }
   }
   outputs.summary_csv = store.dir() / "summary.csv";
@@ -284,9 +272,9 @@ SweepOutputs write_sweep_outputs(const SweepStore& store, const SweepSpec& spec)
     if (!seen.insert(i).second) continue;
     report::TrajectoryPanel panel;
     panel.title = cells[i].label + " [" + forecast::to_string(crossings[i].category) + "]";
-    panel.steps.assign(cells[i].steps.begin(), cells[i].steps.end());
-    panel.measured = cells[i].measured;
-    panel.predicted = cells[i].predicted;
+    panel.steps.assign(series[i].steps.begin(), series[i].steps.end());
+    panel.measured = series[i].measured;
+    panel.predicted = series[i].predicted;
     rep.panels.push_back(std::move(panel));
   }
 
