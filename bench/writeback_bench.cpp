@@ -5,7 +5,9 @@
 #include <benchmark/benchmark.h>
 
 #include <Kokkos_Core.hpp>
+#include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstdio>
 #include <map>
 #include <string>
@@ -18,7 +20,12 @@ namespace {
 
 using namespace wbaudit::sim;
 
-constexpr std::int64_t kElements = std::int64_t{1} << 24;  // 16M
+// 16M elements (the size); WBAUDIT_BENCH_ELEMENTS overrides it, e.g. 65536 to see the compute cost alone
+// with the arrays in cache.
+const std::int64_t kElements = [] {
+  const char* text = std::getenv("WBAUDIT_BENCH_ELEMENTS");
+  return text ? std::max<std::int64_t>(1, std::atoll(text)) : std::int64_t{1} << 24;
+}();
 
 double g_fp32_seconds_per_pass = 0;  // set by the baseline, which is registered (and so runs) first
 

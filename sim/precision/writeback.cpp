@@ -1,6 +1,8 @@
 // Write-back kernels and their explicit instantiations for the host execution spaces (Serial, OpenMP).
 #include "sim/precision/writeback.hpp"
 
+#include "sim/precision/writeback_blocks.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -33,325 +35,93 @@ KOKKOS_INLINE_FUNCTION bool finite(float v) {
   return std::isfinite(v);
 }
 
-// ---- Fast path ----
-// Branch-light per-element rounding used by the kernel for the common case; it flags the rare cases it cannot decide
-// exactly (w + u not exact in double, intK near-ties, SR draws that tie with the first 32 random bits), and those
-// coordinates are recomputed with the exact generic path (writeback_value), which consumes the same random words.
-// So the kernel's results are exactly writeback_value's, only faster.
-struct FastParams {
-  double max_finite;
-  std::int64_t emin_biased;  // biased exponent (double) of the smallest normal binade
-  std::int64_t man_bits;
-  double scale, inv_scale;  // intK
-  int sr_bits;
-};
+// ---- The write-back kernel over blocks ----
+// Each block runs one of the vectorized loops of writeback_blocks.cpp, which decide almost every coordinate exactly
+// and flag the rest; flagged coordinates are redone here with the exact scalar path (writeback_value, the same
+// random words), or, when w or u is NaN/inf, left unchanged and counted as non-finite.
+enum class Lanes { fp32_float, fp32_integer, fp64 };
 
-struct FastResult {
-  float value;
-  bool saturated, random, truncated, slow;
-};
-
-KOKKOS_INLINE_FUNCTION double with_sign(double magnitude, std::uint64_t sign) {
-  return std::bit_cast<double>(std::bit_cast<std::uint64_t>(magnitude) | sign);
-}
-
-constexpr double kRound52 = 0x1.8p52;  // (y + kRound52) - kRound52 == nearbyint(y) (ties to even) for |y| < 2^51
-
-KOKKOS_INLINE_FUNCTION double floor_small(double y) {  // floor for |y| < 2^51 without a libm call
-  const double r = (y + kRound52) - kRound52;
-  return r > y ? r - 1 : r;
-}
-
-// Mode: 0 nearest, 1 stochastic, 2 deadzone-sr.
-template <bool Integer, int Mode>
-KOKKOS_INLINE_FUNCTION FastResult fast_writeback(const FastParams& fp, float wi, float ui, std::uint32_t word) {
-  FastResult r{};
-  const double wd = wi, ud = ui;
-  const double s = wd + ud;  // TwoSum: err == 0 iff s is the exact sum
-  const double bb = s - wd;
-  const double err = (wd - (s - bb)) + (ud - bb);
-  bool slow = err != 0;
-  const std::uint64_t sbits = std::bit_cast<std::uint64_t>(s);
-  const std::uint64_t sign = sbits & 0x8000000000000000ull;
-  const double ax = std::bit_cast<double>(sbits ^ sign);
-  const bool sat = ax > fp.max_finite;
-  double y, unit, nearest_mag;
-  if constexpr (Integer) {
-    y = ax * fp.inv_scale;  // not exact (odd scale factors): decisions keep a margin, near-ties go slow
-    const double level = (y + kRound52) - kRound52;
-    const double dist = std::fabs(y - level);
-    slow = slow || (!sat && std::fabs(dist - 0.5) < 0x1p-30);
-    nearest_mag = level * fp.scale;
-    unit = fp.scale;
-  } else {
-    std::int64_t eb = static_cast<std::int64_t>(sbits >> 52) & 0x7ff;
-    eb = eb < fp.emin_biased ? fp.emin_biased : eb;
-    const std::int64_t qb = eb - fp.man_bits;  // biased exponent of the grid spacing
-    const double c = std::bit_cast<double>((static_cast<std::uint64_t>(qb + 52) << 52) | (std::uint64_t{1} << 51));
-    nearest_mag = (ax + c) - c;  // round to a multiple of 2^q, ties to even
-    unit = std::bit_cast<double>(static_cast<std::uint64_t>(qb) << 52);
-    y = ax * std::bit_cast<double>(static_cast<std::uint64_t>(2046 - qb) << 52);  // ax / unit, exact
-  }
-  const double nearest = with_sign(sat ? fp.max_finite : nearest_mag, sign);
-  if constexpr (Mode == 0) {
-    r.value = static_cast<float>(nearest);
-    r.saturated = sat;
-    r.slow = slow;
-    return r;
-  } else {
-    const double fl = floor_small(y);
-    double frac = y - fl;  // exact for floating formats
-    bool on_grid;
-    if constexpr (Integer) {
-      on_grid = nearest_mag == ax;  // exact product
-      slow = slow || (!on_grid && !sat && (frac < 0x1p-20 || frac > 1 - 0x1p-20));
-    } else {
-      on_grid = frac == 0;
-    }
-    const double word_d = static_cast<double>(word);
-    bool away, random, truncated = false;
-    if (fp.sr_bits == 0) {
-      const double z = frac * 0x1p32;
-      const double margin = Integer ? 0x1p-8 : 0.0;
-      away = word_d + 1 <= z - margin;
-      const bool below = word_d >= z + margin;
-      slow = slow || (!on_grid && !sat && !away && !below);
-      random = true;
-    } else {
-      const double zr = frac * std::bit_cast<double>(static_cast<std::uint64_t>(1023 + fp.sr_bits) << 52);
-      const double d = floor_small(zr);
-      if constexpr (Integer) {
-        slow = slow || (!on_grid && !sat && (zr - d < 0x1p-20 || zr - d > 1 - 0x1p-20));
-      }
-      const double rbits = static_cast<double>(fp.sr_bits == 32 ? word : word >> (32 - fp.sr_bits));
-      away = rbits < d;
-      random = d > 0;
-      truncated = d == 0;
-    }
-    const double sr_mag = sat ? fp.max_finite : (on_grid ? ax : (away ? fl + 1 : fl) * unit);
-    const bool off = !on_grid && !sat;
-    const bool use_sr = Mode == 1 || (ui != 0 && nearest == wd);
-    r.value = static_cast<float>(use_sr ? with_sign(sr_mag, sign) : nearest);
-    r.saturated = sat;
-    r.random = use_sr && off && random;
-    r.truncated = use_sr && off && truncated;
-    r.slow = slow && (use_sr || err != 0 || Integer);
-    return r;
-  }
-}
-
-// 0/1 helpers on 64-bit patterns for the vectorized loops. GCC 12 does not vectorize these loops when a comparison
-// result (a bool) is widened to an integer, so every decision is plain 64-bit arithmetic: no compares of integers,
-// no bool conversions (selects between doubles, which become max/min, are fine).
-KOKKOS_INLINE_FUNCTION std::uint64_t nonzero01(std::uint64_t x) {  // x != 0
-  return (x | (0 - x)) >> 63;
-}
-KOKKOS_INLINE_FUNCTION std::uint64_t less01(std::uint64_t a, std::uint64_t b) {  // a < b for a, b < 2^63
-  return (a - b) >> 63;
-}
-KOKKOS_INLINE_FUNCTION std::uint64_t bits_of(double x) {
-  return std::bit_cast<std::uint64_t>(x);
-}
-constexpr std::uint64_t kSignBit = 0x8000000000000000ull;
-
-// Nearest write-back of a block, written so the compiler vectorizes it (SSE2 suffices, checked with
-// -fopt-info-vec): doubles, 64-bit integer arithmetic and max/min selects only. Values: w + u in double (exact
-// unless `err` != 0), rounded to the grid spacing with the 1.5 * 2^(q+52) trick (ties to even), saturated by a min.
-// Flags the coordinates whose sum is not exact in double (and intK near-ties) in `slow_flags`; their counts are left
-// out (the caller recomputes them exactly). out may alias nothing; wp, up are read only.
-template <bool Integer>
-[[gnu::always_inline]] inline std::int64_t nearest_block_body(const FastParams& fp, double min_normal, double c_factor,
-                                                              const float* __restrict wp, const float* __restrict up,
-                                                              float* __restrict out,
-                                                              unsigned char* __restrict slow_flags, std::int64_t len,
-                                                              std::int64_t* __restrict counts) {
-  std::uint64_t nonzero = 0, erased = 0, applied = 0, saturated = 0, slow = 0;
-  const double max_finite = fp.max_finite;
-  const std::uint64_t max_bits = bits_of(max_finite);
-  const double scale = fp.scale, inv_scale = fp.inv_scale;
-  for (std::int64_t k = 0; k < len; ++k) {
-    const double wd = wp[k], ud = up[k];
-    const double s = wd + ud;
-    const double bb = s - wd;
-    const double err = (wd - (s - bb)) + (ud - bb);
-    const std::uint64_t sbits = bits_of(s);
-    const std::uint64_t sign = sbits & kSignBit;
-    const std::uint64_t abits = sbits & ~kSignBit;
-    const double ax = std::bit_cast<double>(abits);
-    std::uint64_t is_slow = nonzero01(bits_of(err) << 1);  // err != 0 (-0 is 0)
-    double mag;
-    if constexpr (Integer) {
-      const double t = ax * inv_scale;
-      const double level = (t + kRound52) - kRound52;
-      const double dist = t - level;
-      // |dist| within 2^-30 of 1/2 (|dist| - 0.5 is exact where it matters, by Sterbenz)
-      const double adist = std::bit_cast<double>(bits_of(dist) & ~kSignBit);
-      const std::uint64_t off_half = bits_of(adist - 0.5) & ~kSignBit;
-      is_slow |= less01(off_half, bits_of(0x1p-30));
-      mag = level * scale;
-    } else {
-      double pw = std::bit_cast<double>(sbits & 0x7ff0000000000000ull);  // 2^floor(log2|s|) (0 for s == 0)
-      pw = pw < min_normal ? min_normal : pw;
-      const double c = pw * c_factor;  // 1.5 * 2^(q + 52) with 2^q the grid spacing
-      mag = (ax + c) - c;
-    }
-    const std::uint64_t sat = less01(max_bits, abits);  // |s| > max finite (both non-negative)
-    mag = mag > max_finite ? max_finite : mag;          // |s| beyond max finite saturates (mag <= max otherwise)
-    const std::uint64_t vbits = bits_of(mag) | sign;
-    out[k] = static_cast<float>(std::bit_cast<double>(vbits));
-    slow_flags[k] = static_cast<unsigned char>(is_slow);
-    // changed: q != w as values (+0 == -0); v and w are both fp32 values, so comparing the doubles is exact
-    const std::uint64_t wbits = bits_of(wd);
-    const std::uint64_t changed = nonzero01(vbits ^ wbits) & nonzero01((vbits | wbits) << 1);
-    const std::uint64_t nz = nonzero01(bits_of(ud) << 1);
-    const std::uint64_t ok = is_slow ^ 1;
-    nonzero += ok & nz;
-    erased += ok & nz & (changed ^ 1);
-    applied += ok & changed;
-    saturated += ok & sat;
-    slow += is_slow;
-  }
-  counts[0] += static_cast<std::int64_t>(nonzero);
-  counts[1] += static_cast<std::int64_t>(erased);
-  counts[2] += static_cast<std::int64_t>(applied);
-  counts[3] += static_cast<std::int64_t>(saturated);
-  return static_cast<std::int64_t>(slow);
-}
-
-// The block loop compiled for x86-64 (SSE2), AVX2 and AVX-512 and picked at load time (GCC function
-// multi-versioning). Every operation is a correctly rounded IEEE operation (no FMA: -ffp-contract=off) or exact
-// integer arithmetic, so all versions give identical bits.
-// (Defining WBAUDIT_BLOCK_CLONES on the command line overrides the choice, e.g. empty for one SSE2 version.)
-#ifndef WBAUDIT_BLOCK_CLONES
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && defined(__has_attribute)
-#if __has_attribute(target_clones)
-#define WBAUDIT_BLOCK_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#endif
-#endif
-#endif
-#ifndef WBAUDIT_BLOCK_CLONES
-#define WBAUDIT_BLOCK_CLONES
-#endif
-
-WBAUDIT_BLOCK_CLONES [[gnu::noinline]] std::int64_t nearest_block_float(
-    const FastParams& fp, double min_normal, double c_factor, const float* __restrict wp, const float* __restrict up,
-    float* __restrict out, unsigned char* __restrict slow_flags, std::int64_t len, std::int64_t* __restrict counts) {
-  return nearest_block_body<false>(fp, min_normal, c_factor, wp, up, out, slow_flags, len, counts);
-}
-
-WBAUDIT_BLOCK_CLONES [[gnu::noinline]] std::int64_t nearest_block_integer(
-    const FastParams& fp, double min_normal, double c_factor, const float* __restrict wp, const float* __restrict up,
-    float* __restrict out, unsigned char* __restrict slow_flags, std::int64_t len, std::int64_t* __restrict counts) {
-  return nearest_block_body<true>(fp, min_normal, c_factor, wp, up, out, slow_flags, len, counts);
-}
-
-template <bool Integer>
-std::int64_t nearest_block(const FastParams& fp, double min_normal, double c_factor, const float* wp, const float* up,
-                           float* out, unsigned char* slow_flags, std::int64_t len, std::int64_t* counts) {
-  if constexpr (Integer) {
-    return nearest_block_integer(fp, min_normal, c_factor, wp, up, out, slow_flags, len, counts);
-  } else {
-    return nearest_block_float(fp, min_normal, c_factor, wp, up, out, slow_flags, len, counts);
-  }
-}
-
-template <class MemorySpace, bool Integer, int Mode>
+template <class MemorySpace, int Mode>  // Mode: 0 nearest, 1 stochastic, 2 deadzone-sr
 struct BlockKernel : CountsReducerBase {
-  static constexpr std::int64_t kBlock = 256;
+  static constexpr std::int64_t kBlock = detail::kWritebackBlock;
   FloatView<MemorySpace> w;
   ConstFloatView<MemorySpace> u;
   FormatParams p;
-  FastParams fp;
+  detail::BlockParams bp;
+  Lanes lanes = Lanes::fp64;
   WritebackPolicy policy;
   RngKey key;
-  std::uint64_t first_coordinate;
-  std::int64_t n;
+  std::uint64_t first_coordinate = 0;
+  std::int64_t n = 0;
 
   KOKKOS_INLINE_FUNCTION void operator()(std::int64_t block, value_type& c) const {
     const std::int64_t begin = block * kBlock;
-    const std::int64_t end = begin + kBlock < n ? begin + kBlock : n;
-    std::uint32_t words[kBlock];
-    if constexpr (Mode != 0) {
-      PhiloxStream::Block group{};
-      for (std::int64_t i = begin; i < end; ++i) {
-        const std::uint64_t coord = first_coordinate + static_cast<std::uint64_t>(i);
-        if (i == begin || (coord & 3u) == 0) {
-          group = PhiloxStream::first_words(key, coord >> 2);
-        }
-        words[i - begin] = group.v[coord & 3u];
-      }
-    }
-    float out[kBlock];
-    std::int64_t nonzero = 0, erased = 0, applied = 0, saturated = 0, random = 0, truncated = 0, slow = 0;
+    const std::int64_t len = (begin + kBlock < n ? begin + kBlock : n) - begin;
+    float* wp = w.data() + begin;  // written in place; flagged coordinates keep their value
+    const float* up = u.data() + begin;
+    unsigned char flags[kBlock];
+    detail::BlockCounts bc;
+    std::int64_t flagged;
     if constexpr (Mode == 0) {
-      unsigned char flags[kBlock];
-      std::int64_t counts[4] = {0, 0, 0, 0};
-      slow = nearest_block<Integer>(fp, p.min_normal, 1.5 * detail::pow2(52 - p.man_bits), w.data() + begin,
-                                    u.data() + begin, out, flags, end - begin, counts);
-      nonzero = counts[0];
-      erased = counts[1];
-      applied = counts[2];
-      saturated = counts[3];
-      if (slow > 0) {
-        for (std::int64_t i = begin; i < end; ++i) {
-          if (!flags[i - begin]) {
-            continue;
-          }
-          const float wi = w(i), ui = u(i);
-          const WritebackOutcome o = writeback_value(p, policy, key, first_coordinate + i, wi, ui);
-          out[i - begin] = o.value;
-          const bool changed = o.value != wi;
-          nonzero += ui != 0;
-          erased += ui != 0 && !changed;
-          applied += changed;
-          saturated += o.saturated;
-        }
-      }
-      slow = 0;
+      flagged = lanes == Lanes::fp32_float     ? detail::nearest_block_float(bp, wp, up, flags, len, bc)
+                : lanes == Lanes::fp32_integer ? detail::nearest_block_integer(bp, wp, up, flags, len, bc)
+                                               : detail::nearest_block_fp64(bp, p.integer, wp, up, flags, len, bc);
     } else {
-      for (std::int64_t i = begin; i < end; ++i) {
-        const float wi = w(i), ui = u(i);
-        const FastResult r = fast_writeback<Integer, Mode>(fp, wi, ui, Mode != 0 ? words[i - begin] : 0u);
-        out[i - begin] = r.value;
-        const std::int64_t ok = !r.slow;
-        const bool changed = r.value != wi;
-        nonzero += ok & (ui != 0);
-        erased += ok & (ui != 0 && !changed);
-        applied += ok & changed;
-        saturated += ok & r.saturated;
-        random += ok & r.random;
-        truncated += ok & r.truncated;
-        slow += r.slow;
-      }
-      if (slow > 0) {  // rare: redo the flagged coordinates exactly
-        for (std::int64_t i = begin; i < end; ++i) {
-          const float wi = w(i), ui = u(i);
-          if (!fast_writeback<Integer, Mode>(fp, wi, ui, Mode != 0 ? words[i - begin] : 0u).slow) {
-            continue;
-          }
-          const WritebackOutcome o = writeback_value(p, policy, key, first_coordinate + i, wi, ui);
-          out[i - begin] = o.value;
-          const bool changed = o.value != wi;
-          nonzero += ui != 0;
-          erased += ui != 0 && !changed;
-          applied += changed;
-          saturated += o.saturated;
-          random += o.random;
-          truncated += o.truncated;
+      std::uint32_t words[kBlock];
+      detail::philox_first_words(key, first_coordinate + static_cast<std::uint64_t>(begin), len, words);
+      flagged = detail::stochastic_block(bp, p.integer, Mode, wp, up, words, flags, len, bc);
+    }
+    if (flagged > 0) {
+      for (std::int64_t k = 0; k < len; ++k) {
+        if (!flags[k]) {
+          continue;
         }
+        const float wi = wp[k], ui = up[k];
+        if (!finite(wi) || !finite(ui)) {
+          c.nonfinite += 1;  // left unchanged
+          continue;
+        }
+        const WritebackOutcome o =
+            writeback_value(p, policy, key, first_coordinate + static_cast<std::uint64_t>(begin + k), wi, ui);
+        wp[k] = o.value;
+        const bool changed = o.value != wi;
+        bc.nonzero += ui != 0;
+        bc.erased += ui != 0 && !changed;
+        bc.applied += changed;
+        bc.saturated += o.saturated;
+        bc.random += o.random;
+        bc.truncated += o.truncated;
       }
     }
-    for (std::int64_t i = begin; i < end; ++i) {
-      w(i) = out[i - begin];
-    }
-    c.nonzero += nonzero;
-    c.erased += erased;
-    c.applied += applied;
-    c.saturated += saturated;
-    c.sr_applied += random;
-    c.sr_truncated += truncated;
+    c.nonzero += bc.nonzero;
+    c.erased += bc.erased;
+    c.applied += bc.applied;
+    c.saturated += bc.saturated;
+    c.sr_applied += bc.random;
+    c.sr_truncated += bc.truncated;
   }
 };
+
+Lanes lanes_for(const FormatParams& p) {
+  if (!detail::fp32_lanes_cover(p)) {
+    return Lanes::fp64;
+  }
+  return p.integer ? Lanes::fp32_integer : Lanes::fp32_float;
+}
+
+// Nearest write-back of a block in place with the loop for `lanes` (used by project_erasure).
+inline std::int64_t nearest_block(Lanes lanes, const FormatParams& p, const detail::BlockParams& bp, float* w,
+                                  const float* u, unsigned char* flags, std::int64_t len, detail::BlockCounts& counts) {
+  switch (lanes) {
+    case Lanes::fp32_float:
+      return detail::nearest_block_float(bp, w, u, flags, len, counts);
+    case Lanes::fp32_integer:
+      return detail::nearest_block_integer(bp, w, u, flags, len, counts);
+    case Lanes::fp64:
+      break;
+  }
+  return detail::nearest_block_fp64(bp, p.integer, w, u, flags, len, counts);
+}
 
 // Counts the coordinates where a or b (b may be empty) is NaN/inf, over blocks of kBlock coordinates with a loop the
 // compiler vectorizes (integer test of the exponent field: all ones <=> not finite).
@@ -401,21 +171,14 @@ std::string float_text(float v) {
   return buf;
 }
 
-// Throws NonFiniteError naming the context and the first offending coordinate when a or b holds NaN/inf.
+// Throws NonFiniteError naming the context, the count `bad` and the first coordinate where a or b (b may be empty)
+// holds NaN/inf.
 template <class ExecSpace>
-void require_finite(const ExecSpace& space, const std::string& context, const char* name_a,
-                    ConstFloatView<typename ExecSpace::memory_space> a, const char* name_b,
-                    ConstFloatView<typename ExecSpace::memory_space> b) {
+[[noreturn]] void throw_nonfinite(const ExecSpace& space, const std::string& context, const char* name_a,
+                                  ConstFloatView<typename ExecSpace::memory_space> a, const char* name_b,
+                                  ConstFloatView<typename ExecSpace::memory_space> b, std::int64_t bad) {
   using MS = typename ExecSpace::memory_space;
   const auto n = static_cast<std::int64_t>(a.extent(0));
-  std::int64_t bad = 0;
-  constexpr std::int64_t block = NonFiniteCount<MS>::kBlock;
-  Kokkos::parallel_reduce("wbaudit::sim::precision::require_finite::count",
-                          Kokkos::RangePolicy<ExecSpace>(space, 0, (n + block - 1) / block),
-                          NonFiniteCount<MS>{a, b, n}, bad);
-  if (bad == 0) {
-    return;
-  }
   std::int64_t first = n;
   Kokkos::parallel_reduce("wbaudit::sim::precision::require_finite::first", Kokkos::RangePolicy<ExecSpace>(space, 0, n),
                           FirstNonFinite<MS>{a, b}, Kokkos::Min<std::int64_t>(first));
@@ -429,6 +192,24 @@ void require_finite(const ExecSpace& space, const std::string& context, const ch
     msg += std::string(", ") + name_b + " = " + float_text(hb(0));
   }
   throw NonFiniteError(msg);
+}
+
+// Throws (as throw_nonfinite) when a or b holds NaN/inf; a separate pass over the data, for the kernels that must
+// not start on bad input.
+template <class ExecSpace>
+void require_finite(const ExecSpace& space, const std::string& context, const char* name_a,
+                    ConstFloatView<typename ExecSpace::memory_space> a, const char* name_b,
+                    ConstFloatView<typename ExecSpace::memory_space> b) {
+  using MS = typename ExecSpace::memory_space;
+  const auto n = static_cast<std::int64_t>(a.extent(0));
+  std::int64_t bad = 0;
+  constexpr std::int64_t block = NonFiniteCount<MS>::kBlock;
+  Kokkos::parallel_reduce("wbaudit::sim::precision::require_finite::count",
+                          Kokkos::RangePolicy<ExecSpace>(space, 0, (n + block - 1) / block),
+                          NonFiniteCount<MS>{a, b, n}, bad);
+  if (bad > 0) {
+    throw_nonfinite(space, context, name_a, a, name_b, b, bad);
+  }
 }
 
 void require_same_extent(const char* where, std::size_t a, std::size_t b) {
@@ -466,68 +247,64 @@ struct MasterKernel : CountsReducerBase {
 
 // project_erasure over blocks: wq = q(w) and q(wq + u) with the vectorized nearest block (twice), flagged
 // coordinates recomputed exactly (round_nearest, then bracket_of/nearest_of of the exact sum wq + u).
-template <class MemorySpace, bool Integer>
+template <class MemorySpace>
 struct ProjectBlockKernel : CountsReducerBase {
-  static constexpr std::int64_t kBlock = 256;
+  static constexpr std::int64_t kBlock = detail::kWritebackBlock;
   static constexpr float kZeros[kBlock] = {};  // u = 0: the first pass rounds w itself
   ConstFloatView<MemorySpace> w;
   ConstFloatView<MemorySpace> u;
   FormatParams p;
-  FastParams fp;
-  std::int64_t n;
+  detail::BlockParams bp;
+  Lanes lanes = Lanes::fp64;
+  std::int64_t n = 0;
   KOKKOS_INLINE_FUNCTION void operator()(std::int64_t block, value_type& c) const {
     const std::int64_t begin = block * kBlock;
     const std::int64_t len = (begin + kBlock < n ? begin + kBlock : n) - begin;
     const float* wp = w.data() + begin;
     const float* up = u.data() + begin;
-    const double c_factor = 1.5 * detail::pow2(52 - p.man_bits);
-    float wq[kBlock];
+    float wq[kBlock];  // q(w)
     float out[kBlock];
     unsigned char flags[kBlock];
-    std::int64_t unused[4] = {0, 0, 0, 0};
-    if (nearest_block<Integer>(fp, p.min_normal, c_factor, wp, kZeros, wq, flags, len, unused) > 0) {
+    for (std::int64_t k = 0; k < len; ++k) {
+      wq[k] = wp[k];
+    }
+    detail::BlockCounts unused;
+    if (nearest_block(lanes, p, bp, wq, kZeros, flags, len, unused) > 0) {
       for (std::int64_t k = 0; k < len; ++k) {
-        if (flags[k]) {
+        if (flags[k] && finite(wp[k])) {
           wq[k] = static_cast<float>(round_nearest(p, static_cast<double>(wp[k])));
         }
       }
     }
-    std::int64_t counts[4] = {0, 0, 0, 0};
-    if (nearest_block<Integer>(fp, p.min_normal, c_factor, wq, up, out, flags, len, counts) > 0) {
+    for (std::int64_t k = 0; k < len; ++k) {
+      out[k] = wq[k];
+    }
+    detail::BlockCounts counts;
+    if (nearest_block(lanes, p, bp, out, up, flags, len, counts) > 0) {
       for (std::int64_t k = 0; k < len; ++k) {
         if (!flags[k]) {
           continue;
         }
         const float ui = up[k];
+        if (!finite(wq[k]) || !finite(ui)) {
+          c.nonfinite += 1;
+          continue;
+        }
         const Bracket b = bracket_of(p, exact_sum(wq[k], ui));
         const auto value = static_cast<float>(nearest_of(b));
         const bool changed = value != wq[k];
-        counts[0] += ui != 0;
-        counts[1] += ui != 0 && !changed;
-        counts[2] += changed;
-        counts[3] += b.saturated;
+        counts.nonzero += ui != 0;
+        counts.erased += ui != 0 && !changed;
+        counts.applied += changed;
+        counts.saturated += b.saturated;
       }
     }
-    c.nonzero += counts[0];
-    c.erased += counts[1];
-    c.applied += counts[2];
-    c.saturated += counts[3];
+    c.nonzero += counts.nonzero;
+    c.erased += counts.erased;
+    c.applied += counts.applied;
+    c.saturated += counts.saturated;
   }
 };
-
-template <class Kernel, class ExecSpace>
-void run_project(const ExecSpace& space, ConstFloatView<typename ExecSpace::memory_space> w,
-                 ConstFloatView<typename ExecSpace::memory_space> u, const FormatParams& p, WritebackCounts& counts) {
-  Kernel kernel{};
-  kernel.w = w;
-  kernel.u = u;
-  kernel.p = p;
-  kernel.fp = FastParams{p.max_finite, p.emin + 1023, p.man_bits, p.scale, 1.0 / p.scale, 0};
-  kernel.n = static_cast<std::int64_t>(u.extent(0));
-  const std::int64_t blocks = (kernel.n + Kernel::kBlock - 1) / Kernel::kBlock;
-  Kokkos::parallel_reduce("wbaudit::sim::precision::project_erasure::kernel",
-                          Kokkos::RangePolicy<ExecSpace>(space, 0, blocks), kernel, counts);
-}
 
 template <class MemorySpace>
 struct QuantizeKernel {
@@ -571,20 +348,15 @@ WritebackCounts writeback(const ExecSpace& space, const FormatSpec& fmt, const W
                                 " exceed the RNG counter (< 2^48)");
   }
   const FormatParams p = format_params(fmt);
-  require_finite(space,
-                 "writeback (tensor " + std::to_string(key.tensor_id) + ", step " + std::to_string(key.step) +
-                     ", format " + fmt.name + "); w left unchanged",
-                 "w", ConstFloatView<MS>(w), "u", u);
   WritebackCounts counts;
   const auto n = static_cast<std::int64_t>(w.extent(0));
-  FastParams fp{p.max_finite, p.emin + 1023, p.man_bits, p.scale, 1.0 / p.scale, policy.sr_bits};
-  const int mode = policy.policy == Policy::nearest ? 0 : policy.policy == Policy::stochastic ? 1 : 2;
   auto launch = [&](auto kernel) {
     constexpr std::int64_t block = decltype(kernel)::kBlock;
     kernel.w = w;
     kernel.u = u;
     kernel.p = p;
-    kernel.fp = fp;
+    kernel.bp = detail::block_params(p, policy.sr_bits);
+    kernel.lanes = lanes_for(p);
     kernel.policy = policy;
     kernel.key = key;
     kernel.first_coordinate = options.first_coordinate;
@@ -593,26 +365,24 @@ WritebackCounts writeback(const ExecSpace& space, const FormatSpec& fmt, const W
                             range(space, static_cast<std::size_t>((n + block - 1) / block), options.chunk_size), kernel,
                             counts);
   };
-  if (p.integer) {
-    if (mode == 0) {
-      launch(BlockKernel<MS, true, 0>{});
-    }
-    if (mode == 1) {
-      launch(BlockKernel<MS, true, 1>{});
-    }
-    if (mode == 2) {
-      launch(BlockKernel<MS, true, 2>{});
-    }
-  } else {
-    if (mode == 0) {
-      launch(BlockKernel<MS, false, 0>{});
-    }
-    if (mode == 1) {
-      launch(BlockKernel<MS, false, 1>{});
-    }
-    if (mode == 2) {
-      launch(BlockKernel<MS, false, 2>{});
-    }
+  switch (policy.policy) {
+    case Policy::nearest:
+      launch(BlockKernel<MS, 0>{});
+      break;
+    case Policy::stochastic:
+      launch(BlockKernel<MS, 1>{});
+      break;
+    default:
+      launch(BlockKernel<MS, 2>{});
+      break;
+  }
+  if (counts.nonfinite > 0) {
+    // Non-finite inputs are detected inside the kernel (no separate pass over the data); their coordinates were
+    // left unchanged and the others written back.
+    throw_nonfinite(space,
+                    "writeback (tensor " + std::to_string(key.tensor_id) + ", step " + std::to_string(key.step) +
+                        ", format " + fmt.name + "); the coordinates with non-finite input were left unchanged",
+                    "w", ConstFloatView<MS>(w), "u", u, counts.nonfinite);
   }
   return counts;
 }
@@ -655,12 +425,19 @@ WritebackCounts project_erasure(const ExecSpace& space, const FormatSpec& fmt,
   using MS = typename ExecSpace::memory_space;
   require_same_extent("project_erasure", w.extent(0), u.extent(0));
   const FormatParams p = format_params(fmt);
-  require_finite(space, std::string("project_erasure (format ") + fmt.name + ")", "w", w, "u", u);
   WritebackCounts counts;
-  if (p.integer) {
-    run_project<ProjectBlockKernel<MS, true>>(space, w, u, p, counts);
-  } else {
-    run_project<ProjectBlockKernel<MS, false>>(space, w, u, p, counts);
+  ProjectBlockKernel<MS> kernel;
+  kernel.w = w;
+  kernel.u = u;
+  kernel.p = p;
+  kernel.bp = detail::block_params(p, 0);
+  kernel.lanes = lanes_for(p);
+  kernel.n = static_cast<std::int64_t>(u.extent(0));
+  const std::int64_t blocks = (kernel.n + kernel.kBlock - 1) / kernel.kBlock;
+  Kokkos::parallel_reduce("wbaudit::sim::precision::project_erasure::kernel",
+                          Kokkos::RangePolicy<ExecSpace>(space, 0, blocks), kernel, counts);
+  if (counts.nonfinite > 0) {
+    throw_nonfinite(space, std::string("project_erasure (format ") + fmt.name + ")", "w", w, "u", u, counts.nonfinite);
   }
   return counts;
 }

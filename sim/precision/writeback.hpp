@@ -47,8 +47,10 @@ struct WritebackOptions {
 };
 
 // w holds values exactly representable in fmt (as fp32); u holds fp32 proposals. For Policy::master use
-// writeback_master. Throws NonFiniteError naming tensor id and step when any w or u is NaN/inf (w is then
-// left unchanged). Bitwise identical for any thread count and chunking.
+// writeback_master. Non-finite inputs are detected inside the kernel (no separate pass over the data): a
+// coordinate whose w or u is NaN/inf is left unchanged, the others are written back, and the call then throws
+// NonFiniteError naming tensor id, step, the count and the first such coordinate. Bitwise identical for any thread
+// count and chunking.
 template <class ExecSpace>
 WritebackCounts writeback(const ExecSpace& space, const FormatSpec& fmt, const WritebackPolicy& policy, RngKey key,
                           Kokkos::View<float*, typename ExecSpace::memory_space> w,

@@ -162,10 +162,34 @@ TEST(Writeback, NonFiniteInputIsAnErrorNamingTensorStepAndCoordinate) {
     EXPECT_NE(m.find("step 9"), std::string::npos) << m;
     EXPECT_NE(m.find("coordinate 6"), std::string::npos) << m;
   }
+  // The coordinate with the non-finite proposal is left unchanged; the others are written back (1 + 0.5 is an e4m3
+  // value). The same under the SR policies (1.5 is on the grid, so no draw decides).
   auto hw = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace{}, w);
   for (int i = 0; i < 10; ++i) {
-    EXPECT_EQ(hw(i), 1.0f);  // left unchanged
+    EXPECT_EQ(hw(i), i == 6 ? 1.0f : 1.5f) << i;
   }
+  for (const auto& pol : kPolicies) {
+    Kokkos::deep_copy(w, 1.0f);
+    EXPECT_THROW(writeback(fmt, pol, RngKey{1, 9, 5}, w, u), NonFiniteError);
+    Kokkos::deep_copy(hw, w);
+    for (int i = 0; i < 10; ++i) {
+      EXPECT_EQ(hw(i), i == 6 ? 1.0f : 1.5f) << policy_name(pol.policy) << " " << i;
+    }
+  }
+  // A non-finite weight is reported too (and left as it is).
+  hw(3) = -INFINITY;
+  Kokkos::deep_copy(w, hw);
+  hu(6) = 0.5f;
+  Kokkos::deep_copy(u, hu);
+  try {
+    writeback(fmt, WritebackPolicy{}, RngKey{1, 9, 5}, w, u);
+    FAIL() << "no throw";
+  } catch (const NonFiniteError& e) {
+    EXPECT_NE(std::string(e.what()).find("coordinate 3"), std::string::npos) << e.what();
+  }
+  Kokkos::deep_copy(hw, w);
+  EXPECT_EQ(hw(3), -INFINITY);
+  Kokkos::deep_copy(w, 1.0f);
   hu(6) = INFINITY;
   Kokkos::deep_copy(u, hu);
   EXPECT_THROW(writeback(fmt, WritebackPolicy{}, RngKey{}, w, u), NonFiniteError);

@@ -1,0 +1,466 @@
+// The vectorized block loops of the write-back kernels (see writeback_blocks.hpp for the contract).
+//
+// How the loops are written: no branches; every decision is a comparison stored as a 0/1 integer of the lane width
+// (std::uint32_t in fp32 lanes, std::uint64_t in fp64 lanes) and every choice a select, which GCC turns into mask
+// registers (AVX-512) or compare masks (AVX2, SSE2). This file is compiled with -fno-trapping-math (see
+// sim/precision/sources.cmake): without it GCC does not if-convert selects between floating-point results and the
+// loops stay scalar; it changes no value, only the promise about floating-point exception flags, which nothing here
+// reads. Every floating-point operation is a correctly rounded IEEE operation (no FMA: the project compiles with
+// -ffp-contract=off), so the SSE2, AVX2 and AVX-512 versions give identical bits.
+#include "sim/precision/writeback_blocks.hpp"
+
+#include <bit>
+#include <cmath>
+#include <cstring>
+
+namespace wbaudit::sim::detail {
+namespace {
+
+inline std::uint32_t bits32(float x) {
+  return std::bit_cast<std::uint32_t>(x);
+}
+inline float float_of(std::uint32_t b) {
+  return std::bit_cast<float>(b);
+}
+
+inline std::uint64_t bits64(double x) {
+  return std::bit_cast<std::uint64_t>(x);
+}
+inline double double_of(std::uint64_t b) {
+  return std::bit_cast<double>(b);
+}
+
+constexpr std::uint32_t kSign32 = 0x80000000u;
+constexpr std::uint64_t kSign64 = 0x8000000000000000ull;
+constexpr double kRound52 = 0x1.8p52;  // (y + kRound52) - kRound52 == nearbyint(y) (ties to even) for 0 <= y < 2^51
+
+// ---- Nearest, fp32 lanes, floating formats ----
+// The format's grid values are fp32 values and so are the midpoints between them (the significand has at most
+// M + 1 <= 23 bits; fp32 itself has no midpoints). Rounding is monotonic, so the fp32 sum s = fl(w + u) rounds to
+// the same format value as the exact sum s + e (TwoSum) unless s is itself a midpoint and e != 0: then e says on
+// which side the exact sum lies. Rounding s: ties to even on the bit pattern (a carry moves into the exponent
+// correctly), and in the format's own subnormal range where fp32 is still normal (E < 8) with the constant
+// 1.5 * 2^23 * min_subnormal. Non-finite s (non-finite input, or an fp32 overflow of the sum) is flagged.
+template <bool Subnormals>
+[[gnu::always_inline]] inline std::int64_t nearest_float_body(const BlockParams& bp, float* __restrict w,
+                                                              const float* __restrict u,
+                                                              unsigned char* __restrict flags, std::int64_t len,
+                                                              BlockCounts& counts) {
+  // 32-bit lanes: comparisons stored as std::uint32_t 0/1 vectorize (AVX-512 mask registers, AVX2 compares).
+  std::uint32_t nonzero = 0, erased = 0, applied = 0, saturated = 0, flagged = 0;
+  const std::uint32_t mask = bp.mask, keep = ~bp.mask, half_m1 = bp.half_m1, lsb_bit = bp.lsb_mask;
+  const std::uint32_t tie_bits = bp.tie_bits, max_bits = bp.max_bits, sub_limit = bits32(bp.sub_limit);
+  const float sub_c = bp.sub_c, sub_half = bp.sub_half;
+  for (std::int64_t k = 0; k < len; ++k) {
+    const float wf = w[k], uf = u[k];
+    const float s = wf + uf;  // TwoSum: s + e == w + u exactly (s finite)
+    const float bb = s - wf;
+    const float e = (wf - (s - bb)) + (uf - bb);
+    const std::uint32_t sb = bits32(s), eb = bits32(e), wb = bits32(wf), ub = bits32(uf);
+    const std::uint32_t ab = sb & ~kSign32;
+    const std::uint32_t e_nz = (eb << 1) != 0;
+    const std::uint32_t e_same = ((eb ^ sb) >> 31) == 0;
+    const std::uint32_t e_away = e_nz & e_same, e_toward = e_nz & (e_same ^ 1u);
+    const std::uint32_t bad = ab > 0x7f7fffffu;
+    // normal range. When s is a midpoint and e != 0, s is first moved one fp32 step toward the exact sum, which is
+    // then no midpoint (the formats drop 13 or more bits) and rounds right.
+    const std::uint32_t tie = (ab & mask) == tie_bits;
+    const std::uint32_t ab_adj = ab + (tie & e_away) - (tie & e_toward);
+    std::uint32_t r = (ab_adj + half_m1 + ((ab_adj & lsb_bit) != 0)) & keep;
+    if constexpr (Subnormals) {
+      const float ax = float_of(ab);
+      const float rs = (ax + sub_c) - sub_c;
+      const std::uint32_t tie_s = (bits32(ax - rs) & ~kSign32) == bits32(sub_half);  // ax - rs is exact
+      const float rsub = (tie_s & e_away) ? ax + sub_half : ((tie_s & e_toward) ? ax - sub_half : rs);
+      r = ab < sub_limit ? bits32(rsub) : r;
+    }
+    // saturation: |w + u| > max finite (s == max with e pointing away is beyond it too)
+    const std::uint32_t sat = (ab > max_bits) | ((ab == max_bits) & e_away);
+    r = r > max_bits ? max_bits : r;
+    const std::uint32_t vb = r | (sb & kSign32);
+    w[k] = float_of(bad ? wb : vb);
+    flags[k] = static_cast<unsigned char>(bad);
+    const std::uint32_t changed = (vb != wb) & (((vb | wb) << 1) != 0);  // q != w as values (+0 == -0)
+    const std::uint32_t nz = (ub << 1) != 0;
+    const std::uint32_t ok = bad ^ 1u;
+    nonzero += ok & nz;
+    erased += ok & nz & (changed ^ 1u);
+    applied += ok & changed;
+    saturated += ok & sat;
+    flagged += bad;
+  }
+  counts.nonzero += nonzero;
+  counts.erased += erased;
+  counts.applied += applied;
+  counts.saturated += saturated;
+  return flagged;
+}
+
+// ---- Nearest, fp32 lanes, intK (values n * scale, each exact in fp32) ----
+// n = nearbyint(|s| / scale) in fp32 is right unless |s| / scale is near a half-integer; the distance
+// d = |s| - n * scale is exact (Sterbenz), d + e is the distance of the exact sum up to a tiny rounding, and any
+// coordinate with |d + e| at or beyond tie_guard (just under scale / 2) is flagged for the exact path.
+[[gnu::always_inline]] inline std::int64_t nearest_integer_body(const BlockParams& bp, float* __restrict w,
+                                                                const float* __restrict u,
+                                                                unsigned char* __restrict flags, std::int64_t len,
+                                                                BlockCounts& counts) {
+  std::uint32_t nonzero = 0, erased = 0, applied = 0, saturated = 0, flagged = 0;
+  const std::uint32_t max_bits = bp.max_bits;
+  const float scale = bp.scale, inv_scale = bp.inv_scale, tie_guard = bp.tie_guard;
+  for (std::int64_t k = 0; k < len; ++k) {
+    const float wf = w[k], uf = u[k];
+    const float s = wf + uf;  // TwoSum: s + e == w + u exactly (s finite)
+    const float bb = s - wf;
+    const float e = (wf - (s - bb)) + (uf - bb);
+    const std::uint32_t sb = bits32(s), wb = bits32(wf), ub = bits32(uf);
+    const std::uint32_t ab = sb & ~kSign32, sign = sb & kSign32;
+    const float ax = float_of(ab);
+    const float ed = float_of(bits32(e) ^ sign);  // e in the direction of |s|
+    float y = ax * inv_scale;
+    y = y < 0x1p22f ? y : 0x1p22f;  // saturated anyway beyond; keeps the rounding constant valid
+    const float n = (y + 0x1.8p23f) - 0x1.8p23f;
+    const float r = n * scale;
+    const float dist = std::fabs((ax - r) + ed);  // ax - r is exact
+    const std::uint32_t bad = ab > 0x7f7fffffu;   // s is inf or NaN
+    const std::uint32_t sat = (ab > max_bits) | ((ab == max_bits) & (ed > 0.0f));
+    const std::uint32_t flag = bad | ((dist >= tie_guard) & (sat ^ 1u));
+    const std::uint32_t vb = (sat ? max_bits : bits32(r)) | sign;
+    w[k] = flag ? wf : float_of(vb);
+    flags[k] = static_cast<unsigned char>(flag);
+    const std::uint32_t changed = (vb != wb) & (((vb | wb) << 1) != 0);  // q != w as values (+0 == -0)
+    const std::uint32_t nz = (ub << 1) != 0;
+    const std::uint32_t ok = flag ^ 1u;
+    nonzero += ok & nz;
+    erased += ok & nz & (changed ^ 1u);
+    applied += ok & changed;
+    saturated += ok & sat;
+    flagged += flag;
+  }
+  counts.nonzero += nonzero;
+  counts.erased += erased;
+  counts.applied += applied;
+  counts.saturated += saturated;
+  return flagged;
+}
+
+// ---- fp64 lanes ----
+// w + u in double (exact unless the exponents are more than 29 apart: err != 0, flagged), rounded to the grid
+// spacing with the 1.5 * 2^(q + 52) constant (floating formats) or via |s| / scale (intK, near-ties flagged).
+
+// The nearest magnitude of |s| (not yet saturated) and, for the SR loops, the grid spacing `unit` and |s| / unit.
+template <bool Integer>
+inline void grid64(const BlockParams& bp, double ax, double& nearest_mag, double& unit, double& y,
+                   std::uint64_t& near_tie) {
+  if constexpr (Integer) {
+    y = ax * bp.inv_scale64;  // not exact (odd scale factors): near-ties are flagged
+    const double level = (y + kRound52) - kRound52;
+    near_tie = std::fabs(std::fabs(y - level) - 0.5) < 0x1p-30;
+    nearest_mag = level * bp.scale64;
+    unit = bp.scale64;
+  } else {
+    double pw = double_of(bits64(ax) & 0x7ff0000000000000ull);  // 2^floor(log2 |s|) (0 for s == 0)
+    pw = pw < bp.min_normal ? bp.min_normal : pw;
+    const double c = pw * bp.c_factor;  // 1.5 * 2^(q + 52) with 2^q the grid spacing
+    nearest_mag = (ax + c) - c;
+    unit = pw * bp.unit_factor;                                // 2^q, a normal double
+    y = ax * double_of(0x7fe0000000000000ull - bits64(unit));  // |s| / 2^q, exact
+    near_tie = 0;
+  }
+}
+
+template <bool Integer>
+[[gnu::always_inline]] inline std::int64_t nearest_fp64_body(const BlockParams& bp, float* __restrict w,
+                                                             const float* __restrict u, unsigned char* __restrict flags,
+                                                             std::int64_t len, BlockCounts& counts) {
+  std::uint64_t nonzero = 0, erased = 0, applied = 0, saturated = 0, flagged = 0;
+  const std::uint64_t max_bits = bits64(bp.max_finite);
+  for (std::int64_t k = 0; k < len; ++k) {
+    const float wf = w[k];
+    const double wd = wf, ud = u[k];
+    const double s = wd + ud;  // TwoSum: err == 0 iff s is the exact sum
+    const double bb = s - wd;
+    const double err = (wd - (s - bb)) + (ud - bb);
+    const std::uint64_t sb = bits64(s), ab = sb & ~kSign64;
+    double mag, unit, y;
+    std::uint64_t near_tie;
+    grid64<Integer>(bp, double_of(ab), mag, unit, y, near_tie);
+    const std::uint64_t sat = ab > max_bits;
+    const std::uint64_t bad =
+        ab > 0x7fefffffffffffffull;  // non-finite input (a double sum of floats does not overflow)
+    const std::uint64_t flag = bad | (err != 0.0) | (near_tie & (sat ^ 1));
+    const double v = double_of((mag > bp.max_finite ? max_bits : bits64(mag)) | (sb & kSign64));
+    w[k] = flag ? wf : static_cast<float>(v);
+    flags[k] = static_cast<unsigned char>(flag);
+    const std::uint64_t changed = v != wd;  // as values (+0 == -0)
+    const std::uint64_t nz = ud != 0.0;
+    const std::uint64_t ok = flag ^ 1;
+    nonzero += ok & nz;
+    erased += ok & nz & (changed ^ 1);
+    applied += ok & changed;
+    saturated += ok & sat;
+    flagged += flag;
+  }
+  counts.nonzero += static_cast<std::int64_t>(nonzero);
+  counts.erased += static_cast<std::int64_t>(erased);
+  counts.applied += static_cast<std::int64_t>(applied);
+  counts.saturated += static_cast<std::int64_t>(saturated);
+  return static_cast<std::int64_t>(flagged);
+}
+
+// ---- Stochastic rounding (mode 1) and deadzone-sr (mode 2), fp64 lanes ----
+// |s| = (fl + frac) * unit with frac exact (floating formats). Full-width SR moves away from zero iff U < frac for
+// U uniform on [0, 1): the first 32 bits `word` decide unless word == floor(frac * 2^32) (flagged: the exact path
+// draws more bits). r-bit SR compares the r-bit integer word >> (32 - r) with D = floor(frac * 2^r). For intK,
+// |s| / scale is not exact: fractions within 2^-20 of 0 or 1 and draws within 2^-8 of the threshold are flagged.
+template <bool Integer, int Mode, bool RBits>
+[[gnu::always_inline]] inline std::int64_t stochastic_body(const BlockParams& bp, float* __restrict w,
+                                                           const float* __restrict u,
+                                                           const std::uint32_t* __restrict words,
+                                                           unsigned char* __restrict flags, std::int64_t len,
+                                                           BlockCounts& counts) {
+  std::uint64_t nonzero = 0, erased = 0, applied = 0, saturated = 0, random_count = 0, truncated_count = 0, flagged = 0;
+  const std::uint64_t max_bits = bits64(bp.max_finite);
+  const double two_r = RBits ? std::ldexp(1.0, bp.sr_bits) : 0x1p32;
+  const int drop = RBits ? 32 - bp.sr_bits : 0;
+  constexpr double kMargin = Integer ? 0x1p-8 : 0.0;
+  for (std::int64_t k = 0; k < len; ++k) {
+    const float wf = w[k];
+    const double wd = wf, ud = u[k];
+    const double s = wd + ud;
+    const double bb = s - wd;
+    const double err = (wd - (s - bb)) + (ud - bb);
+    const std::uint64_t sb = bits64(s), sign = sb & kSign64, ab = sb & ~kSign64;
+    const double ax = double_of(ab);
+    const std::uint64_t err_nz = err != 0.0;
+    const std::uint64_t bad = ab > 0x7fefffffffffffffull;
+    double nearest_mag, unit, y;
+    std::uint64_t slow;
+    grid64<Integer>(bp, ax, nearest_mag, unit, y, slow);
+    const std::uint64_t sat = ab > max_bits;
+    slow = (slow & (sat ^ 1)) | err_nz;
+    // floor(y) and the fraction
+    const double ry = (y + kRound52) - kRound52;
+    const double fl = ry > y ? ry - 1.0 : ry;
+    const double frac = y - fl;  // exact for floating formats
+    std::uint64_t on_grid;
+    if constexpr (Integer) {
+      on_grid = nearest_mag == ax;  // exact product level * scale == |s|
+      slow |= (on_grid ^ 1) & (sat ^ 1) & ((frac < 0x1p-20) | (frac > 1 - 0x1p-20));
+    } else {
+      on_grid = frac == 0.0;
+    }
+    const std::uint64_t off = (on_grid ^ 1) & (sat ^ 1);
+    std::uint64_t away, random;
+    if constexpr (!RBits) {
+      const double word = static_cast<double>(words[k]);
+      const double z = frac * two_r;
+      away = word + 1.0 <= z - kMargin;
+      const std::uint64_t below = word >= z + kMargin;
+      slow |= off & (away ^ 1) & (below ^ 1);
+      random = 1;
+    } else {
+      const double zr = frac * two_r;
+      const double rz = (zr + kRound52) - kRound52;
+      const double d = rz > zr ? rz - 1.0 : rz;  // D = floor(frac * 2^r)
+      if constexpr (Integer) {
+        const double dz = zr - d;
+        slow |= off & ((dz < 0x1p-20) | (dz > 1 - 0x1p-20));
+      }
+      away = static_cast<double>(words[k] >> drop) < d;  // R < D
+      random = d > 0.0;
+    }
+    const double stepped = (away ? fl + 1.0 : fl) * unit;
+    const double v_sr = double_of((sat ? max_bits : (on_grid ? ab : bits64(stepped))) | sign);
+    const double v_nearest = double_of((sat ? max_bits : bits64(nearest_mag)) | sign);
+    std::uint64_t use_sr;
+    if constexpr (Mode == 1) {
+      use_sr = 1;
+    } else {
+      use_sr = (ud != 0.0) & (v_nearest == wd);
+    }
+    const std::uint64_t flag = bad | (slow & (use_sr | err_nz | static_cast<std::uint64_t>(Integer)));
+    const double v = use_sr ? v_sr : v_nearest;
+    w[k] = flag ? wf : static_cast<float>(v);
+    flags[k] = static_cast<unsigned char>(flag);
+    const std::uint64_t changed = v != wd;  // as values (+0 == -0)
+    const std::uint64_t nz = ud != 0.0;
+    const std::uint64_t ok = flag ^ 1;
+    nonzero += ok & nz;
+    erased += ok & nz & (changed ^ 1);
+    applied += ok & changed;
+    saturated += ok & sat;
+    random_count += ok & use_sr & off & random;
+    truncated_count += ok & use_sr & off & (random ^ 1);
+    flagged += flag;
+  }
+  counts.nonzero += static_cast<std::int64_t>(nonzero);
+  counts.erased += static_cast<std::int64_t>(erased);
+  counts.applied += static_cast<std::int64_t>(applied);
+  counts.saturated += static_cast<std::int64_t>(saturated);
+  counts.random += static_cast<std::int64_t>(random_count);
+  counts.truncated += static_cast<std::int64_t>(RBits ? truncated_count : 0);
+  return static_cast<std::int64_t>(flagged);
+}
+
+// ---- Philox4x32-10 over the groups of a block ----
+[[gnu::always_inline]] inline void philox_groups_body(std::uint32_t k0, std::uint32_t k1, std::uint32_t step,
+                                                      std::uint32_t tensor, std::uint64_t g0, std::int64_t groups,
+                                                      std::uint32_t* __restrict out) {
+  for (std::int64_t j = 0; j < groups; ++j) {
+    const std::uint64_t g = g0 + static_cast<std::uint64_t>(j);
+    std::uint32_t c0 = static_cast<std::uint32_t>(g), c1 = static_cast<std::uint32_t>(g >> 32) & 0x3fffu;
+    std::uint32_t c2 = step, c3 = tensor;
+    std::uint32_t ka = k0, kb = k1;
+#pragma GCC unroll 10
+    for (int round = 0; round < 10; ++round) {
+      const std::uint64_t p0 = std::uint64_t{0xD2511F53u} * c0;
+      const std::uint64_t p1 = std::uint64_t{0xCD9E8D57u} * c2;
+      c0 = static_cast<std::uint32_t>(p1 >> 32) ^ c1 ^ ka;
+      c1 = static_cast<std::uint32_t>(p1);
+      c2 = static_cast<std::uint32_t>(p0 >> 32) ^ c3 ^ kb;
+      c3 = static_cast<std::uint32_t>(p0);
+      ka += 0x9E3779B9u;
+      kb += 0xBB67AE85u;
+    }
+    out[4 * j] = c0;
+    out[4 * j + 1] = c1;
+    out[4 * j + 2] = c2;
+    out[4 * j + 3] = c3;
+  }
+}
+
+// Each loop compiled for x86-64 (SSE2), AVX2 and AVX-512 and picked at load time (GCC function multi-versioning).
+// (Defining WBAUDIT_BLOCK_CLONES on the command line overrides the choice, e.g. empty for one SSE2 version.)
+#ifndef WBAUDIT_BLOCK_CLONES
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && defined(__has_attribute)
+#if __has_attribute(target_clones)
+#define WBAUDIT_BLOCK_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#endif
+#endif
+#endif
+#ifndef WBAUDIT_BLOCK_CLONES
+#define WBAUDIT_BLOCK_CLONES
+#endif
+
+WBAUDIT_BLOCK_CLONES [[gnu::noinline]] void philox_groups(std::uint32_t k0, std::uint32_t k1, std::uint32_t step,
+                                                          std::uint32_t tensor, std::uint64_t g0, std::int64_t groups,
+                                                          std::uint32_t* __restrict out) {
+  philox_groups_body(k0, k1, step, tensor, g0, groups, out);
+}
+
+template <bool Subnormals>
+WBAUDIT_BLOCK_CLONES [[gnu::noinline]] std::int64_t nearest_float_clones(const BlockParams& bp, float* __restrict w,
+                                                                         const float* __restrict u,
+                                                                         unsigned char* __restrict flags,
+                                                                         std::int64_t len, BlockCounts& counts) {
+  return nearest_float_body<Subnormals>(bp, w, u, flags, len, counts);
+}
+
+WBAUDIT_BLOCK_CLONES [[gnu::noinline]] std::int64_t nearest_integer_clones(const BlockParams& bp, float* __restrict w,
+                                                                           const float* __restrict u,
+                                                                           unsigned char* __restrict flags,
+                                                                           std::int64_t len, BlockCounts& counts) {
+  return nearest_integer_body(bp, w, u, flags, len, counts);
+}
+
+template <bool Integer>
+WBAUDIT_BLOCK_CLONES [[gnu::noinline]] std::int64_t nearest_fp64_clones(const BlockParams& bp, float* __restrict w,
+                                                                        const float* __restrict u,
+                                                                        unsigned char* __restrict flags,
+                                                                        std::int64_t len, BlockCounts& counts) {
+  return nearest_fp64_body<Integer>(bp, w, u, flags, len, counts);
+}
+
+template <bool Integer, int Mode, bool RBits>
+WBAUDIT_BLOCK_CLONES [[gnu::noinline]] std::int64_t stochastic_clones(const BlockParams& bp, float* __restrict w,
+                                                                      const float* __restrict u,
+                                                                      const std::uint32_t* __restrict words,
+                                                                      unsigned char* __restrict flags, std::int64_t len,
+                                                                      BlockCounts& counts) {
+  return stochastic_body<Integer, Mode, RBits>(bp, w, u, words, flags, len, counts);
+}
+
+}  // namespace
+
+BlockParams block_params(const FormatParams& p, int sr_bits) {
+  BlockParams bp;
+  bp.max_finite = p.max_finite;
+  bp.min_normal = p.min_normal;
+  bp.sr_bits = sr_bits;
+  bp.max_bits = std::bit_cast<std::uint32_t>(static_cast<float>(p.max_finite));
+  if (p.integer) {
+    bp.scale = static_cast<float>(p.scale);
+    bp.inv_scale = 1.0f / bp.scale;
+    bp.tie_guard = static_cast<float>(p.scale * 0.5 * (1 - 0x1p-12));
+    bp.scale64 = p.scale;
+    bp.inv_scale64 = 1.0 / p.scale;
+    return bp;
+  }
+  const int drop = 23 - p.man_bits;  // fp32 significand bits the format drops (0 for fp32)
+  bp.mask = (1u << drop) - 1u;
+  bp.half_m1 = drop > 0 ? (1u << (drop - 1)) - 1u : 0u;
+  bp.lsb_mask = drop > 0 ? 1u << drop : 0u;
+  bp.tie_bits = drop > 0 ? 1u << (drop - 1) : 0xffffffffu;
+  if (p.min_normal > 0x1p-126) {  // the format's subnormals lie in fp32's normal range
+    bp.sub_limit = static_cast<float>(p.min_normal);
+    bp.sub_c = static_cast<float>(1.5 * 0x1p23 * p.min_subnormal);
+    bp.sub_half = static_cast<float>(p.min_subnormal / 2);
+  }
+  bp.c_factor = 1.5 * std::ldexp(1.0, 52 - p.man_bits);
+  bp.unit_factor = std::ldexp(1.0, -p.man_bits);
+  return bp;
+}
+
+bool fp32_lanes_cover(const FormatParams& p) {
+  return !p.integer || (p.scale >= 0x1p-100 && p.scale <= 0x1p100);
+}
+
+std::int64_t nearest_block_float(const BlockParams& bp, float* w, const float* u, unsigned char* flags,
+                                 std::int64_t len, BlockCounts& counts) {
+  return bp.sub_limit > 0 ? nearest_float_clones<true>(bp, w, u, flags, len, counts)
+                          : nearest_float_clones<false>(bp, w, u, flags, len, counts);
+}
+
+std::int64_t nearest_block_integer(const BlockParams& bp, float* w, const float* u, unsigned char* flags,
+                                   std::int64_t len, BlockCounts& counts) {
+  return nearest_integer_clones(bp, w, u, flags, len, counts);
+}
+
+std::int64_t nearest_block_fp64(const BlockParams& bp, bool integer, float* w, const float* u, unsigned char* flags,
+                                std::int64_t len, BlockCounts& counts) {
+  return integer ? nearest_fp64_clones<true>(bp, w, u, flags, len, counts)
+                 : nearest_fp64_clones<false>(bp, w, u, flags, len, counts);
+}
+
+std::int64_t stochastic_block(const BlockParams& bp, bool integer, int mode, float* w, const float* u,
+                              const std::uint32_t* words, unsigned char* flags, std::int64_t len, BlockCounts& counts) {
+  const bool rbits = bp.sr_bits > 0;
+  if (integer) {
+    if (mode == 1) {
+      return rbits ? stochastic_clones<true, 1, true>(bp, w, u, words, flags, len, counts)
+                   : stochastic_clones<true, 1, false>(bp, w, u, words, flags, len, counts);
+    }
+    return rbits ? stochastic_clones<true, 2, true>(bp, w, u, words, flags, len, counts)
+                 : stochastic_clones<true, 2, false>(bp, w, u, words, flags, len, counts);
+  }
+  if (mode == 1) {
+    return rbits ? stochastic_clones<false, 1, true>(bp, w, u, words, flags, len, counts)
+                 : stochastic_clones<false, 1, false>(bp, w, u, words, flags, len, counts);
+  }
+  return rbits ? stochastic_clones<false, 2, true>(bp, w, u, words, flags, len, counts)
+               : stochastic_clones<false, 2, false>(bp, w, u, words, flags, len, counts);
+}
+
+void philox_first_words(const RngKey& key, std::uint64_t first, std::int64_t len, std::uint32_t* words) {
+  if (len <= 0) {
+    return;
+  }
+  const std::uint64_t g0 = first >> 2;
+  const auto groups = static_cast<std::int64_t>(((first + static_cast<std::uint64_t>(len) - 1) >> 2) - g0 + 1);
+  std::uint32_t block[4 * (kWritebackBlock / 4 + 2)];
+  philox_groups(static_cast<std::uint32_t>(key.seed), static_cast<std::uint32_t>(key.seed >> 32),
+                static_cast<std::uint32_t>(key.step), key.tensor_id, g0, groups, block);
+  std::memcpy(words, block + (first & 3u), static_cast<std::size_t>(len) * sizeof(std::uint32_t));
+}
+
+}  // namespace wbaudit::sim::detail

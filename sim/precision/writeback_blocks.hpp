@@ -1,0 +1,79 @@
+#pragma once
+// Internal to the precision layer: the vectorized block loops behind the write-back kernels (writeback.cpp).
+//
+// Each block function handles up to kWritebackBlock coordinates with a loop the compiler vectorizes (plain IEEE
+// arithmetic and integer bit manipulation, no branches), compiled for SSE2, AVX2 and AVX-512 and picked at load time.
+// It writes w[k] <- q(w[k] + u[k]) in place for every coordinate it can decide exactly and *flags* the rest
+// (non-finite input or sum, sums not exact in the working precision, intK near-ties, SR draws whose first 32 random
+// bits tie); flagged coordinates keep w[k] and are left out of the counts, and the caller recomputes them with the
+// exact scalar path (writeback_value), which consumes the same random words. So the kernels' results are exactly
+// writeback_value's, for every coordinate (tests/sim/precision/test_writeback_blocks.cpp checks this coordinate by
+// coordinate).
+#include <cstdint>
+
+#include "sim/precision/rng.hpp"
+#include "sim/precision/rounding.hpp"
+
+namespace wbaudit::sim::detail {
+
+inline constexpr std::int64_t kWritebackBlock = 1024;
+
+// Event counts of the coordinates a block function decided (flagged ones excluded).
+struct BlockCounts {
+  std::int64_t nonzero = 0;
+  std::int64_t erased = 0;
+  std::int64_t applied = 0;
+  std::int64_t saturated = 0;
+  std::int64_t random = 0;     // SR: the draw decided
+  std::int64_t truncated = 0;  // r-bit SR dead zone
+};
+
+// Constants of a format for the block loops, derived once per kernel launch.
+struct BlockParams {
+  // fp32 lanes, floating formats (nearest): round the fp32 bit pattern to the format's significand width.
+  std::uint32_t mask = 0;      // low fp32 significand bits dropped by the format ((1 << (23 - M)) - 1)
+  std::uint32_t half_m1 = 0;   // half of the format's unit in those bits, minus one (0 for fp32)
+  std::uint32_t lsb_mask = 0;  // 1, or 0 for fp32 (no rounding)
+  std::uint32_t tie_bits = 0;  // the dropped bits of an exact midpoint (no tie for fp32: all ones)
+  float sub_limit = 0;         // below: the format's subnormal range where fp32 is normal (0: none)
+  float sub_c = 0;             // 1.5 * 2^23 * min_subnormal: (a + sub_c) - sub_c rounds a to a subnormal multiple
+  float sub_half = 0;          // min_subnormal / 2
+  std::uint32_t max_bits = 0;  // fp32 bits of max finite
+  // fp32 lanes, intK (nearest)
+  float scale = 1, inv_scale = 1;
+  float tie_guard = 0;  // |dist| at or beyond this (just under scale / 2) is decided by the exact path
+  // fp64 lanes (stochastic policies and the double-lane nearest fallback)
+  double max_finite = 0;
+  double min_normal = 0;
+  double c_factor = 0;     // 1.5 * 2^(52 - M)
+  double unit_factor = 0;  // 2^-M
+  double scale64 = 1, inv_scale64 = 1;
+  int sr_bits = 0;
+};
+
+BlockParams block_params(const FormatParams& p, int sr_bits);
+
+// True when the fp32-lane nearest loops cover the format (all floating formats; intK with a scale in
+// [2^-100, 2^100]); otherwise the fp64-lane nearest loop is used.
+bool fp32_lanes_cover(const FormatParams& p);
+
+// Nearest write-back of a block in fp32 lanes. Returns the number of flagged coordinates.
+std::int64_t nearest_block_float(const BlockParams& bp, float* w, const float* u, unsigned char* flags,
+                                 std::int64_t len, BlockCounts& counts);
+std::int64_t nearest_block_integer(const BlockParams& bp, float* w, const float* u, unsigned char* flags,
+                                   std::int64_t len, BlockCounts& counts);
+// Nearest write-back of a block in fp64 lanes (any format; intK with extreme scales).
+std::int64_t nearest_block_fp64(const BlockParams& bp, bool integer, float* w, const float* u, unsigned char* flags,
+                                std::int64_t len, BlockCounts& counts);
+
+// Stochastic (mode 1) and deadzone-sr (mode 2) write-back of a block in fp64 lanes; words[k] is the first random
+// word of coordinate k (philox_first_words).
+std::int64_t stochastic_block(const BlockParams& bp, bool integer, int mode, float* w, const float* u,
+                              const std::uint32_t* words, unsigned char* flags, std::int64_t len, BlockCounts& counts);
+
+// The first random word of coordinates first .. first + len - 1 (len <= kWritebackBlock) under key: word c % 4 of
+// the Philox4x32-10 block with counter (c / 4, step, tensor), exactly as PhiloxStream::first_words, computed for
+// all groups of the block at once in vector lanes.
+void philox_first_words(const RngKey& key, std::uint64_t first, std::int64_t len, std::uint32_t* words);
+
+}  // namespace wbaudit::sim::detail

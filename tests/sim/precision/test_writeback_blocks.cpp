@@ -1,0 +1,336 @@
+// The vectorized write-back loops against independent references, coordinate by coordinate:
+// - the block Philox generator against Random123's Philox4x32-10 called directly;
+// - nearest write-back against brute-force rounding of the exact sum (sorted tables of every value of each format
+//   of 16 bits or fewer; fp32 against the hardware's correctly rounded fp32 addition);
+// - every policy against the exact scalar path writeback_value (itself checked against brute force and exact
+//   probabilities in test_rounding.cpp and test_stochastic.cpp), values and every event count;
+// on adversarial inputs: exact and near ties (also ties that only the low part of w + u breaks), binade edges,
+// subnormals, zero sums, saturation edges, fp32 overflow of the sum, huge exponent gaps, and NaN/inf.
+#include <gtest/gtest.h>
+
+#include <Random123/philox.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "reference_formats.hpp"
+#include "sim/precision/format.hpp"
+#include "sim/precision/policy.hpp"
+#include "sim/precision/writeback.hpp"
+#include "sim/precision/writeback_blocks.hpp"
+
+using namespace wbaudit::sim;
+using wbaudit::test::SplitMix;
+
+namespace {
+
+TEST(WritebackBlocks, PhiloxWordsEqualRandom123) {
+  SplitMix rng{5};
+  for (int trial = 0; trial < 400; ++trial) {
+    const RngKey key{rng.next(), rng.next() & 0xffffffffu, static_cast<std::uint32_t>(rng.next())};
+    // offsets anywhere, including blocks that straddle the 2^32 group boundary (counter word 1 carries)
+    std::uint64_t first =
+        trial % 4 == 0 ? (std::uint64_t{1} << 34) - rng.below(600) : rng.below(std::uint64_t{1} << 47);
+    const auto len = static_cast<std::int64_t>(1 + rng.below(detail::kWritebackBlock));
+    std::uint32_t words[detail::kWritebackBlock];
+    detail::philox_first_words(key, first, len, words);
+    for (std::int64_t k = 0; k < len; ++k) {
+      const std::uint64_t c = first + static_cast<std::uint64_t>(k);
+      r123::Philox4x32 philox;
+      const r123::Philox4x32::ctr_type ctr = {{static_cast<std::uint32_t>(c >> 2),
+                                               static_cast<std::uint32_t>(c >> 34) & 0x3fffu,
+                                               static_cast<std::uint32_t>(key.step), key.tensor_id}};
+      const r123::Philox4x32::key_type pk = {
+          {static_cast<std::uint32_t>(key.seed), static_cast<std::uint32_t>(key.seed >> 32)}};
+      ASSERT_EQ(words[k], philox(ctr, pk).v[c & 3u]) << "coordinate " << c;
+      PhiloxStream stream(key, c);
+      ASSERT_EQ(words[k], stream.next()) << "coordinate " << c;
+    }
+  }
+}
+
+struct Case {
+  FormatSpec fmt;
+  wbaudit::test::RefFormat ref;
+  bool table = true;  // a brute-force table exists (<= 16 bits)
+};
+
+std::vector<Case> all_formats() {
+  std::vector<Case> cases;
+  for (const auto& ref : wbaudit::test::ref_float_formats()) {
+    cases.push_back({format_from_name(ref.name), ref, ref.name != "fp32"});
+  }
+  // intK: a simple scale, a scale from int_scale_for_absmax (odd factor), and extreme scales (the fp64 lanes)
+  for (int k = 2; k <= 8; ++k) {
+    for (float scale : {0.375f, int_scale_for_absmax(k, 0.7), 0x1.4p-120f, 0x1.8p100f}) {
+      cases.push_back({int_format(k, scale), wbaudit::test::ref_int_format(k, scale), true});
+    }
+  }
+  return cases;
+}
+
+float next_float(float x, int steps) {
+  for (int i = 0; i < std::abs(steps); ++i) {
+    x = std::nextafter(x, steps > 0 ? std::numeric_limits<float>::infinity() : -std::numeric_limits<float>::infinity());
+  }
+  return x;
+}
+
+// Weights: format values (edges and random ones); proposals: ties, near ties, tiny, huge, zero sums, ...
+void make_inputs(const Case& c, const std::vector<wbaudit::test::ValueCode>& table, int n, std::uint64_t seed,
+                 std::vector<float>& w, std::vector<float>& u) {
+  SplitMix rng{seed};
+  const double max = c.fmt.max_finite;
+  auto random_value = [&]() -> float {
+    if (!c.table) {  // fp32: random bit patterns of finite floats
+      std::uint32_t b;
+      do {
+        b = static_cast<std::uint32_t>(rng.next());
+      } while ((b & 0x7f800000u) == 0x7f800000u);
+      float f;
+      std::memcpy(&f, &b, 4);
+      return f;
+    }
+    switch (rng.below(8)) {
+      case 0:
+        return 0.0f;
+      case 1:
+        return static_cast<float>(rng.below(2) ? max : -max);
+      case 2:
+        return static_cast<float>((rng.below(2) ? 1 : -1) * c.fmt.min_subnormal);
+      case 3:
+        return static_cast<float>((rng.below(2) ? 1 : -1) * c.fmt.min_normal);
+      default:
+        return static_cast<float>(table[rng.below(table.size())].value);
+    }
+  };
+  auto gap_up = [&](float v) -> double {
+    if (!c.table) {
+      return static_cast<double>(next_float(v, 1)) - v;
+    }
+    return wbaudit::test::ref_neighbours(table, v).second - v;
+  };
+  auto gap_down = [&](float v) -> double {
+    if (!c.table) {
+      return v - static_cast<double>(next_float(v, -1));
+    }
+    return v - wbaudit::test::ref_neighbours(table, v).first;
+  };
+  for (int i = 0; i < n; ++i) {
+    const float wi = random_value();
+    double ui = 0;
+    const double sign = rng.below(2) ? 1.0 : -1.0;
+    const double g = sign > 0 ? gap_up(wi) : gap_down(wi);
+    const double gg = std::isfinite(g) ? g : max;
+    switch (rng.below(14)) {
+      case 0:
+        ui = 0;
+        break;
+      case 1:  // exact tie
+        ui = sign * gg / 2;
+        break;
+      case 2: {  // a tie in fp32 broken by the low part of the exact sum
+        const double tiny = std::ldexp(gg, -30 - static_cast<int>(rng.below(20)));
+        ui = sign * (gg / 2 + (rng.below(2) ? tiny : -tiny));
+        break;
+      }
+      case 3:  // one fp32 step around the tie
+        ui = static_cast<double>(next_float(static_cast<float>(sign * gg / 2), rng.below(2) ? 1 : -1));
+        break;
+      case 4:  // tiny relative to w (the sum is not exact in fp32; huge gaps: not in double either)
+        ui = sign *
+             std::ldexp(std::max(std::fabs(static_cast<double>(wi)), 1e-30), -20 - static_cast<int>(rng.below(60)));
+        break;
+      case 5:  // zero sum and just off it
+        ui = -static_cast<double>(wi) * (rng.below(2) ? 1.0 : 1.0 + std::ldexp(1.0, -20));
+        break;
+      case 6:  // saturation edges: to max and just beyond
+        ui = max - std::fabs(static_cast<double>(wi)) + (rng.below(2) ? 0.0 : std::ldexp(max, -30));
+        ui *= std::signbit(wi) ? -1 : 1;
+        break;
+      case 7:  // huge (saturates; for bf16/fp32 the fp32 sum may overflow)
+        ui = sign * std::ldexp(max, -static_cast<int>(rng.below(3)));
+        break;
+      case 8:  // a multiple of the gap plus a random fraction
+        ui = sign * gg * (static_cast<double>(rng.below(5)) + rng.uniform());
+        break;
+      case 9:  // toward zero across a binade edge
+        ui = -static_cast<double>(wi) * std::ldexp(1.0, -1 - static_cast<int>(rng.below(4)));
+        break;
+      default:  // random over many scales
+        ui = sign * gg * std::ldexp(rng.uniform(), 4 - static_cast<int>(rng.below(40)));
+        break;
+    }
+    float uf = static_cast<float>(ui);
+    if (!std::isfinite(uf)) {
+      uf = sign > 0 ? std::numeric_limits<float>::max() : -std::numeric_limits<float>::max();
+    }
+    w.push_back(wi);
+    u.push_back(uf);
+  }
+}
+
+const WritebackPolicy kPolicies[] = {{Policy::nearest, 0},    {Policy::stochastic, 0},  {Policy::stochastic, 1},
+                                     {Policy::stochastic, 8}, {Policy::stochastic, 32}, {Policy::deadzone_sr, 0},
+                                     {Policy::deadzone_sr, 4}};
+
+std::string describe(const FormatSpec& f, const WritebackPolicy& p) {
+  return std::string(f.name) + " scale " + std::to_string(f.int_scale) + " " + policy_name(p.policy) +
+         " r=" + std::to_string(p.sr_bits);
+}
+
+std::uint32_t bits_of(float x) {
+  std::uint32_t b;
+  std::memcpy(&b, &x, 4);
+  return b;
+}
+
+}  // namespace
+
+TEST(WritebackBlocks, EveryPolicyEqualsTheExactScalarPathAndNearestEqualsBruteForce) {
+  std::int64_t checked = 0;
+  for (const Case& c : all_formats()) {
+    const auto table = c.table ? wbaudit::test::ref_table(c.ref) : std::vector<wbaudit::test::ValueCode>{};
+    std::vector<float> w, u;
+    make_inputs(c, table, 6007, 11 + static_cast<std::uint64_t>(c.fmt.bits), w, u);
+    const FormatParams p = format_params(c.fmt);
+    const auto n = w.size();
+    for (const auto& pol : kPolicies) {
+      SCOPED_TRACE(describe(c.fmt, pol));
+      const RngKey key{0x1234567890abcdefull, 77, 3};
+      Kokkos::View<float*> wv("w", n), uv("u", n);
+      auto hw = Kokkos::create_mirror_view(wv);
+      auto hu = Kokkos::create_mirror_view(uv);
+      for (std::size_t i = 0; i < n; ++i) {
+        hw(i) = w[i];
+        hu(i) = u[i];
+      }
+      Kokkos::deep_copy(wv, hw);
+      Kokkos::deep_copy(uv, hu);
+      WritebackOptions opt;
+      opt.first_coordinate = 5;  // blocks not aligned with the Philox groups
+      const WritebackCounts got =
+          writeback(Kokkos::DefaultExecutionSpace{}, c.fmt, pol, key, wv, Kokkos::View<const float*>(uv), opt);
+      Kokkos::deep_copy(hw, wv);
+      WritebackCounts want;
+      for (std::size_t i = 0; i < n; ++i) {
+        const WritebackOutcome o = writeback_value(p, pol, key, opt.first_coordinate + i, w[i], u[i]);
+        ASSERT_EQ(bits_of(hw(i)), bits_of(o.value))
+            << "coordinate " << i << ": w = " << w[i] << " (" << std::hexfloat << w[i] << "), u = " << u[i]
+            << ", kernel " << hw(i) << ", exact " << o.value << std::defaultfloat;
+        want.nonzero += u[i] != 0;
+        want.erased += u[i] != 0 && o.value == w[i];
+        want.applied += o.value != w[i];
+        want.saturated += o.saturated;
+        want.sr_applied += o.random;
+        want.sr_truncated += o.truncated;
+        if (pol.policy == Policy::nearest) {
+          // brute force: the nearest format value (ties to even) of the exact sum, saturating
+          double ref;
+          if (c.table) {
+            ref = wbaudit::test::ref_nearest_search(table, static_cast<double>(w[i]) + static_cast<double>(u[i]));
+          } else {
+            const float s = w[i] + u[i];  // the hardware's correctly rounded fp32 sum
+            ref = std::isinf(s) || std::fabs(static_cast<double>(w[i]) + u[i]) > c.fmt.max_finite
+                      ? std::copysign(c.fmt.max_finite, static_cast<double>(s))
+                      : s;
+          }
+          ASSERT_EQ(static_cast<double>(hw(i)), ref)
+              << "coordinate " << i << ": w = " << std::hexfloat << w[i] << ", u = " << u[i];
+        }
+        ++checked;
+      }
+      EXPECT_EQ(got, want);
+    }
+  }
+  std::printf("checked %lld coordinate write-backs\n", static_cast<long long>(checked));
+}
+
+TEST(WritebackBlocks, NonFiniteCoordinatesAreLeftUnchangedAndCounted) {
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  for (const Case& c : all_formats()) {
+    const FormatParams p = format_params(c.fmt);
+    for (const auto& pol : kPolicies) {
+      SCOPED_TRACE(describe(c.fmt, pol));
+      const std::size_t n = 700;
+      std::vector<float> w(n), u(n);
+      SplitMix rng{3};
+      for (std::size_t i = 0; i < n; ++i) {
+        w[i] = static_cast<float>(round_nearest(p, (rng.uniform() - 0.5) * c.fmt.max_finite));
+        u[i] = static_cast<float>((rng.uniform() - 0.5) * c.fmt.max_finite * 0x1p-6);
+      }
+      w[1] = nan;
+      w[300] = -inf;
+      w[301] = inf;
+      u[7] = inf;
+      u[255] = -inf;
+      u[256] = nan;
+      u[301] = -inf;
+      u[699] = nan;
+      Kokkos::View<float*> wv("w", n), uv("u", n);
+      auto hw = Kokkos::create_mirror_view(wv);
+      auto hu = Kokkos::create_mirror_view(uv);
+      for (std::size_t i = 0; i < n; ++i) {
+        hw(i) = w[i];
+        hu(i) = u[i];
+      }
+      Kokkos::deep_copy(wv, hw);
+      Kokkos::deep_copy(uv, hu);
+      const RngKey key{9, 4, 2};
+      try {
+        writeback(c.fmt, pol, key, wv, uv);
+        FAIL() << "no throw";
+      } catch (const NonFiniteError& e) {
+        EXPECT_NE(std::string(e.what()).find("7 non-finite"), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find("first at coordinate 1"), std::string::npos) << e.what();
+      }
+      Kokkos::deep_copy(hw, wv);
+      for (std::size_t i = 0; i < n; ++i) {
+        const bool bad = !std::isfinite(w[i]) || !std::isfinite(u[i]);
+        if (bad) {
+          ASSERT_EQ(bits_of(hw(i)), bits_of(w[i])) << "coordinate " << i << " (non-finite input) was changed";
+        } else {
+          ASSERT_EQ(bits_of(hw(i)), bits_of(writeback_value(p, pol, key, i, w[i], u[i]).value)) << "coordinate " << i;
+        }
+      }
+    }
+  }
+}
+
+TEST(WritebackBlocks, ProjectedErasureEqualsAPlainRecount) {
+  for (const Case& c : all_formats()) {
+    if (!c.table) {
+      continue;
+    }
+    SCOPED_TRACE(describe(c.fmt, WritebackPolicy{}));
+    const auto table = wbaudit::test::ref_table(c.ref);
+    std::vector<float> w, u;
+    make_inputs(c, table, 3001, 99, w, u);
+    // fp32 reference weights: perturb the format values off the grid (projection rounds them first)
+    SplitMix rng{4};
+    for (auto& x : w) {
+      x = static_cast<float>(x * (1 - rng.uniform() * 0x1p-6));  // stays within max finite
+    }
+    std::int64_t nonzero = 0, erased = 0;
+    for (std::size_t i = 0; i < w.size(); ++i) {
+      const double wq = wbaudit::test::ref_nearest_search(table, w[i]);
+      nonzero += u[i] != 0;
+      erased += u[i] != 0 && wbaudit::test::ref_nearest_search(table, wq + static_cast<double>(u[i])) == wq;
+    }
+    Kokkos::View<float*> wv("w", w.size()), uv("u", u.size());
+    auto hw = Kokkos::create_mirror_view(wv);
+    auto hu = Kokkos::create_mirror_view(uv);
+    for (std::size_t i = 0; i < w.size(); ++i) {
+      hw(i) = w[i];
+      hu(i) = u[i];
+    }
+    Kokkos::deep_copy(wv, hw);
+    Kokkos::deep_copy(uv, hu);
+    const WritebackCounts got = project_erasure(c.fmt, wv, uv);
+    EXPECT_EQ(got.nonzero, nonzero);
+    EXPECT_EQ(got.erased, erased);
+  }
+}
