@@ -423,6 +423,33 @@ AttemptRecord SweepStore::finish_attempt(Attempt& attempt, AttemptStatus status,
   return read_attempt(attempt.m_dir, attempt.m_cell_id);
 }
 
+AttemptRecord SweepStore::fail_abandoned_attempt(const std::string& id, const std::string& uuid,
+                                                 const std::string& reason) const {
+  (void)cell(id);  // throws for a cell that is not in the sweep
+  // The uuid comes from another process; it must name a directory inside this cell's attempts, nothing else.
+  if (uuid.empty() || uuid.size() > 64 || !std::all_of(uuid.begin(), uuid.end(), [](char c) {
+        return std::isxdigit(static_cast<unsigned char>(c)) || c == '-';
+      })) {
+    throw StoreError("fail_abandoned_attempt: \"" + uuid + "\" is not an attempt uuid");
+  }
+  const fs::path dir = m_dir / "cells" / id / "attempts" / uuid;
+  const fs::path file = dir / "manifest.json";
+  nlohmann::json manifest;
+  try {
+    manifest = nlohmann::json::parse(read_text(file));
+  } catch (const nlohmann::json::exception& e) {
+    throw StoreError(file.string() + ": corrupt manifest: " + e.what());
+  }
+  if (manifest.value("status", std::string()) == to_string(AttemptStatus::running)) {
+    manifest["status"] = to_string(AttemptStatus::failed);
+    manifest["exit_reason"] = reason;
+    manifest["end"] = utc_now();
+    manifest["files"] = nlohmann::json::object();
+    write_file_atomic(file, manifest.dump(1) + "\n", /*durable=*/false);
+  }
+  return read_attempt(dir, id);
+}
+
 AttemptRecord SweepStore::read_attempt(const fs::path& attempt_dir, const std::string& id) const {
   AttemptRecord record;
   record.dir = attempt_dir;

@@ -112,6 +112,13 @@ class SweepStore {
   AttemptRecord finish_attempt(Attempt& attempt, AttemptStatus status, const std::string& exit_reason,
                                const std::vector<std::string>& files) const;
 
+  // Marks the attempt cells/<cell_id>/attempts/<uuid> of a process that died while running it (its manifest still
+  // says "running") as failed with the given reason, e.g. "worker process 4711 was killed by signal 9 (Killed) while
+  // running the cell", so that `status` shows why without relying on the pid being gone. An attempt that is not
+  // running is left as it is. Throws StoreError for a malformed uuid or a missing or unreadable manifest.
+  AttemptRecord fail_abandoned_attempt(const std::string& cell_id, const std::string& uuid,
+                                       const std::string& reason) const;
+
   AttemptRecord read_attempt(const std::filesystem::path& attempt_dir, const std::string& cell_id) const;
   CellStatus cell_status(const std::string& cell_id) const;
   std::vector<CellStatus> status() const;  // in cells() order

@@ -271,6 +271,32 @@ TEST_F(StoreTest, KilledProcessLeavesAnInterruptedAttempt) {
   EXPECT_FALSE(status.attempts[0].complete);
 }
 
+// The parent of a worker that died marks the worker's running attempt failed with the reason it saw.
+TEST_F(StoreTest, AbandonedAttemptIsMarkedFailedWithItsReason) {
+  const auto store = wr::SweepStore::create(dir, kSpec, three_cells());
+  const std::string id = store.cells()[1].id;
+  wr::Attempt attempt = store.begin_attempt(id);
+  std::ofstream(attempt.dir() / "trace.h5") << "half a tr";
+  const std::string reason = "worker process 4711 was killed by signal 9 (Killed) while running the cell";
+  const auto record = store.fail_abandoned_attempt(id, attempt.uuid(), reason);
+  EXPECT_EQ(record.status, wr::AttemptStatus::failed);
+  EXPECT_EQ(record.exit_reason, reason);
+  EXPECT_FALSE(record.end.empty());
+  const auto status = store.cell_status(id);
+  EXPECT_EQ(status.state, wr::CellState::failed);
+  EXPECT_EQ(joined(status.reasons), "attempt " + attempt.uuid() + ": failed: " + reason + " | ");
+  EXPECT_TRUE(status.needs_run());
+  // A finished attempt is left as it is.
+  const auto done = complete_attempt(store, store.cells()[2].id, "x");
+  const std::string before = slurp(done.dir / "manifest.json");
+  EXPECT_EQ(store.fail_abandoned_attempt(store.cells()[2].id, done.uuid, reason).status, wr::AttemptStatus::complete);
+  EXPECT_EQ(slurp(done.dir / "manifest.json"), before);
+  EXPECT_EQ(store.cell_status(store.cells()[2].id).state, wr::CellState::done);
+  // The uuid comes from another process: nothing but an attempt directory of this cell can be named.
+  EXPECT_THROW((void)store.fail_abandoned_attempt(id, "../../" + store.cells()[2].id, reason), wr::StoreError);
+  EXPECT_THROW((void)store.fail_abandoned_attempt(id, "0123-abcd", reason), wr::StoreError);  // no such attempt
+}
+
 TEST(AtomicWrite, ReplacesContentAndLeavesNoTemporary) {
   const fs::path dir = fresh_dir("atomic");
   fs::create_directories(dir);
