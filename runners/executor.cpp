@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "runners/identity.hpp"
+#include "runners/local_workers.hpp"
 
 namespace wbaudit::runners {
 namespace {
@@ -35,35 +36,6 @@ struct CommGuard {
     }
   }
 };
-
-// Runs one cell into a fresh attempt; failures of the cell are recorded, failures of the store propagate.
-bool run_one(const SweepStore& store, const CellTask& task, const CellFn& fn, const ExecOptions& opts, int rank,
-             double& cell_seconds) {
-  Attempt attempt = store.begin_attempt(task.id);
-  if (opts.progress) {
-    opts.progress({ProgressEvent::Kind::started, task.id, task.name, "", rank, 0.0});
-  }
-  const auto start = std::chrono::steady_clock::now();
-  std::vector<std::string> files;
-  std::string error;
-  try {
-    files = fn(task, attempt.dir());
-  } catch (const std::exception& e) {
-    error = e.what();
-  } catch (...) {
-    error = "unknown exception";
-  }
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  cell_seconds += seconds;
-  const AttemptRecord record =
-      store.finish_attempt(attempt, error.empty() ? AttemptStatus::complete : AttemptStatus::failed, error, files);
-  const bool ok = record.status == AttemptStatus::complete;
-  if (opts.progress) {
-    opts.progress({ok ? ProgressEvent::Kind::completed : ProgressEvent::Kind::failed, task.id, task.name,
-                   ok ? "" : record.exit_reason, rank, seconds});
-  }
-  return ok;
-}
 
 std::vector<std::size_t> select_work(const SweepStore& store, const std::vector<CellTask>& cells, bool resume,
                                      std::size_t& skipped) {
@@ -100,6 +72,34 @@ void check_runnable(const SweepStore& store, const std::vector<CellTask>& cells)
 
 }  // namespace
 
+bool run_cell_attempt(const SweepStore& store, const CellTask& task, const CellFn& fn,
+                      const std::function<void(const ProgressEvent&)>& progress, int rank, double& cell_seconds) {
+  Attempt attempt = store.begin_attempt(task.id);
+  if (progress) {
+    progress({ProgressEvent::Kind::started, task.id, task.name, "", attempt.uuid(), rank, 0.0});
+  }
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<std::string> files;
+  std::string error;
+  try {
+    files = fn(task, attempt.dir());
+  } catch (const std::exception& e) {
+    error = e.what();
+  } catch (...) {
+    error = "unknown exception";
+  }
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  cell_seconds += seconds;
+  const AttemptRecord record =
+      store.finish_attempt(attempt, error.empty() ? AttemptStatus::complete : AttemptStatus::failed, error, files);
+  const bool ok = record.status == AttemptStatus::complete;
+  if (progress) {
+    progress({ok ? ProgressEvent::Kind::completed : ProgressEvent::Kind::failed, task.id, task.name,
+              ok ? "" : record.exit_reason, attempt.uuid(), rank, seconds});
+  }
+  return ok;
+}
+
 std::vector<CellTask> tasks_of(const SweepStore& store) {
   std::vector<CellTask> out;
   for (const auto& cell : store.cells()) {
@@ -124,10 +124,19 @@ ExecSummary execute_sweep(const SweepStore& store, const std::vector<CellTask>& 
   summary.total = cells.size();
 
   if (opts.comm == MPI_COMM_NULL) {
+    if (opts.local_jobs < 1) {
+      throw std::invalid_argument("execute_sweep: local_jobs must be at least 1, not " +
+                                  std::to_string(opts.local_jobs));
+    }
     check_runnable(store, cells);
     const auto todo = select_work(store, cells, opts.resume, summary.skipped);
+    if (opts.local_jobs > 1 && todo.size() > 1) {
+      detail::run_in_local_workers(store, cells, todo, opts, summary);
+      summary.wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      return summary;
+    }
     for (std::size_t i : todo) {
-      if (run_one(store, cells[i], fn, opts, 0, summary.cell_seconds)) {
+      if (run_cell_attempt(store, cells[i], fn, opts.progress, 0, summary.cell_seconds)) {
         ++summary.completed;
       } else {
         ++summary.failed;
@@ -173,7 +182,7 @@ ExecSummary execute_sweep(const SweepStore& store, const std::vector<CellTask>& 
   double my_cell_seconds = 0.0;
   std::string local_error;  // a store failure (not a cell failure) on this rank
   auto run_index = [&](std::size_t i) {
-    if (run_one(store, cells[i], fn, opts, rank, my_cell_seconds)) {
+    if (run_cell_attempt(store, cells[i], fn, opts.progress, rank, my_cell_seconds)) {
       ++my_completed;
     } else {
       my_failed.push_back(static_cast<int>(i));

@@ -3,7 +3,10 @@
 #include "runners/executor.hpp"
 
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 
+#include <cerrno>
+#include <chrono>
 #include <fstream>
 #include <map>
 #include <set>
@@ -128,4 +131,72 @@ TEST_F(ExecutorTest, RefusesTasksOutsideTheSweepAndForeignBinaries) {
   }
   EXPECT_TRUE(fake.calls.empty());
   fs::remove_all(other);
+}
+
+TEST_F(ExecutorTest, LocalJobsBelowOneAreRefused) {
+  const auto store = wr::SweepStore::create(dir, "spec", cells(3));
+  FakeCell fake;
+  for (int jobs : {0, -2}) {
+    wr::ExecOptions opts;
+    opts.local_jobs = jobs;
+    try {
+      (void)wr::execute_sweep(
+          store, wr::tasks_of(store), [&](auto& t, auto& d) { return fake(t, d); }, opts);
+      FAIL() << "accepted local_jobs = " << jobs;
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find("local_jobs must be at least 1, not " + std::to_string(jobs)),
+                std::string::npos)
+          << e.what();
+    }
+  }
+  EXPECT_TRUE(fake.calls.empty());
+  EXPECT_FALSE(fs::exists(dir / "cells" / store.cells()[0].id));
+}
+
+// With a single cell to run there is nothing to run concurrently: it runs here, and no worker is started (the
+// worker command would fail).
+TEST_F(ExecutorTest, OneCellToRunRunsInThisProcess) {
+  const auto store = wr::SweepStore::create(dir, "spec", cells(1));
+  FakeCell fake;
+  wr::ExecOptions opts;
+  opts.local_jobs = 4;
+  opts.worker_command = {"/nonexistent/wbaudit-worker"};
+  const auto summary = wr::execute_sweep(
+      store, wr::tasks_of(store), [&](auto& t, auto& d) { return fake(t, d); }, opts);
+  EXPECT_EQ(summary.completed, 1u);
+  EXPECT_EQ(fake.calls.at("cell0"), 1);
+}
+
+// Workers that cannot start, die before they are ready, or write something that is not the protocol: the sweep is
+// an error naming what happened, no cell counts as run, and every child is reaped (no zombie, no orphan).
+TEST_F(ExecutorTest, BrokenWorkersAreAnErrorAndAreReaped) {
+  const auto store = wr::SweepStore::create(dir, "spec", cells(3));
+  FakeCell fake;
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"/nonexistent/wbaudit-worker"}, "cannot start the worker process /nonexistent/wbaudit-worker"},
+      {{"/bin/sh", "-c", "exit 7"}, "exited with status 7 before it was ready"},
+      {{"/bin/sh", "-c", "kill -9 $$"}, "was killed by signal 9 (Killed) before it was ready"},
+      {{"/bin/sh", "-c", "echo hello; exec sleep 30"}, "broke the worker protocol: unreadable line \"hello\""},
+  };
+  for (const auto& [command, expected] : cases) {
+    wr::ExecOptions opts;
+    opts.resume = true;
+    opts.local_jobs = 2;
+    opts.worker_command = command;
+    const auto start = std::chrono::steady_clock::now();
+    try {
+      (void)wr::execute_sweep(
+          store, wr::tasks_of(store), [&](auto& t, auto& d) { return fake(t, d); }, opts);
+      ADD_FAILURE() << "no error for the worker " << command.back();
+    } catch (const wr::WorkerError& e) {
+      EXPECT_NE(std::string(e.what()).find(expected), std::string::npos) << e.what();
+    }
+    // The protocol breaker is killed, not waited for (it sleeps 30 s).
+    EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 20.0);
+    errno = 0;
+    EXPECT_EQ(::waitpid(-1, nullptr, WNOHANG), -1) << "a worker was left unreaped: " << command.back();
+    EXPECT_EQ(errno, ECHILD);
+  }
+  EXPECT_TRUE(fake.calls.empty());
+  for (const auto& s : store.status()) EXPECT_EQ(s.state, wr::CellState::pending) << s.cell->name;
 }
