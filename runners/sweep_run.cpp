@@ -14,6 +14,7 @@
 
 #include "forecast/alignment.hpp"
 #include "forecast/crossing.hpp"
+#include "runners/identity.hpp"
 #include "runners/report/crossing_report.hpp"
 #include "runners/sweep_cells.hpp"
 #include "sim/run.hpp"
@@ -128,11 +129,21 @@ ExecSummary run_sweep(const SweepSpec& spec, const RunOptions& options, MPI_Comm
   ExecOptions exec;
   exec.resume = true;  // the directory was just created (or resume was asked for and checked by create)
   exec.comm = comm;
+  if (comm == MPI_COMM_NULL) {
+    exec.local_jobs = options.jobs;
+    exec.worker_command = {self_executable().string(), "worker",
+                           "--kokkos-threads=" + std::to_string(options.worker_threads), "--", options.out.string()};
+  }
   ProgressPrinter printer(store.cells().size(), rank, ranks);
   if (options.progress) exec.progress = [&printer](const ProgressEvent& e) { printer(e); };
   if (options.progress && rank == 0) {
     std::cerr << "wbaudit run: " << spec.name << ": " << spec.count(CellRole::target) << " target runs, "
-              << spec.count(CellRole::reference) << " fp32 reference runs -> " << options.out.string() << "\n";
+              << spec.count(CellRole::reference) << " fp32 reference runs -> " << options.out.string();
+    if (comm == MPI_COMM_NULL && options.jobs > 1) {
+      std::cerr << " (up to " << options.jobs << " worker processes, " << options.worker_threads << " thread"
+                << (options.worker_threads == 1 ? "" : "s") << " each)";
+    }
+    std::cerr << "\n";
   }
   ExecSummary summary = execute_sweep(store, tasks_of(store), simulator_cell_fn(), exec);
 

@@ -19,6 +19,10 @@ struct RunOptions {
   bool resume = false;
   bool report = true;    // write summary.csv and report/ after the cells ran
   bool progress = true;  // progress lines on stderr
+  // Local runs (comm null): cells at a time, each in a worker process of this executable (`wbaudit worker`) with
+  // worker_threads Kokkos threads; 1 runs every cell in this process. Ignored under MPI.
+  int jobs = 1;
+  int worker_threads = 1;
 };
 
 // The cells of a spec as stored in a sweep directory (ids are filled in by SweepStore::create).

@@ -1,4 +1,7 @@
-// wbaudit run SPEC.toml [--out DIR] [--resume]: the main job. Under mpirun the cells are spread over the ranks.
+// wbaudit run SPEC.toml [--out DIR] [--resume] [--jobs N]: the main job. Locally, whole cells run concurrently in
+// worker processes of this executable; under mpirun the cells are spread over the ranks instead.
+#include <Kokkos_Core.hpp>
+#include <algorithm>
 #include <iostream>
 
 #include "runners/cli/commands.hpp"
@@ -15,31 +18,56 @@ void add_run_command(CLI::App& app) {
     bool resume = false;
     bool no_report = false;
     bool quiet = false;
+    int jobs = 0;  // set only with --jobs
   };
   auto args = std::make_shared<Args>();
   auto* cmd = app.add_subcommand("run",
-                                 "Run a sweep here: every cell with Kokkos threads, spread over MPI ranks "
-                                 "when started by mpirun; then write summary.csv and the report");
+                                 "Run a sweep here: cells concurrently in worker processes (Kokkos threads inside "
+                                 "each), spread over MPI ranks when started by mpirun; then write summary.csv and "
+                                 "the report");
   cmd->add_option("spec", args->spec, "Sweep spec (TOML), e.g. examples/two_layer_grid.toml")
       ->required()
       ->check(CLI::ExistingFile);
   cmd->add_option("--out,-o", args->out, "Sweep directory to create (default: runs/<sweep name>)");
   cmd->add_flag("--resume", args->resume,
                 "Reopen an existing sweep directory and run only cells without a canonical complete attempt");
+  cmd->add_option("--jobs,-j", args->jobs,
+                  "Run N cells at a time, each in a worker process of this executable with max(1, T/N) of the T "
+                  "Kokkos threads (default: N = T); 1: one cell after another in this process with all T threads. "
+                  "Ignored under mpirun, where the ranks already run cells concurrently")
+      ->check(CLI::Validator(
+          [](std::string& value) -> std::string {
+            try {
+              if (std::stoll(value) >= 1) {
+                return "";
+              }
+            } catch (const std::exception&) {
+              return "not a number: \"" + value + "\"";
+            }
+            return "the number of worker processes must be at least 1, not " + value;
+          },
+          "N>=1"));
   cmd->add_flag("--no-report", args->no_report, "Skip summary.csv and the report");
   cmd->add_flag("--quiet,-q", args->quiet, "No progress output");
   cmd->footer(
-      "Examples:\n  wbaudit run examples/two_layer_grid.toml --out runs/grid\n"
+      "Examples:\n  wbaudit run examples/two_layer_grid.toml --out runs/grid --kokkos-threads=2\n"
+      "  wbaudit run examples/two_layer_grid.toml --out runs/grid --kokkos-threads=2 --jobs 1\n"
       "  mpirun -n 2 --bind-to none wbaudit run examples/two_layer_grid.toml --out runs/grid --kokkos-threads=1\n"
-      "Threads: --kokkos-threads=N (or OMP_NUM_THREADS).");
-  cmd->callback([args] {
+      "Threads: --kokkos-threads=T (or OMP_NUM_THREADS). Traces are bitwise identical for any T, N and rank count.");
+  cmd->callback([args, cmd] {
     runners::SweepSpec spec = runners::load_sweep_spec(args->spec);
     runners::RunOptions options;
     options.out = args->out.empty() ? std::filesystem::path("runs") / spec.name : std::filesystem::path(args->out);
     options.resume = args->resume;
     options.report = !args->no_report;
     options.progress = !args->quiet;
+    const int threads = std::max(1, Kokkos::DefaultHostExecutionSpace::concurrency());
+    options.jobs = cmd->count("--jobs") > 0 ? args->jobs : threads;
+    options.worker_threads = std::max(1, threads / options.jobs);
     runners::MpiSession mpi(nullptr, nullptr);
+    if (mpi.active() && cmd->count("--jobs") > 0 && mpi.rank() == 0 && !args->quiet) {
+      std::cerr << "wbaudit run: --jobs is ignored under mpirun (every rank runs whole cells already)\n";
+    }
     auto summary = runners::run_sweep(spec, options, mpi.active() ? MPI_COMM_WORLD : MPI_COMM_NULL);
     if (!summary.ok()) {
       if (mpi.rank() == 0) {

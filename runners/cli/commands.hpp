@@ -27,4 +27,5 @@ void add_run_cells_command(CLI::App& app);
 void add_formats_command(CLI::App& app);
 void add_round_command(CLI::App& app);
 void add_evaluate_command(CLI::App& app);
+void add_worker_command(CLI::App& app);
 }  // namespace wbaudit::cli

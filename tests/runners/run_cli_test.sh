@@ -9,7 +9,8 @@ trap 'rm -rf "$work"' EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
 "$wbaudit" run "$src/examples/tiny.toml" --out "$work/t1" --kokkos-threads=1 2> "$work/log1" || { cat "$work/log1"; fail "run at 1 thread"; }
-"$wbaudit" run "$src/examples/tiny.toml" --out "$work/t2" --kokkos-threads=2 --quiet || fail "run at 2 threads"
+# --jobs 1: both threads inside each cell (the default at 2 threads would be 2 workers of 1 thread: run_jobs_cli_test).
+"$wbaudit" run "$src/examples/tiny.toml" --out "$work/t2" --kokkos-threads=2 --jobs 1 --quiet || fail "run at 2 threads"
 grep -q "\[8/8\]" "$work/log1" || { cat "$work/log1"; fail "progress lines missing"; }
 
 # 4 target runs x 2 groups = 8 evaluation cells, plus the header.
