@@ -56,11 +56,10 @@ template <bool Subnormals>
     const float s = wf + uf;  // TwoSum: s + e == w + u exactly (s finite)
     const float bb = s - wf;
     const float e = (wf - (s - bb)) + (uf - bb);
-    const std::uint32_t sb = bits32(s), eb = bits32(e), wb = bits32(wf), ub = bits32(uf);
-    const std::uint32_t ab = sb & ~kSign32;
-    const std::uint32_t e_nz = (eb << 1) != 0;
-    const std::uint32_t e_same = ((eb ^ sb) >> 31) == 0;
-    const std::uint32_t e_away = e_nz & e_same, e_toward = e_nz & (e_same ^ 1u);
+    const std::uint32_t sb = bits32(s);
+    const std::uint32_t ab = sb & ~kSign32, sign = sb & kSign32;
+    const float em = float_of(bits32(e) ^ sign);  // e in the direction of |s|
+    const std::uint32_t e_away = em > 0.0f, e_toward = em < 0.0f;
     const std::uint32_t bad = ab > 0x7f7fffffu;
     // normal range. When s is a midpoint and e != 0, s is first moved one fp32 step toward the exact sum, which is
     // then no midpoint (the formats drop 13 or more bits) and rounds right.
@@ -70,18 +69,18 @@ template <bool Subnormals>
     if constexpr (Subnormals) {
       const float ax = float_of(ab);
       const float rs = (ax + sub_c) - sub_c;
-      const std::uint32_t tie_s = (bits32(ax - rs) & ~kSign32) == bits32(sub_half);  // ax - rs is exact
+      const std::uint32_t tie_s = std::fabs(ax - rs) == sub_half;  // ax - rs is exact
       const float rsub = (tie_s & e_away) ? ax + sub_half : ((tie_s & e_toward) ? ax - sub_half : rs);
       r = ab < sub_limit ? bits32(rsub) : r;
     }
     // saturation: |w + u| > max finite (s == max with e pointing away is beyond it too)
     const std::uint32_t sat = (ab > max_bits) | ((ab == max_bits) & e_away);
     r = r > max_bits ? max_bits : r;
-    const std::uint32_t vb = r | (sb & kSign32);
-    w[k] = float_of(bad ? wb : vb);
+    const float v = float_of(r | sign);
+    w[k] = bad ? wf : v;
     flags[k] = static_cast<unsigned char>(bad);
-    const std::uint32_t changed = (vb != wb) & (((vb | wb) << 1) != 0);  // q != w as values (+0 == -0)
-    const std::uint32_t nz = (ub << 1) != 0;
+    const std::uint32_t changed = v != wf;  // as values (+0 == -0); NaN only in flagged lanes
+    const std::uint32_t nz = uf != 0.0f;
     const std::uint32_t ok = bad ^ 1u;
     nonzero += ok & nz;
     erased += ok & nz & (changed ^ 1u);
@@ -306,26 +305,27 @@ template <bool Integer, int Mode, bool RBits>
 [[gnu::always_inline]] inline void philox_groups_body(std::uint32_t k0, std::uint32_t k1, std::uint32_t step,
                                                       std::uint32_t tensor, std::uint64_t g0, std::int64_t groups,
                                                       std::uint32_t* __restrict out) {
+  // 64-bit lanes holding 32-bit values: the 32 x 32 -> 64 products are then single vpmuludq instructions.
+  constexpr std::uint64_t kLow = 0xffffffffull;
   for (std::int64_t j = 0; j < groups; ++j) {
     const std::uint64_t g = g0 + static_cast<std::uint64_t>(j);
-    std::uint32_t c0 = static_cast<std::uint32_t>(g), c1 = static_cast<std::uint32_t>(g >> 32) & 0x3fffu;
-    std::uint32_t c2 = step, c3 = tensor;
-    std::uint32_t ka = k0, kb = k1;
+    std::uint64_t c0 = g & kLow, c1 = (g >> 32) & 0x3fffu, c2 = step, c3 = tensor;
+    std::uint64_t ka = k0, kb = k1;
 #pragma GCC unroll 10
     for (int round = 0; round < 10; ++round) {
-      const std::uint64_t p0 = std::uint64_t{0xD2511F53u} * c0;
-      const std::uint64_t p1 = std::uint64_t{0xCD9E8D57u} * c2;
-      c0 = static_cast<std::uint32_t>(p1 >> 32) ^ c1 ^ ka;
-      c1 = static_cast<std::uint32_t>(p1);
-      c2 = static_cast<std::uint32_t>(p0 >> 32) ^ c3 ^ kb;
-      c3 = static_cast<std::uint32_t>(p0);
-      ka += 0x9E3779B9u;
-      kb += 0xBB67AE85u;
+      const std::uint64_t p0 = (c0 & kLow) * std::uint64_t{0xD2511F53u};
+      const std::uint64_t p1 = (c2 & kLow) * std::uint64_t{0xCD9E8D57u};
+      c0 = ((p1 >> 32) ^ c1 ^ ka) & kLow;
+      c1 = p1 & kLow;
+      c2 = ((p0 >> 32) ^ c3 ^ kb) & kLow;
+      c3 = p0 & kLow;
+      ka = (ka + 0x9E3779B9u) & kLow;
+      kb = (kb + 0xBB67AE85u) & kLow;
     }
-    out[4 * j] = c0;
-    out[4 * j + 1] = c1;
-    out[4 * j + 2] = c2;
-    out[4 * j + 3] = c3;
+    out[4 * j] = static_cast<std::uint32_t>(c0);
+    out[4 * j + 1] = static_cast<std::uint32_t>(c1);
+    out[4 * j + 2] = static_cast<std::uint32_t>(c2);
+    out[4 * j + 3] = static_cast<std::uint32_t>(c3);
   }
 }
 
