@@ -39,8 +39,8 @@ constexpr double kRound52 = 0x1.8p52;  // (y + kRound52) - kRound52 == nearbyint
 // M + 1 <= 23 bits; fp32 itself has no midpoints). Rounding is monotonic, so the fp32 sum s = fl(w + u) rounds to
 // the same format value as the exact sum s + e (TwoSum) unless s is itself a midpoint and e != 0: then e says on
 // which side the exact sum lies. Rounding s: ties to even on the bit pattern (a carry moves into the exponent
-// correctly), and in the format's own subnormal range where fp32 is still normal (E < 8) with the constant
-// 1.5 * 2^23 * min_subnormal. Non-finite s (non-finite input, or an fp32 overflow of the sum) is flagged.
+// correctly); in the format's own subnormal range where fp32 is still normal (E < 8), after adding min_normal.
+// Non-finite s (non-finite input, or an fp32 overflow of the sum) is flagged.
 template <bool Subnormals>
 [[gnu::always_inline]] inline std::int64_t nearest_float_body(const BlockParams& bp, float* __restrict w,
                                                               const float* __restrict u,
@@ -50,7 +50,7 @@ template <bool Subnormals>
   std::uint32_t nonzero = 0, erased = 0, applied = 0, saturated = 0, flagged = 0;
   const std::uint32_t mask = bp.mask, keep = ~bp.mask, half_m1 = bp.half_m1, lsb_bit = bp.lsb_mask;
   const std::uint32_t tie_bits = bp.tie_bits, max_bits = bp.max_bits, sub_limit = bits32(bp.sub_limit);
-  const float sub_c = bp.sub_c, sub_half = bp.sub_half;
+  const float sub_limit_f = bp.sub_limit;
   for (std::int64_t k = 0; k < len; ++k) {
     const float wf = w[k], uf = u[k];
     const float s = wf + uf;  // TwoSum: s + e == w + u exactly (s finite)
@@ -59,22 +59,31 @@ template <bool Subnormals>
     const std::uint32_t sb = bits32(s);
     const std::uint32_t ab = sb & ~kSign32, sign = sb & kSign32;
     const float em = float_of(bits32(e) ^ sign);  // e in the direction of |s|
-    const std::uint32_t e_away = em > 0.0f, e_toward = em < 0.0f;
     const std::uint32_t bad = ab > 0x7f7fffffu;
-    // normal range. When s is a midpoint and e != 0, s is first moved one fp32 step toward the exact sum, which is
-    // then no midpoint (the formats drop 13 or more bits) and rounds right.
-    const std::uint32_t tie = (ab & mask) == tie_bits;
-    const std::uint32_t ab_adj = ab + (tie & e_away) - (tie & e_toward);
+    std::uint32_t ab_in = ab;
+    float em_in = em;
+    std::uint32_t in_sub = 0;
+    if constexpr (Subnormals) {
+      // The format's subnormal range (fp32 is normal there): |s| + min_normal lies in the format's first normal
+      // binade, whose spacing is min_subnormal too, so it rounds like |s| (shifted by min_normal). The addition's
+      // own error e2 (exact) decides a tie before e does: when nonzero it is at least one ulp of |s|, more than |e|.
+      in_sub = ab < sub_limit;
+      const float ax = float_of(ab);
+      const float a2 = ax + sub_limit_f;
+      const float e2 = ax - (a2 - sub_limit_f);
+      ab_in = in_sub ? bits32(a2) : ab;
+      em_in = (in_sub & (e2 != 0.0f)) ? e2 : em;
+    }
+    // When s is a midpoint and e != 0, s is first moved one fp32 step toward the exact sum, which is then no
+    // midpoint (the formats drop 13 or more bits) and rounds right.
+    const std::uint32_t tie = (ab_in & mask) == tie_bits;
+    const std::uint32_t ab_adj = ab_in + (tie & (em_in > 0.0f)) - (tie & (em_in < 0.0f));
     std::uint32_t r = (ab_adj + half_m1 + ((ab_adj & lsb_bit) != 0)) & keep;
     if constexpr (Subnormals) {
-      const float ax = float_of(ab);
-      const float rs = (ax + sub_c) - sub_c;
-      const std::uint32_t tie_s = std::fabs(ax - rs) == sub_half;  // ax - rs is exact
-      const float rsub = (tie_s & e_away) ? ax + sub_half : ((tie_s & e_toward) ? ax - sub_half : rs);
-      r = ab < sub_limit ? bits32(rsub) : r;
+      r = in_sub ? bits32(float_of(r) - sub_limit_f) : r;  // exact
     }
     // saturation: |w + u| > max finite (s == max with e pointing away is beyond it too)
-    const std::uint32_t sat = (ab > max_bits) | ((ab == max_bits) & e_away);
+    const std::uint32_t sat = (ab > max_bits) | ((ab == max_bits) & (em > 0.0f));
     r = r > max_bits ? max_bits : r;
     const float v = float_of(r | sign);
     w[k] = bad ? wf : v;
@@ -403,8 +412,6 @@ BlockParams block_params(const FormatParams& p, int sr_bits) {
   bp.tie_bits = drop > 0 ? 1u << (drop - 1) : 0xffffffffu;
   if (p.min_normal > 0x1p-126) {  // the format's subnormals lie in fp32's normal range
     bp.sub_limit = static_cast<float>(p.min_normal);
-    bp.sub_c = static_cast<float>(1.5 * 0x1p23 * p.min_subnormal);
-    bp.sub_half = static_cast<float>(p.min_subnormal / 2);
   }
   bp.c_factor = 1.5 * std::ldexp(1.0, 52 - p.man_bits);
   bp.unit_factor = std::ldexp(1.0, -p.man_bits);

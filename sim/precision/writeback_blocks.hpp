@@ -33,11 +33,9 @@ struct BlockParams {
   // fp32 lanes, floating formats (nearest): round the fp32 bit pattern to the format's significand width.
   std::uint32_t mask = 0;      // low fp32 significand bits dropped by the format ((1 << (23 - M)) - 1)
   std::uint32_t half_m1 = 0;   // half of the format's unit in those bits, minus one (0 for fp32)
-  std::uint32_t lsb_mask = 0;  // 1, or 0 for fp32 (no rounding)
+  std::uint32_t lsb_mask = 0;  // the lowest kept bit (1 << (23 - M)), or 0 for fp32 (no rounding)
   std::uint32_t tie_bits = 0;  // the dropped bits of an exact midpoint (no tie for fp32: all ones)
-  float sub_limit = 0;         // below: the format's subnormal range where fp32 is normal (0: none)
-  float sub_c = 0;             // 1.5 * 2^23 * min_subnormal: (a + sub_c) - sub_c rounds a to a subnormal multiple
-  float sub_half = 0;          // min_subnormal / 2
+  float sub_limit = 0;         // min normal when the format's subnormal range lies in fp32's normal range (0: none)
   std::uint32_t max_bits = 0;  // fp32 bits of max finite
   // fp32 lanes, intK (nearest)
   float scale = 1, inv_scale = 1;
