@@ -7,8 +7,8 @@
 #include <Kokkos_Core.hpp>
 #include <algorithm>
 #include <chrono>
-#include <cstdlib>
 #include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <string>
 
