@@ -9,6 +9,7 @@
 // -ffp-contract=off), so the SSE2, AVX2 and AVX-512 versions give identical bits.
 #include "sim/precision/writeback_blocks.hpp"
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstring>
@@ -310,6 +311,127 @@ template <bool Integer, int Mode, bool RBits>
   return static_cast<std::int64_t>(flagged);
 }
 
+// ---- Stochastic rounding, fp32 lanes, floating formats (M <= 22) ----
+// With s + e == w + u (TwoSum in fp32), the magnitude being rounded lies in the fp32 binade of |s| (or, in the
+// format's subnormal range, of |s| + min_normal, as for nearest, with that addition's exact error e2 in front of e).
+// The format drops D = 23 - M significand bits there, so the fraction of the grid step is
+//   frac * 2^32 = low * 2^K + T,  low = the dropped bits of |s|,  K = 32 - D,  T = err * 2^K / ulp32,
+// where err (e, or e2 then e) is below half an fp32 ulp: |T| <= 2^(K-1) <= 2^21, exact in fp32 (power-of-two scaling;
+// where it would underflow only its sign matters). With z = floor(frac * 2^32) computed exactly in 32-bit integers,
+// full-width SR moves away from zero iff word < z, and is undecided (flagged: the exact path draws more bits) iff
+// word == z and frac * 2^32 is not an integer; r-bit SR compares word >> (32 - r) with z >> (32 - r). When |s| is on
+// the grid and err < 0 the exact sum lies in the step below |s| (at a binade edge: a step half as wide, T doubled;
+// at the format's min normal, above its subnormal range: a step as wide).
+template <bool Subnormals, bool RBits>
+[[gnu::always_inline]] inline std::int64_t stochastic_float_body(const BlockParams& bp, float* __restrict w,
+                                                                 const float* __restrict u,
+                                                                 const std::uint32_t* __restrict words,
+                                                                 unsigned char* __restrict flags, std::int64_t len,
+                                                                 BlockCounts& counts) {
+  std::uint32_t nonzero = 0, erased = 0, applied = 0, saturated = 0, random_count = 0, truncated_count = 0, flagged = 0;
+  const std::uint32_t mask = bp.mask, keep = ~bp.mask, unit_bit = bp.mask + 1, max_bits = bp.max_bits;
+  const std::uint32_t sub_limit = bits32(bp.sub_limit), emin_field = bp.emin_field;
+  const std::uint32_t k_shift = bp.k_shift, r_drop = RBits ? 32u - static_cast<std::uint32_t>(bp.sr_bits) : 0u;
+  const std::int32_t x_base = static_cast<std::int32_t>(bp.k_shift) + 150;  // K + 23 + 127
+  const float sub_limit_f = bp.sub_limit;
+  for (std::int64_t k = 0; k < len; ++k) {
+    const float wf = w[k], uf = u[k];
+    const float s = wf + uf;  // TwoSum: s + e == w + u exactly (s finite)
+    const float bb = s - wf;
+    const float e = (wf - (s - bb)) + (uf - bb);
+    const std::uint32_t sb = bits32(s);
+    const std::uint32_t ab = sb & ~kSign32, sign = sb & kSign32;
+    const float em = float_of(bits32(e) ^ sign);  // e in the direction of |s|
+    const std::uint32_t bad = ab > 0x7f7fffffu;
+    std::uint32_t ab_in = ab;
+    float err = em;         // the part of the error that sets T
+    float tiny_src = 0.0f;  // a further error below T's resolution: only its sign counts
+    std::uint32_t in_sub = 0;
+    if constexpr (Subnormals) {
+      in_sub = ab < sub_limit;
+      const float ax = float_of(ab);
+      const float a2 = ax + sub_limit_f;
+      const float e2 = ax - (a2 - sub_limit_f);  // exact; a multiple of ulp(|s|) > 2 |e| when nonzero
+      ab_in = in_sub ? bits32(a2) : ab;
+      const std::uint32_t two = in_sub & (e2 != 0.0f);
+      err = two ? e2 : em;
+      tiny_src = two ? em : 0.0f;
+    }
+    const std::uint32_t low = ab_in & mask;
+    const std::uint32_t field = ab_in >> 23;
+    const std::uint32_t below = (low == 0) & (err < 0.0f);  // the exact sum lies in the step below |s|
+    const std::uint32_t halving = below & (field > emin_field) & ((ab_in & 0x7fffffu) == 0);
+    // T = err * 2^X with X = K + 23 - exponent(ulp) (+1 for a half-width step), as two representable factors
+    const std::int32_t ef = field > 1u ? static_cast<std::int32_t>(field) : 1;
+    const std::int32_t x = x_base - ef + static_cast<std::int32_t>(halving);
+    const std::int32_t xa = x < 100 ? x : 100;
+    const float pa = float_of(static_cast<std::uint32_t>(xa + 127) << 23);
+    const float pb = float_of(static_cast<std::uint32_t>(x - xa + 127) << 23);
+    const float t_main = (err * pa) * pb;    // a multiple of g = ulp(|s|) * 2^X when `tiny_src` is set
+    float t_tiny = (tiny_src * pa) * pb;     // then |t_tiny| < g / 2: exact, but t_main + t_tiny need not be
+    t_tiny = t_main == 0.0f ? err : t_tiny;  // t_main underflowed (|err| < 1 there): err's sign is what counts
+    // floor(T) and whether T is an integer, for T = t_main + t_tiny: when t_main has a fractional part it exceeds
+    // |t_tiny| (g < 1 and a multiple of g); otherwise floor(T) = t_main + floor(t_tiny).
+    const float r_main = (t_main + 0x1.8p23f) - 0x1.8p23f;  // nearbyint, |t| <= 2^21
+    const float f_main = r_main > t_main ? r_main - 1.0f : r_main;
+    const float r_tiny = (t_tiny + 0x1.8p23f) - 0x1.8p23f;
+    const float f_tiny = r_tiny > t_tiny ? r_tiny - 1.0f : r_tiny;
+    const std::uint32_t frac_main = f_main != t_main;
+    const std::int32_t floor_t =
+        static_cast<std::int32_t>(f_main) + (frac_main ? 0 : static_cast<std::int32_t>(f_tiny));
+    const std::uint32_t inexact = frac_main | (f_tiny != t_tiny);                    // frac * 2^32 is not an integer
+    const std::uint32_t z = (low << k_shift) + static_cast<std::uint32_t>(floor_t);  // floor(frac * 2^32), mod 2^32
+    // the grid value below: one step down; from the format's min normal (E < 8 formats) down into its subnormal
+    // range the step is as wide as above it, which in fp32 bits (the next binade down) is two units
+    std::uint32_t step_down = unit_bit;
+    if constexpr (Subnormals) {
+      step_down = ((field == emin_field) & ((ab_in & 0x7fffffu) == 0)) ? 2 * unit_bit : unit_bit;
+    }
+    const std::uint32_t tz = (ab_in & keep) - (below ? step_down : 0u);
+    const std::uint32_t word = words[k];
+    std::uint32_t away, random, undecided;
+    const std::uint32_t off = (z != 0) | inexact;
+    if constexpr (RBits) {
+      const std::uint32_t d = z >> r_drop;  // D = floor(frac * 2^r)
+      away = (word >> r_drop) < d;
+      random = d != 0;
+      undecided = 0;
+    } else {
+      away = word < z;
+      random = 1;
+      undecided = (word == z) & inexact;
+    }
+    std::uint32_t r = tz + (away ? (below ? step_down : unit_bit) : 0u);  // the step up from tz, in fp32 bits
+    if constexpr (Subnormals) {
+      r = in_sub ? bits32(float_of(r) - sub_limit_f) : r;  // exact
+    }
+    const std::uint32_t sat = (ab > max_bits) | ((ab == max_bits) & (em > 0.0f));
+    r = sat ? max_bits : r;
+    const float v = float_of(r | sign);
+    const std::uint32_t flag = bad | (undecided & (sat ^ 1u));
+    w[k] = flag ? wf : v;
+    flags[k] = static_cast<unsigned char>(flag);
+    const std::uint32_t changed = v != wf;  // as values (+0 == -0); NaN only in flagged lanes
+    const std::uint32_t nz = uf != 0.0f;
+    const std::uint32_t ok = flag ^ 1u;
+    const std::uint32_t drawn = ok & off & (sat ^ 1u);
+    nonzero += ok & nz;
+    erased += ok & nz & (changed ^ 1u);
+    applied += ok & changed;
+    saturated += ok & sat;
+    random_count += drawn & random;
+    truncated_count += drawn & (random ^ 1u);
+    flagged += flag;
+  }
+  counts.nonzero += nonzero;
+  counts.erased += erased;
+  counts.applied += applied;
+  counts.saturated += saturated;
+  counts.random += random_count;
+  counts.truncated += RBits ? truncated_count : 0;
+  return flagged;
+}
+
 // ---- Philox4x32-10 over the groups of a block ----
 [[gnu::always_inline]] inline void philox_groups_body(std::uint32_t k0, std::uint32_t k1, std::uint32_t step,
                                                       std::uint32_t tensor, std::uint64_t g0, std::int64_t groups,
@@ -380,6 +502,15 @@ WBAUDIT_BLOCK_CLONES [[gnu::noinline]] std::int64_t nearest_fp64_clones(const Bl
   return nearest_fp64_body<Integer>(bp, w, u, flags, len, counts);
 }
 
+template <bool Subnormals, bool RBits>
+WBAUDIT_BLOCK_CLONES [[gnu::noinline]] std::int64_t stochastic_float_clones(const BlockParams& bp, float* __restrict w,
+                                                                            const float* __restrict u,
+                                                                            const std::uint32_t* __restrict words,
+                                                                            unsigned char* __restrict flags,
+                                                                            std::int64_t len, BlockCounts& counts) {
+  return stochastic_float_body<Subnormals, RBits>(bp, w, u, words, flags, len, counts);
+}
+
 template <bool Integer, int Mode, bool RBits>
 WBAUDIT_BLOCK_CLONES [[gnu::noinline]] std::int64_t stochastic_clones(const BlockParams& bp, float* __restrict w,
                                                                       const float* __restrict u,
@@ -413,6 +544,9 @@ BlockParams block_params(const FormatParams& p, int sr_bits) {
   if (p.min_normal > 0x1p-126) {  // the format's subnormals lie in fp32's normal range
     bp.sub_limit = static_cast<float>(p.min_normal);
   }
+  bp.sr_fp32_lanes = drop >= 10;  // every floating format but fp32 (|T| <= 2^(K-1) must stay below 2^22)
+  bp.k_shift = static_cast<std::uint32_t>(32 - drop);
+  bp.emin_field = static_cast<std::uint32_t>(std::max(p.emin + 127, 1));
   bp.c_factor = 1.5 * std::ldexp(1.0, 52 - p.man_bits);
   bp.unit_factor = std::ldexp(1.0, -p.man_bits);
   return bp;
@@ -449,6 +583,14 @@ std::int64_t stochastic_block(const BlockParams& bp, bool integer, int mode, flo
     }
     return rbits ? stochastic_clones<true, 2, true>(bp, w, u, words, flags, len, counts)
                  : stochastic_clones<true, 2, false>(bp, w, u, words, flags, len, counts);
+  }
+  if (mode == 1 && bp.sr_fp32_lanes) {
+    if (bp.sub_limit > 0) {
+      return rbits ? stochastic_float_clones<true, true>(bp, w, u, words, flags, len, counts)
+                   : stochastic_float_clones<true, false>(bp, w, u, words, flags, len, counts);
+    }
+    return rbits ? stochastic_float_clones<false, true>(bp, w, u, words, flags, len, counts)
+                 : stochastic_float_clones<false, false>(bp, w, u, words, flags, len, counts);
   }
   if (mode == 1) {
     return rbits ? stochastic_clones<false, 1, true>(bp, w, u, words, flags, len, counts)

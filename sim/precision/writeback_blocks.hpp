@@ -37,6 +37,11 @@ struct BlockParams {
   std::uint32_t tie_bits = 0;  // the dropped bits of an exact midpoint (no tie for fp32: all ones)
   float sub_limit = 0;         // min normal when the format's subnormal range lies in fp32's normal range (0: none)
   std::uint32_t max_bits = 0;  // fp32 bits of max finite
+  // fp32 lanes, floating formats (stochastic): K = 32 - (23 - M), and the exponent field of the format's min normal
+  // (at least 1): below it (or at it) a step down from a power of two is not half as wide.
+  bool sr_fp32_lanes = false;
+  std::uint32_t k_shift = 0;
+  std::uint32_t emin_field = 1;
   // fp32 lanes, intK (nearest)
   float scale = 1, inv_scale = 1;
   float tie_guard = 0;  // |dist| at or beyond this (just under scale / 2) is decided by the exact path

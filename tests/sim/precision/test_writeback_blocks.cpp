@@ -10,6 +10,7 @@
 
 #include <Random123/philox.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -333,4 +334,82 @@ TEST(WritebackBlocks, ProjectedErasureEqualsAPlainRecount) {
     EXPECT_EQ(got.nonzero, nonzero);
     EXPECT_EQ(got.erased, erased);
   }
+}
+
+// The SR decision at its boundary, with the random word chosen: for the exact sum x (exact in double here), the
+// toward-zero and away neighbours from the brute-force table, frac = (|x| - tz) / (away - tz) and
+// z = floor(frac * 2^32) computed in double, words z - 1, z and z + 1 must give away, (undecided: flagged, unless
+// frac * 2^32 is an integer: toward zero) and toward zero; r-bit SR compares word >> (32 - r) with floor(frac * 2^r).
+TEST(WritebackBlocks, StochasticDecisionAtTheBoundaryOfTheRandomWord) {
+  std::int64_t checked = 0;
+  for (const Case& c : all_formats()) {
+    if (!c.table || c.fmt.kind != FormatKind::floating) {
+      continue;
+    }
+    const auto table = wbaudit::test::ref_table(c.ref);
+    const FormatParams p = format_params(c.fmt);
+    std::vector<float> w, u;
+    make_inputs(c, table, 20011, 5 + static_cast<std::uint64_t>(c.fmt.bits), w, u);
+    // plus sums just below powers of two by a fraction of the fp32 ulp there (the step below is half as wide)
+    SplitMix rng{77};
+    for (int i = 0; i < 4000; ++i) {
+      const int e = static_cast<int>(rng.below(12)) - 6;
+      const double pw = std::ldexp(1.0, e);
+      if (pw > c.fmt.max_finite || pw < c.fmt.min_normal) {
+        continue;
+      }
+      w.push_back(static_cast<float>(rng.below(2) ? pw : -pw));
+      const double frac_ulp = std::ldexp(1.0 + rng.uniform(), -static_cast<int>(rng.below(8)) - 2);
+      u.push_back(static_cast<float>(-std::copysign(frac_ulp * std::ldexp(pw, -24), static_cast<double>(w.back()))));
+    }
+    for (int r : {0, 1, 8, 32}) {
+      const detail::BlockParams bp = detail::block_params(p, r);
+      for (std::size_t i = 0; i < w.size(); ++i) {
+        const double x = static_cast<double>(w[i]) + static_cast<double>(u[i]);
+        if (x - static_cast<double>(w[i]) != static_cast<double>(u[i]) ||
+            x - static_cast<double>(u[i]) != static_cast<double>(w[i]) || std::fabs(x) > c.fmt.max_finite || x == 0) {
+          continue;  // not exact in double, saturating or zero: covered by the comparison with the exact path
+        }
+        const double ax = std::fabs(x);
+        auto hi = std::lower_bound(table.begin(), table.end(), ax,
+                                   [](const wbaudit::test::ValueCode& a, double v) { return a.value < v; });
+        const double tz = hi->value == ax ? ax : (hi - 1)->value;
+        const double away = hi->value;
+        const double frac = away == tz ? 0.0 : (ax - tz) / (away - tz);
+        const double scaled = std::ldexp(frac, r == 0 ? 32 : r);
+        const double zf = std::floor(scaled);
+        const auto z = static_cast<std::uint64_t>(zf);
+        for (std::int64_t dz = -1; dz <= 1; ++dz) {
+          const std::int64_t target = static_cast<std::int64_t>(z) + dz;
+          if (target < 0 || target >= (std::int64_t{1} << (r == 0 ? 32 : r))) {
+            continue;
+          }
+          const std::uint32_t word =
+              r == 0 || r == 32 ? static_cast<std::uint32_t>(target) : static_cast<std::uint32_t>(target) << (32 - r);
+          float wk = w[i];
+          unsigned char flag = 0;
+          detail::BlockCounts counts;
+          detail::stochastic_block(bp, false, 1, &wk, &u[i], &word, &flag, 1, counts);
+          double want;
+          bool want_flag = false;
+          if (frac == 0 || dz > 0) {
+            want = tz;
+          } else if (dz < 0) {
+            want = away;
+          } else {
+            want = tz;
+            want_flag = r == 0 && scaled != zf;
+          }
+          SCOPED_TRACE(std::string(c.fmt.name) + " r=" + std::to_string(r));
+          ASSERT_EQ(flag != 0, want_flag) << "w = " << std::hexfloat << w[i] << ", u = " << u[i] << ", dz " << dz;
+          if (!want_flag) {
+            ASSERT_EQ(std::fabs(static_cast<double>(wk)), want)
+                << "w = " << std::hexfloat << w[i] << ", u = " << u[i] << ", frac = " << frac << ", dz " << dz;
+          }
+          ++checked;
+        }
+      }
+    }
+  }
+  std::printf("checked %lld boundary decisions\n", static_cast<long long>(checked));
 }
