@@ -35,6 +35,56 @@ constexpr std::uint32_t kSign32 = 0x80000000u;
 constexpr std::uint64_t kSign64 = 0x8000000000000000ull;
 constexpr double kRound52 = 0x1.8p52;  // (y + kRound52) - kRound52 == nearbyint(y) (ties to even) for 0 <= y < 2^51
 
+// The exact sum w + u as the fp32 sum s and its error (TwoSum; exact unless s overflows): the magnitude bits and
+// sign of s, the error in the direction of |s| (positive: the exact sum is farther from zero than s), and whether s
+// is non-finite (non-finite input, or an fp32 overflow of the sum).
+struct Sum32 {
+  std::uint32_t ab, sign, bad;
+  float em;
+};
+[[gnu::always_inline]] inline Sum32 sum32(float wf, float uf) {
+  const float s = wf + uf;
+  const float bb = s - wf;
+  const float e = (wf - (s - bb)) + (uf - bb);
+  const std::uint32_t sb = bits32(s);
+  Sum32 r;
+  r.ab = sb & ~kSign32;
+  r.sign = sb & kSign32;
+  r.em = float_of(bits32(e) ^ r.sign);
+  r.bad = r.ab > 0x7f7fffffu;
+  return r;
+}
+
+// Event counts of the lanes a block loop decides (`flag` lanes are left out). Lanes hold U (std::uint32_t in fp32
+// loops, std::uint64_t in fp64 loops: the lane width of the loop's decisions); 32 bits suffice as a block has at
+// most kWritebackBlock coordinates. v is the written-back value, compared as a value (+0 == -0; NaN only in flag
+// lanes).
+template <class U, class F>
+struct Events {
+  U nonzero = 0, erased = 0, applied = 0, saturated = 0, random = 0, truncated = 0, flagged = 0;
+  [[gnu::always_inline]] void add(U flag, F wf, F uf, F v, U sat) {
+    const U changed = v != wf;
+    const U nz = uf != F(0);
+    const U ok = flag ^ U(1);
+    nonzero += ok & nz;
+    erased += ok & nz & (changed ^ U(1));
+    applied += ok & changed;
+    saturated += ok & sat;
+    flagged += flag;
+  }
+  std::int64_t flush(BlockCounts& counts) const {
+    counts.nonzero += static_cast<std::int64_t>(nonzero);
+    counts.erased += static_cast<std::int64_t>(erased);
+    counts.applied += static_cast<std::int64_t>(applied);
+    counts.saturated += static_cast<std::int64_t>(saturated);
+    counts.random += static_cast<std::int64_t>(random);
+    counts.truncated += static_cast<std::int64_t>(truncated);
+    return static_cast<std::int64_t>(flagged);
+  }
+};
+using Events32 = Events<std::uint32_t, float>;
+using Events64 = Events<std::uint64_t, double>;
+
 // ---- Nearest, fp32 lanes, floating formats ----
 // The format's grid values are fp32 values and so are the midpoints between them (the significand has at most
 // M + 1 <= 23 bits; fp32 itself has no midpoints). Rounding is monotonic, so the fp32 sum s = fl(w + u) rounds to
@@ -48,19 +98,13 @@ template <bool Subnormals>
                                                               unsigned char* __restrict flags, std::int64_t len,
                                                               BlockCounts& counts) {
   // 32-bit lanes: comparisons stored as std::uint32_t 0/1 vectorize (AVX-512 mask registers, AVX2 compares).
-  std::uint32_t nonzero = 0, erased = 0, applied = 0, saturated = 0, flagged = 0;
+  Events32 events;
   const std::uint32_t mask = bp.mask, keep = ~bp.mask, half_m1 = bp.half_m1, lsb_bit = bp.lsb_mask;
   const std::uint32_t tie_bits = bp.tie_bits, max_bits = bp.max_bits, sub_limit = bits32(bp.sub_limit);
   const float sub_limit_f = bp.sub_limit;
   for (std::int64_t k = 0; k < len; ++k) {
     const float wf = w[k], uf = u[k];
-    const float s = wf + uf;  // TwoSum: s + e == w + u exactly (s finite)
-    const float bb = s - wf;
-    const float e = (wf - (s - bb)) + (uf - bb);
-    const std::uint32_t sb = bits32(s);
-    const std::uint32_t ab = sb & ~kSign32, sign = sb & kSign32;
-    const float em = float_of(bits32(e) ^ sign);  // e in the direction of |s|
-    const std::uint32_t bad = ab > 0x7f7fffffu;
+    const auto [ab, sign, bad, em] = sum32(wf, uf);
     std::uint32_t ab_in = ab;
     float em_in = em;
     std::uint32_t in_sub = 0;
@@ -89,20 +133,9 @@ template <bool Subnormals>
     const float v = float_of(r | sign);
     w[k] = bad ? wf : v;
     flags[k] = static_cast<unsigned char>(bad);
-    const std::uint32_t changed = v != wf;  // as values (+0 == -0); NaN only in flagged lanes
-    const std::uint32_t nz = uf != 0.0f;
-    const std::uint32_t ok = bad ^ 1u;
-    nonzero += ok & nz;
-    erased += ok & nz & (changed ^ 1u);
-    applied += ok & changed;
-    saturated += ok & sat;
-    flagged += bad;
+    events.add(bad, wf, uf, v, sat);
   }
-  counts.nonzero += nonzero;
-  counts.erased += erased;
-  counts.applied += applied;
-  counts.saturated += saturated;
-  return flagged;
+  return events.flush(counts);
 }
 
 // ---- Nearest, fp32 lanes, intK (values n * scale, each exact in fp32) ----
@@ -113,43 +146,26 @@ template <bool Subnormals>
                                                                 const float* __restrict u,
                                                                 unsigned char* __restrict flags, std::int64_t len,
                                                                 BlockCounts& counts) {
-  std::uint32_t nonzero = 0, erased = 0, applied = 0, saturated = 0, flagged = 0;
+  Events32 events;
   const std::uint32_t max_bits = bp.max_bits;
   const float scale = bp.scale, inv_scale = bp.inv_scale, tie_guard = bp.tie_guard;
   for (std::int64_t k = 0; k < len; ++k) {
     const float wf = w[k], uf = u[k];
-    const float s = wf + uf;  // TwoSum: s + e == w + u exactly (s finite)
-    const float bb = s - wf;
-    const float e = (wf - (s - bb)) + (uf - bb);
-    const std::uint32_t sb = bits32(s), wb = bits32(wf), ub = bits32(uf);
-    const std::uint32_t ab = sb & ~kSign32, sign = sb & kSign32;
+    const auto [ab, sign, bad, ed] = sum32(wf, uf);
     const float ax = float_of(ab);
-    const float ed = float_of(bits32(e) ^ sign);  // e in the direction of |s|
     float y = ax * inv_scale;
     y = y < 0x1p22f ? y : 0x1p22f;  // saturated anyway beyond; keeps the rounding constant valid
     const float n = (y + 0x1.8p23f) - 0x1.8p23f;
     const float r = n * scale;
     const float dist = std::fabs((ax - r) + ed);  // ax - r is exact
-    const std::uint32_t bad = ab > 0x7f7fffffu;   // s is inf or NaN
     const std::uint32_t sat = (ab > max_bits) | ((ab == max_bits) & (ed > 0.0f));
     const std::uint32_t flag = bad | ((dist >= tie_guard) & (sat ^ 1u));
-    const std::uint32_t vb = (sat ? max_bits : bits32(r)) | sign;
-    w[k] = flag ? wf : float_of(vb);
+    const float v = float_of((sat ? max_bits : bits32(r)) | sign);
+    w[k] = flag ? wf : v;
     flags[k] = static_cast<unsigned char>(flag);
-    const std::uint32_t changed = (vb != wb) & (((vb | wb) << 1) != 0);  // q != w as values (+0 == -0)
-    const std::uint32_t nz = (ub << 1) != 0;
-    const std::uint32_t ok = flag ^ 1u;
-    nonzero += ok & nz;
-    erased += ok & nz & (changed ^ 1u);
-    applied += ok & changed;
-    saturated += ok & sat;
-    flagged += flag;
+    events.add(flag, wf, uf, v, sat);
   }
-  counts.nonzero += nonzero;
-  counts.erased += erased;
-  counts.applied += applied;
-  counts.saturated += saturated;
-  return flagged;
+  return events.flush(counts);
 }
 
 // ---- fp64 lanes ----
@@ -181,7 +197,7 @@ template <bool Integer>
 [[gnu::always_inline]] inline std::int64_t nearest_fp64_body(const BlockParams& bp, float* __restrict w,
                                                              const float* __restrict u, unsigned char* __restrict flags,
                                                              std::int64_t len, BlockCounts& counts) {
-  std::uint64_t nonzero = 0, erased = 0, applied = 0, saturated = 0, flagged = 0;
+  Events64 events;
   const std::uint64_t max_bits = bits64(bp.max_finite);
   for (std::int64_t k = 0; k < len; ++k) {
     const float wf = w[k];
@@ -200,20 +216,9 @@ template <bool Integer>
     const double v = double_of((mag > bp.max_finite ? max_bits : bits64(mag)) | (sb & kSign64));
     w[k] = flag ? wf : static_cast<float>(v);
     flags[k] = static_cast<unsigned char>(flag);
-    const std::uint64_t changed = v != wd;  // as values (+0 == -0)
-    const std::uint64_t nz = ud != 0.0;
-    const std::uint64_t ok = flag ^ 1;
-    nonzero += ok & nz;
-    erased += ok & nz & (changed ^ 1);
-    applied += ok & changed;
-    saturated += ok & sat;
-    flagged += flag;
+    events.add(flag, wd, ud, v, sat);
   }
-  counts.nonzero += static_cast<std::int64_t>(nonzero);
-  counts.erased += static_cast<std::int64_t>(erased);
-  counts.applied += static_cast<std::int64_t>(applied);
-  counts.saturated += static_cast<std::int64_t>(saturated);
-  return static_cast<std::int64_t>(flagged);
+  return events.flush(counts);
 }
 
 // ---- Stochastic rounding (mode 1) and deadzone-sr (mode 2), fp64 lanes ----
@@ -227,7 +232,7 @@ template <bool Integer, int Mode, bool RBits>
                                                            const std::uint32_t* __restrict words,
                                                            unsigned char* __restrict flags, std::int64_t len,
                                                            BlockCounts& counts) {
-  std::uint64_t nonzero = 0, erased = 0, applied = 0, saturated = 0, random_count = 0, truncated_count = 0, flagged = 0;
+  Events64 events;
   const std::uint64_t max_bits = bits64(bp.max_finite);
   const double two_r = RBits ? std::ldexp(1.0, bp.sr_bits) : 0x1p32;
   const int drop = RBits ? 32 - bp.sr_bits : 0;
@@ -291,24 +296,14 @@ template <bool Integer, int Mode, bool RBits>
     const double v = use_sr ? v_sr : v_nearest;
     w[k] = flag ? wf : static_cast<float>(v);
     flags[k] = static_cast<unsigned char>(flag);
-    const std::uint64_t changed = v != wd;  // as values (+0 == -0)
-    const std::uint64_t nz = ud != 0.0;
-    const std::uint64_t ok = flag ^ 1;
-    nonzero += ok & nz;
-    erased += ok & nz & (changed ^ 1);
-    applied += ok & changed;
-    saturated += ok & sat;
-    random_count += ok & use_sr & off & random;
-    truncated_count += ok & use_sr & off & (random ^ 1);
-    flagged += flag;
+    events.add(flag, wd, ud, v, sat);
+    const std::uint64_t drawn = (flag ^ 1) & use_sr & off;
+    events.random += drawn & random;
+    if constexpr (RBits) {
+      events.truncated += drawn & (random ^ 1);
+    }
   }
-  counts.nonzero += static_cast<std::int64_t>(nonzero);
-  counts.erased += static_cast<std::int64_t>(erased);
-  counts.applied += static_cast<std::int64_t>(applied);
-  counts.saturated += static_cast<std::int64_t>(saturated);
-  counts.random += static_cast<std::int64_t>(random_count);
-  counts.truncated += static_cast<std::int64_t>(RBits ? truncated_count : 0);
-  return static_cast<std::int64_t>(flagged);
+  return events.flush(counts);
 }
 
 // ---- Stochastic rounding, fp32 lanes, floating formats (M <= 22) ----
@@ -328,7 +323,7 @@ template <bool Subnormals, bool RBits>
                                                                  const std::uint32_t* __restrict words,
                                                                  unsigned char* __restrict flags, std::int64_t len,
                                                                  BlockCounts& counts) {
-  std::uint32_t nonzero = 0, erased = 0, applied = 0, saturated = 0, random_count = 0, truncated_count = 0, flagged = 0;
+  Events32 events;
   const std::uint32_t mask = bp.mask, keep = ~bp.mask, unit_bit = bp.mask + 1, max_bits = bp.max_bits;
   const std::uint32_t sub_limit = bits32(bp.sub_limit), emin_field = bp.emin_field;
   const std::uint32_t k_shift = bp.k_shift, r_drop = RBits ? 32u - static_cast<std::uint32_t>(bp.sr_bits) : 0u;
@@ -336,13 +331,7 @@ template <bool Subnormals, bool RBits>
   const float sub_limit_f = bp.sub_limit;
   for (std::int64_t k = 0; k < len; ++k) {
     const float wf = w[k], uf = u[k];
-    const float s = wf + uf;  // TwoSum: s + e == w + u exactly (s finite)
-    const float bb = s - wf;
-    const float e = (wf - (s - bb)) + (uf - bb);
-    const std::uint32_t sb = bits32(s);
-    const std::uint32_t ab = sb & ~kSign32, sign = sb & kSign32;
-    const float em = float_of(bits32(e) ^ sign);  // e in the direction of |s|
-    const std::uint32_t bad = ab > 0x7f7fffffu;
+    const auto [ab, sign, bad, em] = sum32(wf, uf);
     std::uint32_t ab_in = ab;
     float err = em;         // the part of the error that sets T
     float tiny_src = 0.0f;  // a further error below T's resolution: only its sign counts
@@ -411,25 +400,14 @@ template <bool Subnormals, bool RBits>
     const std::uint32_t flag = bad | (undecided & (sat ^ 1u));
     w[k] = flag ? wf : v;
     flags[k] = static_cast<unsigned char>(flag);
-    const std::uint32_t changed = v != wf;  // as values (+0 == -0); NaN only in flagged lanes
-    const std::uint32_t nz = uf != 0.0f;
-    const std::uint32_t ok = flag ^ 1u;
-    const std::uint32_t drawn = ok & off & (sat ^ 1u);
-    nonzero += ok & nz;
-    erased += ok & nz & (changed ^ 1u);
-    applied += ok & changed;
-    saturated += ok & sat;
-    random_count += drawn & random;
-    truncated_count += drawn & (random ^ 1u);
-    flagged += flag;
+    events.add(flag, wf, uf, v, sat);
+    const std::uint32_t drawn = (flag ^ 1u) & off & (sat ^ 1u);
+    events.random += drawn & random;
+    if constexpr (RBits) {
+      events.truncated += drawn & (random ^ 1u);
+    }
   }
-  counts.nonzero += nonzero;
-  counts.erased += erased;
-  counts.applied += applied;
-  counts.saturated += saturated;
-  counts.random += random_count;
-  counts.truncated += RBits ? truncated_count : 0;
-  return flagged;
+  return events.flush(counts);
 }
 
 // ---- Philox4x32-10 over the groups of a block ----

@@ -174,6 +174,21 @@ void make_inputs(const Case& c, const std::vector<wbaudit::test::ValueCode>& tab
   }
 }
 
+// A device view holding the values, and the values back from one.
+Kokkos::View<float*> to_view(const std::vector<float>& v, const std::string& label) {
+  Kokkos::View<float*> out(label, v.size());
+  auto host = Kokkos::create_mirror_view(out);
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    host(i) = v[i];
+  }
+  Kokkos::deep_copy(out, host);
+  return out;
+}
+std::vector<float> from_view(const Kokkos::View<float*>& v) {
+  auto host = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace{}, v);
+  return {host.data(), host.data() + host.extent(0)};
+}
+
 const WritebackPolicy kPolicies[] = {{Policy::nearest, 0},    {Policy::stochastic, 0},  {Policy::stochastic, 1},
                                      {Policy::stochastic, 8}, {Policy::stochastic, 32}, {Policy::deadzone_sr, 0},
                                      {Policy::deadzone_sr, 4}};
@@ -202,26 +217,18 @@ TEST(WritebackBlocks, EveryPolicyEqualsTheExactScalarPathAndNearestEqualsBruteFo
     for (const auto& pol : kPolicies) {
       SCOPED_TRACE(describe(c.fmt, pol));
       const RngKey key{0x1234567890abcdefull, 77, 3};
-      Kokkos::View<float*> wv("w", n), uv("u", n);
-      auto hw = Kokkos::create_mirror_view(wv);
-      auto hu = Kokkos::create_mirror_view(uv);
-      for (std::size_t i = 0; i < n; ++i) {
-        hw(i) = w[i];
-        hu(i) = u[i];
-      }
-      Kokkos::deep_copy(wv, hw);
-      Kokkos::deep_copy(uv, hu);
+      Kokkos::View<float*> wv = to_view(w, "w"), uv = to_view(u, "u");
       WritebackOptions opt;
       opt.first_coordinate = 5;  // blocks not aligned with the Philox groups
       const WritebackCounts got =
           writeback(Kokkos::DefaultExecutionSpace{}, c.fmt, pol, key, wv, Kokkos::View<const float*>(uv), opt);
-      Kokkos::deep_copy(hw, wv);
+      const std::vector<float> hw = from_view(wv);
       WritebackCounts want;
       for (std::size_t i = 0; i < n; ++i) {
         const WritebackOutcome o = writeback_value(p, pol, key, opt.first_coordinate + i, w[i], u[i]);
-        ASSERT_EQ(bits_of(hw(i)), bits_of(o.value))
+        ASSERT_EQ(bits_of(hw[i]), bits_of(o.value))
             << "coordinate " << i << ": w = " << w[i] << " (" << std::hexfloat << w[i] << "), u = " << u[i]
-            << ", kernel " << hw(i) << ", exact " << o.value << std::defaultfloat;
+            << ", kernel " << hw[i] << ", exact " << o.value << std::defaultfloat;
         want.nonzero += u[i] != 0;
         want.erased += u[i] != 0 && o.value == w[i];
         want.applied += o.value != w[i];
@@ -239,7 +246,7 @@ TEST(WritebackBlocks, EveryPolicyEqualsTheExactScalarPathAndNearestEqualsBruteFo
                       ? std::copysign(c.fmt.max_finite, static_cast<double>(s))
                       : s;
           }
-          ASSERT_EQ(static_cast<double>(hw(i)), ref)
+          ASSERT_EQ(static_cast<double>(hw[i]), ref)
               << "coordinate " << i << ": w = " << std::hexfloat << w[i] << ", u = " << u[i];
         }
         ++checked;
@@ -271,15 +278,7 @@ TEST(WritebackBlocks, NonFiniteCoordinatesAreLeftUnchangedAndCounted) {
       u[256] = nan;
       u[301] = -inf;
       u[699] = nan;
-      Kokkos::View<float*> wv("w", n), uv("u", n);
-      auto hw = Kokkos::create_mirror_view(wv);
-      auto hu = Kokkos::create_mirror_view(uv);
-      for (std::size_t i = 0; i < n; ++i) {
-        hw(i) = w[i];
-        hu(i) = u[i];
-      }
-      Kokkos::deep_copy(wv, hw);
-      Kokkos::deep_copy(uv, hu);
+      Kokkos::View<float*> wv = to_view(w, "w"), uv = to_view(u, "u");
       const RngKey key{9, 4, 2};
       try {
         writeback(c.fmt, pol, key, wv, uv);
@@ -288,13 +287,13 @@ TEST(WritebackBlocks, NonFiniteCoordinatesAreLeftUnchangedAndCounted) {
         EXPECT_NE(std::string(e.what()).find("7 non-finite"), std::string::npos) << e.what();
         EXPECT_NE(std::string(e.what()).find("first at coordinate 1"), std::string::npos) << e.what();
       }
-      Kokkos::deep_copy(hw, wv);
+      const std::vector<float> hw = from_view(wv);
       for (std::size_t i = 0; i < n; ++i) {
         const bool bad = !std::isfinite(w[i]) || !std::isfinite(u[i]);
         if (bad) {
-          ASSERT_EQ(bits_of(hw(i)), bits_of(w[i])) << "coordinate " << i << " (non-finite input) was changed";
+          ASSERT_EQ(bits_of(hw[i]), bits_of(w[i])) << "coordinate " << i << " (non-finite input) was changed";
         } else {
-          ASSERT_EQ(bits_of(hw(i)), bits_of(writeback_value(p, pol, key, i, w[i], u[i]).value)) << "coordinate " << i;
+          ASSERT_EQ(bits_of(hw[i]), bits_of(writeback_value(p, pol, key, i, w[i], u[i]).value)) << "coordinate " << i;
         }
       }
     }
@@ -321,16 +320,7 @@ TEST(WritebackBlocks, ProjectedErasureEqualsAPlainRecount) {
       nonzero += u[i] != 0;
       erased += u[i] != 0 && wbaudit::test::ref_nearest_search(table, wq + static_cast<double>(u[i])) == wq;
     }
-    Kokkos::View<float*> wv("w", w.size()), uv("u", u.size());
-    auto hw = Kokkos::create_mirror_view(wv);
-    auto hu = Kokkos::create_mirror_view(uv);
-    for (std::size_t i = 0; i < w.size(); ++i) {
-      hw(i) = w[i];
-      hu(i) = u[i];
-    }
-    Kokkos::deep_copy(wv, hw);
-    Kokkos::deep_copy(uv, hu);
-    const WritebackCounts got = project_erasure(c.fmt, wv, uv);
+    const WritebackCounts got = project_erasure(c.fmt, to_view(w, "w"), to_view(u, "u"));
     EXPECT_EQ(got.nonzero, nonzero);
     EXPECT_EQ(got.erased, erased);
   }
