@@ -35,6 +35,17 @@ KOKKOS_INLINE_FUNCTION bool finite(float v) {
   return std::isfinite(v);
 }
 
+// Adds the events of one coordinate decided by the exact scalar path (the block loops' flagged coordinates).
+KOKKOS_INLINE_FUNCTION void add_outcome(detail::BlockCounts& c, float w, float u, const WritebackOutcome& o) {
+  const bool changed = o.value != w;
+  c.nonzero += u != 0;
+  c.erased += u != 0 && !changed;
+  c.applied += changed;
+  c.saturated += o.saturated;
+  c.random += o.random;
+  c.truncated += o.truncated;
+}
+
 // ---- The write-back kernel over blocks ----
 // Each block runs one of the vectorized loops of writeback_blocks.cpp, which decide almost every coordinate exactly
 // and flag the rest; flagged coordinates are redone here with the exact scalar path (writeback_value, the same
@@ -84,13 +95,7 @@ struct BlockKernel : CountsReducerBase {
         const WritebackOutcome o =
             writeback_value(p, policy, key, first_coordinate + static_cast<std::uint64_t>(begin + k), wi, ui);
         wp[k] = o.value;
-        const bool changed = o.value != wi;
-        bc.nonzero += ui != 0;
-        bc.erased += ui != 0 && !changed;
-        bc.applied += changed;
-        bc.saturated += o.saturated;
-        bc.random += o.random;
-        bc.truncated += o.truncated;
+        add_outcome(bc, wi, ui, o);
       }
     }
     c.nonzero += bc.nonzero;
@@ -290,13 +295,7 @@ struct ProjectBlockKernel : CountsReducerBase {
           c.nonfinite += 1;
           continue;
         }
-        const Bracket b = bracket_of(p, exact_sum(wq[k], ui));
-        const auto value = static_cast<float>(nearest_of(b));
-        const bool changed = value != wq[k];
-        counts.nonzero += ui != 0;
-        counts.erased += ui != 0 && !changed;
-        counts.applied += changed;
-        counts.saturated += b.saturated;
+        add_outcome(counts, wq[k], ui, writeback_value(p, WritebackPolicy{}, RngKey{}, 0, wq[k], ui));  // nearest
       }
     }
     c.nonzero += counts.nonzero;
