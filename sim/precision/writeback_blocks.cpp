@@ -10,6 +10,7 @@
 #include "sim/precision/writeback_blocks.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <bit>
 #include <cmath>
 #include <cstring>
@@ -512,6 +513,8 @@ BlockParams block_params(const FormatParams& p, int sr_bits) {
     bp.tie_guard = static_cast<float>(p.scale * 0.5 * (1 - 0x1p-12));
     bp.scale64 = p.scale;
     bp.inv_scale64 = 1.0 / p.scale;
+    bp.sr_fp32_lanes = p.scale >= 0x1p-90 && p.scale <= 0x1p90;  // 2^32 / scale is a normal fp32 value
+    bp.scale_c32 = std::ldexp(bp.inv_scale, 32);
     return bp;
   }
   const int drop = 23 - p.man_bits;  // fp32 significand bits the format drops (0 for fp32)
@@ -534,14 +537,34 @@ bool fp32_lanes_cover(const FormatParams& p) {
   return !p.integer || (p.scale >= 0x1p-100 && p.scale <= 0x1p100);
 }
 
+namespace {
+std::atomic<bool> g_force_portable{false};
+const bool g_avx512 = avx512_blocks_supported();
+}  // namespace
+
+bool force_portable_blocks(bool on) {
+  g_force_portable.store(on, std::memory_order_relaxed);
+  return avx512_blocks_active();
+}
+
+bool avx512_blocks_active() {
+  return g_avx512 && !g_force_portable.load(std::memory_order_relaxed);
+}
+
 std::int64_t nearest_block_float(const BlockParams& bp, float* w, const float* u, unsigned char* flags,
                                  std::int64_t len, BlockCounts& counts) {
+  if (avx512_blocks_active()) {
+    return avx512::nearest_block_float(bp, w, u, flags, len, counts);
+  }
   return bp.sub_limit > 0 ? nearest_float_clones<true>(bp, w, u, flags, len, counts)
                           : nearest_float_clones<false>(bp, w, u, flags, len, counts);
 }
 
 std::int64_t nearest_block_integer(const BlockParams& bp, float* w, const float* u, unsigned char* flags,
                                    std::int64_t len, BlockCounts& counts) {
+  if (avx512_blocks_active()) {
+    return avx512::nearest_block_integer(bp, w, u, flags, len, counts);
+  }
   return nearest_integer_clones(bp, w, u, flags, len, counts);
 }
 
@@ -554,6 +577,10 @@ std::int64_t nearest_block_fp64(const BlockParams& bp, bool integer, float* w, c
 std::int64_t stochastic_block(const BlockParams& bp, bool integer, int mode, float* w, const float* u,
                               const std::uint32_t* words, unsigned char* flags, std::int64_t len, BlockCounts& counts) {
   const bool rbits = bp.sr_bits > 0;
+  if (bp.sr_fp32_lanes && avx512_blocks_active()) {
+    return integer ? avx512::stochastic_block_integer(bp, mode, w, u, words, flags, len, counts)
+                   : avx512::stochastic_block_float(bp, mode, w, u, words, flags, len, counts);
+  }
   if (integer) {
     if (mode == 1) {
       return rbits ? stochastic_clones<true, 1, true>(bp, w, u, words, flags, len, counts)
@@ -584,7 +611,13 @@ void philox_first_words(const RngKey& key, std::uint64_t first, std::int64_t len
   }
   const std::uint64_t g0 = first >> 2;
   const auto groups = static_cast<std::int64_t>(((first + static_cast<std::uint64_t>(len) - 1) >> 2) - g0 + 1);
-  std::uint32_t block[4 * (kWritebackBlock / 4 + 2)];
+  alignas(64) std::uint32_t block[4 * (kWritebackBlock / 4 + 2 + 32)];  // room for whole batches of 32 groups
+  if (avx512_blocks_active()) {
+    avx512::philox_groups(static_cast<std::uint32_t>(key.seed), static_cast<std::uint32_t>(key.seed >> 32),
+                          static_cast<std::uint32_t>(key.step), key.tensor_id, g0, groups, block);
+    std::memcpy(words, block + (first & 3u), static_cast<std::size_t>(len) * sizeof(std::uint32_t));
+    return;
+  }
   philox_groups(static_cast<std::uint32_t>(key.seed), static_cast<std::uint32_t>(key.seed >> 32),
                 static_cast<std::uint32_t>(key.step), key.tensor_id, g0, groups, block);
   std::memcpy(words, block + (first & 3u), static_cast<std::size_t>(len) * sizeof(std::uint32_t));

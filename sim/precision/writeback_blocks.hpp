@@ -38,7 +38,9 @@ struct BlockParams {
   float sub_limit = 0;         // min normal when the format's subnormal range lies in fp32's normal range (0: none)
   std::uint32_t max_bits = 0;  // fp32 bits of max finite
   // fp32 lanes, floating formats (stochastic): K = 32 - (23 - M), and the exponent field of the format's min normal
-  // (at least 1): below it (or at it) a step down from a power of two is not half as wide.
+  // (at least 1): below it (or at it) a step down from a power of two is not half as wide. sr_fp32_lanes: the
+  // stochastic loops may run in fp32 lanes (floating formats but fp32; intK, AVX-512 loops only, with a scale in
+  // [2^-90, 2^90]).
   bool sr_fp32_lanes = false;
   std::uint32_t k_shift = 0;
   std::uint32_t emin_field = 1;
@@ -51,6 +53,7 @@ struct BlockParams {
   double c_factor = 0;     // 1.5 * 2^(52 - M)
   double unit_factor = 0;  // 2^-M
   double scale64 = 1, inv_scale64 = 1;
+  float scale_c32 = 0;  // intK: 2^32 / scale as fp32 (2^32 * inv_scale; the AVX-512 SR loop)
   int sr_bits = 0;
 };
 
@@ -78,5 +81,32 @@ std::int64_t stochastic_block(const BlockParams& bp, bool integer, int mode, flo
 // the Philox4x32-10 block with counter (c / 4, step, tensor), exactly as PhiloxStream::first_words, computed for
 // all groups of the block at once in vector lanes.
 void philox_first_words(const RngKey& key, std::uint64_t first, std::int64_t len, std::uint32_t* words);
+
+// ---- Which loops run ----
+// The AVX-512 loops (writeback_blocks_avx512.cpp, intrinsics) run when the CPU has AVX-512 F/BW/DQ/VL; otherwise the
+// portable loops above (compiled for SSE2, AVX2 and AVX-512 and picked at load time). Both decide every coordinate
+// exactly as writeback_value or flag it; the AVX-512 loops also run deadzone-sr and intK SR in fp32 lanes.
+// With either, flags[k] is meaningful only when the function returned a count > 0.
+bool avx512_blocks_supported();
+// Tests: force the portable loops (true) or restore the default (false); returns whether the AVX-512 loops are used.
+bool force_portable_blocks(bool on);
+bool avx512_blocks_active();
+
+namespace avx512 {
+std::int64_t nearest_block_float(const BlockParams& bp, float* w, const float* u, unsigned char* flags,
+                                 std::int64_t len, BlockCounts& counts);
+std::int64_t nearest_block_integer(const BlockParams& bp, float* w, const float* u, unsigned char* flags,
+                                   std::int64_t len, BlockCounts& counts);
+// bp.sr_fp32_lanes must hold (mode 1 stochastic, 2 deadzone-sr).
+std::int64_t stochastic_block_float(const BlockParams& bp, int mode, float* w, const float* u,
+                                    const std::uint32_t* words, unsigned char* flags, std::int64_t len,
+                                    BlockCounts& counts);
+std::int64_t stochastic_block_integer(const BlockParams& bp, int mode, float* w, const float* u,
+                                      const std::uint32_t* words, unsigned char* flags, std::int64_t len,
+                                      BlockCounts& counts);
+// Philox groups g0 .. g0 + groups - 1 rounded up to a multiple of 32: out needs room for 4 * that many words.
+void philox_groups(std::uint32_t k0, std::uint32_t k1, std::uint32_t step, std::uint32_t tensor, std::uint64_t g0,
+                   std::int64_t groups, std::uint32_t* out);
+}  // namespace avx512
 
 }  // namespace wbaudit::sim::detail

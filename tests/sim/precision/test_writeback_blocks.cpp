@@ -28,29 +28,46 @@ using wbaudit::test::SplitMix;
 
 namespace {
 
-TEST(WritebackBlocks, PhiloxWordsEqualRandom123) {
-  SplitMix rng{5};
-  for (int trial = 0; trial < 400; ++trial) {
-    const RngKey key{rng.next(), rng.next() & 0xffffffffu, static_cast<std::uint32_t>(rng.next())};
-    // offsets anywhere, including blocks that straddle the 2^32 group boundary (counter word 1 carries)
-    std::uint64_t first =
-        trial % 4 == 0 ? (std::uint64_t{1} << 34) - rng.below(600) : rng.below(std::uint64_t{1} << 47);
-    const auto len = static_cast<std::int64_t>(1 + rng.below(detail::kWritebackBlock));
-    std::uint32_t words[detail::kWritebackBlock];
-    detail::philox_first_words(key, first, len, words);
-    for (std::int64_t k = 0; k < len; ++k) {
-      const std::uint64_t c = first + static_cast<std::uint64_t>(k);
-      r123::Philox4x32 philox;
-      const r123::Philox4x32::ctr_type ctr = {{static_cast<std::uint32_t>(c >> 2),
-                                               static_cast<std::uint32_t>(c >> 34) & 0x3fffu,
-                                               static_cast<std::uint32_t>(key.step), key.tensor_id}};
-      const r123::Philox4x32::key_type pk = {
-          {static_cast<std::uint32_t>(key.seed), static_cast<std::uint32_t>(key.seed >> 32)}};
-      ASSERT_EQ(words[k], philox(ctr, pk).v[c & 3u]) << "coordinate " << c;
-      PhiloxStream stream(key, c);
-      ASSERT_EQ(words[k], stream.next()) << "coordinate " << c;
+// Runs f with the AVX-512 loops (where this CPU has them) and with the portable loops.
+template <class F>
+void for_each_implementation(F&& f) {
+  for (bool portable : {false, true}) {
+    const bool avx512 = detail::force_portable_blocks(portable);
+    if (!portable && !avx512) {
+      continue;  // no AVX-512 here: the portable run covers it
     }
+    SCOPED_TRACE(avx512 ? "AVX-512 loops" : "portable loops");
+    std::printf("%s loops\n", avx512 ? "AVX-512" : "portable");
+    f();
   }
+  detail::force_portable_blocks(false);
+}
+
+TEST(WritebackBlocks, PhiloxWordsEqualRandom123) {
+  for_each_implementation([&] {
+    SplitMix rng{5};
+    for (int trial = 0; trial < 400; ++trial) {
+      const RngKey key{rng.next(), rng.next() & 0xffffffffu, static_cast<std::uint32_t>(rng.next())};
+      // offsets anywhere, including blocks that straddle the 2^32 group boundary (counter word 1 carries)
+      std::uint64_t first =
+          trial % 4 == 0 ? (std::uint64_t{1} << 34) - rng.below(600) : rng.below(std::uint64_t{1} << 47);
+      const auto len = static_cast<std::int64_t>(1 + rng.below(detail::kWritebackBlock));
+      std::uint32_t words[detail::kWritebackBlock];
+      detail::philox_first_words(key, first, len, words);
+      for (std::int64_t k = 0; k < len; ++k) {
+        const std::uint64_t c = first + static_cast<std::uint64_t>(k);
+        r123::Philox4x32 philox;
+        const r123::Philox4x32::ctr_type ctr = {{static_cast<std::uint32_t>(c >> 2),
+                                                 static_cast<std::uint32_t>(c >> 34) & 0x3fffu,
+                                                 static_cast<std::uint32_t>(key.step), key.tensor_id}};
+        const r123::Philox4x32::key_type pk = {
+            {static_cast<std::uint32_t>(key.seed), static_cast<std::uint32_t>(key.seed >> 32)}};
+        ASSERT_EQ(words[k], philox(ctr, pk).v[c & 3u]) << "coordinate " << c;
+        PhiloxStream stream(key, c);
+        ASSERT_EQ(words[k], stream.next()) << "coordinate " << c;
+      }
+    }
+  });
 }
 
 struct Case {
@@ -207,123 +224,129 @@ std::uint32_t bits_of(float x) {
 }  // namespace
 
 TEST(WritebackBlocks, EveryPolicyEqualsTheExactScalarPathAndNearestEqualsBruteForce) {
-  std::int64_t checked = 0;
-  for (const Case& c : all_formats()) {
-    const auto table = c.table ? wbaudit::test::ref_table(c.ref) : std::vector<wbaudit::test::ValueCode>{};
-    std::vector<float> w, u;
-    make_inputs(c, table, 6007, 11 + static_cast<std::uint64_t>(c.fmt.bits), w, u);
-    const FormatParams p = format_params(c.fmt);
-    const auto n = w.size();
-    for (const auto& pol : kPolicies) {
-      SCOPED_TRACE(describe(c.fmt, pol));
-      const RngKey key{0x1234567890abcdefull, 77, 3};
-      Kokkos::View<float*> wv = to_view(w, "w"), uv = to_view(u, "u");
-      WritebackOptions opt;
-      opt.first_coordinate = 5;  // blocks not aligned with the Philox groups
-      const WritebackCounts got =
-          writeback(Kokkos::DefaultExecutionSpace{}, c.fmt, pol, key, wv, Kokkos::View<const float*>(uv), opt);
-      const std::vector<float> hw = from_view(wv);
-      WritebackCounts want;
-      for (std::size_t i = 0; i < n; ++i) {
-        const WritebackOutcome o = writeback_value(p, pol, key, opt.first_coordinate + i, w[i], u[i]);
-        ASSERT_EQ(bits_of(hw[i]), bits_of(o.value))
-            << "coordinate " << i << ": w = " << w[i] << " (" << std::hexfloat << w[i] << "), u = " << u[i]
-            << ", kernel " << hw[i] << ", exact " << o.value << std::defaultfloat;
-        want.nonzero += u[i] != 0;
-        want.erased += u[i] != 0 && o.value == w[i];
-        want.applied += o.value != w[i];
-        want.saturated += o.saturated;
-        want.sr_applied += o.random;
-        want.sr_truncated += o.truncated;
-        if (pol.policy == Policy::nearest) {
-          // brute force: the nearest format value (ties to even) of the exact sum, saturating
-          double ref;
-          if (c.table) {
-            ref = wbaudit::test::ref_nearest_search(table, static_cast<double>(w[i]) + static_cast<double>(u[i]));
-          } else {
-            const float s = w[i] + u[i];  // the hardware's correctly rounded fp32 sum
-            ref = std::isinf(s) || std::fabs(static_cast<double>(w[i]) + u[i]) > c.fmt.max_finite
-                      ? std::copysign(c.fmt.max_finite, static_cast<double>(s))
-                      : s;
+  for_each_implementation([&] {
+    std::int64_t checked = 0;
+    for (const Case& c : all_formats()) {
+      const auto table = c.table ? wbaudit::test::ref_table(c.ref) : std::vector<wbaudit::test::ValueCode>{};
+      std::vector<float> w, u;
+      make_inputs(c, table, 6007, 11 + static_cast<std::uint64_t>(c.fmt.bits), w, u);
+      const FormatParams p = format_params(c.fmt);
+      const auto n = w.size();
+      for (const auto& pol : kPolicies) {
+        SCOPED_TRACE(describe(c.fmt, pol));
+        const RngKey key{0x1234567890abcdefull, 77, 3};
+        Kokkos::View<float*> wv = to_view(w, "w"), uv = to_view(u, "u");
+        WritebackOptions opt;
+        opt.first_coordinate = 5;  // blocks not aligned with the Philox groups
+        const WritebackCounts got =
+            writeback(Kokkos::DefaultExecutionSpace{}, c.fmt, pol, key, wv, Kokkos::View<const float*>(uv), opt);
+        const std::vector<float> hw = from_view(wv);
+        WritebackCounts want;
+        for (std::size_t i = 0; i < n; ++i) {
+          const WritebackOutcome o = writeback_value(p, pol, key, opt.first_coordinate + i, w[i], u[i]);
+          ASSERT_EQ(bits_of(hw[i]), bits_of(o.value))
+              << "coordinate " << i << ": w = " << w[i] << " (" << std::hexfloat << w[i] << "), u = " << u[i]
+              << ", kernel " << hw[i] << ", exact " << o.value << std::defaultfloat;
+          want.nonzero += u[i] != 0;
+          want.erased += u[i] != 0 && o.value == w[i];
+          want.applied += o.value != w[i];
+          want.saturated += o.saturated;
+          want.sr_applied += o.random;
+          want.sr_truncated += o.truncated;
+          if (pol.policy == Policy::nearest) {
+            // brute force: the nearest format value (ties to even) of the exact sum, saturating
+            double ref;
+            if (c.table) {
+              ref = wbaudit::test::ref_nearest_search(table, static_cast<double>(w[i]) + static_cast<double>(u[i]));
+            } else {
+              const float s = w[i] + u[i];  // the hardware's correctly rounded fp32 sum
+              ref = std::isinf(s) || std::fabs(static_cast<double>(w[i]) + u[i]) > c.fmt.max_finite
+                        ? std::copysign(c.fmt.max_finite, static_cast<double>(s))
+                        : s;
+            }
+            ASSERT_EQ(static_cast<double>(hw[i]), ref)
+                << "coordinate " << i << ": w = " << std::hexfloat << w[i] << ", u = " << u[i];
           }
-          ASSERT_EQ(static_cast<double>(hw[i]), ref)
-              << "coordinate " << i << ": w = " << std::hexfloat << w[i] << ", u = " << u[i];
+          ++checked;
         }
-        ++checked;
+        EXPECT_EQ(got, want);
       }
-      EXPECT_EQ(got, want);
     }
-  }
-  std::printf("checked %lld coordinate write-backs\n", static_cast<long long>(checked));
+    std::printf("checked %lld coordinate write-backs\n", static_cast<long long>(checked));
+  });
 }
 
 TEST(WritebackBlocks, NonFiniteCoordinatesAreLeftUnchangedAndCounted) {
-  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
-  for (const Case& c : all_formats()) {
-    const FormatParams p = format_params(c.fmt);
-    for (const auto& pol : kPolicies) {
-      SCOPED_TRACE(describe(c.fmt, pol));
-      const std::size_t n = 700;
-      std::vector<float> w(n), u(n);
-      SplitMix rng{3};
-      for (std::size_t i = 0; i < n; ++i) {
-        w[i] = static_cast<float>(round_nearest(p, (rng.uniform() - 0.5) * c.fmt.max_finite));
-        u[i] = static_cast<float>((rng.uniform() - 0.5) * c.fmt.max_finite * 0x1p-6);
-      }
-      w[1] = nan;
-      w[300] = -inf;
-      w[301] = inf;
-      u[7] = inf;
-      u[255] = -inf;
-      u[256] = nan;
-      u[301] = -inf;
-      u[699] = nan;
-      Kokkos::View<float*> wv = to_view(w, "w"), uv = to_view(u, "u");
-      const RngKey key{9, 4, 2};
-      try {
-        writeback(c.fmt, pol, key, wv, uv);
-        FAIL() << "no throw";
-      } catch (const NonFiniteError& e) {
-        EXPECT_NE(std::string(e.what()).find("7 non-finite"), std::string::npos) << e.what();
-        EXPECT_NE(std::string(e.what()).find("first at coordinate 1"), std::string::npos) << e.what();
-      }
-      const std::vector<float> hw = from_view(wv);
-      for (std::size_t i = 0; i < n; ++i) {
-        const bool bad = !std::isfinite(w[i]) || !std::isfinite(u[i]);
-        if (bad) {
-          ASSERT_EQ(bits_of(hw[i]), bits_of(w[i])) << "coordinate " << i << " (non-finite input) was changed";
-        } else {
-          ASSERT_EQ(bits_of(hw[i]), bits_of(writeback_value(p, pol, key, i, w[i], u[i]).value)) << "coordinate " << i;
+  for_each_implementation([&] {
+    const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+    for (const Case& c : all_formats()) {
+      const FormatParams p = format_params(c.fmt);
+      for (const auto& pol : kPolicies) {
+        SCOPED_TRACE(describe(c.fmt, pol));
+        const std::size_t n = 700;
+        std::vector<float> w(n), u(n);
+        SplitMix rng{3};
+        for (std::size_t i = 0; i < n; ++i) {
+          w[i] = static_cast<float>(round_nearest(p, (rng.uniform() - 0.5) * c.fmt.max_finite));
+          u[i] = static_cast<float>((rng.uniform() - 0.5) * c.fmt.max_finite * 0x1p-6);
+        }
+        w[1] = nan;
+        w[300] = -inf;
+        w[301] = inf;
+        u[7] = inf;
+        u[255] = -inf;
+        u[256] = nan;
+        u[301] = -inf;
+        u[699] = nan;
+        Kokkos::View<float*> wv = to_view(w, "w"), uv = to_view(u, "u");
+        const RngKey key{9, 4, 2};
+        try {
+          writeback(c.fmt, pol, key, wv, uv);
+          FAIL() << "no throw";
+        } catch (const NonFiniteError& e) {
+          EXPECT_NE(std::string(e.what()).find("7 non-finite"), std::string::npos) << e.what();
+          EXPECT_NE(std::string(e.what()).find("first at coordinate 1"), std::string::npos) << e.what();
+        }
+        const std::vector<float> hw = from_view(wv);
+        for (std::size_t i = 0; i < n; ++i) {
+          const bool bad = !std::isfinite(w[i]) || !std::isfinite(u[i]);
+          if (bad) {
+            ASSERT_EQ(bits_of(hw[i]), bits_of(w[i])) << "coordinate " << i << " (non-finite input) was changed";
+          } else {
+            ASSERT_EQ(bits_of(hw[i]), bits_of(writeback_value(p, pol, key, i, w[i], u[i]).value)) << "coordinate " << i;
+          }
         }
       }
     }
-  }
+  });
 }
 
 TEST(WritebackBlocks, ProjectedErasureEqualsAPlainRecount) {
-  for (const Case& c : all_formats()) {
-    if (!c.table) {
-      continue;
+  for_each_implementation([&] {
+    for (const Case& c : all_formats()) {
+      if (!c.table) {
+        continue;
+      }
+      SCOPED_TRACE(describe(c.fmt, WritebackPolicy{}));
+      const auto table = wbaudit::test::ref_table(c.ref);
+      std::vector<float> w, u;
+      make_inputs(c, table, 3001, 99, w, u);
+      // fp32 reference weights: perturb the format values off the grid (projection rounds them first)
+      SplitMix rng{4};
+      for (auto& x : w) {
+        x = static_cast<float>(x * (1 - rng.uniform() * 0x1p-6));  // stays within max finite
+      }
+      std::int64_t nonzero = 0, erased = 0;
+      for (std::size_t i = 0; i < w.size(); ++i) {
+        const double wq = wbaudit::test::ref_nearest_search(table, w[i]);
+        nonzero += u[i] != 0;
+        erased += u[i] != 0 && wbaudit::test::ref_nearest_search(table, wq + static_cast<double>(u[i])) == wq;
+      }
+      const WritebackCounts got = project_erasure(c.fmt, to_view(w, "w"), to_view(u, "u"));
+      EXPECT_EQ(got.nonzero, nonzero);
+      EXPECT_EQ(got.erased, erased);
     }
-    SCOPED_TRACE(describe(c.fmt, WritebackPolicy{}));
-    const auto table = wbaudit::test::ref_table(c.ref);
-    std::vector<float> w, u;
-    make_inputs(c, table, 3001, 99, w, u);
-    // fp32 reference weights: perturb the format values off the grid (projection rounds them first)
-    SplitMix rng{4};
-    for (auto& x : w) {
-      x = static_cast<float>(x * (1 - rng.uniform() * 0x1p-6));  // stays within max finite
-    }
-    std::int64_t nonzero = 0, erased = 0;
-    for (std::size_t i = 0; i < w.size(); ++i) {
-      const double wq = wbaudit::test::ref_nearest_search(table, w[i]);
-      nonzero += u[i] != 0;
-      erased += u[i] != 0 && wbaudit::test::ref_nearest_search(table, wq + static_cast<double>(u[i])) == wq;
-    }
-    const WritebackCounts got = project_erasure(c.fmt, to_view(w, "w"), to_view(u, "u"));
-    EXPECT_EQ(got.nonzero, nonzero);
-    EXPECT_EQ(got.erased, erased);
-  }
+  });
 }
 
 // The SR decision at its boundary, with the random word chosen: for the exact sum x (exact in double here), the
@@ -331,75 +354,77 @@ TEST(WritebackBlocks, ProjectedErasureEqualsAPlainRecount) {
 // z = floor(frac * 2^32) computed in double, words z - 1, z and z + 1 must give away, (undecided: flagged, unless
 // frac * 2^32 is an integer: toward zero) and toward zero; r-bit SR compares word >> (32 - r) with floor(frac * 2^r).
 TEST(WritebackBlocks, StochasticDecisionAtTheBoundaryOfTheRandomWord) {
-  std::int64_t checked = 0;
-  for (const Case& c : all_formats()) {
-    if (!c.table || c.fmt.kind != FormatKind::floating) {
-      continue;
-    }
-    const auto table = wbaudit::test::ref_table(c.ref);
-    const FormatParams p = format_params(c.fmt);
-    std::vector<float> w, u;
-    make_inputs(c, table, 20011, 5 + static_cast<std::uint64_t>(c.fmt.bits), w, u);
-    // plus sums just below powers of two by a fraction of the fp32 ulp there (the step below is half as wide)
-    SplitMix rng{77};
-    for (int i = 0; i < 4000; ++i) {
-      const int e = static_cast<int>(rng.below(12)) - 6;
-      const double pw = std::ldexp(1.0, e);
-      if (pw > c.fmt.max_finite || pw < c.fmt.min_normal) {
+  for_each_implementation([&] {
+    std::int64_t checked = 0;
+    for (const Case& c : all_formats()) {
+      if (!c.table || c.fmt.kind != FormatKind::floating) {
         continue;
       }
-      w.push_back(static_cast<float>(rng.below(2) ? pw : -pw));
-      const double frac_ulp = std::ldexp(1.0 + rng.uniform(), -static_cast<int>(rng.below(8)) - 2);
-      u.push_back(static_cast<float>(-std::copysign(frac_ulp * std::ldexp(pw, -24), static_cast<double>(w.back()))));
-    }
-    for (int r : {0, 1, 8, 32}) {
-      const detail::BlockParams bp = detail::block_params(p, r);
-      for (std::size_t i = 0; i < w.size(); ++i) {
-        const double x = static_cast<double>(w[i]) + static_cast<double>(u[i]);
-        if (x - static_cast<double>(w[i]) != static_cast<double>(u[i]) ||
-            x - static_cast<double>(u[i]) != static_cast<double>(w[i]) || std::fabs(x) > c.fmt.max_finite || x == 0) {
-          continue;  // not exact in double, saturating or zero: covered by the comparison with the exact path
+      const auto table = wbaudit::test::ref_table(c.ref);
+      const FormatParams p = format_params(c.fmt);
+      std::vector<float> w, u;
+      make_inputs(c, table, 20011, 5 + static_cast<std::uint64_t>(c.fmt.bits), w, u);
+      // plus sums just below powers of two by a fraction of the fp32 ulp there (the step below is half as wide)
+      SplitMix rng{77};
+      for (int i = 0; i < 4000; ++i) {
+        const int e = static_cast<int>(rng.below(12)) - 6;
+        const double pw = std::ldexp(1.0, e);
+        if (pw > c.fmt.max_finite || pw < c.fmt.min_normal) {
+          continue;
         }
-        const double ax = std::fabs(x);
-        auto hi = std::lower_bound(table.begin(), table.end(), ax,
-                                   [](const wbaudit::test::ValueCode& a, double v) { return a.value < v; });
-        const double tz = hi->value == ax ? ax : (hi - 1)->value;
-        const double away = hi->value;
-        const double frac = away == tz ? 0.0 : (ax - tz) / (away - tz);
-        const double scaled = std::ldexp(frac, r == 0 ? 32 : r);
-        const double zf = std::floor(scaled);
-        const auto z = static_cast<std::uint64_t>(zf);
-        for (std::int64_t dz = -1; dz <= 1; ++dz) {
-          const std::int64_t target = static_cast<std::int64_t>(z) + dz;
-          if (target < 0 || target >= (std::int64_t{1} << (r == 0 ? 32 : r))) {
-            continue;
+        w.push_back(static_cast<float>(rng.below(2) ? pw : -pw));
+        const double frac_ulp = std::ldexp(1.0 + rng.uniform(), -static_cast<int>(rng.below(8)) - 2);
+        u.push_back(static_cast<float>(-std::copysign(frac_ulp * std::ldexp(pw, -24), static_cast<double>(w.back()))));
+      }
+      for (int r : {0, 1, 8, 32}) {
+        const detail::BlockParams bp = detail::block_params(p, r);
+        for (std::size_t i = 0; i < w.size(); ++i) {
+          const double x = static_cast<double>(w[i]) + static_cast<double>(u[i]);
+          if (x - static_cast<double>(w[i]) != static_cast<double>(u[i]) ||
+              x - static_cast<double>(u[i]) != static_cast<double>(w[i]) || std::fabs(x) > c.fmt.max_finite || x == 0) {
+            continue;  // not exact in double, saturating or zero: covered by the comparison with the exact path
           }
-          const std::uint32_t word =
-              r == 0 || r == 32 ? static_cast<std::uint32_t>(target) : static_cast<std::uint32_t>(target) << (32 - r);
-          float wk = w[i];
-          unsigned char flag = 0;
-          detail::BlockCounts counts;
-          detail::stochastic_block(bp, false, 1, &wk, &u[i], &word, &flag, 1, counts);
-          double want;
-          bool want_flag = false;
-          if (frac == 0 || dz > 0) {
-            want = tz;
-          } else if (dz < 0) {
-            want = away;
-          } else {
-            want = tz;
-            want_flag = r == 0 && scaled != zf;
+          const double ax = std::fabs(x);
+          auto hi = std::lower_bound(table.begin(), table.end(), ax,
+                                     [](const wbaudit::test::ValueCode& a, double v) { return a.value < v; });
+          const double tz = hi->value == ax ? ax : (hi - 1)->value;
+          const double away = hi->value;
+          const double frac = away == tz ? 0.0 : (ax - tz) / (away - tz);
+          const double scaled = std::ldexp(frac, r == 0 ? 32 : r);
+          const double zf = std::floor(scaled);
+          const auto z = static_cast<std::uint64_t>(zf);
+          for (std::int64_t dz = -1; dz <= 1; ++dz) {
+            const std::int64_t target = static_cast<std::int64_t>(z) + dz;
+            if (target < 0 || target >= (std::int64_t{1} << (r == 0 ? 32 : r))) {
+              continue;
+            }
+            const std::uint32_t word =
+                r == 0 || r == 32 ? static_cast<std::uint32_t>(target) : static_cast<std::uint32_t>(target) << (32 - r);
+            float wk = w[i];
+            unsigned char flag = 0;
+            detail::BlockCounts counts;
+            detail::stochastic_block(bp, false, 1, &wk, &u[i], &word, &flag, 1, counts);
+            double want;
+            bool want_flag = false;
+            if (frac == 0 || dz > 0) {
+              want = tz;
+            } else if (dz < 0) {
+              want = away;
+            } else {
+              want = tz;
+              want_flag = r == 0 && scaled != zf;
+            }
+            SCOPED_TRACE(std::string(c.fmt.name) + " r=" + std::to_string(r));
+            ASSERT_EQ(flag != 0, want_flag) << "w = " << std::hexfloat << w[i] << ", u = " << u[i] << ", dz " << dz;
+            if (!want_flag) {
+              ASSERT_EQ(std::fabs(static_cast<double>(wk)), want)
+                  << "w = " << std::hexfloat << w[i] << ", u = " << u[i] << ", frac = " << frac << ", dz " << dz;
+            }
+            ++checked;
           }
-          SCOPED_TRACE(std::string(c.fmt.name) + " r=" + std::to_string(r));
-          ASSERT_EQ(flag != 0, want_flag) << "w = " << std::hexfloat << w[i] << ", u = " << u[i] << ", dz " << dz;
-          if (!want_flag) {
-            ASSERT_EQ(std::fabs(static_cast<double>(wk)), want)
-                << "w = " << std::hexfloat << w[i] << ", u = " << u[i] << ", frac = " << frac << ", dz " << dz;
-          }
-          ++checked;
         }
       }
     }
-  }
-  std::printf("checked %lld boundary decisions\n", static_cast<long long>(checked));
+    std::printf("checked %lld boundary decisions\n", static_cast<long long>(checked));
+  });
 }
