@@ -42,12 +42,11 @@ WB_INLINE __m512i u32(std::uint32_t x) {
   return _mm512_set1_epi32(static_cast<int>(x));
 }
 
-// The exact sum w + u: fp32 sum s (TwoSum), its magnitude bits ab and sign bit, the error em in the direction of
-// |s|, and whether s is non-finite (as sum32 in writeback_blocks.cpp).
+// The exact sum w + u: fp32 sum s (TwoSum), its magnitude bits ab and sign bit, and the error em in the direction
+// of |s| (as sum32 in writeback_blocks.cpp).
 struct Sum {
   __m512i ab, sign;
   __m512 em;
-  __mmask16 bad;
 };
 WB_INLINE Sum exact_sum(__m512 wf, __m512 uf) {
   const __m512 s = _mm512_add_ps(wf, uf);
@@ -58,15 +57,26 @@ WB_INLINE Sum exact_sum(__m512 wf, __m512 uf) {
   r.ab = _mm512_and_si512(as_si(s), abs_mask);
   r.sign = _mm512_andnot_si512(abs_mask, as_si(s));
   r.em = as_ps(_mm512_xor_si512(as_si(e), r.sign));
-  r.bad = _mm512_cmpgt_epu32_mask(r.ab, u32(0x7f7fffffu));
   return r;
 }
 
-// Saturation: |w + u| > max finite (|s| == max with the error pointing away is beyond it too).
-WB_INLINE __mmask16 saturates(const Sum& s, __m512i max_bits) {
-  const __mmask16 at_max = _mm512_cmpeq_epi32_mask(s.ab, max_bits);
-  return _mm512_cmpgt_epu32_mask(s.ab, max_bits) |
-         _mm512_mask_cmp_ps_mask(at_max, s.em, _mm512_setzero_ps(), _CMP_GT_OQ);
+// The lanes at the edge of the range, all with |s| >= max finite: sat, |w + u| > max finite (|s| == max with the
+// error pointing away is beyond it too), and bad, s is NaN/inf (non-finite input, or an fp32 overflow of the sum).
+// Rare: computed only in a vector that has one (Branch), or always where the format's max finite is within reach of
+// ordinary weights (intK, whose scale is set from the weights' absolute maximum), to spare mispredicted branches.
+struct Edge {
+  __mmask16 sat = 0, bad = 0;
+};
+template <bool Branch>
+WB_INLINE Edge edge_lanes(const Sum& s, __m512i max_bits) {
+  Edge r;
+  if (!Branch || _mm512_cmpge_epu32_mask(s.ab, max_bits) != 0) {
+    const __mmask16 at_max = _mm512_cmpeq_epi32_mask(s.ab, max_bits);
+    r.sat = _mm512_cmpgt_epu32_mask(s.ab, max_bits) |
+            _mm512_mask_cmp_ps_mask(at_max, s.em, _mm512_setzero_ps(), _CMP_GT_OQ);
+    r.bad = _mm512_cmpgt_epu32_mask(s.ab, u32(0x7f7fffffu));
+  }
+  return r;
 }
 
 // The end of every loop body: writes v back, counts the events of the lanes decided, and records the flagged
@@ -251,7 +261,8 @@ std::int64_t nearest_float(const BlockParams& bp, float* __restrict w, const flo
     const Sum s = exact_sum(wf, uf);
     const __m512i r = round_nearest_bits<Subnormals>(c, shift_subnormal<Subnormals>(c, s));
     const __m512 v = as_ps(_mm512_or_si512(r, s.sign));
-    out.template put<decltype(tail)::value>(k, live, wf, uf, v, saturates(s, c.max_bits), s.bad);
+    const Edge edge = edge_lanes<true>(s, c.max_bits);
+    out.template put<decltype(tail)::value>(k, live, wf, uf, v, edge.sat, edge.bad);
   });
   return out.finish(counts);
 }
@@ -281,10 +292,10 @@ std::int64_t nearest_integer(const BlockParams& bp, float* __restrict w, const f
     const __m512 r = _mm512_mul_ps(n, c.scale);
     const __m512 dist =
         as_ps(_mm512_and_si512(as_si(_mm512_add_ps(_mm512_sub_ps(ax, r), s.em)), u32(0x7fffffffu)));  // ax - r is exact
-    const __mmask16 sat = saturates(s, c.max_bits);
+    const auto [sat, bad] = edge_lanes<false>(s, c.max_bits);
     const __mmask16 near_tie = _mm512_cmp_ps_mask(dist, c.tie_guard, _CMP_GE_OQ);
-    const auto flag = static_cast<__mmask16>(s.bad | (near_tie & ~sat));
-    const __m512 v = as_ps(_mm512_or_si512(_mm512_mask_mov_epi32(as_si(r), sat, c.max_bits), s.sign));
+    const auto flag = static_cast<__mmask16>(bad | (near_tie & ~sat));
+    const __m512 v = as_ps(_mm512_or_si512(_mm512_min_epu32(as_si(r), c.max_bits), s.sign));  // r >= max iff sat
     out.template put<decltype(tail)::value>(k, live, wf, uf, v, sat, flag);
   });
   return out.finish(counts);
@@ -361,15 +372,15 @@ std::int64_t stochastic_float(const BlockParams& bp, float* __restrict w, const 
     if constexpr (Subnormals) {
       r = _mm512_mask_mov_epi32(r, x.in_sub, as_si(_mm512_sub_ps(as_ps(r), c.sub_f)));  // exact
     }
-    const __mmask16 sat = saturates(s, c.max_bits);
-    __m512 v = as_ps(_mm512_or_si512(_mm512_mask_mov_epi32(r, sat, c.max_bits), s.sign));
+    const auto [sat, bad] = edge_lanes<true>(s, c.max_bits);
+    __m512 v = as_ps(_mm512_or_si512(_mm512_min_epu32(r, c.max_bits), s.sign));  // r >= max iff sat
     __mmask16 use_sr = 0xffff;
     if constexpr (Mode == 2) {
       const __m512 v_near = as_ps(_mm512_or_si512(round_nearest_bits<Subnormals>(c, x), s.sign));
       use_sr = _mm512_mask_cmp_ps_mask(_mm512_cmp_ps_mask(uf, zero, _CMP_NEQ_UQ), v_near, wf, _CMP_EQ_OQ);
       v = _mm512_mask_mov_ps(v_near, use_sr, v);
     }
-    const auto flag = static_cast<__mmask16>(s.bad | (undecided & use_sr & ~sat));
+    const auto flag = static_cast<__mmask16>(bad | (undecided & use_sr & ~sat));
     const auto drawn = static_cast<__mmask16>(use_sr & off & ~sat);
     out.template put<decltype(tail)::value>(k, live, wf, uf, v, sat, flag, static_cast<__mmask16>(drawn & random),
                                             static_cast<__mmask16>(drawn & ~random));
@@ -399,7 +410,7 @@ std::int64_t stochastic_integer(const BlockParams& bp, float* __restrict w, cons
     const __m512i word = tail ? _mm512_maskz_loadu_epi32(live, words + k) : _mm512_loadu_si512(words + k);
     const Sum s = exact_sum(wf, uf);
     const __m512 ax = as_ps(s.ab);
-    const __mmask16 sat = saturates(s, c.max_bits);
+    const auto [sat, bad] = edge_lanes<false>(s, c.max_bits);
     // fl = floor(|s| / scale), corrected once with the exact remainder
     const __m512 q = _mm512_min_ps(_mm512_mul_ps(ax, c.inv_scale), _mm512_set1_ps(0x1p22f));
     __m512 lvl = _mm512_roundscale_ps(q, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
@@ -447,7 +458,7 @@ std::int64_t stochastic_integer(const BlockParams& bp, float* __restrict w, cons
       use_sr = _mm512_cmp_ps_mask(uf, zero_f, _CMP_NEQ_UQ) & _mm512_cmp_ps_mask(v_near, wf, _CMP_EQ_OQ);
       v = _mm512_mask_mov_ps(v_near, use_sr, v);
     }
-    const auto flag = static_cast<__mmask16>(s.bad | near_tie | (undecided & use_sr));
+    const auto flag = static_cast<__mmask16>(bad | near_tie | (undecided & use_sr));
     const auto drawn = static_cast<__mmask16>(use_sr & off);
     out.template put<decltype(tail)::value>(k, live, wf, uf, v, sat, flag, static_cast<__mmask16>(drawn & random),
                                             static_cast<__mmask16>(drawn & ~random));
