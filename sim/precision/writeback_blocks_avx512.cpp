@@ -304,13 +304,14 @@ std::int64_t nearest_integer(const BlockParams& bp, float* __restrict w, const f
 // ---- Stochastic rounding (Mode 1) and deadzone-sr (Mode 2), floating formats, fp32 lanes ----
 // The SR step exactly as stochastic_float_body in writeback_blocks.cpp (z = floor(frac * 2^32) in 32-bit integers);
 // deadzone-sr also rounds to nearest (exact here) and takes the SR value where nearest erases a nonzero proposal.
-template <bool Subnormals, bool RBits, int Mode>
+template <bool Subnormals, bool RBits, int Mode, bool Window>
 std::int64_t stochastic_float(const BlockParams& bp, float* __restrict w, const float* __restrict u,
                               const std::uint32_t* __restrict words, unsigned char* __restrict flags, std::int64_t len,
                               BlockCounts& counts) {
   const FloatRound c(bp);
   const __m512i unit_bit = u32(bp.mask + 1), emin_field = u32(bp.emin_field), one = u32(1);
-  const __m512i x_base = u32(bp.k_shift + 150);  // K + 23 + 127
+  const __m512i x_base = u32(bp.k_shift + 150);         // K + 23 + 127
+  const __m512i window = u32((1u << bp.k_shift) + 2u);  // W > 2^K + 1 >= |floor(frac * 2^32) - z_s|
   const __m128i k_shift = _mm_cvtsi32_si128(static_cast<int>(bp.k_shift));
   const __m128i r_drop = _mm_cvtsi32_si128(RBits ? 32 - bp.sr_bits : 0);
   const __m512 zero = _mm512_setzero_ps();
@@ -324,33 +325,68 @@ std::int64_t stochastic_float(const BlockParams& bp, float* __restrict w, const 
     const __m512i field = _mm512_srli_epi32(x.ab, 23);
     const __mmask16 below = _mm512_mask_cmp_ps_mask(_mm512_testn_epi32_mask(x.ab, c.mask), x.err, zero, _CMP_LT_OQ);
     const __mmask16 pow2 = _mm512_testn_epi32_mask(x.ab, u32(0x7fffffu));  // significand bits all zero
-    const auto halving = static_cast<__mmask16>(below & pow2 & _mm512_cmpgt_epu32_mask(field, emin_field));
-    // T = err * 2^X, X = K + 23 - exponent(ulp) (+1 for a half-width step): exact (or, where it underflows, of the
-    // right sign and below 1 in magnitude)
-    __m512i xe = _mm512_sub_epi32(x_base, _mm512_max_epu32(field, one));
-    xe = _mm512_mask_add_epi32(xe, halving, xe, one);
-    const __m512 xf = _mm512_cvtepi32_ps(xe);
-    const __m512 t_main = _mm512_scalef_ps(x.err, xf);
-    const __m512 f_main = _mm512_roundscale_ps(t_main, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
-    const __mmask16 frac_main = _mm512_cmp_ps_mask(f_main, t_main, _CMP_NEQ_UQ);
-    const __mmask16 main0 = _mm512_cmp_ps_mask(t_main, zero, _CMP_EQ_OQ);
-    __m512i floor_t = _mm512_cvttps_epi32(f_main);
-    __mmask16 inexact;
-    if constexpr (Subnormals) {
-      // the further error (|t_tiny| below T's resolution) decides where t_main is an integer; where t_main
-      // underflowed, err's sign does
-      const __m512 t_tiny = _mm512_mask_mov_ps(_mm512_scalef_ps(x.tiny, xf), main0, x.err);
-      const __m512 f_tiny = _mm512_roundscale_ps(t_tiny, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
-      inexact = frac_main | _mm512_cmp_ps_mask(f_tiny, t_tiny, _CMP_NEQ_UQ);
-      floor_t =
-          _mm512_mask_add_epi32(floor_t, static_cast<__mmask16>(~frac_main), floor_t, _mm512_cvttps_epi32(f_tiny));
+    __mmask16 away, random = 0xffff, undecided = 0, off;
+    if constexpr (Window) {
+      // floor(frac * 2^32) = z_s + floor(T) with z_s = low * 2^K (the fraction of |s| itself; 2^32 when the exact
+      // sum lies just below |s| on the grid) and |floor(T)| <= 2^K + 1 < W: decided from z_s unless the word (r-bit:
+      // its top bits) falls within W of it; those lanes, and r-bit lanes where frac * 2^r may be below or above 1,
+      // are flagged for the exact path.
+      const __m512i zs = _mm512_mask_mov_epi32(_mm512_sll_epi32(low, k_shift), below, u32(0xffffffffu));
+      off =
+          static_cast<__mmask16>(~_mm512_mask_cmp_ps_mask(_mm512_testn_epi32_mask(low, low), x.err, zero, _CMP_EQ_OQ));
+      // no window where the sum is exact in fp32 (err == 0: z = z_s)
+      const __m512i wnd = _mm512_maskz_mov_epi32(_mm512_cmp_ps_mask(x.err, zero, _CMP_NEQ_UQ), window);
+      const __m512i lo = _mm512_sub_epi32(_mm512_max_epu32(zs, wnd), wnd);
+      const __m512i hi = _mm512_add_epi32(_mm512_min_epu32(zs, u32(0xffffffffu) - wnd), wnd);
+      const __m512i d_lo = _mm512_srl_epi32(lo, r_drop), d_hi = _mm512_srl_epi32(hi, r_drop);
+      const __m512i rw = _mm512_srl_epi32(word, r_drop);
+      away = _mm512_cmplt_epu32_mask(rw, d_lo);
+      undecided = static_cast<__mmask16>(~away & _mm512_cmplt_epu32_mask(rw, d_hi));
+      if constexpr (RBits) {
+        random = _mm512_test_epi32_mask(d_lo, d_lo);
+        undecided |= static_cast<__mmask16>(~random & _mm512_test_epi32_mask(d_hi, d_hi));
+      } else {
+        undecided |= _mm512_cmpeq_epi32_mask(word, u32(0xffffffffu));  // hi may have saturated below z
+      }
+      undecided &= off;
     } else {
-      // no further error: where t_main underflowed to 0, floor(T) is -1 for err < 0 and 0 for err > 0
-      const __mmask16 neg = _mm512_mask_cmp_ps_mask(main0, x.err, zero, _CMP_LT_OQ);
-      inexact = frac_main | _mm512_mask_cmp_ps_mask(main0, x.err, zero, _CMP_NEQ_UQ);
-      floor_t = _mm512_mask_sub_epi32(floor_t, neg, floor_t, one);
+      const auto halving = static_cast<__mmask16>(below & pow2 & _mm512_cmpgt_epu32_mask(field, emin_field));
+      // T = err * 2^X, X = K + 23 - exponent(ulp) (+1 for a half-width step): exact (or, where it underflows, of
+      // the right sign and below 1 in magnitude)
+      __m512i xe = _mm512_sub_epi32(x_base, _mm512_max_epu32(field, one));
+      xe = _mm512_mask_add_epi32(xe, halving, xe, one);
+      const __m512 xf = _mm512_cvtepi32_ps(xe);
+      const __m512 t_main = _mm512_scalef_ps(x.err, xf);
+      const __m512 f_main = _mm512_roundscale_ps(t_main, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+      const __mmask16 frac_main = _mm512_cmp_ps_mask(f_main, t_main, _CMP_NEQ_UQ);
+      const __mmask16 main0 = _mm512_cmp_ps_mask(t_main, zero, _CMP_EQ_OQ);
+      __m512i floor_t = _mm512_cvttps_epi32(f_main);
+      __mmask16 inexact;
+      if constexpr (Subnormals) {
+        // the further error (|t_tiny| below T's resolution) decides where t_main is an integer; where t_main
+        // underflowed, err's sign does
+        const __m512 t_tiny = _mm512_mask_mov_ps(_mm512_scalef_ps(x.tiny, xf), main0, x.err);
+        const __m512 f_tiny = _mm512_roundscale_ps(t_tiny, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+        inexact = frac_main | _mm512_cmp_ps_mask(f_tiny, t_tiny, _CMP_NEQ_UQ);
+        floor_t =
+            _mm512_mask_add_epi32(floor_t, static_cast<__mmask16>(~frac_main), floor_t, _mm512_cvttps_epi32(f_tiny));
+      } else {
+        // no further error: where t_main underflowed to 0, floor(T) is -1 for err < 0 and 0 for err > 0
+        const __mmask16 neg = _mm512_mask_cmp_ps_mask(main0, x.err, zero, _CMP_LT_OQ);
+        inexact = frac_main | _mm512_mask_cmp_ps_mask(main0, x.err, zero, _CMP_NEQ_UQ);
+        floor_t = _mm512_mask_sub_epi32(floor_t, neg, floor_t, one);
+      }
+      const __m512i z = _mm512_add_epi32(_mm512_sll_epi32(low, k_shift), floor_t);  // floor(frac * 2^32) mod 2^32
+      off = static_cast<__mmask16>(_mm512_test_epi32_mask(z, z) | inexact);
+      if constexpr (RBits) {
+        const __m512i d = _mm512_srl_epi32(z, r_drop);
+        away = _mm512_cmplt_epu32_mask(_mm512_srl_epi32(word, r_drop), d);
+        random = _mm512_test_epi32_mask(d, d);
+      } else {
+        away = _mm512_cmplt_epu32_mask(word, z);
+        undecided = _mm512_mask_cmpeq_epi32_mask(inexact, word, z);
+      }
     }
-    const __m512i z = _mm512_add_epi32(_mm512_sll_epi32(low, k_shift), floor_t);  // floor(frac * 2^32) mod 2^32
     __m512i step_down = unit_bit;
     if constexpr (Subnormals) {
       const auto at_min = static_cast<__mmask16>(pow2 & _mm512_cmpeq_epi32_mask(field, emin_field));
@@ -358,16 +394,6 @@ std::int64_t stochastic_float(const BlockParams& bp, float* __restrict w, const 
     }
     const __m512i kept = _mm512_and_si512(x.ab, c.keep);
     const __m512i tz = _mm512_mask_sub_epi32(kept, below, kept, step_down);
-    const auto off = static_cast<__mmask16>(_mm512_test_epi32_mask(z, z) | inexact);
-    __mmask16 away, random = 0xffff, undecided = 0;
-    if constexpr (RBits) {
-      const __m512i d = _mm512_srl_epi32(z, r_drop);
-      away = _mm512_cmplt_epu32_mask(_mm512_srl_epi32(word, r_drop), d);
-      random = _mm512_test_epi32_mask(d, d);
-    } else {
-      away = _mm512_cmplt_epu32_mask(word, z);
-      undecided = _mm512_mask_cmpeq_epi32_mask(inexact, word, z);
-    }
     __m512i r = _mm512_mask_add_epi32(tz, away, tz, _mm512_mask_mov_epi32(unit_bit, below, step_down));
     if constexpr (Subnormals) {
       r = _mm512_mask_mov_epi32(r, x.in_sub, as_si(_mm512_sub_ps(as_ps(r), c.sub_f)));  // exact
@@ -490,22 +516,29 @@ std::int64_t nearest_block_integer(const BlockParams& bp, float* w, const float*
 std::int64_t stochastic_block_float(const BlockParams& bp, int mode, float* w, const float* u,
                                     const std::uint32_t* words, unsigned char* flags, std::int64_t len,
                                     BlockCounts& counts) {
-  const bool rbits = bp.sr_bits > 0, sub = bp.sub_limit > 0;
-#define WB_SR(S, R, M) return stochastic_float<S, R, M>(bp, w, u, words, flags, len, counts)
+  const bool sub = bp.sub_limit > 0;
+  // The window loop, unless r-bit SR resolves steps so fine that a sum just off the grid could be drawn away from
+  // it (W >= 2^(32 - r)): there its flags would not be rare, and the loop computing floor(frac * 2^32) runs.
+  const int kind = bp.sr_bits == 0 ? 0 : ((((1u << bp.k_shift) + 2u) >> (32 - bp.sr_bits)) == 0u) ? 1 : 2;
+#define WB_SR(S, M)                                                                    \
+  switch (kind) {                                                                      \
+    case 0:                                                                            \
+      return stochastic_float<S, false, M, true>(bp, w, u, words, flags, len, counts); \
+    case 1:                                                                            \
+      return stochastic_float<S, true, M, true>(bp, w, u, words, flags, len, counts);  \
+    default:                                                                           \
+      return stochastic_float<S, true, M, false>(bp, w, u, words, flags, len, counts); \
+  }
   if (mode == 1) {
     if (sub) {
-      if (rbits) WB_SR(true, true, 1);
-      WB_SR(true, false, 1);
+      WB_SR(true, 1)
     }
-    if (rbits) WB_SR(false, true, 1);
-    WB_SR(false, false, 1);
+    WB_SR(false, 1)
   }
   if (sub) {
-    if (rbits) WB_SR(true, true, 2);
-    WB_SR(true, false, 2);
+    WB_SR(true, 2)
   }
-  if (rbits) WB_SR(false, true, 2);
-  WB_SR(false, false, 2);
+  WB_SR(false, 2)
 #undef WB_SR
 }
 
