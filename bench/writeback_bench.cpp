@@ -2,6 +2,8 @@
 // and as a ratio to a plain fp32 `w += u` loop measured in the same process (counter `x_fp32`).
 // Run at 1 and 2 threads: bench_writeback --kokkos-threads=1, then --kokkos-threads=2.
 // Targets (issue 2): nearest >= 0.5x the fp32 loop, SR >= 0.2x, 2 threads >= 1.6x one thread.
+// WBAUDIT_BENCH_PORTABLE=1 measures the portable block loops on a CPU with AVX-512 (which otherwise runs the AVX-512
+// loops); the context line `block_loops` says which ran.
 #include <benchmark/benchmark.h>
 
 #include <Kokkos_Core.hpp>
@@ -15,6 +17,7 @@
 #include "sim/precision/format.hpp"
 #include "sim/precision/policy.hpp"
 #include "sim/precision/writeback.hpp"
+#include "sim/precision/writeback_blocks.hpp"
 
 namespace {
 
@@ -118,6 +121,9 @@ void BM_writeback(benchmark::State& state, const std::string& format, const std:
 
 struct Registration {
   Registration() {
+    const char* portable = std::getenv("WBAUDIT_BENCH_PORTABLE");
+    const bool avx512 = detail::force_portable_blocks(portable != nullptr && std::string(portable) == "1");
+    benchmark::AddCustomContext("block_loops", avx512 ? "avx512" : "portable");
     benchmark::RegisterBenchmark("fp32_add", BM_fp32_add)->Unit(benchmark::kMillisecond)->UseRealTime();
     for (const char* format : {"bf16", "e4m3", "e2m1", "int4"}) {
       for (const auto& entry : std::initializer_list<std::pair<const char*, int>>{

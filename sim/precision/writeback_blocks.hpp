@@ -88,7 +88,8 @@ void philox_first_words(const RngKey& key, std::uint64_t first, std::int64_t len
 // exactly as writeback_value or flag it; the AVX-512 loops also run deadzone-sr and intK SR in fp32 lanes.
 // With either, flags[k] is meaningful only when the function returned a count > 0.
 bool avx512_blocks_supported();
-// Tests: force the portable loops (true) or restore the default (false); returns whether the AVX-512 loops are used.
+// Tests and benchmarks: force the portable loops (true) or restore the default (false); returns whether the AVX-512
+// loops are used.
 bool force_portable_blocks(bool on);
 bool avx512_blocks_active();
 
