@@ -224,29 +224,57 @@ void require_same_extent(const char* where, std::size_t a, std::size_t b) {
   }
 }
 
+// The master-copy contrast over blocks (detail::master_block: m = master + u in fp32, w = q_nearest(m), events against
+// the old w); flagged coordinates are redone here exactly (bracket_of/nearest_of of m), or, where m or w is NaN/inf
+// (master or u is, or the update overflowed fp32), left unchanged (master and w) and counted as non-finite. The first
+// such coordinate is kept in first_bad (a minimum, whatever the order of the blocks).
 template <class MemorySpace>
-struct MasterKernel : CountsReducerBase {
+struct MasterBlockKernel : CountsReducerBase {
+  static constexpr std::int64_t kBlock = detail::kWritebackBlock;
   FloatView<MemorySpace> master;
   FloatView<MemorySpace> w;
   ConstFloatView<MemorySpace> u;
   FormatParams p;
-  KOKKOS_INLINE_FUNCTION void operator()(std::int64_t i, value_type& c) const {
-    const float ui = u(i);
-    const float m = master(i) + ui;  // the fp32 master update
-    const float wi = w(i);
-    if (!finite(m)) {  // overflow of the master copy itself
-      c.nonfinite += 1;
-      return;
+  detail::BlockParams bp;
+  Lanes lanes = Lanes::fp64;
+  std::int64_t n = 0;
+  Kokkos::View<std::int64_t, MemorySpace> first_bad;
+  KOKKOS_INLINE_FUNCTION void operator()(std::int64_t block, value_type& c) const {
+    const std::int64_t begin = block * kBlock;
+    const std::int64_t len = (begin + kBlock < n ? begin + kBlock : n) - begin;
+    float* mp = master.data() + begin;
+    float* wp = w.data() + begin;
+    const float* up = u.data() + begin;
+    unsigned char flags[kBlock];
+    detail::BlockCounts bc;
+    const std::int64_t flagged = detail::master_block(bp, p.integer, lanes == Lanes::fp64, mp, wp, up, flags, len, bc);
+    if (flagged > 0) {
+      for (std::int64_t k = 0; k < len; ++k) {
+        if (!flags[k]) {
+          continue;
+        }
+        const float ui = up[k], wi = wp[k];
+        const float m = mp[k] + ui;  // the fp32 master update
+        if (!finite(m) || !finite(wi)) {
+          c.nonfinite += 1;  // left unchanged
+          Kokkos::atomic_fetch_min(&first_bad(), begin + k);
+          continue;
+        }
+        const Bracket b = bracket_of(p, ExactSum{static_cast<double>(m), 0.0});
+        const auto value = static_cast<float>(nearest_of(b));
+        const bool changed = value != wi;
+        bc.nonzero += ui != 0;
+        bc.erased += ui != 0 && !changed;
+        bc.applied += changed;
+        bc.saturated += b.saturated;
+        mp[k] = m;
+        wp[k] = value;
+      }
     }
-    const Bracket b = bracket_of(p, ExactSum{static_cast<double>(m), 0.0});
-    const auto value = static_cast<float>(nearest_of(b));
-    const bool changed = value != wi;
-    c.nonzero += ui != 0;
-    c.erased += ui != 0 && !changed;
-    c.applied += changed;
-    c.saturated += b.saturated;
-    master(i) = m;
-    w(i) = value;
+    c.nonzero += bc.nonzero;
+    c.erased += bc.erased;
+    c.applied += bc.applied;
+    c.saturated += bc.saturated;
   }
 };
 
@@ -402,17 +430,36 @@ WritebackCounts writeback_master(const ExecSpace& space, const FormatSpec& fmt,
   require_same_extent("writeback_master", master.extent(0), u.extent(0));
   require_same_extent("writeback_master", w.extent(0), u.extent(0));
   const FormatParams p = format_params(fmt);
-  require_finite(space, std::string("writeback_master (format ") + fmt.name + ")", "master", ConstFloatView<MS>(master),
-                 "u", u);
-  require_finite(space, std::string("writeback_master (format ") + fmt.name + ")", "w", ConstFloatView<MS>(w), "w",
-                 ConstFloatView<MS>());
+  const auto n = static_cast<std::int64_t>(u.extent(0));
+  MasterBlockKernel<MS> kernel;
+  kernel.master = master;
+  kernel.w = w;
+  kernel.u = u;
+  kernel.p = p;
+  kernel.bp = detail::block_params(p, 0);
+  kernel.lanes = lanes_for(p);
+  kernel.n = n;
+  kernel.first_bad = Kokkos::View<std::int64_t, MS>("wbaudit::sim::precision::writeback_master::first_bad");
+  Kokkos::deep_copy(space, kernel.first_bad, n);
   WritebackCounts counts;
-  Kokkos::parallel_reduce("wbaudit::sim::precision::writeback_master::kernel", range(space, u.extent(0), 0),
-                          MasterKernel<MS>{{}, master, w, u, p}, counts);
+  constexpr std::int64_t block = MasterBlockKernel<MS>::kBlock;
+  Kokkos::parallel_reduce("wbaudit::sim::precision::writeback_master::kernel",
+                          range(space, static_cast<std::size_t>((n + block - 1) / block), 0), kernel, counts);
   if (counts.nonfinite > 0) {
+    std::int64_t first = n;
+    Kokkos::deep_copy(space, first, kernel.first_bad);
+    space.fence();
+    auto value = [&](const auto& v) {
+      auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace{},
+                                                   Kokkos::subview(v, Kokkos::make_pair(first, first + 1)));
+      return float_text(h(0));
+    };
     throw NonFiniteError("writeback_master (format " + std::string(fmt.name) +
-                         "): the fp32 master copy overflowed at " + std::to_string(counts.nonfinite) +
-                         " coordinate(s); those coordinates were left unchanged");
+                         "): " + std::to_string(counts.nonfinite) +
+                         " coordinate(s) with a non-finite master, u or w, or an fp32 master update that overflowed; "
+                         "first at coordinate " +
+                         std::to_string(first) + ": master = " + value(master) + ", u = " + value(u) +
+                         ", w = " + value(w) + "; those coordinates were left unchanged");
   }
   return counts;
 }

@@ -62,7 +62,10 @@ WritebackCounts writeback(const ExecSpace& space, const FormatSpec& fmt, const W
                           Kokkos::View<const float*, typename ExecSpace::memory_space> u,
                           const WritebackOptions& options);
 
-// Master-copy contrast: master += u in fp32, w = q_nearest(master). Events are counted against w.
+// Master-copy contrast: master += u in fp32, w = q_nearest(master). Events are counted against the old w. A
+// coordinate whose master, u or w is NaN/inf, or whose master update overflows fp32, is left unchanged (master and
+// w); the others are written back, and the call then throws NonFiniteError naming the count and the first such
+// coordinate with its values.
 template <class ExecSpace>
 WritebackCounts writeback_master(const ExecSpace& space, const FormatSpec& fmt,
                                  Kokkos::View<float*, typename ExecSpace::memory_space> master,

@@ -588,6 +588,77 @@ std::int64_t nearest_block_fp64(const BlockParams& bp, bool integer, float* w, c
                  : nearest_fp64_clones<false>(bp, w, u, flags, len, counts);
 }
 
+namespace {
+// The portable master-copy block: m = master + u, the nearest loop on a copy of m (u = 0: m is exact), then the
+// decided coordinates written back and counted in a loop the compiler vectorizes (selects on bit masks).
+template <class Nearest>
+std::int64_t master_portable(const BlockParams& bp, Nearest&& nearest, float* __restrict master, float* __restrict w,
+                             const float* __restrict u, unsigned char* __restrict flags, std::int64_t len,
+                             BlockCounts& counts) {
+  static constexpr float kZeros[kWritebackBlock] = {};
+  constexpr std::int64_t kLine = 64 / sizeof(float);
+  for (std::int64_t k = kWritebackBlock; k < 2 * kWritebackBlock; k += kLine) {  // the next block
+    __builtin_prefetch(master + k);
+    __builtin_prefetch(w + k);
+    __builtin_prefetch(u + k);
+  }
+  alignas(64) float m[kWritebackBlock];
+  alignas(64) float q[kWritebackBlock];
+  for (std::int64_t k = 0; k < len; ++k) {
+    m[k] = master[k] + u[k];
+    q[k] = m[k];
+  }
+  BlockCounts unused;
+  if (nearest(q, kZeros, flags, len, unused) == 0) {  // flags hold nothing then; NaN/inf m is always flagged
+    std::memset(flags, 0, static_cast<std::size_t>(len));
+  }
+  // |m| > max finite <=> |m| > the largest float at or below it
+  float max_float = std::bit_cast<float>(bp.max_bits);
+  if (static_cast<double>(max_float) > bp.max_finite) {
+    max_float = std::nextafter(max_float, 0.0f);
+  }
+  std::uint32_t nonzero = 0, erased = 0, applied = 0, saturated = 0, flagged = 0;
+  for (std::int64_t k = 0; k < len; ++k) {
+    const float wi = w[k], mi = m[k], qi = q[k];
+    const std::uint32_t bad_w = ((std::bit_cast<std::uint32_t>(wi) & 0x7f800000u) + 0x00800000u) >> 31;
+    const std::uint32_t flag = static_cast<std::uint32_t>(flags[k] != 0) | bad_w;
+    const std::uint32_t ok = flag ^ 1u;
+    const std::uint32_t nz = ok & static_cast<std::uint32_t>(u[k] != 0.0f);
+    const std::uint32_t changed = ok & static_cast<std::uint32_t>(qi != wi);
+    nonzero += nz;
+    erased += nz & (changed ^ 1u);
+    applied += changed;
+    saturated += ok & static_cast<std::uint32_t>(std::fabs(mi) > max_float);
+    flagged += flag;
+    flags[k] = static_cast<unsigned char>(flag);
+    const std::uint32_t keep = ok - 1u;  // all ones where the coordinate is left unchanged
+    master[k] = std::bit_cast<float>((std::bit_cast<std::uint32_t>(mi) & ~keep) |
+                                     (std::bit_cast<std::uint32_t>(master[k]) & keep));
+    w[k] = std::bit_cast<float>((std::bit_cast<std::uint32_t>(qi) & ~keep) | (std::bit_cast<std::uint32_t>(wi) & keep));
+  }
+  counts.nonzero += nonzero;
+  counts.erased += erased;
+  counts.applied += applied;
+  counts.saturated += saturated;
+  return flagged;
+}
+}  // namespace
+
+std::int64_t master_block(const BlockParams& bp, bool integer, bool lanes_fp64, float* master, float* w, const float* u,
+                          unsigned char* flags, std::int64_t len, BlockCounts& counts) {
+  if (!lanes_fp64 && avx512_blocks_active()) {
+    return integer ? avx512::master_block_integer(bp, master, w, u, flags, len, counts)
+                   : avx512::master_block_float(bp, master, w, u, flags, len, counts);
+  }
+  auto nearest = [&](float* x, const float* zeros, unsigned char* f, std::int64_t n, BlockCounts& c) {
+    if (lanes_fp64) {
+      return nearest_block_fp64(bp, integer, x, zeros, f, n, c);
+    }
+    return integer ? nearest_block_integer(bp, x, zeros, f, n, c) : nearest_block_float(bp, x, zeros, f, n, c);
+  };
+  return master_portable(bp, nearest, master, w, u, flags, len, counts);
+}
+
 std::int64_t stochastic_block(const BlockParams& bp, bool integer, int mode, float* w, const float* u,
                               const std::uint32_t* words, unsigned char* flags, std::int64_t len, BlockCounts& counts) {
   const bool rbits = bp.sr_bits > 0;

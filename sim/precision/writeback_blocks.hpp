@@ -72,6 +72,14 @@ std::int64_t nearest_block_integer(const BlockParams& bp, float* w, const float*
 std::int64_t nearest_block_fp64(const BlockParams& bp, bool integer, float* w, const float* u, unsigned char* flags,
                                 std::int64_t len, BlockCounts& counts);
 
+// Master-copy write-back of a block: m = master + u in fp32 (the master update), w = q_nearest(m), with the events
+// counted against the old w; master and w are written for the coordinates decided. Flagged (master and w left
+// unchanged): m or w NaN/inf (m is where master or u is, or where the update overflowed fp32), and coordinates the
+// nearest loop cannot decide (intK near ties). lanes_fp64: the fp64-lane nearest loop rounds (intK with extreme
+// scales), otherwise the fp32-lane loop for integer or floating formats.
+std::int64_t master_block(const BlockParams& bp, bool integer, bool lanes_fp64, float* master, float* w, const float* u,
+                          unsigned char* flags, std::int64_t len, BlockCounts& counts);
+
 // Stochastic (mode 1) and deadzone-sr (mode 2) write-back of a block in fp64 lanes; words[k] is the first random
 // word of coordinate k (philox_first_words).
 std::int64_t stochastic_block(const BlockParams& bp, bool integer, int mode, float* w, const float* u,
@@ -98,6 +106,10 @@ std::int64_t nearest_block_float(const BlockParams& bp, float* w, const float* u
                                  std::int64_t len, BlockCounts& counts);
 std::int64_t nearest_block_integer(const BlockParams& bp, float* w, const float* u, unsigned char* flags,
                                    std::int64_t len, BlockCounts& counts);
+std::int64_t master_block_float(const BlockParams& bp, float* master, float* w, const float* u, unsigned char* flags,
+                                std::int64_t len, BlockCounts& counts);
+std::int64_t master_block_integer(const BlockParams& bp, float* master, float* w, const float* u, unsigned char* flags,
+                                  std::int64_t len, BlockCounts& counts);
 // bp.sr_fp32_lanes must hold (mode 1 stochastic, 2 deadzone-sr).
 std::int64_t stochastic_block_float(const BlockParams& bp, int mode, float* w, const float* u,
                                     const std::uint32_t* words, unsigned char* flags, std::int64_t len,

@@ -189,19 +189,51 @@ WB_INLINE __m512 load_ps(const float* p, __mmask16 live, bool tail) {
 constexpr std::int64_t kPrefetch = kWritebackBlock;
 
 // Runs body(k, live, tail) over the block: full vectors, then the last partial one with a lane mask; prefetches the
-// streams a and b (w and u) kPrefetch coordinates ahead (prefetches never fault, past the arrays' ends included).
+// streams a, b and c (w, u and the master copy, or null) kPrefetch coordinates ahead (prefetches never fault, past
+// the arrays' ends included).
 template <class Body>
-WB_INLINE void over_block(std::int64_t len, const float* a, const float* b, Body&& body) {
+WB_INLINE void over_block(std::int64_t len, const float* a, const float* b, const float* c, Body&& body) {
   std::int64_t k = 0;
   for (; k + 16 <= len; k += 16) {
     _mm_prefetch(reinterpret_cast<const char*>(a + k + kPrefetch), _MM_HINT_T0);
     _mm_prefetch(reinterpret_cast<const char*>(b + k + kPrefetch), _MM_HINT_T0);
+    if (c != nullptr) {
+      _mm_prefetch(reinterpret_cast<const char*>(c + k + kPrefetch), _MM_HINT_T0);
+    }
     body(k, static_cast<__mmask16>(0xffff), std::false_type{});
   }
   if (k < len) {
     body(k, static_cast<__mmask16>((1u << (len - k)) - 1u), std::true_type{});
   }
 }
+
+// The value a nearest loop rounds: the exact sum w + u, or with a master copy (Master) m = master + u in fp32 (the
+// master update itself: exact, no error term). With a master copy, a lane whose w is NaN/inf is flagged too (its
+// events are counted against w), and master is written where the lane is decided.
+template <bool Master>
+struct Rounded {
+  Sum s;
+  __m512 m;
+  __mmask16 bad_w = 0;
+  WB_INLINE Rounded(const float* master, std::int64_t k, __mmask16 live, bool tail, __m512 wf, __m512 uf) {
+    if constexpr (Master) {
+      m = _mm512_add_ps(tail ? _mm512_maskz_loadu_ps(live, master + k) : _mm512_loadu_ps(master + k), uf);
+      const __m512i abs_mask = u32(0x7fffffffu);
+      s.ab = _mm512_and_si512(as_si(m), abs_mask);
+      s.sign = _mm512_andnot_si512(abs_mask, as_si(m));
+      s.em = _mm512_setzero_ps();
+      bad_w = _mm512_cmpgt_epu32_mask(_mm512_and_si512(as_si(wf), abs_mask), u32(0x7f7fffffu));
+    } else {
+      s = exact_sum(wf, uf);
+    }
+  }
+  // Writes the master copy of the decided lanes (after Out::put).
+  WB_INLINE void put_master(float* master, std::int64_t k, __mmask16 live, __mmask16 flag) const {
+    if constexpr (Master) {
+      _mm512_mask_storeu_ps(master + k, static_cast<__mmask16>(live & ~flag), m);
+    }
+  }
+};
 
 // ---- Nearest, floating formats, fp32 lanes: the magnitude rounded on its bit pattern ----
 // (nearest_float_body in writeback_blocks.cpp). ab_in/em_in: |s| and its error, shifted by min_normal in the
@@ -259,18 +291,22 @@ WB_INLINE __m512i round_nearest_bits(const FloatRound& c, const Shifted& x) {
   return _mm512_min_epu32(r, c.max_bits);
 }
 
-template <bool Subnormals>
-std::int64_t nearest_float(const BlockParams& bp, float* __restrict w, const float* __restrict u,
-                           unsigned char* __restrict flags, std::int64_t len, BlockCounts& counts) {
+template <bool Subnormals, bool Master>
+std::int64_t nearest_float(const BlockParams& bp, float* __restrict master, float* __restrict w,
+                           const float* __restrict u, unsigned char* __restrict flags, std::int64_t len,
+                           BlockCounts& counts) {
   const FloatRound c(bp);
   Out<false, false> out(w, flags, len);
-  over_block(len, w, u, [&](std::int64_t k, __mmask16 live, auto tail) {
+  over_block(len, w, u, master, [&](std::int64_t k, __mmask16 live, auto tail) {
     const __m512 wf = load_ps(w + k, live, tail), uf = load_ps(u + k, live, tail);
-    const Sum s = exact_sum(wf, uf);
+    const Rounded<Master> in(master, k, live, tail, wf, uf);
+    const Sum& s = in.s;
     const __m512i r = round_nearest_bits<Subnormals>(c, shift_subnormal<Subnormals>(c, s));
     const __m512 v = as_ps(_mm512_or_si512(r, s.sign));
     const Edge edge = edge_lanes<true>(s, c.max_bits);
-    out.template put<decltype(tail)::value>(k, live, wf, uf, v, edge.sat, edge.bad);
+    const auto flag = static_cast<__mmask16>(edge.bad | in.bad_w);
+    out.template put<decltype(tail)::value>(k, live, wf, uf, v, edge.sat, flag);
+    in.put_master(master, k, live, flag);
   });
   return out.finish(counts);
 }
@@ -287,13 +323,16 @@ struct IntConsts {
         max_bits(u32(bp.max_bits)) {}
 };
 
-std::int64_t nearest_integer(const BlockParams& bp, float* __restrict w, const float* __restrict u,
-                             unsigned char* __restrict flags, std::int64_t len, BlockCounts& counts) {
+template <bool Master>
+std::int64_t nearest_integer(const BlockParams& bp, float* __restrict master, float* __restrict w,
+                             const float* __restrict u, unsigned char* __restrict flags, std::int64_t len,
+                             BlockCounts& counts) {
   const IntConsts c(bp);
   Out<false, false> out(w, flags, len);
-  over_block(len, w, u, [&](std::int64_t k, __mmask16 live, auto tail) {
+  over_block(len, w, u, master, [&](std::int64_t k, __mmask16 live, auto tail) {
     const __m512 wf = load_ps(w + k, live, tail), uf = load_ps(u + k, live, tail);
-    const Sum s = exact_sum(wf, uf);
+    const Rounded<Master> in(master, k, live, tail, wf, uf);
+    const Sum& s = in.s;
     const __m512 ax = as_ps(s.ab);
     const __m512 y = _mm512_min_ps(_mm512_mul_ps(ax, c.inv_scale), _mm512_set1_ps(0x1p22f));
     const __m512 n = _mm512_roundscale_ps(y, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
@@ -302,9 +341,10 @@ std::int64_t nearest_integer(const BlockParams& bp, float* __restrict w, const f
         as_ps(_mm512_and_si512(as_si(_mm512_add_ps(_mm512_sub_ps(ax, r), s.em)), u32(0x7fffffffu)));  // ax - r is exact
     const auto [sat, bad] = edge_lanes<false>(s, c.max_bits);
     const __mmask16 near_tie = _mm512_cmp_ps_mask(dist, c.tie_guard, _CMP_GE_OQ);
-    const auto flag = static_cast<__mmask16>(bad | (near_tie & ~sat));
+    const auto flag = static_cast<__mmask16>(bad | in.bad_w | (near_tie & ~sat));
     const __m512 v = as_ps(_mm512_or_si512(_mm512_min_epu32(as_si(r), c.max_bits), s.sign));  // r >= max iff sat
     out.template put<decltype(tail)::value>(k, live, wf, uf, v, sat, flag);
+    in.put_master(master, k, live, flag);
   });
   return out.finish(counts);
 }
@@ -324,7 +364,7 @@ std::int64_t stochastic_float(const BlockParams& bp, float* __restrict w, const 
   const __m128i r_drop = _mm_cvtsi32_si128(RBits ? 32 - bp.sr_bits : 0);
   const __m512 zero = _mm512_setzero_ps();
   Out<true, RBits> out(w, flags, len);
-  over_block(len, w, u, [&](std::int64_t k, __mmask16 live, auto tail) {
+  over_block(len, w, u, nullptr, [&](std::int64_t k, __mmask16 live, auto tail) {
     const __m512 wf = load_ps(w + k, live, tail), uf = load_ps(u + k, live, tail);
     const __m512i word = tail ? _mm512_maskz_loadu_epi32(live, words + k) : _mm512_loadu_si512(words + k);
     const Sum s = exact_sum(wf, uf);
@@ -439,7 +479,7 @@ std::int64_t stochastic_integer(const BlockParams& bp, float* __restrict w, cons
   const __m128i r_drop = _mm_cvtsi32_si128(RBits ? 32 - bp.sr_bits : 0);
   const __m512 one_f = _mm512_set1_ps(1.0f), zero_f = _mm512_setzero_ps();
   Out<true, RBits> out(w, flags, len);
-  over_block(len, w, u, [&](std::int64_t k, __mmask16 live, auto tail) {
+  over_block(len, w, u, nullptr, [&](std::int64_t k, __mmask16 live, auto tail) {
     const __m512 wf = load_ps(w + k, live, tail), uf = load_ps(u + k, live, tail);
     const __m512i word = tail ? _mm512_maskz_loadu_epi32(live, words + k) : _mm512_loadu_si512(words + k);
     const Sum s = exact_sum(wf, uf);
@@ -512,13 +552,24 @@ namespace avx512 {
 
 std::int64_t nearest_block_float(const BlockParams& bp, float* w, const float* u, unsigned char* flags,
                                  std::int64_t len, BlockCounts& counts) {
-  return bp.sub_limit > 0 ? nearest_float<true>(bp, w, u, flags, len, counts)
-                          : nearest_float<false>(bp, w, u, flags, len, counts);
+  return bp.sub_limit > 0 ? nearest_float<true, false>(bp, nullptr, w, u, flags, len, counts)
+                          : nearest_float<false, false>(bp, nullptr, w, u, flags, len, counts);
 }
 
 std::int64_t nearest_block_integer(const BlockParams& bp, float* w, const float* u, unsigned char* flags,
                                    std::int64_t len, BlockCounts& counts) {
-  return nearest_integer(bp, w, u, flags, len, counts);
+  return nearest_integer<false>(bp, nullptr, w, u, flags, len, counts);
+}
+
+std::int64_t master_block_float(const BlockParams& bp, float* master, float* w, const float* u, unsigned char* flags,
+                                std::int64_t len, BlockCounts& counts) {
+  return bp.sub_limit > 0 ? nearest_float<true, true>(bp, master, w, u, flags, len, counts)
+                          : nearest_float<false, true>(bp, master, w, u, flags, len, counts);
+}
+
+std::int64_t master_block_integer(const BlockParams& bp, float* master, float* w, const float* u, unsigned char* flags,
+                                  std::int64_t len, BlockCounts& counts) {
+  return nearest_integer<true>(bp, master, w, u, flags, len, counts);
 }
 
 std::int64_t stochastic_block_float(const BlockParams& bp, int mode, float* w, const float* u,

@@ -349,6 +349,86 @@ TEST(WritebackBlocks, ProjectedErasureEqualsAPlainRecount) {
   });
 }
 
+// The master-copy contrast against brute force: m = master + u in fp32 (the hardware's addition), w = the nearest
+// format value of m (sorted tables; fp32: m itself, saturating), events against the old w, on masters in sync with w,
+// off the grid by ties, near ties and random amounts, and beyond max finite; a coordinate whose master, u or w is
+// NaN/inf or whose update overflows fp32 is left unchanged and reported (the count and the first coordinate).
+TEST(WritebackBlocks, MasterCopyEqualsBruteForce) {
+  for_each_implementation([&] {
+    const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+    std::int64_t checked = 0;
+    for (const Case& c : all_formats()) {
+      SCOPED_TRACE(describe(c.fmt, WritebackPolicy{Policy::master, 0}));
+      const auto table = c.table ? wbaudit::test::ref_table(c.ref) : std::vector<wbaudit::test::ValueCode>{};
+      std::vector<float> w, u, w2, u2;
+      make_inputs(c, table, 6007, 21 + static_cast<std::uint64_t>(c.fmt.bits), w, u);
+      make_inputs(c, table, 6007, 22 + static_cast<std::uint64_t>(c.fmt.bits), w2, u2);
+      SplitMix rng{8};
+      std::vector<float> master(w.size());
+      for (std::size_t i = 0; i < w.size(); ++i) {
+        const float off = w[i] + u2[i];  // w moved by an adversarial proposal: ties, near ties, beyond max, ...
+        master[i] = rng.below(3) == 0 || !std::isfinite(off) ? w[i] : off;
+      }
+      master[3] = nan;
+      w[10] = -inf;
+      u[17] = inf;
+      w[40] = nan;
+      u[41] = nan;
+      WritebackCounts want;
+      std::int64_t bad = 0, first = -1;
+      std::vector<float> want_master = master, want_w = w;
+      for (std::size_t i = 0; i < w.size(); ++i) {
+        const float m = master[i] + u[i];
+        if (!std::isfinite(m) || !std::isfinite(w[i])) {
+          first = first < 0 ? static_cast<std::int64_t>(i) : first;
+          ++bad;
+          continue;
+        }
+        double q;
+        if (c.table) {
+          q = wbaudit::test::ref_nearest_search(table, m);
+        } else {
+          q = std::fabs(static_cast<double>(m)) > c.fmt.max_finite ? std::copysign(c.fmt.max_finite, m) : m;
+        }
+        want_master[i] = m;
+        want_w[i] = static_cast<float>(q);
+        want.nonzero += u[i] != 0;
+        want.erased += u[i] != 0 && q == w[i];
+        want.applied += q != w[i];
+        want.saturated += std::fabs(static_cast<double>(m)) > c.fmt.max_finite;
+      }
+      Kokkos::View<float*> mv = to_view(master, "master"), wv = to_view(w, "w"), uv = to_view(u, "u");
+      try {
+        writeback_master(c.fmt, mv, wv, uv);
+        FAIL() << "no throw";
+      } catch (const NonFiniteError& e) {
+        const std::string what = e.what();
+        EXPECT_NE(what.find(std::to_string(bad) + " coordinate(s)"), std::string::npos) << what;
+        EXPECT_NE(what.find("first at coordinate " + std::to_string(first) + ":"), std::string::npos) << what;
+      }
+      const std::vector<float> hm = from_view(mv), hw = from_view(wv);
+      for (std::size_t i = 0; i < w.size(); ++i) {
+        ASSERT_EQ(bits_of(hm[i]), bits_of(want_master[i])) << "coordinate " << i << ": master " << master[i];
+        ASSERT_TRUE(bits_of(hw[i]) == bits_of(want_w[i]) || hw[i] == want_w[i])  // +0 == -0 (left unchanged: bits)
+            << "got " << hw[i] << ", want " << want_w[i] << " at coordinate " << i << ": master " << std::hexfloat
+            << master[i] << ", u " << u[i] << ", w " << w[i];
+      }
+      // the counts, on the finite coordinates alone (no throw)
+      std::vector<float> fm, fw, fu;
+      for (std::size_t i = 0; i < w.size(); ++i) {
+        if (std::isfinite(master[i] + u[i]) && std::isfinite(w[i])) {
+          fm.push_back(master[i]);
+          fw.push_back(w[i]);
+          fu.push_back(u[i]);
+        }
+      }
+      EXPECT_EQ(writeback_master(c.fmt, to_view(fm, "master"), to_view(fw, "w"), to_view(fu, "u")), want);
+      checked += static_cast<std::int64_t>(w.size());
+    }
+    std::printf("checked %lld master write-backs\n", static_cast<long long>(checked));
+  });
+}
+
 // The SR decision at its boundary, with the random word chosen: for the exact sum x (exact in double here), the
 // toward-zero and away neighbours from the brute-force table, frac = (|x| - tz) / (away - tz) and
 // z = floor(frac * 2^32) computed in double, words z - 1, z and z + 1 must give away, (undecided: flagged, unless
