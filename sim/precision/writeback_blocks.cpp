@@ -294,7 +294,8 @@ template <bool Integer, int Mode, bool RBits>
       use_sr = (ud != 0.0) & (v_nearest == wd);
     }
     const std::uint64_t flag = bad | (slow & (use_sr | err_nz | static_cast<std::uint64_t>(Integer)));
-    const double v = use_sr ? v_sr : v_nearest;
+    const std::uint64_t take = 0 - use_sr;  // a bit select: GCC does not vectorize this double select otherwise
+    const double v = double_of((bits64(v_sr) & take) | (bits64(v_nearest) & ~take));
     w[k] = flag ? wf : static_cast<float>(v);
     flags[k] = static_cast<unsigned char>(flag);
     events.add(flag, wd, ud, v, sat);
@@ -318,7 +319,9 @@ template <bool Integer, int Mode, bool RBits>
 // word == z and frac * 2^32 is not an integer; r-bit SR compares word >> (32 - r) with z >> (32 - r). When |s| is on
 // the grid and err < 0 the exact sum lies in the step below |s| (at a binade edge: a step half as wide, T doubled;
 // at the format's min normal, above its subnormal range: a step as wide).
-template <bool Subnormals, bool RBits>
+// Mode 1: stochastic; Mode 2: deadzone-sr, which also rounds to nearest (exactly as nearest_float_body, from the same
+// shifted magnitude and error) and takes the SR value where nearest erases a nonzero proposal.
+template <bool Subnormals, bool RBits, int Mode>
 [[gnu::always_inline]] inline std::int64_t stochastic_float_body(const BlockParams& bp, float* __restrict w,
                                                                  const float* __restrict u,
                                                                  const std::uint32_t* __restrict words,
@@ -326,6 +329,7 @@ template <bool Subnormals, bool RBits>
                                                                  BlockCounts& counts) {
   Events32 events;
   const std::uint32_t mask = bp.mask, keep = ~bp.mask, unit_bit = bp.mask + 1, max_bits = bp.max_bits;
+  const std::uint32_t half_m1 = bp.half_m1, lsb_bit = bp.lsb_mask, tie_bits = bp.tie_bits;
   const std::uint32_t sub_limit = bits32(bp.sub_limit), emin_field = bp.emin_field;
   const std::uint32_t k_shift = bp.k_shift, r_drop = RBits ? 32u - static_cast<std::uint32_t>(bp.sr_bits) : 0u;
   const std::int32_t x_base = static_cast<std::int32_t>(bp.k_shift) + 150;  // K + 23 + 127
@@ -397,12 +401,26 @@ template <bool Subnormals, bool RBits>
     }
     const std::uint32_t sat = (ab > max_bits) | ((ab == max_bits) & (em > 0.0f));
     r = sat ? max_bits : r;
-    const float v = float_of(r | sign);
-    const std::uint32_t flag = bad | (undecided & (sat ^ 1u));
+    float v = float_of(r | sign);
+    std::uint32_t use_sr = 1;
+    if constexpr (Mode == 2) {
+      const std::uint32_t tie = low == tie_bits;
+      const std::uint32_t ab_adj = ab_in + (tie & (err > 0.0f)) - (tie & (err < 0.0f));
+      std::uint32_t rn = (ab_adj + half_m1 + ((ab_adj & lsb_bit) != 0)) & keep;
+      if constexpr (Subnormals) {
+        rn = in_sub ? bits32(float_of(rn) - sub_limit_f) : rn;  // exact
+      }
+      rn = rn > max_bits ? max_bits : rn;
+      const float v_near = float_of(rn | sign);
+      use_sr = (uf != 0.0f) & (v_near == wf);
+      const std::uint32_t take = 0u - use_sr;  // a bit select: GCC does not vectorize this float select otherwise
+      v = float_of((bits32(v) & take) | (bits32(v_near) & ~take));
+    }
+    const std::uint32_t flag = bad | (undecided & use_sr & (sat ^ 1u));
     w[k] = flag ? wf : v;
     flags[k] = static_cast<unsigned char>(flag);
     events.add(flag, wf, uf, v, sat);
-    const std::uint32_t drawn = (flag ^ 1u) & off & (sat ^ 1u);
+    const std::uint32_t drawn = (flag ^ 1u) & use_sr & off & (sat ^ 1u);
     events.random += drawn & random;
     if constexpr (RBits) {
       events.truncated += drawn & (random ^ 1u);
@@ -481,13 +499,13 @@ WBAUDIT_BLOCK_CLONES [[gnu::noinline]] std::int64_t nearest_fp64_clones(const Bl
   return nearest_fp64_body<Integer>(bp, w, u, flags, len, counts);
 }
 
-template <bool Subnormals, bool RBits>
+template <bool Subnormals, bool RBits, int Mode>
 WBAUDIT_BLOCK_CLONES [[gnu::noinline]] std::int64_t stochastic_float_clones(const BlockParams& bp, float* __restrict w,
                                                                             const float* __restrict u,
                                                                             const std::uint32_t* __restrict words,
                                                                             unsigned char* __restrict flags,
                                                                             std::int64_t len, BlockCounts& counts) {
-  return stochastic_float_body<Subnormals, RBits>(bp, w, u, words, flags, len, counts);
+  return stochastic_float_body<Subnormals, RBits, Mode>(bp, w, u, words, flags, len, counts);
 }
 
 template <bool Integer, int Mode, bool RBits>
@@ -675,13 +693,15 @@ std::int64_t stochastic_block(const BlockParams& bp, bool integer, int mode, flo
     return rbits ? stochastic_clones<true, 2, true>(bp, w, u, words, flags, len, counts)
                  : stochastic_clones<true, 2, false>(bp, w, u, words, flags, len, counts);
   }
-  if (mode == 1 && bp.sr_fp32_lanes) {
+  if (bp.sr_fp32_lanes) {
+    auto run = [&]<bool Sub, bool RB>() {
+      return mode == 1 ? stochastic_float_clones<Sub, RB, 1>(bp, w, u, words, flags, len, counts)
+                       : stochastic_float_clones<Sub, RB, 2>(bp, w, u, words, flags, len, counts);
+    };
     if (bp.sub_limit > 0) {
-      return rbits ? stochastic_float_clones<true, true>(bp, w, u, words, flags, len, counts)
-                   : stochastic_float_clones<true, false>(bp, w, u, words, flags, len, counts);
+      return rbits ? run.template operator()<true, true>() : run.template operator()<true, false>();
     }
-    return rbits ? stochastic_float_clones<false, true>(bp, w, u, words, flags, len, counts)
-                 : stochastic_float_clones<false, false>(bp, w, u, words, flags, len, counts);
+    return rbits ? run.template operator()<false, true>() : run.template operator()<false, false>();
   }
   if (mode == 1) {
     return rbits ? stochastic_clones<false, 1, true>(bp, w, u, words, flags, len, counts)
