@@ -559,15 +559,21 @@ namespace {
 std::atomic<bool> g_force_portable{false};
 const bool g_avx512 = avx512_blocks_supported();
 
-// The portable loops prefetch the next block of w and u before running (a loop the compiler vectorizes cannot hold
-// the prefetches itself; the AVX-512 loops prefetch one block ahead inside the loop instead). Prefetches never fault,
-// past the arrays' ends included.
-void prefetch_next_block(const float* w, const float* u) {
-  constexpr std::int64_t kLine = 64 / sizeof(float);
-  for (std::int64_t k = kWritebackBlock; k < 2 * kWritebackBlock; k += kLine) {
-    __builtin_prefetch(w + k);
-    __builtin_prefetch(u + k);
+// The portable loops run over a block in chunks of kChunk coordinates, prefetching w and u one block ahead of each
+// chunk (a loop the compiler vectorizes cannot hold the prefetches itself; the AVX-512 loops prefetch inside the
+// loop). Prefetches never fault, past the arrays' ends included. loop(offset, n) returns its flagged count.
+template <class Loop>
+std::int64_t in_chunks(const float* w, const float* u, std::int64_t len, Loop&& loop) {
+  constexpr std::int64_t kChunk = 128, kLine = 64 / sizeof(float);
+  std::int64_t flagged = 0;
+  for (std::int64_t o = 0; o < len; o += kChunk) {
+    for (std::int64_t k = o + kWritebackBlock; k < o + kWritebackBlock + kChunk; k += kLine) {
+      __builtin_prefetch(w + k);
+      __builtin_prefetch(u + k);
+    }
+    flagged += loop(o, std::min(kChunk, len - o));
   }
+  return flagged;
 }
 }  // namespace
 
@@ -585,9 +591,10 @@ std::int64_t nearest_block_float(const BlockParams& bp, float* w, const float* u
   if (avx512_blocks_active()) {
     return avx512::nearest_block_float(bp, w, u, flags, len, counts);
   }
-  prefetch_next_block(w, u);
-  return bp.sub_limit > 0 ? nearest_float_clones<true>(bp, w, u, flags, len, counts)
-                          : nearest_float_clones<false>(bp, w, u, flags, len, counts);
+  return in_chunks(w, u, len, [&](std::int64_t o, std::int64_t n) {
+    return bp.sub_limit > 0 ? nearest_float_clones<true>(bp, w + o, u + o, flags + o, n, counts)
+                            : nearest_float_clones<false>(bp, w + o, u + o, flags + o, n, counts);
+  });
 }
 
 std::int64_t nearest_block_integer(const BlockParams& bp, float* w, const float* u, unsigned char* flags,
@@ -595,15 +602,17 @@ std::int64_t nearest_block_integer(const BlockParams& bp, float* w, const float*
   if (avx512_blocks_active()) {
     return avx512::nearest_block_integer(bp, w, u, flags, len, counts);
   }
-  prefetch_next_block(w, u);
-  return nearest_integer_clones(bp, w, u, flags, len, counts);
+  return in_chunks(w, u, len, [&](std::int64_t o, std::int64_t n) {
+    return nearest_integer_clones(bp, w + o, u + o, flags + o, n, counts);
+  });
 }
 
 std::int64_t nearest_block_fp64(const BlockParams& bp, bool integer, float* w, const float* u, unsigned char* flags,
                                 std::int64_t len, BlockCounts& counts) {
-  prefetch_next_block(w, u);
-  return integer ? nearest_fp64_clones<true>(bp, w, u, flags, len, counts)
-                 : nearest_fp64_clones<false>(bp, w, u, flags, len, counts);
+  return in_chunks(w, u, len, [&](std::int64_t o, std::int64_t n) {
+    return integer ? nearest_fp64_clones<true>(bp, w + o, u + o, flags + o, n, counts)
+                   : nearest_fp64_clones<false>(bp, w + o, u + o, flags + o, n, counts);
+  });
 }
 
 namespace {
@@ -677,14 +686,12 @@ std::int64_t master_block(const BlockParams& bp, bool integer, bool lanes_fp64, 
   return master_portable(bp, nearest, master, w, u, flags, len, counts);
 }
 
-std::int64_t stochastic_block(const BlockParams& bp, bool integer, int mode, float* w, const float* u,
-                              const std::uint32_t* words, unsigned char* flags, std::int64_t len, BlockCounts& counts) {
+namespace {
+// The portable SR loops: fp32 lanes for floating formats (but fp32), fp64 lanes for intK and fp32.
+std::int64_t stochastic_portable(const BlockParams& bp, bool integer, int mode, float* w, const float* u,
+                                 const std::uint32_t* words, unsigned char* flags, std::int64_t len,
+                                 BlockCounts& counts) {
   const bool rbits = bp.sr_bits > 0;
-  if (bp.sr_fp32_lanes && avx512_blocks_active()) {
-    return integer ? avx512::stochastic_block_integer(bp, mode, w, u, words, flags, len, counts)
-                   : avx512::stochastic_block_float(bp, mode, w, u, words, flags, len, counts);
-  }
-  prefetch_next_block(w, u);
   if (integer) {
     if (mode == 1) {
       return rbits ? stochastic_clones<true, 1, true>(bp, w, u, words, flags, len, counts)
@@ -709,6 +716,18 @@ std::int64_t stochastic_block(const BlockParams& bp, bool integer, int mode, flo
   }
   return rbits ? stochastic_clones<false, 2, true>(bp, w, u, words, flags, len, counts)
                : stochastic_clones<false, 2, false>(bp, w, u, words, flags, len, counts);
+}
+}  // namespace
+
+std::int64_t stochastic_block(const BlockParams& bp, bool integer, int mode, float* w, const float* u,
+                              const std::uint32_t* words, unsigned char* flags, std::int64_t len, BlockCounts& counts) {
+  if (bp.sr_fp32_lanes && avx512_blocks_active()) {
+    return integer ? avx512::stochastic_block_integer(bp, mode, w, u, words, flags, len, counts)
+                   : avx512::stochastic_block_float(bp, mode, w, u, words, flags, len, counts);
+  }
+  return in_chunks(w, u, len, [&](std::int64_t o, std::int64_t n) {
+    return stochastic_portable(bp, integer, mode, w + o, u + o, words + o, flags + o, n, counts);
+  });
 }
 
 void philox_first_words(const RngKey& key, std::uint64_t first, std::int64_t len, std::uint32_t* words) {
