@@ -616,19 +616,13 @@ std::int64_t nearest_block_fp64(const BlockParams& bp, bool integer, float* w, c
 }
 
 namespace {
-// The portable master-copy block: m = master + u, the nearest loop on a copy of m (u = 0: m is exact), then the
-// decided coordinates written back and counted in a loop the compiler vectorizes (selects on bit masks).
+// The portable master-copy loop (up to a block): m = master + u, the nearest loop on a copy of m (u = 0: m is exact),
+// then the decided coordinates written back and counted in a loop the compiler vectorizes (selects on bit masks).
 template <class Nearest>
 std::int64_t master_portable(const BlockParams& bp, Nearest&& nearest, float* __restrict master, float* __restrict w,
                              const float* __restrict u, unsigned char* __restrict flags, std::int64_t len,
                              BlockCounts& counts) {
   static constexpr float kZeros[kWritebackBlock] = {};
-  constexpr std::int64_t kLine = 64 / sizeof(float);
-  for (std::int64_t k = kWritebackBlock; k < 2 * kWritebackBlock; k += kLine) {  // the next block
-    __builtin_prefetch(master + k);
-    __builtin_prefetch(w + k);
-    __builtin_prefetch(u + k);
-  }
   alignas(64) float m[kWritebackBlock];
   alignas(64) float q[kWritebackBlock];
   for (std::int64_t k = 0; k < len; ++k) {
@@ -679,11 +673,21 @@ std::int64_t master_block(const BlockParams& bp, bool integer, bool lanes_fp64, 
   }
   auto nearest = [&](float* x, const float* zeros, unsigned char* f, std::int64_t n, BlockCounts& c) {
     if (lanes_fp64) {
-      return nearest_block_fp64(bp, integer, x, zeros, f, n, c);
+      return integer ? nearest_fp64_clones<true>(bp, x, zeros, f, n, c)
+                     : nearest_fp64_clones<false>(bp, x, zeros, f, n, c);
     }
-    return integer ? nearest_block_integer(bp, x, zeros, f, n, c) : nearest_block_float(bp, x, zeros, f, n, c);
+    if (integer) {
+      return nearest_integer_clones(bp, x, zeros, f, n, c);
+    }
+    return bp.sub_limit > 0 ? nearest_float_clones<true>(bp, x, zeros, f, n, c)
+                            : nearest_float_clones<false>(bp, x, zeros, f, n, c);
   };
-  return master_portable(bp, nearest, master, w, u, flags, len, counts);
+  return in_chunks(w, u, len, [&](std::int64_t o, std::int64_t n) {
+    for (std::int64_t k = o + kWritebackBlock; k < o + kWritebackBlock + n; k += 64 / sizeof(float)) {
+      __builtin_prefetch(master + k);  // the third stream (in_chunks prefetches w and u)
+    }
+    return master_portable(bp, nearest, master + o, w + o, u + o, flags + o, n, counts);
+  });
 }
 
 namespace {
