@@ -638,30 +638,19 @@ std::int64_t master_portable(const BlockParams& bp, Nearest&& nearest, float* __
   if (static_cast<double>(max_float) > bp.max_finite) {
     max_float = std::nextafter(max_float, 0.0f);
   }
-  std::uint32_t nonzero = 0, erased = 0, applied = 0, saturated = 0, flagged = 0;
+  Events32 events;
   for (std::int64_t k = 0; k < len; ++k) {
     const float wi = w[k], mi = m[k], qi = q[k];
     const std::uint32_t bad_w = ((std::bit_cast<std::uint32_t>(wi) & 0x7f800000u) + 0x00800000u) >> 31;
     const std::uint32_t flag = static_cast<std::uint32_t>(flags[k] != 0) | bad_w;
-    const std::uint32_t ok = flag ^ 1u;
-    const std::uint32_t nz = ok & static_cast<std::uint32_t>(u[k] != 0.0f);
-    const std::uint32_t changed = ok & static_cast<std::uint32_t>(qi != wi);
-    nonzero += nz;
-    erased += nz & (changed ^ 1u);
-    applied += changed;
-    saturated += ok & static_cast<std::uint32_t>(std::fabs(mi) > max_float);
-    flagged += flag;
+    events.add(flag, wi, u[k], qi, static_cast<std::uint32_t>(std::fabs(mi) > max_float));
     flags[k] = static_cast<unsigned char>(flag);
-    const std::uint32_t keep = ok - 1u;  // all ones where the coordinate is left unchanged
+    const std::uint32_t keep = 0u - flag;  // all ones where the coordinate is left unchanged
     master[k] = std::bit_cast<float>((std::bit_cast<std::uint32_t>(mi) & ~keep) |
                                      (std::bit_cast<std::uint32_t>(master[k]) & keep));
     w[k] = std::bit_cast<float>((std::bit_cast<std::uint32_t>(qi) & ~keep) | (std::bit_cast<std::uint32_t>(wi) & keep));
   }
-  counts.nonzero += nonzero;
-  counts.erased += erased;
-  counts.applied += applied;
-  counts.saturated += saturated;
-  return flagged;
+  return events.flush(counts);
 }
 }  // namespace
 

@@ -80,7 +80,8 @@ std::int64_t nearest_block_fp64(const BlockParams& bp, bool integer, float* w, c
 std::int64_t master_block(const BlockParams& bp, bool integer, bool lanes_fp64, float* master, float* w, const float* u,
                           unsigned char* flags, std::int64_t len, BlockCounts& counts);
 
-// Stochastic (mode 1) and deadzone-sr (mode 2) write-back of a block in fp64 lanes; words[k] is the first random
+// Stochastic (mode 1) and deadzone-sr (mode 2) write-back of a block (fp32 lanes for floating formats but fp32 and,
+// in the AVX-512 loops, for intK with a scale in [2^-90, 2^90]; fp64 lanes otherwise); words[k] is the first random
 // word of coordinate k (philox_first_words).
 std::int64_t stochastic_block(const BlockParams& bp, bool integer, int mode, float* w, const float* u,
                               const std::uint32_t* words, unsigned char* flags, std::int64_t len, BlockCounts& counts);
