@@ -27,7 +27,7 @@ RunConfig mid_cell(RunMode mode) {
   c.optimizer.lr = std::ldexp(1.0, -4);
   c.record = RecordConfig{RecordKind::every_k, kSteps, 2};  // steps 0 and last only
   if (mode == RunMode::target) {
-    c.target = TargetConfig{"e4m3", "nearest", 0};
+    c.target = TargetConfig{"e4m3", "nearest", 0, {}};
   }
   return c;
 }

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 #include <set>
+#include <string_view>
 
 #include "sim/precision/format.hpp"
 #include "sim/precision/policy.hpp"
@@ -119,13 +120,58 @@ std::string mode_name(RunMode mode) {
   return mode == RunMode::reference ? "reference" : "target";
 }
 
+// fnmatch-style glob with '*' and '?'.
+bool glob_match(std::string_view pattern, std::string_view text) {
+  std::size_t p = 0, t = 0, star = std::string_view::npos, mark = 0;
+  while (t < text.size()) {
+    if (p < pattern.size() && (pattern[p] == '?' || pattern[p] == text[t])) {
+      ++p;
+      ++t;
+    } else if (p < pattern.size() && pattern[p] == '*') {
+      star = p++;
+      mark = t;
+    } else if (star != std::string_view::npos) {
+      p = star + 1;
+      t = ++mark;
+    } else {
+      return false;
+    }
+  }
+  while (p < pattern.size() && pattern[p] == '*') {
+    ++p;
+  }
+  return p == pattern.size();
+}
+
 }  // namespace
+
+std::string known_model_kinds() {
+  return "decoder, two_layer";
+}
+
+std::string target_format_of(const TargetConfig& target, const std::string& name) {
+  if (const auto it = target.group_formats.find(name); it != target.group_formats.end()) {
+    return it->second;
+  }
+  std::string chosen, by;
+  for (const auto& [pattern, format] : target.group_formats) {
+    if (glob_match(pattern, name)) {
+      if (!chosen.empty() && chosen != format) {
+        throw ConfigError("target.group_formats: tensor " + name + " matches \"" + by + "\" (" + chosen + ") and \"" +
+                          pattern + "\" (" + format + ")");
+      }
+      chosen = format;
+      by = pattern;
+    }
+  }
+  return chosen.empty() ? target.format : chosen;
+}
 
 RunConfig run_config_from_json(const json& j) {
   RunConfig c;
   const ObjectReader top(j, "",
                          {"schema", "mode", "seed", "steps", "model", "data", "optimizer", "schedule", "record",
-                          "target", "project_formats"});
+                          "target", "project_formats", "validation"});
   std::string schema = kCellSchema;
   top.string("schema", schema);
   require(schema == kCellSchema, "schema", "unsupported schema \"" + schema + "\" (expected " + kCellSchema + ")");
@@ -221,10 +267,21 @@ RunConfig run_config_from_json(const json& j) {
 
   if (const json* t = top.find("target")) {
     require(c.mode == RunMode::target, "target", "only allowed in target mode");
-    const ObjectReader r(*t, "target", {"format", "policy", "sr_bits"});
+    const ObjectReader r(*t, "target", {"format", "policy", "sr_bits", "group_formats"});
     r.string("format", c.target.format);
     r.string("policy", c.target.policy);
     r.integer("sr_bits", c.target.sr_bits);
+    if (const json* gf = r.find("group_formats")) {
+      require(gf->is_object(), "target.group_formats", "expected a table of group name or pattern = format");
+      for (const auto& item : gf->items()) {
+        const std::string path = "target.group_formats." + item.key();
+        require(!item.key().empty(), "target.group_formats", "empty group name");
+        require(item.value().is_string(), path, "expected a format name");
+        const std::string name = item.value().get<std::string>();
+        named(path, [&] { return format_from_name(name); });
+        c.target.group_formats[item.key()] = name;
+      }
+    }
   } else {
     require(c.mode != RunMode::target, "target", "required in target mode");
   }
@@ -233,6 +290,14 @@ RunConfig run_config_from_json(const json& j) {
     require(c.target.sr_bits >= 0 && c.target.sr_bits <= 32, "target.sr_bits", "must be in 0..32");
     named("target.policy", [&] { return make_policy(c.target.policy, c.target.sr_bits); });
   }
+
+  if (const json* v = top.find("validation")) {
+    const ObjectReader r(*v, "validation", {"every", "batches"});
+    r.integer("every", c.validation.every);
+    r.integer("batches", c.validation.batches);
+  }
+  require(c.validation.every >= 0, "validation.every", "must be non-negative");
+  require(c.validation.batches > 0, "validation.batches", "must be positive");
 
   if (const json* p = top.find("project_formats")) {
     require(c.mode == RunMode::reference, "project_formats", "only allowed in reference mode");
@@ -279,261 +344,20 @@ json to_json(const RunConfig& c) {
                    {"step_size", c.schedule.step_size},
                    {"gamma", c.schedule.gamma}};
   j["record"] = {{"kind", record_kind_name(c.record.kind)}, {"k", c.record.k}, {"points", c.record.points}};
+  // Sections added after the first schema are written only when they differ from their defaults, so the canonical
+  // JSON (and the cell id) of every earlier cell is unchanged.
+  if (c.validation.every != ValidationConfig{}.every || c.validation.batches != ValidationConfig{}.batches) {
+    j["validation"] = {{"every", c.validation.every}, {"batches", c.validation.batches}};
+  }
   if (c.mode == RunMode::target) {
     j["target"] = {{"format", c.target.format}, {"policy", c.target.policy}, {"sr_bits", c.target.sr_bits}};
+    if (!c.target.group_formats.empty()) {
+      j["target"]["group_formats"] = c.target.group_formats;
+    }
   } else {
     j["project_formats"] = c.project_formats;
   }
   return j;
 }
-
-// ---------------------------------------------------------------------------------------------------------------
-// The engine
-namespace {
-
-// The format a tensor is held in (or projected to): intK gets its per-tensor scale from the absmax of the fp32
-// initialization (DESIGN.md §2).
-FormatSpec tensor_format(const std::string& name, const std::vector<float>& init) {
-  FormatSpec fmt = format_from_name(name);
-  if (fmt.kind == FormatKind::integer) {
-    double absmax = 0;
-    for (float v : init) {
-      absmax = std::max(absmax, std::fabs(static_cast<double>(v)));
-    }
-    const int k = std::stoi(name.substr(3));
-    fmt = int_format(k, int_scale_for_absmax(k, absmax));
-  }
-  return fmt;
-}
-
-template <class View>
-std::vector<float> to_host(const View& v) {
-  const auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), v);
-  return std::vector<float>(h.data(), h.data() + h.extent(0));
-}
-
-[[noreturn]] void non_finite(const std::string& tensor, std::int64_t step, const std::string& detail) {
-  throw std::runtime_error("run_cell: non-finite weight or proposal in tensor " + tensor + " at step " +
-                           std::to_string(step) + (detail.empty() ? "" : " (" + detail + ")"));
-}
-
-double fraction(std::int64_t erased, std::int64_t nonzero) {
-  return nonzero == 0 ? std::numeric_limits<double>::quiet_NaN()
-                      : static_cast<double>(erased) / static_cast<double>(nonzero);
-}
-
-}  // namespace
-
-template <class ExecSpace>
-Trace run_cell(const ExecSpace& space, const RunConfig& config, const ProgressCallback& progress,
-               const RunHooks& hooks) {
-  using memory_space = typename ExecSpace::memory_space;
-  using Vector = Kokkos::View<float*, memory_space>;
-  const bool reference = config.mode == RunMode::reference;
-
-  TwoLayerModel<ExecSpace> model(config.model.shape, config.data.batch);
-  model.initialize(space, GaussianStream{config.seed, StreamDomain::student_init},
-                   static_cast<float>(config.model.init_scale));
-  TwoLayerShape teacher_shape = config.model.shape;
-  teacher_shape.hidden = config.model.teacher_hidden;
-  TeacherStudentData<ExecSpace> data(space, teacher_shape, config.model.teacher_seed, config.seed, config.data.batch,
-                                     static_cast<float>(config.data.noise));
-
-  std::vector<std::int64_t> sizes;
-  sizes.reserve(kTwoLayerTensors);
-  for (int t = 0; t < kTwoLayerTensors; ++t) {
-    sizes.push_back(model.tensor_size(t));
-  }
-  Optimizer<ExecSpace> optimizer(config.optimizer, sizes);
-
-  Trace trace;
-  trace.mode = reference ? "reference" : "target";
-  trace.format = reference ? "fp32" : config.target.format;
-  trace.policy = reference ? "nearest" : config.target.policy;
-  trace.seed = config.seed;
-  trace.steps = config.steps;
-  trace.config_json = to_json(config).dump();
-  const std::vector<std::int64_t> recorded = recorded_steps(config.record, config.steps);
-  const std::size_t n_rec = recorded.size();
-  const RatioHistogramLayout layout = trace.histogram;
-
-  std::vector<Vector> proposals, masters;
-  std::vector<Kokkos::View<int*, memory_space>> bin_index;
-  std::vector<FormatSpec> target_formats;
-  std::vector<std::vector<FormatSpec>> project_formats(kTwoLayerTensors);
-  const WritebackPolicy policy =
-      reference ? WritebackPolicy{} : make_policy(config.target.policy, config.target.sr_bits);
-  for (int t = 0; t < kTwoLayerTensors; ++t) {
-    GroupTrace g;
-    g.name = kTwoLayerTensorNames[t];
-    g.tensor_id = static_cast<std::uint32_t>(t);
-    g.size = sizes[t];
-    g.nonzero.reserve(n_rec);
-    proposals.emplace_back(Kokkos::view_alloc(space, Kokkos::WithoutInitializing, "wbaudit::sim::run_cell::u"),
-                           sizes[t]);
-    const std::vector<float> init = to_host(model.parameter(t));
-    if (reference) {
-      bin_index.emplace_back(Kokkos::view_alloc(space, Kokkos::WithoutInitializing, "wbaudit::sim::run_cell::bin"),
-                             sizes[t]);
-      for (const std::string& name : config.project_formats) {
-        project_formats[t].push_back(tensor_format(name, init));
-        g.projected[name];
-      }
-      g.ratio_histogram.assign(n_rec * static_cast<std::size_t>(layout.bins), 0);
-    } else {
-      target_formats.push_back(tensor_format(config.target.format, init));
-      if (policy.policy == Policy::master) {
-        masters.emplace_back(Kokkos::view_alloc(space, Kokkos::WithoutInitializing, "wbaudit::sim::run_cell::master"),
-                             sizes[t]);
-        Kokkos::deep_copy(space, masters.back(), model.parameter(t));
-      }
-      quantize(space, target_formats[t], model.parameter(t));
-    }
-    trace.groups.push_back(std::move(g));
-  }
-  space.fence();
-
-  std::vector<float> before;
-  std::size_t next = 0;
-  for (std::int64_t step = 0; step < config.steps; ++step) {
-    data.generate(space, step);
-    const double loss = model.loss_and_gradient(space, data.x(), data.y());
-    const float lr = scheduled_learning_rate(config.schedule, config.optimizer.lr, step, config.steps);
-    const bool record = next < n_rec && recorded[next] == step;
-    for (int t = 0; t < kTwoLayerTensors; ++t) {
-      const Vector decay_source = masters.empty() ? model.parameter(t) : masters[t];
-      optimizer.propose(space, t, step, lr, model.gradient(t), decay_source, proposals[t]);
-    }
-    for (int t = 0; t < kTwoLayerTensors; ++t) {
-      GroupTrace& g = trace.groups[t];
-      const Vector w = model.parameter(t);
-      const Kokkos::View<const float*, memory_space> u = proposals[t];
-      if (hooks.on_update) {
-        space.fence();
-        before = to_host(w);
-      }
-      if (reference) {
-        if (record) {
-          // The d histogram (bins: -1 for u == 0, -2 for w == 0, -3 for non-finite), then the projected events per
-          // declared format.
-          const auto bins = bin_index[t];
-          const double d_min = layout.d_min, width = layout.bin_width;
-          const int nbins = layout.bins;
-          Kokkos::parallel_for(
-              "wbaudit::sim::run_cell::ratio_bins", Kokkos::RangePolicy<ExecSpace>(space, 0, w.extent(0)),
-              KOKKOS_LAMBDA(const std::size_t i) {
-                const float ui = u(i), wi = w(i);
-                if (!std::isfinite(ui) || !std::isfinite(wi)) {
-                  bins(i) = -3;
-                } else if (ui == 0.0f) {
-                  bins(i) = -1;
-                } else if (wi == 0.0f) {
-                  bins(i) = -2;
-                } else {
-                  const double d = static_cast<double>(std::ilogb(wi)) - std::log2(std::fabs(static_cast<double>(ui)));
-                  const double b = std::floor((d - d_min) / width);
-                  bins(i) = b < 0 ? 0 : (b >= nbins ? nbins - 1 : static_cast<int>(b));
-                }
-              });
-          space.fence();
-          const auto host_bins = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), bins);
-          std::int64_t nonzero = 0, zero_weight = 0, bad = 0;
-          std::int64_t* row = g.ratio_histogram.data() + next * static_cast<std::size_t>(nbins);
-          for (std::size_t i = 0; i < host_bins.extent(0); ++i) {
-            const int b = host_bins(i);
-            if (b == -1) {
-              continue;
-            }
-            if (b == -3) {
-              ++bad;
-              continue;
-            }
-            ++nonzero;
-            if (b == -2) {
-              ++zero_weight;
-            } else {
-              ++row[static_cast<std::size_t>(b)];
-            }
-          }
-          if (bad > 0) {
-            non_finite(g.name, step, std::to_string(bad) + " coordinates");
-          }
-          g.nonzero.push_back(nonzero);
-          g.zero_weight.push_back(zero_weight);
-          // Non-finite values were rejected above, so project_erasure sees finite inputs only.
-          for (std::size_t f = 0; f < project_formats[t].size(); ++f) {
-            const WritebackCounts c =
-                project_erasure(space, project_formats[t][f], Kokkos::View<const float*, memory_space>(w), u);
-            ProjectedSeries& series = g.projected[config.project_formats[f]];
-            series.erased.push_back(c.erased);
-            series.fraction.push_back(fraction(c.erased, c.nonzero));
-          }
-        }
-        // The plain fp32 update w <- w + u, counting non-finite inputs.
-        std::int64_t bad = 0;
-        Kokkos::parallel_reduce(
-            "wbaudit::sim::run_cell::fp32_update", Kokkos::RangePolicy<ExecSpace>(space, 0, w.extent(0)),
-            KOKKOS_LAMBDA(const std::size_t i, std::int64_t& count) {
-              const float ui = u(i), wi = w(i);
-              if (!std::isfinite(ui) || !std::isfinite(wi)) {
-                ++count;
-              } else {
-                w(i) = wi + ui;
-              }
-            },
-            bad);
-        if (bad > 0) {
-          non_finite(g.name, step, std::to_string(bad) + " coordinates");
-        }
-      } else {
-        WritebackCounts c;
-        try {
-          if (policy.policy == Policy::master) {
-            c = writeback_master(space, target_formats[t], masters[t], w, u);
-          } else {
-            c = writeback(space, target_formats[t], policy,
-                          RngKey{config.seed, static_cast<std::uint64_t>(step), static_cast<std::uint32_t>(t)}, w, u);
-          }
-        } catch (const NonFiniteError& e) {
-          non_finite(g.name, step, e.what());
-        }
-        if (record) {
-          g.nonzero.push_back(c.nonzero);
-          g.erased.push_back(c.erased);
-          g.saturated.push_back(c.saturated);
-          g.applied.push_back(c.applied);
-          g.erased_fraction.push_back(fraction(c.erased, c.nonzero));
-        }
-      }
-      if (hooks.on_update) {
-        space.fence();
-        const std::vector<float> proposal = to_host(u), after = to_host(w);
-        hooks.on_update(UpdateObservation{step, t, before, proposal, after});
-      }
-    }
-    if (record) {
-      trace.recorded_steps.push_back(step);
-      trace.loss.push_back(loss);
-      trace.learning_rate.push_back(static_cast<double>(lr));
-      ++next;
-    }
-    if (progress) {
-      progress(step + 1, config.steps);
-    }
-  }
-  space.fence();
-  return trace;
-}
-
-Trace run_cell(const RunConfig& config, const ProgressCallback& progress) {
-  return run_cell(Kokkos::DefaultExecutionSpace(), config, progress, RunHooks{});
-}
-
-template Trace run_cell<Kokkos::Serial>(const Kokkos::Serial&, const RunConfig&, const ProgressCallback&,
-                                        const RunHooks&);
-#if defined(KOKKOS_ENABLE_OPENMP)
-template Trace run_cell<Kokkos::OpenMP>(const Kokkos::OpenMP&, const RunConfig&, const ProgressCallback&,
-                                        const RunHooks&);
-#endif
 
 }  // namespace wbaudit::sim

@@ -4,6 +4,7 @@
 #include <Kokkos_Core.hpp>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <span>
 #include <stdexcept>
@@ -42,9 +43,21 @@ struct DataConfig {
 };
 
 struct TargetConfig {
-  std::string format = "fp32";
+  std::string format = "fp32";  // storage format of every group not named in group_formats
   std::string policy = "nearest";
   int sr_bits = 0;
+  // Per-group storage formats: a tensor name or a glob pattern ('*' and '?') -> format name. An exact name wins over
+  // patterns; two patterns that match one tensor with different formats are an error. Groups held in fp32 take the
+  // plain fp32 update whatever the policy.
+  std::map<std::string, std::string> group_formats;
+};
+
+// The storage format of tensor `name` under `target` (throws ConfigError on conflicting patterns).
+std::string target_format_of(const TargetConfig& target, const std::string& name);
+
+struct ValidationConfig {
+  std::int64_t every = 0;  // validation loss at steps 0, every, 2*every, ... and after the last step (0: never)
+  int batches = 4;         // held-out batches averaged per validation
 };
 
 struct RunConfig {
@@ -56,7 +69,8 @@ struct RunConfig {
   OptimizerConfig optimizer;
   ScheduleConfig schedule;
   RecordConfig record;
-  TargetConfig target;                       // target mode only
+  TargetConfig target;  // target mode only
+  ValidationConfig validation;
   std::vector<std::string> project_formats;  // reference mode only
 };
 
@@ -81,6 +95,9 @@ struct RunHooks {
 };
 
 using ProgressCallback = std::function<void(std::int64_t step, std::int64_t steps)>;
+
+// The model kinds run_cell knows, comma-separated.
+std::string known_model_kinds();
 
 // Runs the cell on the given execution space instance (Kokkos::Serial or Kokkos::OpenMP); the trace is bitwise
 // identical for both and any thread count. progress(t + 1, steps) is called after every step. Throws

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <stdexcept>
 #include <system_error>
 
@@ -272,6 +273,34 @@ void write_file(const std::string& file, const Trace& trace) {
       }
     }
   }
+  if (trace.validation_steps.size() != trace.validation_loss.size()) {
+    throw TraceFileError(file + ": validation_steps has " + std::to_string(trace.validation_steps.size()) +
+                         " entries but validation_loss " + std::to_string(trace.validation_loss.size()));
+  }
+  if (!trace.validation_steps.empty()) {
+    write_vector(root, "validation_steps", trace.validation_steps, file);
+    write_vector(root, "validation_loss", trace.validation_loss, file);
+  }
+  if (std::isfinite(trace.optimal_validation_loss)) {
+    write_scalar_attribute<double>(root, "optimal_validation_loss", trace.optimal_validation_loss, file);
+  }
+  if (!trace.replays.empty()) {
+    Handle replay = create_group(root, "replay", file);
+    write_scalar_attribute<std::int64_t>(replay.get(), "steps", trace.replay_steps, file);
+    write_vector(replay.get(), "checkpoints", trace.replay_checkpoints, file);
+    write_vector(replay.get(), "start_validation_loss", trace.replay_start_loss, file);
+    std::string names;
+    for (const ReplaySeries& r : trace.replays) {
+      const std::string name = r.policy + (r.sr_bits > 0 ? "-r" + std::to_string(r.sr_bits) : "");
+      names += (names.empty() ? "" : "\n") + name;
+      Handle rh = create_group(replay.get(), name, file);
+      write_string_attribute(rh.get(), "format", r.format, file);
+      write_string_attribute(rh.get(), "policy", r.policy, file);
+      write_scalar_attribute<std::int64_t>(rh.get(), "sr_bits", r.sr_bits, file);
+      write_vector(rh.get(), "validation_loss", r.validation_loss, file);
+    }
+    write_string_attribute(replay.get(), "order", names, file);
+  }
   check(H5Fflush(root, H5F_SCOPE_GLOBAL), "flush", file);
 }
 
@@ -373,6 +402,43 @@ Trace read_trace(const std::filesystem::path& path) {
       }
     }
     trace.groups.push_back(std::move(g));
+  }
+  trace.validation_steps = read_optional<std::int64_t>(root, "validation_steps", "/", file);
+  trace.validation_loss = read_optional<double>(root, "validation_loss", "/", file);
+  if (trace.validation_steps.size() != trace.validation_loss.size()) {
+    throw TraceFileError(file + ": validation_steps has " + std::to_string(trace.validation_steps.size()) +
+                         " entries but validation_loss " + std::to_string(trace.validation_loss.size()));
+  }
+  if (H5Aexists(root, "optimal_validation_loss") > 0) {
+    trace.optimal_validation_loss = read_scalar_attribute<double>(root, "optimal_validation_loss", file);
+  }
+  if (has_link(root, "replay")) {
+    Handle replay = open_group(root, "replay", file);
+    trace.replay_steps = read_scalar_attribute<std::int64_t>(replay.get(), "steps", file);
+    trace.replay_checkpoints = read_dataset<std::int64_t>(replay.get(), "checkpoints", "/replay/", file);
+    trace.replay_start_loss = read_dataset<double>(replay.get(), "start_validation_loss", "/replay/", file);
+    const std::string names = read_string_attribute(replay.get(), "order", file);
+    std::size_t b = 0;
+    while (b < names.size()) {
+      std::size_t e = names.find('\n', b);
+      if (e == std::string::npos) {
+        e = names.size();
+      }
+      const std::string name = names.substr(b, e - b);
+      b = e + 1;
+      Handle rh = open_group(replay.get(), name, file);
+      ReplaySeries r;
+      r.format = read_string_attribute(rh.get(), "format", file);
+      r.policy = read_string_attribute(rh.get(), "policy", file);
+      r.sr_bits = static_cast<int>(read_scalar_attribute<std::int64_t>(rh.get(), "sr_bits", file));
+      r.validation_loss = read_dataset<double>(rh.get(), "validation_loss", "/replay/" + name + "/", file);
+      if (r.validation_loss.size() != trace.replay_checkpoints.size()) {
+        throw TraceFileError(file + ": /replay/" + name + "/validation_loss has " +
+                             std::to_string(r.validation_loss.size()) + " entries for " +
+                             std::to_string(trace.replay_checkpoints.size()) + " checkpoints");
+      }
+      trace.replays.push_back(std::move(r));
+    }
   }
   return trace;
 }

@@ -4,6 +4,7 @@
 // the layout is documented in docs/trace-format.md.
 #include <cstdint>
 #include <filesystem>
+#include <limits>
 #include <map>
 #include <string>
 #include <vector>
@@ -39,6 +40,15 @@ struct GroupTrace {
   std::vector<std::int64_t> ratio_histogram;         // [T * bins] reference mode, row-major by step
 };
 
+// Study 6 (checkpoint replay): one write-back policy's replays, from every checkpoint of the run, for the same
+// number of steps on the same data.
+struct ReplaySeries {
+  std::string format;                   // storage format of the replayed weights (e.g. "int3")
+  std::string policy;                   // write-back policy of the replay
+  int sr_bits = 0;                      // SR random bits (0: exact probabilities)
+  std::vector<double> validation_loss;  // [K] validation loss after replay_steps from checkpoint k
+};
+
 struct Trace {
   std::string schema = kTraceSchema;
   std::string mode;    // "reference" or "target"
@@ -52,6 +62,17 @@ struct Trace {
   std::vector<double> learning_rate;         // [T] scheduled learning rate at step t
   RatioHistogramLayout histogram;
   std::vector<GroupTrace> groups;
+
+  // Validation (models with a held-out stream; empty otherwise and then absent from the file).
+  std::vector<std::int64_t> validation_steps;  // [V] validation loss measured at w[t]; t == steps: after the last step
+  std::vector<double> validation_loss;         // [V] mean cross-entropy in nats on the held-out batches
+  double optimal_validation_loss = std::numeric_limits<double>::quiet_NaN();  // the data source's known optimum
+
+  // Checkpoint replay (empty unless the run's config asks for it).
+  std::int64_t replay_steps = 0;                 // steps each replay runs
+  std::vector<std::int64_t> replay_checkpoints;  // [K] step of each checkpoint (weights w[t])
+  std::vector<double> replay_start_loss;         // [K] validation loss at the checkpoint
+  std::vector<ReplaySeries> replays;             // one per replay policy
 
   const GroupTrace& group(const std::string& name) const;  // throws std::out_of_range naming the group
 };

@@ -58,7 +58,7 @@ TEST(RunCell, Fp32NearestTargetEqualsReferenceBitwise) {
   ref_cfg.steps = 60;
   RunConfig tgt_cfg = ref_cfg;
   tgt_cfg.mode = RunMode::target;
-  tgt_cfg.target = TargetConfig{"fp32", "nearest", 0};
+  tgt_cfg.target = TargetConfig{"fp32", "nearest", 0, {}};
   Captured ref, tgt;
   const Trace rt = run_cell(Kokkos::DefaultExecutionSpace(), ref_cfg, {}, ref.hooks());
   const Trace tt = run_cell(Kokkos::DefaultExecutionSpace(), tgt_cfg, {}, tgt.hooks());
@@ -72,7 +72,7 @@ TEST(RunCell, Fp32NearestTargetEqualsReferenceBitwise) {
 
 void check_recount(const std::string& policy) {
   RunConfig cfg = small_config(RunMode::target);
-  cfg.target = TargetConfig{"e4m3", policy, 0};
+  cfg.target = TargetConfig{"e4m3", policy, 0, {}};
   Captured cap;
   const Trace t = run_cell(Kokkos::DefaultExecutionSpace(), cfg, {}, cap.hooks());
   const FormatTable e4m3 = FormatTable::e4m3();
@@ -200,10 +200,10 @@ TEST(RunCell, BitwiseIdenticalOnSerialAndOpenMP) {
   RunConfig sr = ref;
   sr.mode = RunMode::target;
   sr.project_formats.clear();
-  sr.target = TargetConfig{"e4m3", "stochastic", 0};
+  sr.target = TargetConfig{"e4m3", "stochastic", 0, {}};
   configs.push_back(sr);
   RunConfig master = sr;
-  master.target = TargetConfig{"e5m2", "master", 0};
+  master.target = TargetConfig{"e5m2", "master", 0, {}};
   master.optimizer.kind = OptimizerKind::adamw;
   master.optimizer.weight_decay = 0.01;
   master.schedule.kind = ScheduleKind::cosine_restarts;
@@ -219,7 +219,7 @@ TEST(RunCell, BitwiseIdenticalOnSerialAndOpenMP) {
 
 TEST(RunCell, IntegerTargetUsesPerTensorScale) {
   RunConfig cfg = small_config(RunMode::target);
-  cfg.target = TargetConfig{"int4", "nearest", 0};
+  cfg.target = TargetConfig{"int4", "nearest", 0, {}};
   Captured cap;
   const Trace t = run_cell(Kokkos::DefaultExecutionSpace(), cfg, {}, cap.hooks());
   for (int tensor = 0; tensor < kTwoLayerTensors; ++tensor) {
@@ -239,7 +239,7 @@ TEST(RunCell, NonFiniteProposalNamesTensorAndStep) {
   for (RunMode mode : {RunMode::reference, RunMode::target}) {
     RunConfig cfg = small_config(mode);
     if (mode == RunMode::target) {
-      cfg.target = TargetConfig{"bf16", "nearest", 0};
+      cfg.target = TargetConfig{"bf16", "nearest", 0, {}};
     }
     cfg.optimizer.kind = OptimizerKind::sgd;
     cfg.optimizer.lr = 1e37;

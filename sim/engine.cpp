@@ -1,0 +1,330 @@
+// The training engine (docs/engine.md): one loop for every model. The model supplies parameter tensors, gradients
+// and losses; the engine owns the optimizer, the schedule, the write-back of every policy, event counting, the
+// reference projection, recording, validation, checkpoints and replays.
+#include "sim/engine.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <string_view>
+
+#include "sim/model/two_layer_task.hpp"
+#include "sim/precision/format.hpp"
+#include "sim/precision/policy.hpp"
+#include "sim/precision/writeback.hpp"
+
+namespace wbaudit::sim {
+
+namespace {
+
+template <class View>
+std::vector<float> to_host(const View& v) {
+  const auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), v);
+  return std::vector<float>(h.data(), h.data() + h.extent(0));
+}
+
+template <class View>
+void from_host(const View& v, const std::vector<float>& values) {
+  const Kokkos::View<const float*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged> h(values.data(), values.size());
+  Kokkos::deep_copy(v, h);
+}
+
+[[noreturn]] void non_finite(const std::string& tensor, std::int64_t step, const std::string& detail) {
+  throw std::runtime_error("run_cell: non-finite weight or proposal in tensor " + tensor + " at step " +
+                           std::to_string(step) + (detail.empty() ? "" : " (" + detail + ")"));
+}
+
+double fraction(std::int64_t erased, std::int64_t nonzero) {
+  return nonzero == 0 ? std::numeric_limits<double>::quiet_NaN()
+                      : static_cast<double>(erased) / static_cast<double>(nonzero);
+}
+
+}  // namespace
+
+FormatSpec tensor_format(const std::string& name, const std::vector<float>& values) {
+  FormatSpec fmt = format_from_name(name);
+  if (fmt.kind == FormatKind::integer) {
+    double absmax = 0;
+    for (float v : values) {
+      absmax = std::max(absmax, std::fabs(static_cast<double>(v)));
+    }
+    const int k = std::stoi(name.substr(3));
+    fmt = int_format(k, int_scale_for_absmax(k, absmax));
+  }
+  return fmt;
+}
+
+template <class ExecSpace>
+std::unique_ptr<TrainableModel<ExecSpace>> make_model(const ExecSpace& space, const RunConfig& config) {
+  const ModelConfig& m = config.model;
+  if (m.kind == "two_layer") {
+    return std::make_unique<TwoLayerTask<ExecSpace>>(space, m.shape, m.teacher_hidden, m.teacher_seed, config.seed,
+                                                     config.data.batch, static_cast<float>(config.data.noise),
+                                                     static_cast<float>(m.init_scale));
+  }
+  throw ConfigError("model.kind: unknown model \"" + m.kind + "\" (known: " + known_model_kinds() + ")");
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+template <class ExecSpace>
+Training<ExecSpace>::Training(const ExecSpace& space, const RunConfig& config)
+    : m_space(space), m_config(config), m_model(make_model(space, config)) {
+  const bool reference = config.mode == RunMode::reference;
+  const int n = m_model->tensor_count();
+  std::vector<std::int64_t> sizes;
+  for (int t = 0; t < n; ++t) {
+    sizes.push_back(static_cast<std::int64_t>(m_model->parameter(t).extent(0)));
+  }
+  m_optimizer = std::make_unique<Optimizer<ExecSpace>>(config.optimizer, sizes);
+  m_recorded = recorded_steps(config.record, config.steps);
+  m_policy = reference ? WritebackPolicy{} : make_policy(config.target.policy, config.target.sr_bits);
+
+  Trace& trace = m_trace;
+  trace.mode = reference ? "reference" : "target";
+  trace.format = reference ? "fp32" : config.target.format;
+  trace.policy = reference ? "nearest" : config.target.policy;
+  trace.seed = config.seed;
+  trace.steps = config.steps;
+  trace.config_json = to_json(config).dump();
+  const std::size_t n_rec = m_recorded.size();
+  m_project_formats.resize(static_cast<std::size_t>(n));
+  for (int t = 0; t < n; ++t) {
+    GroupTrace g;
+    g.name = m_model->tensor_name(t);
+    g.tensor_id = static_cast<std::uint32_t>(t);
+    g.size = sizes[t];
+    g.nonzero.reserve(n_rec);
+    m_proposals.emplace_back(Kokkos::view_alloc(space, Kokkos::WithoutInitializing, "wbaudit::sim::Training::u"),
+                             sizes[t]);
+    const std::vector<float> init = to_host(m_model->parameter(t));
+    if (reference) {
+      m_bin_index.emplace_back(Kokkos::view_alloc(space, Kokkos::WithoutInitializing, "wbaudit::sim::Training::bin"),
+                               sizes[t]);
+      for (const std::string& name : config.project_formats) {
+        m_project_formats[t].push_back(tensor_format(name, init));
+        g.projected[name];
+      }
+      g.ratio_histogram.assign(n_rec * static_cast<std::size_t>(trace.histogram.bins), 0);
+    } else {
+      m_target_formats.push_back(tensor_format(target_format_of(config.target, g.name), init));
+      if (m_policy.policy == Policy::master) {
+        m_masters.emplace_back(Kokkos::view_alloc(space, Kokkos::WithoutInitializing, "wbaudit::sim::Training::master"),
+                               sizes[t]);
+        Kokkos::deep_copy(space, m_masters.back(), m_model->parameter(t));
+      }
+      quantize(space, m_target_formats[t], m_model->parameter(t));
+    }
+    trace.groups.push_back(std::move(g));
+  }
+  if (const auto optimum = m_model->optimal_validation_loss()) {
+    trace.optimal_validation_loss = *optimum;
+  }
+  space.fence();
+}
+
+template <class ExecSpace>
+Training<ExecSpace>::~Training() = default;
+
+template <class ExecSpace>
+bool Training<ExecSpace>::validation_due(std::int64_t step) const {
+  const std::int64_t every = m_config.validation.every;
+  return every > 0 && (step % every == 0 || step == m_config.steps);
+}
+
+template <class ExecSpace>
+void Training<ExecSpace>::validate_now() {
+  if (const auto loss = m_model->validation_loss(m_space)) {
+    if (!std::isfinite(*loss)) {
+      throw std::runtime_error("run_cell: validation loss is " + std::to_string(*loss) + " at step " +
+                               std::to_string(m_step));
+    }
+    m_trace.validation_steps.push_back(m_step);
+    m_trace.validation_loss.push_back(*loss);
+  }
+}
+
+template <class ExecSpace>
+void Training<ExecSpace>::step(const RunHooks& hooks) {
+  using memory_space = typename ExecSpace::memory_space;
+  using Vector = Kokkos::View<float*, memory_space>;
+  const ExecSpace& space = m_space;
+  const RunConfig& config = m_config;
+  const bool reference = config.mode == RunMode::reference;
+  const std::int64_t step = m_step;
+  const int n = m_model->tensor_count();
+  if (validation_due(step)) {
+    validate_now();
+  }
+  const double loss = m_model->loss_and_gradient(space, step);
+  if (!std::isfinite(loss)) {
+    throw std::runtime_error("run_cell: training loss is " + std::to_string(loss) + " at step " + std::to_string(step));
+  }
+  const float lr = scheduled_learning_rate(config.schedule, config.optimizer.lr, step, config.steps);
+  const bool record = m_next < m_recorded.size() && m_recorded[m_next] == step;
+  for (int t = 0; t < n; ++t) {
+    const Vector decay_source = m_masters.empty() ? m_model->parameter(t) : m_masters[t];
+    m_optimizer->propose(space, t, step, lr, m_model->gradient(t), decay_source, m_proposals[t]);
+  }
+  std::vector<float> before;
+  const RatioHistogramLayout layout = m_trace.histogram;
+  for (int t = 0; t < n; ++t) {
+    GroupTrace& g = m_trace.groups[t];
+    const Vector w = m_model->parameter(t);
+    const Kokkos::View<const float*, memory_space> u = m_proposals[t];
+    if (hooks.on_update) {
+      space.fence();
+      before = to_host(w);
+    }
+    if (reference) {
+      if (record) {
+        // The d histogram (bins: -1 for u == 0, -2 for w == 0, -3 for non-finite), then the projected events per
+        // declared format.
+        const auto bins = m_bin_index[t];
+        const double d_min = layout.d_min, width = layout.bin_width;
+        const int nbins = layout.bins;
+        Kokkos::parallel_for(
+            "wbaudit::sim::Training::ratio_bins", Kokkos::RangePolicy<ExecSpace>(space, 0, w.extent(0)),
+            KOKKOS_LAMBDA(const std::size_t i) {
+              const float ui = u(i), wi = w(i);
+              if (!std::isfinite(ui) || !std::isfinite(wi)) {
+                bins(i) = -3;
+              } else if (ui == 0.0f) {
+                bins(i) = -1;
+              } else if (wi == 0.0f) {
+                bins(i) = -2;
+              } else {
+                const double d = static_cast<double>(std::ilogb(wi)) - std::log2(std::fabs(static_cast<double>(ui)));
+                const double b = std::floor((d - d_min) / width);
+                bins(i) = b < 0 ? 0 : (b >= nbins ? nbins - 1 : static_cast<int>(b));
+              }
+            });
+        space.fence();
+        const auto host_bins = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), bins);
+        std::int64_t nonzero = 0, zero_weight = 0, bad = 0;
+        std::int64_t* row = g.ratio_histogram.data() + m_next * static_cast<std::size_t>(nbins);
+        for (std::size_t i = 0; i < host_bins.extent(0); ++i) {
+          const int b = host_bins(i);
+          if (b == -1) {
+            continue;
+          }
+          if (b == -3) {
+            ++bad;
+            continue;
+          }
+          ++nonzero;
+          if (b == -2) {
+            ++zero_weight;
+          } else {
+            ++row[static_cast<std::size_t>(b)];
+          }
+        }
+        if (bad > 0) {
+          non_finite(g.name, step, std::to_string(bad) + " coordinates");
+        }
+        g.nonzero.push_back(nonzero);
+        g.zero_weight.push_back(zero_weight);
+        // Non-finite values were rejected above, so project_erasure sees finite inputs only.
+        for (std::size_t f = 0; f < m_project_formats[t].size(); ++f) {
+          const WritebackCounts c =
+              project_erasure(space, m_project_formats[t][f], Kokkos::View<const float*, memory_space>(w), u);
+          ProjectedSeries& series = g.projected[config.project_formats[f]];
+          series.erased.push_back(c.erased);
+          series.fraction.push_back(fraction(c.erased, c.nonzero));
+        }
+      }
+      // The plain fp32 update w <- w + u, counting non-finite inputs.
+      std::int64_t bad = 0;
+      Kokkos::parallel_reduce(
+          "wbaudit::sim::Training::fp32_update", Kokkos::RangePolicy<ExecSpace>(space, 0, w.extent(0)),
+          KOKKOS_LAMBDA(const std::size_t i, std::int64_t& count) {
+            const float ui = u(i), wi = w(i);
+            if (!std::isfinite(ui) || !std::isfinite(wi)) {
+              ++count;
+            } else {
+              w(i) = wi + ui;
+            }
+          },
+          bad);
+      if (bad > 0) {
+        non_finite(g.name, step, std::to_string(bad) + " coordinates");
+      }
+    } else {
+      const WritebackCounts c = write_back(t, w, u);
+      if (record) {
+        g.nonzero.push_back(c.nonzero);
+        g.erased.push_back(c.erased);
+        g.saturated.push_back(c.saturated);
+        g.applied.push_back(c.applied);
+        g.erased_fraction.push_back(fraction(c.erased, c.nonzero));
+      }
+    }
+    if (hooks.on_update) {
+      space.fence();
+      const std::vector<float> proposal = to_host(u), after = to_host(w);
+      hooks.on_update(UpdateObservation{step, t, before, proposal, after});
+    }
+  }
+  if (record) {
+    m_trace.recorded_steps.push_back(step);
+    m_trace.loss.push_back(loss);
+    m_trace.learning_rate.push_back(static_cast<double>(lr));
+    ++m_next;
+  }
+  ++m_step;
+}
+
+template <class ExecSpace>
+WritebackCounts Training<ExecSpace>::write_back(int t, Kokkos::View<float*, typename ExecSpace::memory_space> w,
+                                                Kokkos::View<const float*, typename ExecSpace::memory_space> u) {
+  // Groups kept in fp32 take the plain fp32 update (round to nearest), whatever the run's policy.
+  const FormatSpec& fmt = m_target_formats[t];
+  const bool fp32_group = std::string_view(fmt.name) == "fp32";
+  try {
+    if (m_policy.policy == Policy::master && !fp32_group) {
+      return writeback_master(m_space, fmt, m_masters[t], w, u);
+    }
+    const WritebackPolicy policy = fp32_group ? WritebackPolicy{} : m_policy;
+    return writeback(m_space, fmt, policy,
+                     RngKey{m_config.seed, static_cast<std::uint64_t>(m_step), static_cast<std::uint32_t>(t)}, w, u);
+  } catch (const NonFiniteError& e) {
+    non_finite(m_trace.groups[t].name, m_step, e.what());
+  }
+}
+
+template <class ExecSpace>
+void Training<ExecSpace>::run(std::int64_t end, const ProgressCallback& progress, const RunHooks& hooks) {
+  while (m_step < end) {
+    step(hooks);
+    if (progress) {
+      progress(m_step, m_config.steps);
+    }
+  }
+  if (m_step == m_config.steps && validation_due(m_step) &&
+      (m_trace.validation_steps.empty() || m_trace.validation_steps.back() != m_step)) {
+    validate_now();
+  }
+  m_space.fence();
+}
+
+template <class ExecSpace>
+Trace run_cell(const ExecSpace& space, const RunConfig& config, const ProgressCallback& progress,
+               const RunHooks& hooks) {
+  Training<ExecSpace> training(space, config);
+  training.run(config.steps, progress, hooks);
+  return training.trace();
+}
+
+Trace run_cell(const RunConfig& config, const ProgressCallback& progress) {
+  return run_cell(Kokkos::DefaultExecutionSpace(), config, progress, RunHooks{});
+}
+
+template class Training<Kokkos::Serial>;
+template Trace run_cell<Kokkos::Serial>(const Kokkos::Serial&, const RunConfig&, const ProgressCallback&,
+                                        const RunHooks&);
+#if defined(KOKKOS_ENABLE_OPENMP)
+template class Training<Kokkos::OpenMP>;
+template Trace run_cell<Kokkos::OpenMP>(const Kokkos::OpenMP&, const RunConfig&, const ProgressCallback&,
+                                        const RunHooks&);
+#endif
+
+}  // namespace wbaudit::sim

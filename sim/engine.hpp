@@ -1,0 +1,67 @@
+#pragma once
+// The model-independent training engine behind run_cell (docs/engine.md). A Training holds one run in progress: the
+// model (chosen by model.kind), its optimizer state, the write-back state (formats, master copies) and the trace
+// recorded so far; step() advances it by one optimizer step.
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "sim/model/model.hpp"
+#include "sim/precision/format.hpp"
+#include "sim/precision/policy.hpp"
+#include "sim/precision/writeback.hpp"
+#include "sim/run.hpp"
+
+namespace wbaudit::sim {
+
+// The model of a run's configuration; throws ConfigError listing the known kinds for an unknown model.kind.
+template <class ExecSpace>
+std::unique_ptr<TrainableModel<ExecSpace>> make_model(const ExecSpace& space, const RunConfig& config);
+
+// The format a tensor is held in (or projected to); intK takes its per-tensor scale from the absmax of `values`
+// (the fp32 initialization, DESIGN §2 in docs/formats.md).
+FormatSpec tensor_format(const std::string& name, const std::vector<float>& values);
+
+template <class ExecSpace>
+class Training {
+ public:
+  using memory_space = typename ExecSpace::memory_space;
+
+  Training(const ExecSpace& space, const RunConfig& config);
+  ~Training();
+  Training(const Training&) = delete;
+  Training& operator=(const Training&) = delete;
+
+  // One optimizer step: validation when due (at w[t]), forward/backward, proposals, write-back (target) or fp32
+  // update with projections (reference), recording.
+  void step(const RunHooks& hooks = {});
+  // Steps until `end` (<= config.steps), then the final validation when the run is complete.
+  void run(std::int64_t end, const ProgressCallback& progress = {}, const RunHooks& hooks = {});
+
+  std::int64_t current_step() const { return m_step; }
+  const Trace& trace() const { return m_trace; }
+  const RunConfig& config() const { return m_config; }
+  TrainableModel<ExecSpace>& model() { return *m_model; }
+
+ private:
+  bool validation_due(std::int64_t step) const;
+  void validate_now();
+  WritebackCounts write_back(int tensor, Kokkos::View<float*, memory_space> w,
+                             Kokkos::View<const float*, memory_space> u);
+
+  ExecSpace m_space;
+  RunConfig m_config;
+  std::unique_ptr<TrainableModel<ExecSpace>> m_model;
+  std::unique_ptr<Optimizer<ExecSpace>> m_optimizer;
+  WritebackPolicy m_policy;
+  std::vector<std::int64_t> m_recorded;
+  std::size_t m_next = 0;  // index of the next recorded step
+  std::int64_t m_step = 0;
+  Trace m_trace;
+  std::vector<Kokkos::View<float*, memory_space>> m_proposals, m_masters;
+  std::vector<Kokkos::View<int*, memory_space>> m_bin_index;  // reference: histogram bin of each coordinate
+  std::vector<FormatSpec> m_target_formats;                   // target: per tensor
+  std::vector<std::vector<FormatSpec>> m_project_formats;     // reference: per tensor, per declared format
+};
+
+}  // namespace wbaudit::sim
