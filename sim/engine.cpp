@@ -8,6 +8,7 @@
 #include <limits>
 #include <string_view>
 
+#include "sim/checkpoint.hpp"
 #include "sim/model/two_layer_task.hpp"
 #include "sim/precision/format.hpp"
 #include "sim/precision/policy.hpp"
@@ -68,7 +69,7 @@ std::unique_ptr<TrainableModel<ExecSpace>> make_model(const ExecSpace& space, co
 // ---------------------------------------------------------------------------------------------------------------
 template <class ExecSpace>
 Training<ExecSpace>::Training(const ExecSpace& space, const RunConfig& config)
-    : m_space(space), m_config(config), m_model(make_model(space, config)) {
+    : m_space(space), m_config(config), m_model(make_model(space, config)), m_schedule_steps(config.steps) {
   const bool reference = config.mode == RunMode::reference;
   const int n = m_model->tensor_count();
   std::vector<std::int64_t> sizes;
@@ -106,7 +107,8 @@ Training<ExecSpace>::Training(const ExecSpace& space, const RunConfig& config)
       }
       g.ratio_histogram.assign(n_rec * static_cast<std::size_t>(trace.histogram.bins), 0);
     } else {
-      m_target_formats.push_back(tensor_format(target_format_of(config.target, g.name), init));
+      m_target_formats.push_back(
+          tensor_format(storage_format_of(config.target.format, config.target.group_formats, g.name), init));
       if (m_policy.policy == Policy::master) {
         m_masters.emplace_back(Kokkos::view_alloc(space, Kokkos::WithoutInitializing, "wbaudit::sim::Training::master"),
                                sizes[t]);
@@ -159,7 +161,7 @@ void Training<ExecSpace>::step(const RunHooks& hooks) {
   if (!std::isfinite(loss)) {
     throw std::runtime_error("run_cell: training loss is " + std::to_string(loss) + " at step " + std::to_string(step));
   }
-  const float lr = scheduled_learning_rate(config.schedule, config.optimizer.lr, step, config.steps);
+  const float lr = scheduled_learning_rate(config.schedule, config.optimizer.lr, step, m_schedule_steps);
   const bool record = m_next < m_recorded.size() && m_recorded[m_next] == step;
   for (int t = 0; t < n; ++t) {
     const Vector decay_source = m_masters.empty() ? m_model->parameter(t) : m_masters[t];
@@ -293,23 +295,206 @@ WritebackCounts Training<ExecSpace>::write_back(int t, Kokkos::View<float*, type
 
 template <class ExecSpace>
 void Training<ExecSpace>::run(std::int64_t end, const ProgressCallback& progress, const RunHooks& hooks) {
+  const CheckpointOptions& files = hooks.checkpoints;
+  const std::vector<std::int64_t> replay_at = replay_steps();
   while (m_step < end) {
+    if (files.every > 0 && !files.dir.empty() && m_step > 0 && m_step % files.every == 0) {
+      const std::filesystem::path file = files.dir / ("checkpoint-" + std::to_string(m_step) + ".h5");
+      write_checkpoint(file, checkpoint());
+      if (hooks.on_checkpoint) {
+        hooks.on_checkpoint(m_step, file);
+      }
+    }
+    if (std::binary_search(replay_at.begin(), replay_at.end(), m_step)) {
+      replay_from_here();
+    }
     step(hooks);
     if (progress) {
       progress(m_step, m_config.steps);
     }
   }
-  if (m_step == m_config.steps && validation_due(m_step) &&
-      (m_trace.validation_steps.empty() || m_trace.validation_steps.back() != m_step)) {
-    validate_now();
+  if (m_step == m_config.steps) {
+    if (validation_due(m_step) && (m_trace.validation_steps.empty() || m_trace.validation_steps.back() != m_step)) {
+      validate_now();
+    }
+    if (std::binary_search(replay_at.begin(), replay_at.end(), m_step)) {
+      replay_from_here();
+    }
   }
   m_space.fence();
+}
+
+template <class ExecSpace>
+std::vector<std::int64_t> Training<ExecSpace>::replay_steps() const {
+  std::vector<std::int64_t> at;
+  const int k = m_config.replay.checkpoints;
+  for (int i = 1; i <= k; ++i) {
+    at.push_back(static_cast<std::int64_t>(i) * m_config.steps / k);
+  }
+  return at;
+}
+
+template <class ExecSpace>
+Checkpoint Training<ExecSpace>::checkpoint() const {
+  m_space.fence();
+  Checkpoint c;
+  c.config_json = m_trace.config_json;
+  c.model_kind = m_config.model.kind;
+  c.step = m_step;
+  c.trace = m_trace;
+  for (int t = 0; t < m_model->tensor_count(); ++t) {
+    TensorState s;
+    s.name = m_model->tensor_name(t);
+    s.shape = m_model->tensor_shape(t);
+    s.weight = to_host(m_model->parameter(t));
+    s.first = to_host(m_optimizer->first_moment(t));
+    s.second = to_host(m_optimizer->second_moment(t));
+    if (!m_masters.empty()) {
+      s.master = to_host(m_masters[t]);
+    }
+    c.tensors.push_back(std::move(s));
+  }
+  return c;
+}
+
+namespace {
+
+// The part of a cell's JSON that fixes the trajectory up to a checkpoint's step, whatever is run after it: a replay
+// may change the target, the step count and what is recorded, never the model, data, seed or optimizer.
+nlohmann::json trajectory_identity(nlohmann::json j) {
+  for (const char* key : {"steps", "record", "target", "mode", "project_formats", "replay", "validation"}) {
+    j.erase(key);
+  }
+  return j;
+}
+
+}  // namespace
+
+template <class ExecSpace>
+void Training<ExecSpace>::restore(const Checkpoint& c, bool same_run) {
+  const std::string where = "checkpoint at step " + std::to_string(c.step);
+  if (c.model_kind != m_config.model.kind) {
+    throw CheckpointError(where + ": written by a " + c.model_kind + " model, this run is " + m_config.model.kind);
+  }
+  nlohmann::json theirs;
+  try {
+    theirs = nlohmann::json::parse(c.config_json);
+  } catch (const std::exception& e) {
+    throw CheckpointError(where + ": unreadable config_json: " + e.what());
+  }
+  const nlohmann::json ours = to_json(m_config);
+  if (same_run ? theirs != ours : trajectory_identity(theirs) != trajectory_identity(ours)) {
+    throw CheckpointError(where + ": written by another run (its config " + theirs.dump() + ", this run " +
+                          ours.dump() + ")");
+  }
+  if (c.step < 0 || c.step > m_config.steps + (same_run ? 0 : c.step)) {
+    throw CheckpointError(where + ": step outside this run's 0.." + std::to_string(m_config.steps));
+  }
+  const int n = m_model->tensor_count();
+  if (static_cast<int>(c.tensors.size()) != n) {
+    throw CheckpointError(where + ": " + std::to_string(c.tensors.size()) + " tensors, the model has " +
+                          std::to_string(n));
+  }
+  const auto check = [&](const std::vector<float>& v, std::size_t size, const std::string& what, int t) {
+    if (v.size() != size) {
+      throw CheckpointError(where + ": " + what + " of " + c.tensors[t].name + " has " + std::to_string(v.size()) +
+                            " values, expected " + std::to_string(size));
+    }
+  };
+  for (int t = 0; t < n; ++t) {
+    const TensorState& s = c.tensors[t];
+    if (s.name != m_model->tensor_name(t)) {
+      throw CheckpointError(where + ": tensor " + std::to_string(t) + " is " + s.name + ", the model's is " +
+                            m_model->tensor_name(t));
+    }
+    check(s.weight, m_model->parameter(t).extent(0), "weights", t);
+    check(s.first, m_optimizer->first_moment(t).extent(0), "optimizer first moment", t);
+    check(s.second, m_optimizer->second_moment(t).extent(0), "optimizer second moment", t);
+    from_host(m_model->parameter(t), s.weight);
+    from_host(m_optimizer->first_moment(t), s.first);
+    from_host(m_optimizer->second_moment(t), s.second);
+    if (!m_masters.empty()) {
+      // A replay under the master policy starts its master copy from the checkpoint's fp32 master or weights.
+      const std::vector<float>& master = s.master.empty() ? s.weight : s.master;
+      check(master, m_masters[t].extent(0), "master copy", t);
+      from_host(m_masters[t], master);
+    }
+  }
+  m_step = c.step;
+  if (same_run) {
+    m_trace = c.trace;
+    m_next = m_trace.recorded_steps.size();
+  }
+  m_space.fence();
+}
+
+template <class ExecSpace>
+void Training<ExecSpace>::requantize_from_current() {
+  // Replays hold the checkpoint's weights in the replay format; intK takes its scale from their absmax.
+  for (int t = 0; t < m_model->tensor_count(); ++t) {
+    const std::vector<float> values = to_host(m_model->parameter(t));
+    m_target_formats[t] = tensor_format(
+        storage_format_of(m_config.target.format, m_config.target.group_formats, m_model->tensor_name(t)), values);
+    quantize(m_space, m_target_formats[t], m_model->parameter(t));
+  }
+  m_space.fence();
+}
+
+template <class ExecSpace>
+void Training<ExecSpace>::replay_from_here() {
+  const ReplayConfig& rc = m_config.replay;
+  const Checkpoint here = checkpoint();
+  const auto start_loss = m_model->validation_loss(m_space);
+  if (!start_loss) {
+    throw std::runtime_error("run_cell: replay needs a model with a validation stream (" + m_config.model.kind +
+                             " has none)");
+  }
+  if (m_trace.replays.empty()) {
+    m_trace.replay_steps = rc.steps;
+    for (const std::string& policy : rc.policies) {
+      m_trace.replays.push_back(ReplaySeries{rc.format, policy, rc.sr_bits, {}});
+    }
+  }
+  m_trace.replay_checkpoints.push_back(m_step);
+  m_trace.replay_start_loss.push_back(*start_loss);
+  for (std::size_t p = 0; p < rc.policies.size(); ++p) {
+    RunConfig cfg = m_config;
+    cfg.mode = RunMode::target;
+    cfg.project_formats.clear();
+    cfg.target.format = rc.format;
+    cfg.target.policy = rc.policies[p];
+    cfg.target.sr_bits = rc.sr_bits;
+    cfg.target.group_formats = rc.group_formats;
+    cfg.replay.checkpoints = 0;
+    cfg.validation.every = 0;
+    cfg.steps = m_step + rc.steps;
+    Training replay(m_space, cfg);
+    replay.m_schedule_steps = m_schedule_steps;  // the run's own schedule, continued past its end if need be
+    replay.restore(here, /*same_run=*/false);
+    replay.requantize_from_current();
+    replay.m_next = replay.m_recorded.size();  // nothing of a replay is recorded but its final validation loss
+    while (replay.m_step < cfg.steps) {
+      replay.step({});
+    }
+    const auto loss = replay.m_model->validation_loss(m_space);
+    if (!loss || !std::isfinite(*loss)) {
+      throw std::runtime_error("run_cell: validation loss after the " + rc.policies[p] + " replay from step " +
+                               std::to_string(m_step) + " is not finite");
+    }
+    m_trace.replays[p].validation_loss.push_back(*loss);
+  }
 }
 
 template <class ExecSpace>
 Trace run_cell(const ExecSpace& space, const RunConfig& config, const ProgressCallback& progress,
                const RunHooks& hooks) {
   Training<ExecSpace> training(space, config);
+  if (!hooks.checkpoints.resume_from.empty()) {
+    training.restore(read_checkpoint(hooks.checkpoints.resume_from), /*same_run=*/true);
+  }
+  if (!hooks.checkpoints.dir.empty()) {
+    std::filesystem::create_directories(hooks.checkpoints.dir);
+  }
   training.run(config.steps, progress, hooks);
   return training.trace();
 }

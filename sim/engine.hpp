@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "sim/checkpoint.hpp"
 #include "sim/model/model.hpp"
 #include "sim/precision/format.hpp"
 #include "sim/precision/policy.hpp"
@@ -38,6 +39,12 @@ class Training {
   // Steps until `end` (<= config.steps), then the final validation when the run is complete.
   void run(std::int64_t end, const ProgressCallback& progress = {}, const RunHooks& hooks = {});
 
+  // The state at the start of the current step, and its restoration: same_run (resume) also restores the trace and
+  // requires the checkpoint's cell JSON to equal this run's; otherwise (replay) only the model, data, seed and
+  // optimizer must agree. Throws CheckpointError naming what differs.
+  Checkpoint checkpoint() const;
+  void restore(const Checkpoint& checkpoint, bool same_run);
+
   std::int64_t current_step() const { return m_step; }
   const Trace& trace() const { return m_trace; }
   const RunConfig& config() const { return m_config; }
@@ -45,6 +52,9 @@ class Training {
 
  private:
   bool validation_due(std::int64_t step) const;
+  std::vector<std::int64_t> replay_steps() const;
+  void replay_from_here();
+  void requantize_from_current();
   void validate_now();
   WritebackCounts write_back(int tensor, Kokkos::View<float*, memory_space> w,
                              Kokkos::View<const float*, memory_space> u);
@@ -53,6 +63,7 @@ class Training {
   RunConfig m_config;
   std::unique_ptr<TrainableModel<ExecSpace>> m_model;
   std::unique_ptr<Optimizer<ExecSpace>> m_optimizer;
+  std::int64_t m_schedule_steps;  // the step count the schedule spans (a replay continues its run's schedule)
   WritebackPolicy m_policy;
   std::vector<std::int64_t> m_recorded;
   std::size_t m_next = 0;  // index of the next recorded step

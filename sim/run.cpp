@@ -143,35 +143,50 @@ bool glob_match(std::string_view pattern, std::string_view text) {
   return p == pattern.size();
 }
 
+std::map<std::string, std::string> group_formats_from_json(const json& gf, const std::string& where) {
+  require(gf.is_object(), where, "expected a table of group name or pattern = format");
+  std::map<std::string, std::string> out;
+  for (const auto& item : gf.items()) {
+    const std::string path = where + "." + item.key();
+    require(!item.key().empty(), where, "empty group name");
+    require(item.value().is_string(), path, "expected a format name");
+    const std::string name = item.value().get<std::string>();
+    named(path, [&] { return format_from_name(name); });
+    out[item.key()] = name;
+  }
+  return out;
+}
+
 }  // namespace
 
 std::string known_model_kinds() {
   return "decoder, two_layer";
 }
 
-std::string target_format_of(const TargetConfig& target, const std::string& name) {
-  if (const auto it = target.group_formats.find(name); it != target.group_formats.end()) {
+std::string storage_format_of(const std::string& default_format,
+                              const std::map<std::string, std::string>& group_formats, const std::string& name) {
+  if (const auto it = group_formats.find(name); it != group_formats.end()) {
     return it->second;
   }
   std::string chosen, by;
-  for (const auto& [pattern, format] : target.group_formats) {
+  for (const auto& [pattern, format] : group_formats) {
     if (glob_match(pattern, name)) {
       if (!chosen.empty() && chosen != format) {
-        throw ConfigError("target.group_formats: tensor " + name + " matches \"" + by + "\" (" + chosen + ") and \"" +
+        throw ConfigError("group_formats: tensor " + name + " matches \"" + by + "\" (" + chosen + ") and \"" +
                           pattern + "\" (" + format + ")");
       }
       chosen = format;
       by = pattern;
     }
   }
-  return chosen.empty() ? target.format : chosen;
+  return chosen.empty() ? default_format : chosen;
 }
 
 RunConfig run_config_from_json(const json& j) {
   RunConfig c;
   const ObjectReader top(j, "",
                          {"schema", "mode", "seed", "steps", "model", "data", "optimizer", "schedule", "record",
-                          "target", "project_formats", "validation"});
+                          "target", "project_formats", "validation", "replay"});
   std::string schema = kCellSchema;
   top.string("schema", schema);
   require(schema == kCellSchema, "schema", "unsupported schema \"" + schema + "\" (expected " + kCellSchema + ")");
@@ -272,15 +287,7 @@ RunConfig run_config_from_json(const json& j) {
     r.string("policy", c.target.policy);
     r.integer("sr_bits", c.target.sr_bits);
     if (const json* gf = r.find("group_formats")) {
-      require(gf->is_object(), "target.group_formats", "expected a table of group name or pattern = format");
-      for (const auto& item : gf->items()) {
-        const std::string path = "target.group_formats." + item.key();
-        require(!item.key().empty(), "target.group_formats", "empty group name");
-        require(item.value().is_string(), path, "expected a format name");
-        const std::string name = item.value().get<std::string>();
-        named(path, [&] { return format_from_name(name); });
-        c.target.group_formats[item.key()] = name;
-      }
+      c.target.group_formats = group_formats_from_json(*gf, "target.group_formats");
     }
   } else {
     require(c.mode != RunMode::target, "target", "required in target mode");
@@ -298,6 +305,37 @@ RunConfig run_config_from_json(const json& j) {
   }
   require(c.validation.every >= 0, "validation.every", "must be non-negative");
   require(c.validation.batches > 0, "validation.batches", "must be positive");
+
+  if (const json* rp = top.find("replay")) {
+    const ObjectReader r(*rp, "replay", {"checkpoints", "steps", "format", "group_formats", "sr_bits", "policies"});
+    r.integer("checkpoints", c.replay.checkpoints);
+    r.integer("steps", c.replay.steps);
+    r.string("format", c.replay.format);
+    r.integer("sr_bits", c.replay.sr_bits);
+    if (const json* gf = r.find("group_formats")) {
+      c.replay.group_formats = group_formats_from_json(*gf, "replay.group_formats");
+    }
+    if (const json* pol = r.find("policies")) {
+      require(pol->is_array() && !pol->empty(), "replay.policies", "expected a non-empty array of policy names");
+      c.replay.policies.clear();
+      for (std::size_t i = 0; i < pol->size(); ++i) {
+        const std::string path = "replay.policies[" + std::to_string(i) + "]";
+        require((*pol)[i].is_string(), path, "expected a string");
+        c.replay.policies.push_back((*pol)[i].get<std::string>());
+      }
+    }
+    require(c.replay.checkpoints > 0, "replay.checkpoints", "must be positive");
+    require(c.replay.checkpoints <= c.steps, "replay.checkpoints",
+            std::to_string(c.replay.checkpoints) + " checkpoints do not fit in " + std::to_string(c.steps) + " steps");
+    require(c.replay.steps > 0, "replay.steps", "must be positive");
+    require(c.replay.sr_bits >= 0 && c.replay.sr_bits <= 32, "replay.sr_bits", "must be in 0..32");
+    named("replay.format", [&] { return format_from_name(c.replay.format); });
+    std::set<std::string> seen;
+    for (const std::string& p : c.replay.policies) {
+      named("replay.policies", [&] { return make_policy(p, c.replay.sr_bits); });
+      require(seen.insert(p).second, "replay.policies", "duplicate policy \"" + p + "\"");
+    }
+  }
 
   if (const json* p = top.find("project_formats")) {
     require(c.mode == RunMode::reference, "project_formats", "only allowed in reference mode");
@@ -348,6 +386,11 @@ json to_json(const RunConfig& c) {
   // JSON (and the cell id) of every earlier cell is unchanged.
   if (c.validation.every != ValidationConfig{}.every || c.validation.batches != ValidationConfig{}.batches) {
     j["validation"] = {{"every", c.validation.every}, {"batches", c.validation.batches}};
+  }
+  if (c.replay.checkpoints > 0) {
+    j["replay"] = {{"checkpoints", c.replay.checkpoints}, {"steps", c.replay.steps},
+                   {"format", c.replay.format},           {"group_formats", c.replay.group_formats},
+                   {"sr_bits", c.replay.sr_bits},         {"policies", c.replay.policies}};
   }
   if (c.mode == RunMode::target) {
     j["target"] = {{"format", c.target.format}, {"policy", c.target.policy}, {"sr_bits", c.target.sr_bits}};

@@ -3,6 +3,7 @@
 // two-layer teacher-student model in reference or target mode and records its trace.
 #include <Kokkos_Core.hpp>
 #include <cstdint>
+#include <filesystem>
 #include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -52,12 +53,26 @@ struct TargetConfig {
   std::map<std::string, std::string> group_formats;
 };
 
-// The storage format of tensor `name` under `target` (throws ConfigError on conflicting patterns).
-std::string target_format_of(const TargetConfig& target, const std::string& name);
+// The storage format of tensor `name`: its entry in group_formats, else `format` (throws ConfigError on
+// conflicting patterns).
+std::string storage_format_of(const std::string& format, const std::map<std::string, std::string>& group_formats,
+                              const std::string& name);
 
 struct ValidationConfig {
   std::int64_t every = 0;  // validation loss at steps 0, every, 2*every, ... and after the last step (0: never)
   int batches = 4;         // held-out batches averaged per validation
+};
+
+// Study 6: at `checkpoints` evenly spaced steps c_k = k * steps / checkpoints (k = 1..checkpoints) the run's state is
+// replayed for `steps` steps under each of `policies`, with the weights held in `format` (intK: per-tensor scale from
+// the absmax of the checkpoint's weights) on the run's own data, and the validation loss after the replay recorded.
+struct ReplayConfig {
+  int checkpoints = 0;  // 0: no replay
+  std::int64_t steps = 0;
+  std::string format = "int3";
+  std::map<std::string, std::string> group_formats;  // as TargetConfig::group_formats
+  int sr_bits = 0;
+  std::vector<std::string> policies = {"nearest", "stochastic"};
 };
 
 struct RunConfig {
@@ -71,6 +86,7 @@ struct RunConfig {
   RecordConfig record;
   TargetConfig target;  // target mode only
   ValidationConfig validation;
+  ReplayConfig replay;
   std::vector<std::string> project_formats;  // reference mode only
 };
 
@@ -90,8 +106,18 @@ struct UpdateObservation {
   std::span<const float> proposal;
   std::span<const float> weight_after;
 };
+// File checkpoints of one run (not part of its identity: they change nothing in the trace).
+struct CheckpointOptions {
+  std::filesystem::path dir;          // where checkpoint-<step>.h5 files are written (empty: none)
+  std::int64_t every = 0;             // a checkpoint at the start of every step t with t % every == 0, t > 0
+  std::filesystem::path resume_from;  // start from this checkpoint of the same run instead of step 0
+};
+
 struct RunHooks {
   std::function<void(const UpdateObservation&)> on_update;
+  CheckpointOptions checkpoints;
+  // Called after each checkpoint file is in place (tests use it to stop a run at a known point).
+  std::function<void(std::int64_t step, const std::filesystem::path& file)> on_checkpoint;
 };
 
 using ProgressCallback = std::function<void(std::int64_t step, std::int64_t steps)>;

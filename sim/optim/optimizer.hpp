@@ -44,6 +44,10 @@ class Optimizer {
                Kokkos::View<float*, memory_space> u);
 
   const OptimizerConfig& config() const { return m_config; }
+  // Tensor t's state (zero-length where the kind keeps none: sgd has no first moment, only Adam a second), for
+  // checkpoints.
+  Kokkos::View<float*, memory_space> first_moment(int tensor) const { return m_first[tensor]; }
+  Kokkos::View<float*, memory_space> second_moment(int tensor) const { return m_second[tensor]; }
 
  private:
   OptimizerConfig m_config;

@@ -24,6 +24,18 @@ inline void expect_same_trace(const sim::Trace& a, const sim::Trace& b) {
   EXPECT_EQ(a.recorded_steps, b.recorded_steps);
   expect_same_doubles(a.loss, b.loss, "loss");
   expect_same_doubles(a.learning_rate, b.learning_rate, "learning_rate");
+  EXPECT_EQ(a.validation_steps, b.validation_steps);
+  expect_same_doubles(a.validation_loss, b.validation_loss, "validation_loss");
+  expect_same_doubles({a.optimal_validation_loss}, {b.optimal_validation_loss}, "optimal_validation_loss");
+  EXPECT_EQ(a.replay_steps, b.replay_steps);
+  EXPECT_EQ(a.replay_checkpoints, b.replay_checkpoints);
+  expect_same_doubles(a.replay_start_loss, b.replay_start_loss, "replay_start_loss");
+  EXPECT_EQ(a.replays.size(), b.replays.size());
+  for (std::size_t r = 0; r < a.replays.size() && r < b.replays.size(); ++r) {
+    EXPECT_EQ(a.replays[r].policy, b.replays[r].policy);
+    EXPECT_EQ(a.replays[r].format, b.replays[r].format);
+    expect_same_doubles(a.replays[r].validation_loss, b.replays[r].validation_loss, "replay validation_loss");
+  }
   EXPECT_EQ(a.histogram.bins, b.histogram.bins);
   EXPECT_EQ(a.histogram.d_min, b.histogram.d_min);
   EXPECT_EQ(a.histogram.bin_width, b.histogram.bin_width);

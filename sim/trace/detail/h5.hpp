@@ -1,0 +1,220 @@
+#pragma once
+// HDF5 C API helpers shared by the trace and checkpoint files: owned identifiers, fixed little-endian file types,
+// attributes and 1-D/2-D datasets, with errors that name the file.
+#include <hdf5.h>
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace wbaudit::sim {
+struct Trace;
+namespace detail {
+
+class TraceFileError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// Owns one HDF5 identifier.
+class Handle {
+ public:
+  Handle(hid_t id, herr_t (*close)(hid_t), const std::string& what, const std::string& file)
+      : m_id(id), m_close(close) {
+    if (id < 0) {
+      throw TraceFileError(file + ": HDF5 error: " + what);
+    }
+  }
+  Handle(const Handle&) = delete;
+  Handle& operator=(const Handle&) = delete;
+  ~Handle() {
+    if (m_id >= 0) {
+      m_close(m_id);
+    }
+  }
+  hid_t get() const { return m_id; }
+
+ private:
+  hid_t m_id;
+  herr_t (*m_close)(hid_t);
+};
+
+inline void check(herr_t status, const std::string& what, const std::string& file) {
+  if (status < 0) {
+    throw TraceFileError(file + ": HDF5 error: " + what);
+  }
+}
+
+template <class T>
+inline hid_t native_type();
+template <>
+inline hid_t native_type<std::int64_t>() {
+  return H5T_NATIVE_INT64;
+}
+template <>
+inline hid_t native_type<double>() {
+  return H5T_NATIVE_DOUBLE;
+}
+template <>
+inline hid_t native_type<std::uint64_t>() {
+  return H5T_NATIVE_UINT64;
+}
+template <>
+inline hid_t native_type<float>() {
+  return H5T_NATIVE_FLOAT;
+}
+template <>
+inline hid_t native_type<std::uint32_t>() {
+  return H5T_NATIVE_UINT32;
+}
+
+// File-side types are fixed little-endian so the file reads the same everywhere.
+template <class T>
+inline hid_t file_type();
+template <>
+inline hid_t file_type<std::int64_t>() {
+  return H5T_STD_I64LE;
+}
+template <>
+inline hid_t file_type<double>() {
+  return H5T_IEEE_F64LE;
+}
+template <>
+inline hid_t file_type<std::uint64_t>() {
+  return H5T_STD_U64LE;
+}
+template <>
+inline hid_t file_type<float>() {
+  return H5T_IEEE_F32LE;
+}
+template <>
+inline hid_t file_type<std::uint32_t>() {
+  return H5T_STD_U32LE;
+}
+
+inline Handle string_type(const std::string& file) {
+  Handle type(H5Tcopy(H5T_C_S1), H5Tclose, "H5Tcopy", file);
+  check(H5Tset_size(type.get(), H5T_VARIABLE), "H5Tset_size", file);
+  check(H5Tset_cset(type.get(), H5T_CSET_UTF8), "H5Tset_cset", file);
+  return Handle(H5Tcopy(type.get()), H5Tclose, "H5Tcopy", file);
+}
+
+inline void write_string_attribute(hid_t loc, const char* name, const std::string& value, const std::string& file) {
+  Handle type = string_type(file);
+  Handle space(H5Screate(H5S_SCALAR), H5Sclose, "H5Screate", file);
+  Handle attr(H5Acreate2(loc, name, type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT), H5Aclose,
+              std::string("create attribute ") + name, file);
+  const char* data = value.c_str();
+  check(H5Awrite(attr.get(), type.get(), &data), std::string("write attribute ") + name, file);
+}
+
+template <class T>
+inline void write_scalar_attribute(hid_t loc, const char* name, T value, const std::string& file) {
+  Handle space(H5Screate(H5S_SCALAR), H5Sclose, "H5Screate", file);
+  Handle attr(H5Acreate2(loc, name, file_type<T>(), space.get(), H5P_DEFAULT, H5P_DEFAULT), H5Aclose,
+              std::string("create attribute ") + name, file);
+  check(H5Awrite(attr.get(), native_type<T>(), &value), std::string("write attribute ") + name, file);
+}
+
+// Creation property lists without object timestamps, so that the same trace always gives the same bytes (and the
+// same SHA-256 in attempt manifests) whatever the thread count, rank count or time of the run.
+inline hid_t untimed_plist(hid_t cls) {
+  hid_t id = H5Pcreate(cls);
+  if (id >= 0 && H5Pset_obj_track_times(id, false) < 0) {
+    H5Pclose(id);
+    return -1;
+  }
+  return id;
+}
+
+template <class T>
+inline void write_dataset(hid_t loc, const char* name, const std::vector<T>& data, const std::vector<hsize_t>& dims,
+                          const std::string& file) {
+  Handle space(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr), H5Sclose, "H5Screate_simple",
+               file);
+  Handle dcpl(untimed_plist(H5P_DATASET_CREATE), H5Pclose, "creation property list", file);
+  Handle set(H5Dcreate2(loc, name, file_type<T>(), space.get(), H5P_DEFAULT, dcpl.get(), H5P_DEFAULT), H5Dclose,
+             std::string("create dataset ") + name, file);
+  if (!data.empty()) {
+    check(H5Dwrite(set.get(), native_type<T>(), H5S_ALL, H5S_ALL, H5P_DEFAULT, data.data()),
+          std::string("write dataset ") + name, file);
+  }
+}
+
+template <class T>
+inline void write_vector(hid_t loc, const char* name, const std::vector<T>& data, const std::string& file) {
+  write_dataset(loc, name, data, {static_cast<hsize_t>(data.size())}, file);
+}
+
+inline Handle create_group(hid_t loc, const std::string& name, const std::string& file) {
+  Handle gcpl(untimed_plist(H5P_GROUP_CREATE), H5Pclose, "creation property list", file);
+  return Handle(H5Gcreate2(loc, name.c_str(), H5P_DEFAULT, gcpl.get(), H5P_DEFAULT), H5Gclose, "create group " + name,
+                file);
+}
+
+inline Handle open_group(hid_t loc, const std::string& name, const std::string& file) {
+  if (H5Lexists(loc, name.c_str(), H5P_DEFAULT) <= 0) {
+    throw TraceFileError(file + ": not a wbaudit trace: missing group " + name);
+  }
+  return Handle(H5Gopen2(loc, name.c_str(), H5P_DEFAULT), H5Gclose, "open group " + name, file);
+}
+
+inline bool has_link(hid_t loc, const std::string& name) {
+  return H5Lexists(loc, name.c_str(), H5P_DEFAULT) > 0;
+}
+
+inline std::string read_string_attribute(hid_t loc, const char* name, const std::string& file) {
+  if (H5Aexists(loc, name) <= 0) {
+    throw TraceFileError(file + ": not a wbaudit trace: missing attribute " + name);
+  }
+  Handle attr(H5Aopen(loc, name, H5P_DEFAULT), H5Aclose, std::string("open attribute ") + name, file);
+  Handle type = string_type(file);
+  char* data = nullptr;
+  check(H5Aread(attr.get(), type.get(), &data), std::string("read attribute ") + name, file);
+  std::string value = data ? data : "";
+  H5free_memory(data);
+  return value;
+}
+
+template <class T>
+T read_scalar_attribute(hid_t loc, const char* name, const std::string& file) {
+  if (H5Aexists(loc, name) <= 0) {
+    throw TraceFileError(file + ": not a wbaudit trace: missing attribute " + name);
+  }
+  Handle attr(H5Aopen(loc, name, H5P_DEFAULT), H5Aclose, std::string("open attribute ") + name, file);
+  T value{};
+  check(H5Aread(attr.get(), native_type<T>(), &value), std::string("read attribute ") + name, file);
+  return value;
+}
+
+template <class T>
+std::vector<T> read_dataset(hid_t loc, const std::string& name, const std::string& where, const std::string& file) {
+  if (!has_link(loc, name)) {
+    throw TraceFileError(file + ": not a wbaudit trace: missing dataset " + where + name);
+  }
+  Handle set(H5Dopen2(loc, name.c_str(), H5P_DEFAULT), H5Dclose, "open dataset " + where + name, file);
+  Handle space(H5Dget_space(set.get()), H5Sclose, "H5Dget_space " + where + name, file);
+  const hssize_t n = H5Sget_simple_extent_npoints(space.get());
+  if (n < 0) {
+    throw TraceFileError(file + ": HDF5 error: extent of " + where + name);
+  }
+  std::vector<T> data(static_cast<std::size_t>(n));
+  if (n > 0) {
+    check(H5Dread(set.get(), native_type<T>(), H5S_ALL, H5S_ALL, H5P_DEFAULT, data.data()),
+          "read dataset " + where + name, file);
+  }
+  return data;
+}
+
+template <class T>
+std::vector<T> read_optional(hid_t loc, const std::string& name, const std::string& where, const std::string& file) {
+  return has_link(loc, name) ? read_dataset<T>(loc, name, where, file) : std::vector<T>{};
+}
+
+// The trace's attributes, datasets and groups written into / read from an open file or group.
+void write_trace_to(hid_t root, const Trace& trace, const std::string& file);
+Trace read_trace_from(hid_t root, const std::string& file);
+
+}  // namespace detail
+}  // namespace wbaudit::sim
