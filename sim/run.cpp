@@ -83,6 +83,14 @@ class ObjectReader {
       }
     }
   }
+  void boolean(const std::string& key, bool& out) const {
+    if (const json* v = find(key)) {
+      if (!v->is_boolean()) {
+        throw ConfigError(path(key) + ": expected true or false");
+      }
+      out = v->get<bool>();
+    }
+  }
   void string(const std::string& key, std::string& out) const {
     if (const json* v = find(key)) {
       if (!v->is_string()) {
@@ -97,6 +105,10 @@ class ObjectReader {
   std::string m_path;
   std::set<std::string> m_known;
 };
+
+std::string number_text(double x) {
+  return json(x).dump();
+}
 
 void require(bool ok, const std::string& path, const std::string& what) {
   if (!ok) {
@@ -204,34 +216,99 @@ RunConfig run_config_from_json(const json& j) {
   require(c.steps > 0, "steps", "must be positive, got " + std::to_string(c.steps));
 
   if (const json* m = top.find("model")) {
-    const ObjectReader r(
-        *m, "model",
-        {"kind", "input_dim", "hidden", "output_dim", "activation", "teacher_hidden", "teacher_seed", "init_scale"});
-    r.string("kind", c.model.kind);
-    require(c.model.kind == "two_layer", "model.kind", "unknown model \"" + c.model.kind + "\" (known: two_layer)");
-    r.integer("input_dim", c.model.shape.input_dim);
-    r.integer("hidden", c.model.shape.hidden);
-    r.integer("output_dim", c.model.shape.output_dim);
-    std::string act = activation_name(c.model.shape.activation);
-    r.string("activation", act);
-    c.model.shape.activation = named("model.activation", [&] { return activation_from_name(act); });
-    r.integer("teacher_hidden", c.model.teacher_hidden);
-    r.integer("teacher_seed", c.model.teacher_seed);
-    r.number("init_scale", c.model.init_scale);
+    if (m->is_object() && m->contains("kind")) {
+      require((*m)["kind"].is_string(), "model.kind", "expected a string");
+      c.model.kind = (*m)["kind"].get<std::string>();
+    }
+    require(c.model.kind == "two_layer" || c.model.kind == "decoder", "model.kind",
+            "unknown model \"" + c.model.kind + "\" (known: " + known_model_kinds() + ")");
   }
-  require(c.model.shape.input_dim > 0, "model.input_dim", "must be positive");
-  require(c.model.shape.hidden > 0, "model.hidden", "must be positive");
-  require(c.model.shape.output_dim > 0, "model.output_dim", "must be positive");
-  require(c.model.teacher_hidden > 0, "model.teacher_hidden", "must be positive");
-  require(c.model.init_scale > 0, "model.init_scale", "must be positive");
-
-  if (const json* d = top.find("data")) {
-    const ObjectReader r(*d, "data", {"batch", "noise"});
-    r.integer("batch", c.data.batch);
-    r.number("noise", c.data.noise);
+  const json* model_json = top.find("model");
+  const json* data_json = top.find("data");
+  if (c.model.kind == "two_layer") {
+    if (const json* m = model_json) {
+      const ObjectReader r(
+          *m, "model",
+          {"kind", "input_dim", "hidden", "output_dim", "activation", "teacher_hidden", "teacher_seed", "init_scale"});
+      r.integer("input_dim", c.model.shape.input_dim);
+      r.integer("hidden", c.model.shape.hidden);
+      r.integer("output_dim", c.model.shape.output_dim);
+      std::string act = activation_name(c.model.shape.activation);
+      r.string("activation", act);
+      c.model.shape.activation = named("model.activation", [&] { return activation_from_name(act); });
+      r.integer("teacher_hidden", c.model.teacher_hidden);
+      r.integer("teacher_seed", c.model.teacher_seed);
+      r.number("init_scale", c.model.init_scale);
+    }
+    require(c.model.shape.input_dim > 0, "model.input_dim", "must be positive");
+    require(c.model.shape.hidden > 0, "model.hidden", "must be positive");
+    require(c.model.shape.output_dim > 0, "model.output_dim", "must be positive");
+    require(c.model.teacher_hidden > 0, "model.teacher_hidden", "must be positive");
+    require(c.model.init_scale > 0, "model.init_scale", "must be positive");
+    if (const json* d = data_json) {
+      const ObjectReader r(*d, "data", {"batch", "noise"});
+      r.integer("batch", c.data.batch);
+      r.number("noise", c.data.noise);
+    }
+    require(c.data.noise >= 0, "data.noise", "must be non-negative");
+  } else {
+    DecoderConfig& dc = c.model.decoder;
+    if (const json* m = model_json) {
+      const ObjectReader r(*m, "model",
+                           {"kind", "vocab", "width", "heads", "layers", "mlp_hidden", "seq_len", "rotary_fraction",
+                            "rotary_base", "norm_eps", "parallel_residual", "init_std"});
+      r.integer("vocab", dc.vocab);
+      r.integer("width", dc.width);
+      r.integer("heads", dc.heads);
+      r.integer("layers", dc.layers);
+      r.integer("mlp_hidden", dc.mlp_hidden);
+      r.integer("seq_len", dc.seq_len);
+      r.number("rotary_fraction", dc.rotary_fraction);
+      r.number("rotary_base", dc.rotary_base);
+      r.number("norm_eps", dc.norm_eps);
+      r.boolean("parallel_residual", dc.parallel_residual);
+      r.number("init_std", dc.init_std);
+    }
+    for (const auto& [key, value] : {std::pair<const char*, int>{"model.vocab", dc.vocab},
+                                     {"model.width", dc.width},
+                                     {"model.heads", dc.heads},
+                                     {"model.layers", dc.layers},
+                                     {"model.mlp_hidden", dc.mlp_hidden},
+                                     {"model.seq_len", dc.seq_len}}) {
+      require(value > 0, key, "must be positive, got " + std::to_string(value));
+    }
+    require(dc.width % dc.heads == 0, "model.heads",
+            std::to_string(dc.heads) + " heads do not divide width " + std::to_string(dc.width));
+    require(dc.rotary_fraction >= 0 && dc.rotary_fraction <= 1, "model.rotary_fraction",
+            "must be in [0, 1], got " + number_text(dc.rotary_fraction));
+    require(dc.rotary_base > 0, "model.rotary_base", "must be positive, got " + number_text(dc.rotary_base));
+    require(dc.norm_eps >= 0, "model.norm_eps", "must be non-negative, got " + number_text(dc.norm_eps));
+    require(dc.init_std > 0, "model.init_std", "must be positive, got " + number_text(dc.init_std));
+    if (const json* d = data_json) {
+      const ObjectReader r(*d, "data",
+                           {"batch", "source", "path", "sha256", "validation_fraction", "markov_order",
+                            "markov_branching", "markov_seed"});
+      r.integer("batch", c.data.batch);
+      r.string("source", c.data.source);
+      r.string("path", c.data.path);
+      r.string("sha256", c.data.sha256);
+      r.number("validation_fraction", c.data.validation_fraction);
+      r.integer("markov_order", c.data.markov_order);
+      r.integer("markov_branching", c.data.markov_branching);
+      r.integer("markov_seed", c.data.markov_seed);
+    }
+    require(c.data.source == "markov" || c.data.source == "text", "data.source",
+            "unknown source \"" + c.data.source + "\" (known: markov, text)");
+    require(c.data.source != "text" || !c.data.path.empty(), "data.path", "required for data.source = \"text\"");
+    require(c.data.source == "text" || c.data.path.empty(), "data.path", "only for data.source = \"text\"");
+    require(c.data.validation_fraction > 0 && c.data.validation_fraction < 1, "data.validation_fraction",
+            "must be in (0, 1), got " + number_text(c.data.validation_fraction));
+    require(c.data.markov_order > 0, "data.markov_order", "must be positive");
+    require(c.data.markov_branching > 0, "data.markov_branching", "must be positive");
+    require(c.data.source != "text" || dc.vocab >= 256, "model.vocab",
+            "byte-level text needs vocab >= 256, got " + std::to_string(dc.vocab));
   }
   require(c.data.batch > 0, "data.batch", "must be positive, got " + std::to_string(c.data.batch));
-  require(c.data.noise >= 0, "data.noise", "must be non-negative");
 
   if (const json* o = top.find("optimizer")) {
     const ObjectReader r(*o, "optimizer", {"kind", "lr", "beta1", "beta2", "eps", "momentum", "weight_decay"});
@@ -359,15 +436,41 @@ json to_json(const RunConfig& c) {
   j["mode"] = mode_name(c.mode);
   j["seed"] = c.seed;
   j["steps"] = c.steps;
-  j["model"] = {{"kind", c.model.kind},
-                {"input_dim", c.model.shape.input_dim},
-                {"hidden", c.model.shape.hidden},
-                {"output_dim", c.model.shape.output_dim},
-                {"activation", activation_name(c.model.shape.activation)},
-                {"teacher_hidden", c.model.teacher_hidden},
-                {"teacher_seed", c.model.teacher_seed},
-                {"init_scale", c.model.init_scale}};
-  j["data"] = {{"batch", c.data.batch}, {"noise", c.data.noise}};
+  if (c.model.kind == "decoder") {
+    const DecoderConfig& dc = c.model.decoder;
+    j["model"] = {{"kind", c.model.kind},
+                  {"vocab", dc.vocab},
+                  {"width", dc.width},
+                  {"heads", dc.heads},
+                  {"layers", dc.layers},
+                  {"mlp_hidden", dc.mlp_hidden},
+                  {"seq_len", dc.seq_len},
+                  {"rotary_fraction", dc.rotary_fraction},
+                  {"rotary_base", dc.rotary_base},
+                  {"norm_eps", dc.norm_eps},
+                  {"parallel_residual", dc.parallel_residual},
+                  {"init_std", dc.init_std}};
+    j["data"] = {{"batch", c.data.batch},
+                 {"source", c.data.source},
+                 {"validation_fraction", c.data.validation_fraction},
+                 {"markov_order", c.data.markov_order},
+                 {"markov_branching", c.data.markov_branching},
+                 {"markov_seed", c.data.markov_seed}};
+    if (c.data.source == "text") {
+      j["data"]["path"] = c.data.path;
+      j["data"]["sha256"] = c.data.sha256;
+    }
+  } else {
+    j["model"] = {{"kind", c.model.kind},
+                  {"input_dim", c.model.shape.input_dim},
+                  {"hidden", c.model.shape.hidden},
+                  {"output_dim", c.model.shape.output_dim},
+                  {"activation", activation_name(c.model.shape.activation)},
+                  {"teacher_hidden", c.model.teacher_hidden},
+                  {"teacher_seed", c.model.teacher_seed},
+                  {"init_scale", c.model.init_scale}};
+    j["data"] = {{"batch", c.data.batch}, {"noise", c.data.noise}};
+  }
   j["optimizer"] = {{"kind", optimizer_kind_name(c.optimizer.kind)},
                     {"lr", c.optimizer.lr},
                     {"beta1", c.optimizer.beta1},

@@ -30,9 +30,25 @@ class ConfigError : public std::invalid_argument {
 
 enum class RunMode : int { reference, target };
 
+// model.kind = "decoder": the NeoX-style decoder of docs/decoder.md.
+struct DecoderConfig {
+  int vocab = 256;
+  int width = 128;
+  int heads = 4;
+  int layers = 2;
+  int mlp_hidden = 344;
+  int seq_len = 128;
+  double rotary_fraction = 1.0;  // share of each head's dimensions rotated (NeoX rotary_pct)
+  double rotary_base = 10000.0;
+  double norm_eps = 1e-5;
+  bool parallel_residual = false;  // GPT-NeoX: x + attn(n1(x)) + mlp(n2(x))
+  double init_std = 0.02;
+};
+
 struct ModelConfig {
-  std::string kind = "two_layer";
-  TwoLayerShape shape;  // input_dim, hidden, output_dim, activation
+  std::string kind = "two_layer";  // "two_layer" or "decoder"
+  DecoderConfig decoder;           // decoder only
+  TwoLayerShape shape;             // input_dim, hidden, output_dim, activation
   int teacher_hidden = 64;
   std::uint64_t teacher_seed = 1000;
   double init_scale = 1.0;
@@ -40,7 +56,16 @@ struct ModelConfig {
 
 struct DataConfig {
   int batch = 64;
-  double noise = 0.0;  // label noise standard deviation
+  double noise = 0.0;  // two_layer: label noise standard deviation
+  // decoder: the token source
+  std::string source = "markov";     // "markov" (synthetic language, known entropy rate) or "text" (bytes of a file)
+  std::string path;                  // text: the file (made absolute by the spec loader)
+  std::string sha256;                // text: SHA-256 of the file's content (checked when the run starts; filled by the
+                                     // spec loader when absent)
+  double validation_fraction = 0.1;  // text: the held-out tail of the file
+  int markov_order = 1;
+  int markov_branching = 4;
+  std::uint64_t markov_seed = 7;  // the language itself (the run seed draws the batches)
 };
 
 struct TargetConfig {
