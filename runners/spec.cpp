@@ -1,5 +1,7 @@
 #include "runners/spec.hpp"
 
+#include "runners/identity.hpp"
+
 #include <toml++/toml.h>
 #include <cmath>
 #include <fstream>
@@ -145,6 +147,35 @@ void resolve_lr_scale(json& config, const std::string& cell, const Context& ctx)
   opt["lr"] = std::ldexp(scale, -(format.man_bits + 1));
 }
 
+// A text data source is identified by its content: the SHA-256 of data.path goes into the cell (so a changed file is
+// a different cell, and a run refuses a file that changed after the spec was read). Cells run in worker processes,
+// on other nodes and from the frozen spec, so the path must be absolute.
+void resolve_data_file(json& config, const std::string& cell, const Context& ctx) {
+  if (!config.contains("data") || !config["data"].is_object() || !config["data"].contains("path")) {
+    return;
+  }
+  json& data = config["data"];
+  if (!data["path"].is_string()) ctx.fail(ctx.line_of("data.path"), "data.path: expected a string");
+  const std::filesystem::path path = data["path"].get<std::string>();
+  if (!path.is_absolute()) {
+    ctx.fail(ctx.line_of("data.path"), "data.path: \"" + path.string() +
+                                           "\" must be an absolute path (cells run in worker processes, on other "
+                                           "nodes and from the frozen spec); cell " +
+                                           cell);
+  }
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec)) {
+    ctx.fail(ctx.line_of("data.path"), "data.path: " + path.string() + ": no such file (cell " + cell + ")");
+  }
+  if (!data.contains("sha256")) {
+    try {
+      data["sha256"] = sha256_file(path);
+    } catch (const std::exception& e) {
+      ctx.fail(ctx.line_of("data.path"), "data.path: " + path.string() + ": " + e.what());
+    }
+  }
+}
+
 void validate(const SweepCell& cell, const Context& ctx) {
   try {
     (void)sim::run_config_from_json(cell.config);
@@ -199,8 +230,9 @@ SweepSpec parse_sweep_spec(const std::string& text, const std::filesystem::path&
   }
   json doc = to_json(root, "", ctx);
 
-  static const std::set<std::string> kTopLevel = {"sweep",    "seed",   "steps",  "model",     "data", "optimizer",
-                                                  "schedule", "record", "target", "reference", "grid", "evaluation"};
+  static const std::set<std::string> kTopLevel = {"sweep",     "seed",       "steps",      "model",  "data",
+                                                  "optimizer", "schedule",   "record",     "target", "reference",
+                                                  "grid",      "evaluation", "validation", "replay"};
   for (auto& [key, value] : doc.items()) {
     if (!kTopLevel.count(key)) {
       std::string known;
@@ -299,6 +331,7 @@ SweepSpec parse_sweep_spec(const std::string& text, const std::filesystem::path&
     }
     if (!config["target"].contains("policy")) config["target"]["policy"] = "nearest";
     resolve_lr_scale(config, name, ctx);
+    resolve_data_file(config, name, ctx);
     formats.insert(config["target"]["format"].get<std::string>());
     targets.push_back({name, CellRole::target, config, params, ""});
     validate(targets.back(), ctx);  // before references are derived, so errors name the target's own keys
@@ -310,6 +343,7 @@ SweepSpec parse_sweep_spec(const std::string& text, const std::filesystem::path&
   for (auto& target : targets) {
     json config = target.config;
     config.erase("target");
+    config.erase("replay");  // checkpoint replays belong to the target runs
     config["mode"] = "reference";
     config["project_formats"] = std::vector<std::string>(formats.begin(), formats.end());
     std::string key = config.dump();
