@@ -35,7 +35,8 @@ std::unique_ptr<TokenSource<ExecSpace>> make_token_source(const RunConfig& confi
     auto text = std::make_unique<ByteText<ExecSpace>>(d.path, d.validation_fraction, config.seed);
     if (!d.sha256.empty() && text->sha256() != d.sha256) {
       throw std::runtime_error("data.path: " + d.path + " has SHA-256 " + text->sha256() +
-                               ", but the cell was made for " + d.sha256 + " (the file changed after the spec was read)");
+                               ", but the cell was made for " + d.sha256 +
+                               " (the file changed after the spec was read)");
     }
     return text;
   }
