@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # `wbaudit run` under mpirun at 1 and 2 ranks gives the same cells and the same traces (every dataset, h5diff) as a
 # local run, every cell canonical.
-#   mpi_wbaudit_run_test.sh WBAUDIT SOURCE_DIR
+#   mpi_wbaudit_run_test.sh WBAUDIT SOURCE_DIR [SPEC CELLS]   (default: tests/slurm/tiny_sweep.toml, 8 cells)
 set -uo pipefail
 wbaudit=$1
-spec=$2/tests/slurm/tiny_sweep.toml
+spec=${3:-$2/tests/slurm/tiny_sweep.toml}
+cells=${4:-8}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
@@ -23,7 +24,7 @@ for n in 1 2; do
     h5diff -q "$t" "$other" || fail "$n ranks: trace of $cell differs from the local run"
     count=$((count + 1))
   done
-  [ "$count" -eq 8 ] || fail "expected 8 cells, compared $count"
+  [ "$count" -eq "$cells" ] || fail "expected $cells cells, compared $count"
 done
 [ "$(grep -h '"pid"' "$work"/n2/cells/*/attempts/*/manifest.json | sort -u | wc -l)" -eq 2 ] || fail "2 ranks: cells not spread"
 echo "PASS: wbaudit run locally, at 1 and at 2 ranks: identical traces, all canonical"

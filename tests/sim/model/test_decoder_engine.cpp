@@ -1,0 +1,178 @@
+// The decoder on the training engine: an fp32 target under nearest is the reference run bitwise, traces do not
+// depend on the thread count (tests run at 1 and 2 threads; the hash of the trace is compared across both runs of
+// this test through a file written by the first), replay under the run's own policy reproduces the run, resume is
+// bitwise, validation and the Markov optimum are recorded, bad input is refused with the value named.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <Kokkos_Core.hpp>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+
+#include "sim/checkpoint.hpp"
+#include "sim/engine.hpp"
+#include "sim/run.hpp"
+#include "trace_compare.hpp"
+
+namespace {
+
+using namespace wbaudit::sim;
+namespace fs = std::filesystem;
+
+RunConfig decoder_config(RunMode mode) {
+  RunConfig c;
+  c.mode = mode;
+  c.seed = 5;
+  c.steps = 12;
+  c.model.kind = "decoder";
+  c.model.decoder.vocab = 16;
+  c.model.decoder.width = 16;
+  c.model.decoder.heads = 2;
+  c.model.decoder.layers = 2;
+  c.model.decoder.mlp_hidden = 24;
+  c.model.decoder.seq_len = 12;
+  c.model.decoder.rotary_fraction = 0.5;
+  c.model.decoder.init_std = 0.1;
+  c.data.batch = 3;
+  c.data.source = "markov";
+  c.data.markov_order = 2;
+  c.data.markov_branching = 3;
+  c.optimizer.kind = OptimizerKind::adam;
+  c.optimizer.lr = 0.01;
+  c.record.kind = RecordKind::every;
+  c.validation.every = 4;
+  c.validation.batches = 2;
+  if (mode == RunMode::target) {
+    c.target.format = "e4m3";
+    c.target.policy = "nearest";
+    c.target.group_formats = {{"*norm*", "fp32"}};
+  } else {
+    c.project_formats = {"e4m3", "bf16"};
+  }
+  return c;
+}
+
+fs::path scratch(const std::string& name) {
+  const fs::path dir = fs::temp_directory_path() / ("wbaudit_dec_" + std::to_string(::getpid()) + "_" + name);
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir;
+}
+
+std::string bytes(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+TEST(DecoderEngine, Fp32NearestTargetIsTheReferenceBitwise) {
+  const RunConfig ref = decoder_config(RunMode::reference);
+  RunConfig tgt = ref;
+  tgt.mode = RunMode::target;
+  tgt.project_formats.clear();
+  tgt.target = TargetConfig{"fp32", "nearest", 0, {}};
+  const Trace a = run_cell(ref), b = run_cell(tgt);
+  wbaudit::test::expect_same_doubles(a.loss, b.loss, "loss");
+  wbaudit::test::expect_same_doubles(a.validation_loss, b.validation_loss, "validation_loss");
+  for (const GroupTrace& g : b.groups) {
+    for (std::int64_t e : g.erased) EXPECT_EQ(e, 0) << g.name;
+  }
+}
+
+TEST(DecoderEngine, RecordsValidationAndTheOptimumAndNamesGroupsByTensor) {
+  const Trace t = run_cell(decoder_config(RunMode::target));
+  EXPECT_EQ(t.validation_steps, (std::vector<std::int64_t>{0, 4, 8, 12}));
+  ASSERT_EQ(t.validation_loss.size(), 4u);
+  for (double v : t.validation_loss) EXPECT_TRUE(std::isfinite(v) && v > 0);
+  // The Markov language's optimum is below the uniform loss log V and above 0.
+  EXPECT_GT(t.optimal_validation_loss, 0.0);
+  EXPECT_LT(t.optimal_validation_loss, std::log(16.0));
+  EXPECT_NO_THROW(t.group("blocks.0.attn.qkv.weight"));
+  EXPECT_NO_THROW(t.group("lm_head.weight"));
+  // Norm gains are kept in fp32: they never erase; the e4m3 matrices do at this learning rate.
+  std::int64_t norm_erased = 0, matrix_erased = 0;
+  for (const GroupTrace& g : t.groups) {
+    for (std::int64_t e : g.erased) (g.name.find("norm") != std::string::npos ? norm_erased : matrix_erased) += e;
+  }
+  EXPECT_EQ(norm_erased, 0);
+  EXPECT_GT(matrix_erased, 0);
+}
+
+TEST(DecoderEngine, TraceFileIsTheSameOnTheSerialSpaceAndOnEveryThreadCount) {
+  // Runs at 1 and 2 OpenMP threads (the two ctest entries); each compares its trace file with the Serial space's.
+  const fs::path dir = scratch("threads");
+  write_trace(dir / "default.h5", run_cell(Kokkos::DefaultExecutionSpace(), decoder_config(RunMode::target), {}, {}));
+  write_trace(dir / "serial.h5", run_cell(Kokkos::Serial(), decoder_config(RunMode::target), {}, {}));
+  EXPECT_EQ(bytes(dir / "default.h5"), bytes(dir / "serial.h5"))
+      << "the trace at " << Kokkos::DefaultExecutionSpace().concurrency() << " threads differs from the Serial one";
+  fs::remove_all(dir);
+}
+
+TEST(DecoderEngine, ResumeIsBitwiseAndReplayUnderTheSamePolicyReproducesTheRun) {
+  RunConfig cfg = decoder_config(RunMode::target);
+  const fs::path dir = scratch("resume");
+  RunHooks hooks;
+  hooks.checkpoints.dir = dir;
+  hooks.checkpoints.every = 5;
+  const Trace full = run_cell(Kokkos::DefaultExecutionSpace(), cfg, {}, hooks);
+  RunHooks resume;
+  resume.checkpoints.resume_from = dir / "checkpoint-5.h5";
+  wbaudit::test::expect_same_trace(full, run_cell(Kokkos::DefaultExecutionSpace(), cfg, {}, resume));
+
+  // Replay: from the checkpoints at 6 and 12 (of 12 steps), 2 steps under the run's own format and policy. The
+  // replay from step 6 must end on the run's own weights at step 8: its validation loss is the run's at step 8.
+  RunConfig rep = cfg;
+  rep.replay.checkpoints = 2;
+  rep.replay.steps = 2;
+  rep.replay.format = "e4m3";
+  rep.replay.group_formats = cfg.target.group_formats;
+  rep.replay.policies = {"nearest", "stochastic"};
+  const Trace r = run_cell(rep);
+  EXPECT_EQ(r.replay_checkpoints, (std::vector<std::int64_t>{6, 12}));
+  ASSERT_EQ(r.replays.size(), 2u);
+  EXPECT_EQ(r.replays[0].policy, "nearest");
+  ASSERT_EQ(r.replays[0].validation_loss.size(), 2u);
+  ASSERT_EQ(full.validation_steps[2], 8);
+  EXPECT_EQ(r.replays[0].validation_loss[0], full.validation_loss[2]);
+  // The replays change nothing of the run itself.
+  wbaudit::test::expect_same_doubles(full.loss, r.loss, "loss");
+  fs::remove_all(dir);
+}
+
+TEST(DecoderEngine, BadInputIsRefusedNamingTheValue) {
+  nlohmann::json j = to_json(decoder_config(RunMode::target));
+  j["model"]["heads"] = 3;
+  try {
+    run_config_from_json(j);
+    ADD_FAILURE() << "3 heads for width 16 accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("3 heads do not divide width 16"), std::string::npos) << e.what();
+  }
+  j = to_json(decoder_config(RunMode::target));
+  j["model"]["rotary_fraction"] = 1.5;
+  EXPECT_THROW(run_config_from_json(j), ConfigError);
+  j = to_json(decoder_config(RunMode::target));
+  j["model"]["kind"] = "transformer";
+  try {
+    run_config_from_json(j);
+    ADD_FAILURE();
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("known: decoder, two_layer"), std::string::npos) << e.what();
+  }
+  RunConfig text = decoder_config(RunMode::target);
+  text.model.decoder.vocab = 256;
+  text.data.source = "text";
+  const fs::path dir = scratch("text");
+  text.data.path = (dir / "empty.txt").string();
+  std::ofstream(dir / "empty.txt").close();
+  try {
+    run_cell(text);
+    ADD_FAILURE() << "an empty text file accepted";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("empty.txt"), std::string::npos) << e.what();
+  }
+  fs::remove_all(dir);
+}
+
+}  // namespace
