@@ -1,0 +1,121 @@
+// The decoder on the training engine (issue targets: target mode and reference recording <= 1.3x the fp32 step):
+// a ~1M-parameter decoder (width 128, 4 heads, 4 layers, SwiGLU 344, vocab 256, sequence 128, batch 8, Adam) run as
+// a plain fp32 cell (reference mode, nothing recorded), an e4m3 nearest target (norm gains fp32), an e4m3
+// stochastic target, and reference recording (projections for bf16, e4m3, e5m2 + the d histogram) at every step and
+// at 16 log-spaced steps. The Ratios benchmark interleaves them and reports per-step time ratios to the plain cell;
+// peak resident memory is reported too.
+#include <benchmark/benchmark.h>
+#include <sys/resource.h>
+
+#include <Kokkos_Core.hpp>
+#include <algorithm>
+#include <chrono>
+
+#include "sim/run.hpp"
+
+namespace {
+
+using namespace wbaudit::sim;
+
+constexpr std::int64_t kSteps = 6;
+
+RunConfig cell(RunMode mode) {
+  RunConfig c;
+  c.mode = mode;
+  c.steps = kSteps;
+  c.model.kind = "decoder";
+  c.model.decoder = DecoderConfig{};
+  c.model.decoder.width = 128;
+  c.model.decoder.heads = 4;
+  c.model.decoder.layers = 4;
+  c.model.decoder.mlp_hidden = 344;
+  c.model.decoder.vocab = 256;
+  c.model.decoder.seq_len = 128;
+  c.data.batch = 8;
+  c.data.source = "markov";
+  c.optimizer.kind = OptimizerKind::adam;
+  c.optimizer.lr = 1e-3;
+  c.record = RecordConfig{RecordKind::every_k, kSteps, 2};  // steps 0 and last only
+  if (mode == RunMode::target) {
+    c.target = TargetConfig{"e4m3", "nearest", 0, {{"*norm*", "fp32"}}};
+  }
+  return c;
+}
+
+RunConfig plain() {
+  return cell(RunMode::reference);
+}
+RunConfig target_nearest() {
+  return cell(RunMode::target);
+}
+RunConfig target_sr() {
+  RunConfig c = cell(RunMode::target);
+  c.target.policy = "stochastic";
+  return c;
+}
+RunConfig recording_every_step() {
+  RunConfig c = cell(RunMode::reference);
+  c.project_formats = {"bf16", "e4m3", "e5m2"};
+  c.record = RecordConfig{RecordKind::every, 1, 2};
+  return c;
+}
+
+double seconds_per_step(const RunConfig& c) {
+  const auto t0 = std::chrono::steady_clock::now();
+  benchmark::DoNotOptimize(run_cell(Kokkos::DefaultExecutionSpace(), c));
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / static_cast<double>(c.steps);
+}
+
+void run(benchmark::State& state, const RunConfig& c) {
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(run_cell(Kokkos::DefaultExecutionSpace(), c));
+  }
+  const double tokens = static_cast<double>(c.data.batch) * c.model.decoder.seq_len;
+  state.counters["steps_per_s"] =
+      benchmark::Counter(static_cast<double>(state.iterations() * c.steps), benchmark::Counter::kIsRate);
+  state.counters["tokens_per_s"] =
+      benchmark::Counter(static_cast<double>(state.iterations() * c.steps) * tokens, benchmark::Counter::kIsRate);
+}
+
+void DecoderPlainFp32Step(benchmark::State& state) {
+  run(state, plain());
+}
+void DecoderTargetE4m3NearestStep(benchmark::State& state) {
+  run(state, target_nearest());
+}
+void DecoderTargetE4m3StochasticStep(benchmark::State& state) {
+  run(state, target_sr());
+}
+void DecoderReferenceRecordingEveryStep(benchmark::State& state) {
+  run(state, recording_every_step());
+}
+
+void DecoderRatios(benchmark::State& state) {
+  std::vector<double> p, t, s, r;
+  for (auto _ : state) {
+    p.push_back(seconds_per_step(plain()));
+    t.push_back(seconds_per_step(target_nearest()));
+    s.push_back(seconds_per_step(target_sr()));
+    r.push_back(seconds_per_step(recording_every_step()));
+  }
+  const auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  const double base = median(p);
+  state.counters["plain_ms_per_step"] = base * 1e3;
+  state.counters["target_nearest_over_plain"] = median(t) / base;
+  state.counters["target_sr_over_plain"] = median(s) / base;
+  state.counters["recording_every_step_over_plain"] = median(r) / base;
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  state.counters["peak_rss_MiB"] = static_cast<double>(usage.ru_maxrss) / 1024.0;
+}
+
+BENCHMARK(DecoderPlainFp32Step)->Unit(benchmark::kMillisecond);
+BENCHMARK(DecoderTargetE4m3NearestStep)->Unit(benchmark::kMillisecond);
+BENCHMARK(DecoderTargetE4m3StochasticStep)->Unit(benchmark::kMillisecond);
+BENCHMARK(DecoderReferenceRecordingEveryStep)->Unit(benchmark::kMillisecond);
+BENCHMARK(DecoderRatios)->Unit(benchmark::kMillisecond)->Iterations(5);
+
+}  // namespace
