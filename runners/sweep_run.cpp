@@ -9,6 +9,7 @@
 #include <iomanip>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -17,6 +18,7 @@
 #include "runners/identity.hpp"
 #include "runners/report/crossing_report.hpp"
 #include "runners/sweep_cells.hpp"
+#include "runners/sweep_lock.hpp"
 #include "sim/run.hpp"
 #include "sim/trace/trace.hpp"
 
@@ -107,12 +109,20 @@ ExecSummary run_sweep(const SweepSpec& spec, const RunOptions& options, MPI_Comm
     MPI_Comm_size(comm, &ranks);
   }
   // Rank 0 creates (or checks) the sweep directory; the others open it once it exists.
+  // It also takes the sweep's lock for the whole run (one writer per sweep: a second run refuses, naming the holder).
   std::string create_error;
+  std::optional<SweepLock> lock;
   if (rank == 0) {
     try {
+      if (options.resume && std::filesystem::is_directory(options.out)) {
+        lock.emplace(SweepLock::acquire(options.out));
+      }
       CreateOptions create;
       create.resume = options.resume;
       SweepStore::create(options.out, spec.text, stored_cells(spec), create);
+      if (!lock) {
+        lock.emplace(SweepLock::acquire(options.out));
+      }
     } catch (const std::exception& e) {
       create_error = e.what();
     }
