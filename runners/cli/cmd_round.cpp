@@ -65,34 +65,86 @@ double parse_value(const std::string& text, const std::string& where) {
   if (errno == ERANGE && std::fabs(v) > 1) {
     throw std::invalid_argument(where + ": value out of range (beyond double): \"" + text + "\"");
   }
+  if (errno == ERANGE && v == 0) {
+    throw std::invalid_argument(where + ": \"" + text + "\" underflows to 0 in double; give 0 to mean zero");
+  }
   if (!std::isfinite(v)) {
     throw std::invalid_argument(where + ": non-finite value \"" + text + "\" (NaN/inf are not rounded)");
   }
   return v;
 }
 
+// A seed is a decimal integer in [0, 2^64): "-1", "18446744073709551616" or "1e23" are refused, never wrapped.
+std::uint64_t parse_seed(const std::string& text) {
+  std::uint64_t v = 0;
+  const char* end = text.data() + text.size();
+  const auto r = std::from_chars(text.data(), end, v);
+  if (text.empty() || r.ec != std::errc() || r.ptr != end) {
+    throw std::invalid_argument("--seed: \"" + text + "\" is not a decimal integer in [0, 2^64)" +
+                                (r.ec == std::errc::result_out_of_range ? " (too large)" : ""));
+  }
+  return v;
+}
+
+std::string exact_text(double v) {  // 17 significant digits: the double as read
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.17g", v);
+  return buf;
+}
+
 struct Args {
   std::string format;
   std::string policy = "nearest";
+  std::string seed_text = "0";
   std::uint64_t seed = 0;
   int sr_bits = 0;
   std::optional<std::string> update;
   std::optional<double> scale;
+  std::optional<double> absmax;
   bool json = false;
   std::string file;
 };
 
-void run_round(const Args& a) {
+void run_round(Args a) {
+  a.seed = parse_seed(a.seed_text);
   sim::FormatSpec fmt = sim::format_from_name(a.format);
+  if ((a.scale || a.absmax) && fmt.kind != sim::FormatKind::integer) {
+    throw std::invalid_argument(std::string(a.scale ? "--scale" : "--absmax") +
+                                " applies only to integer formats, not " + a.format);
+  }
+  if (a.scale && a.absmax) {
+    throw std::invalid_argument("give --scale or --absmax, not both");
+  }
   if (a.scale) {
-    if (fmt.kind != sim::FormatKind::integer) {
-      throw std::invalid_argument("--scale applies only to integer formats, not " + a.format);
-    }
     const auto s = static_cast<float>(*a.scale);
-    if (static_cast<double>(s) != *a.scale) {
-      throw std::invalid_argument("--scale " + std::to_string(*a.scale) + " is not an fp32 value");
+    if (!(*a.scale > 0) || !std::isfinite(s)) {
+      throw std::invalid_argument("--scale " + exact_text(*a.scale) + " must be a positive finite fp32 value");
+    }
+    // A usable scale is an fp32 value whose level multiples are exact in fp32; offer the simulator's rounding of
+    // the given one (16 significant bits, rounded up) when it is not.
+    const int level_max = (1 << (fmt.bits - 1)) - 1;
+    const float usable = sim::int_scale_for_absmax(fmt.bits, *a.scale * level_max);
+    bool ok = static_cast<double>(s) == *a.scale;
+    if (ok) {
+      try {
+        sim::int_format(fmt.bits, s);
+      } catch (const std::exception&) {
+        ok = false;
+      }
+    }
+    if (!ok) {
+      throw std::invalid_argument("--scale " + exact_text(*a.scale) + " is not a usable scale for " + a.format +
+                                  " (an fp32 value whose level multiples are exact in fp32); use --scale " +
+                                  exact_text(usable) + " (the simulator's rounding of it) or --absmax " +
+                                  exact_text(*a.scale * level_max));
     }
     fmt = sim::int_format(fmt.bits, s);
+  }
+  if (a.absmax) {
+    if (!(*a.absmax > 0) || !std::isfinite(*a.absmax)) {
+      throw std::invalid_argument("--absmax " + exact_text(*a.absmax) + " must be positive and finite");
+    }
+    fmt = sim::int_format(fmt.bits, sim::int_scale_for_absmax(fmt.bits, *a.absmax));
   }
   const sim::WritebackPolicy policy = sim::make_policy(a.policy, a.sr_bits);
   if (policy.policy == sim::Policy::master) {
@@ -100,12 +152,19 @@ void run_round(const Args& a) {
   }
   const sim::FormatParams p = sim::format_params(fmt);
   std::optional<float> u;
+  bool u_rounded = false;  // the given proposal is not an fp32 value: it was rounded to one (and the output says so)
   if (a.update) {
     const double ud = parse_value(trim(*a.update), "--update");
     u = static_cast<float>(ud);  // proposals are fp32
     if (!std::isfinite(*u)) {
       throw std::invalid_argument("--update " + *a.update + " overflows fp32");
     }
+    if (*u == 0 && ud != 0) {
+      throw std::invalid_argument("--update " + *a.update +
+                                  " underflows to 0 in fp32 (proposals are fp32; the "
+                                  "smallest nonzero is 1.4e-45)");
+    }
+    u_rounded = static_cast<double>(*u) != ud;
   }
 
   std::istream* in = &std::cin;
@@ -121,12 +180,23 @@ void run_round(const Args& a) {
   const sim::RngKey key{a.seed, 0, 0};
   nlohmann::json rows = nlohmann::json::array();
   std::ostringstream text;
-  char line_buf[512];
-  std::snprintf(line_buf, sizeof line_buf, "%-24s %-14s %-18s %-8s %-14s %-14s %s", "input", "rounded", "hex", "code",
-                "pred", "succ", "note");
-  text << line_buf;
+  // Columns padded to a width, never cut: a long input stays whole.
+  const auto row_text = [](const std::vector<std::string>& cols) {
+    static const int widths[] = {24, 14, 18, 8, 14, 14, 0};
+    std::string out;
+    for (std::size_t i = 0; i < cols.size(); ++i) {
+      out += cols[i];
+      if (i + 1 < cols.size()) {
+        out += std::string(cols[i].size() < static_cast<std::size_t>(widths[i]) ? widths[i] - cols[i].size() : 0, ' ');
+        out += ' ';
+      }
+    }
+    return out;
+  };
+  text << row_text({"input", "rounded", "hex", "code", "pred", "succ", "note"});
   if (u) {
-    text << "  | u = " << decimal(*u) << " (" << hexfloat(*u) << "): result event";
+    text << "  | u = " << decimal(*u) << " (" << hexfloat(*u) << ")"
+         << (u_rounded ? " [--update " + trim(*a.update) + " rounded to fp32]" : "") << ": result event";
   }
   text << "\n";
   std::string line;
@@ -150,7 +220,8 @@ void run_round(const Args& a) {
     const auto r = static_cast<float>(rounded);
     const std::uint32_t code = sim::encode_value(p, r);
     const double lo = sim::pred(p, r), hi = sim::succ(p, r);
-    std::string note = b.saturated ? "saturated" : (b.exact ? "exact" : "rounded");
+    const bool exact = b.exact && !b.saturated;  // a saturated input is not represented exactly
+    std::string note = b.saturated ? "saturated" : (exact ? "exact" : "rounded");
     if (random) {
       note += ",random";
     }
@@ -162,11 +233,8 @@ void run_round(const Args& a) {
                           {"pred", neighbour(lo)},
                           {"succ", neighbour(hi)},
                           {"saturated", b.saturated},
-                          {"exact", b.exact}};
-    std::snprintf(line_buf, sizeof line_buf, "%-24s %-14s %-18s %-8s %-14s %-14s %s", t.c_str(), decimal(r).c_str(),
-                  hexfloat(r).c_str(), code_text(code, fmt.bits).c_str(), neighbour(lo).c_str(), neighbour(hi).c_str(),
-                  note.c_str());
-    text << line_buf;
+                          {"exact", exact}};
+    text << row_text({t, decimal(r), hexfloat(r), code_text(code, fmt.bits), neighbour(lo), neighbour(hi), note});
     if (u) {
       // The write-back of w = the rounded value with proposal u (the same policy and seed; coordinate = value index).
       const auto w = static_cast<float>(sim::round_nearest(p, v));
@@ -200,11 +268,9 @@ void run_round(const Args& a) {
     throw std::runtime_error("error reading " + source);
   }
   if (a.json) {
-    nlohmann::json out = {{"format", fmt.name},
-                          {"policy", sim::policy_name(policy.policy)},
-                          {"sr_bits", policy.sr_bits},
-                          {"seed", a.seed},
-                          {"values", rows}};
+    nlohmann::json out = {
+        {"format", fmt.name}, {"policy", sim::policy_name(policy.policy)}, {"sr_bits", policy.sr_bits},
+        {"seed", a.seed},     {"update_rounded_to_fp32", u_rounded},       {"values", rows}};
     if (fmt.kind == sim::FormatKind::integer) {
       out["scale"] = fmt.int_scale;
     }
@@ -221,12 +287,15 @@ void add_round_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("round", "Round values into a format and classify single write-backs");
   cmd->add_option("--format", args->format, "Target format (see `wbaudit formats`)")->required();
   cmd->add_option("--policy", args->policy, "nearest (default), stochastic or deadzone-sr");
-  cmd->add_option("--seed", args->seed, "Seed of the stochastic draws (coordinate = index of the value)");
+  cmd->add_option("--seed", args->seed_text,
+                  "Seed of the stochastic draws, a decimal integer in [0, 2^64) (coordinate = index of the value)");
   cmd->add_option("--sr-bits", args->sr_bits, "0: exact SR probabilities (default); r in 1..32: r-bit hardware SR");
   cmd->add_option("--update", args->update,
                   "Also write back w = q(value) with this fp32 proposal u and print the event "
                   "(erased, applied, saturated)");
-  cmd->add_option("--scale", args->scale, "Scale of an integer format (default 1)");
+  cmd->add_option("--scale", args->scale, "Scale of an integer format, an fp32 value (default 1)");
+  cmd->add_option("--absmax", args->absmax,
+                  "Integer formats: the scale the simulator derives from this absmax (absmax / level max, in fp32)");
   cmd->add_flag("--json", args->json, "Machine-readable output");
   cmd->add_option("file", args->file, "File with one value per line (decimal or hex-float); default: stdin");
   cmd->footer(

@@ -62,3 +62,39 @@ expect_match("${se}" "unknown write-back policy \"stochastik\"" "unknown policy"
 if(rc EQUAL 0 OR NOT so STREQUAL "")
   message(FATAL_ERROR "unknown policy: rc=${rc} stdout='${so}'")
 endif()
+
+# Refused, never wrapped or silently changed (issue 16): seeds outside [0, 2^64) or not decimal integers, proposals
+# that underflow fp32, inputs that underflow double, non-fp32 integer scales (the message offers the fp32 value and
+# --absmax).
+function(expect_refused input regex what)
+  run_wbaudit(rc so se "${input}" ${ARGN})
+  if(rc EQUAL 0 OR NOT so STREQUAL "")
+    message(FATAL_ERROR "${what}: accepted (rc=${rc}) stdout='${so}'")
+  endif()
+  expect_match("${se}" "${regex}" "${what}")
+endfunction()
+foreach(seed -1 -5 18446744073709551616 1e23)
+  expect_refused("1\n" "--seed: \"${seed}\" is not a decimal integer" "seed ${seed}" round --format e4m3 --policy
+                 stochastic --seed=${seed})
+endforeach()
+run_wbaudit(rc so se "1\n" round --format e4m3 --policy stochastic --seed 18446744073709551615)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "seed 2^64-1 refused: ${se}")
+endif()
+expect_refused("1\n" "--update 1e-50 underflows to 0 in fp32" "update underflow" round --format bf16 --update 1e-50)
+expect_refused("1e-400\n" "input.txt:1: \"1e-400\" underflows to 0 in double" "input underflow" round --format e4m3)
+# 0.1 / 1 rounded up to 16 significant bits: ceil(0.1 * 2^19) / 2^19 = 52429 / 524288 = 0.10000038146972656.
+expect_refused("1\n" "--scale 0.10000000000000001 is not a usable scale for int4 .* use --scale 0.10000038146972656"
+               "scale" round --format int4 --scale 0.1)
+# A proposal that is not an fp32 value is said to be rounded; --absmax gives the simulator's scale (0.7 / 7 rounded
+# up to 16 significant bits, as above).
+run_wbaudit(rc so se "1\n" round --format bf16 --update 0.1)
+expect_match("${so}" "\\[--update 0.1 rounded to fp32\\]" "update rounding reported")
+run_wbaudit(rc so se "1\n" round --format int4 --absmax 0.7 --json)
+expect_match("${so}" "\"scale\": 0.10000038146972656" "absmax scale")
+# Saturated inputs are not exact; a long input row is printed whole.
+run_wbaudit(rc so se "449\n" round --format e4m3 --json)
+expect_match("${so}" "\"exact\": false" "saturated not exact")
+string(REPEAT "0" 600 zeros)
+run_wbaudit(rc so se "0x1.${zeros}p0\n" round --format e4m3)
+expect_match("${so}" "0x1.${zeros}p0 +1 " "long row printed whole")
