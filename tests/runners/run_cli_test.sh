@@ -47,4 +47,26 @@ printf 'steps = 10\n[grid]\n"target.format" = ["e4m4"]\n' > "$work/bad.toml"
 if "$wbaudit" run "$work/bad.toml" --out "$work/bad" 2> "$work/err"; then fail "accepted a bad spec"; fi
 grep -q "bad.toml:3" "$work/err" || { cat "$work/err"; fail "error does not name file:line"; }
 [ ! -e "$work/bad" ] || fail "a bad spec created its output directory"
+
+# Threads: --threads N anywhere; malformed or misspelt Kokkos options are refused with exit 2 (not an abort).
+"$wbaudit" --threads 2 --version | grep -q "2 thread(s)" || fail "--threads 2 not applied"
+"$wbaudit" --version --threads=1 | grep -q "1 thread(s)" || fail "--threads=1 not applied"
+for bad in "--kokkos-threads=abc" "--kokkos-threads 2" "--kokkos-thread=1" "--threads 0" "--threads x"; do
+  set +e
+  "$wbaudit" $bad formats > /dev/null 2> "$work/err"
+  rc=$?
+  set -e
+  [ "$rc" -eq 2 ] || { cat "$work/err"; fail "'$bad' exited $rc, expected 2"; }
+  grep -q "wbaudit: error: " "$work/err" || fail "'$bad': no error message"
+done
+
+# One writer per sweep: while another process holds the sweep's lock, --resume refuses at once and names it.
+exec 9> "$work/t1/.lock"
+flock -n 9 || fail "cannot take the lock for the test"
+if "$wbaudit" run "$src/examples/tiny.toml" --out "$work/t1" --resume -q 2> "$work/err"; then
+  fail "a second run on a locked sweep ran"
+fi
+grep -q "is being run by another wbaudit process" "$work/err" || { cat "$work/err"; fail "lock message"; }
+exec 9>&-
+"$wbaudit" run "$src/examples/tiny.toml" --out "$work/t1" --resume -q || fail "resume after the lock was released"
 echo "run_cli_test: all checks passed"
