@@ -213,6 +213,19 @@ const SweepCell& SweepSpec::cell(const std::string& cell_name) const {
 }
 
 SweepSpec load_sweep_spec(const std::filesystem::path& path) {
+  // Only a regular file of bounded size: a FIFO would block forever, /dev/zero would grow without end.
+  std::error_code ec;
+  const auto status = std::filesystem::status(path, ec);
+  if (ec || !std::filesystem::exists(status)) throw SpecError(path.string() + ": no such spec file");
+  if (!std::filesystem::is_regular_file(status)) {
+    throw SpecError(path.string() + ": not a regular file (a spec is a TOML file)");
+  }
+  const auto size = std::filesystem::file_size(path, ec);
+  if (ec) throw SpecError(path.string() + ": cannot read the spec file: " + ec.message());
+  if (size > kMaxSpecBytes) {
+    throw SpecError(path.string() + ": " + std::to_string(size) + " bytes; a spec is at most " +
+                    std::to_string(kMaxSpecBytes) + " bytes");
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in) throw SpecError(path.string() + ": cannot open the spec file");
   std::ostringstream text;
@@ -241,6 +254,7 @@ SweepSpec parse_sweep_spec(const std::string& text, const std::filesystem::path&
     }
   }
 
+  std::int64_t max_cells = kDefaultMaxCells;
   SweepSpec spec;
   spec.path = source_name;
   spec.text = text;
@@ -248,11 +262,22 @@ SweepSpec parse_sweep_spec(const std::string& text, const std::filesystem::path&
     for (auto& [key, value] : doc["sweep"].items()) {
       if (key == "name" && value.is_string()) {
         spec.name = value.get<std::string>();
+        // The name becomes runs/<name> when --out is omitted: one plain path component only.
+        if (spec.name.empty() || spec.name == "." || spec.name == ".." ||
+            spec.name.find_first_of("/\\") != std::string::npos || spec.name.find("..") != std::string::npos ||
+            spec.name.front() == '.' || spec.name.find_first_of("\n\r\t") != std::string::npos) {
+          ctx.fail(ctx.line_of("sweep.name"), "sweep.name: \"" + spec.name +
+                                                  "\" is not a plain name (no path separators, no \"..\", not "
+                                                  "starting with '.')");
+        }
+      } else if (key == "max_cells" && value.is_number_integer()) {
+        max_cells = value.get<std::int64_t>();
+        if (max_cells < 1) ctx.fail(ctx.line_of("sweep.max_cells"), "sweep.max_cells: must be >= 1");
       } else if (key == "description" && value.is_string()) {
         spec.description = value.get<std::string>();
       } else {
         ctx.fail(ctx.line_of("sweep." + key),
-                 "sweep." + key + ": unknown key or wrong type (known: name, description)");
+                 "sweep." + key + ": unknown key or wrong type (known: name, description, max_cells)");
       }
     }
   }
@@ -309,7 +334,15 @@ SweepSpec parse_sweep_spec(const std::string& text, const std::filesystem::path&
   std::set<std::string> formats(project_formats.begin(), project_formats.end());
 
   std::size_t total = 1;
-  for (auto& axis : axes) total *= axis.second.size();
+  // Counted before anything is expanded: a mistyped grid of 10^6 cells is refused at once, not after minutes.
+  for (auto& axis : axes) {
+    total *= axis.second.size();
+    if (total > static_cast<std::size_t>(max_cells)) {
+      ctx.fail(ctx.line_of("grid"), "grid: more than " + std::to_string(max_cells) +
+                                        " target cells (the product of the axes' lengths); raise [sweep] max_cells "
+                                        "if you mean it");
+    }
+  }
   std::vector<SweepCell> targets;
   for (std::size_t k = 0; k < total; ++k) {
     json config = base;

@@ -46,6 +46,11 @@ struct SweepSpec {
   const SweepCell& cell(const std::string& name) const;  // throws std::out_of_range naming the cell
 };
 
+// Limits: a spec file is at most kMaxSpecBytes; a grid expands to at most [sweep] max_cells target cells (default
+// kDefaultMaxCells), counted before any cell is built.
+inline constexpr std::uintmax_t kMaxSpecBytes = 16u << 20;
+inline constexpr std::int64_t kDefaultMaxCells = 100000;
+
 // Reads and validates a spec; every cell's configuration is checked by the simulator's strict parser.
 SweepSpec load_sweep_spec(const std::filesystem::path& path);
 // The same from text; source_name is used in error messages.

@@ -1,7 +1,11 @@
 // Sweep spec parsing: grid expansion, shared references, lr_scale, and errors that name file, line and key.
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <cmath>
+#include <filesystem>
 #include <string>
 
 #include "runners/spec.hpp"
@@ -124,6 +128,56 @@ TEST(SweepSpec, ErrorsNameFileLineAndKey) {
   steps.replace(steps.find("steps = 50"), 10, "steps = 0 ");
   std::string message = message_of(steps + "[grid]\nseed = [1]\n");
   EXPECT_NE(message.find("spec.toml:3: steps"), std::string::npos) << message;
+}
+
+}  // namespace
+
+namespace {
+
+using wbaudit::runners::load_sweep_spec;
+
+TEST(SpecLimits, SweepNamesThatLeaveRunsAreRefused) {
+  for (const char* name : {"../../escape", "a/b", "..", ".hidden", "a\\\\b"}) {
+    std::string text = kBase;
+    text.replace(text.find("name = \"tiny\""), 13, std::string("name = \"") + name + "\"");
+    const std::string m = message_of(text + "[grid]\n\"model.hidden\" = [8]\n");
+    EXPECT_NE(m.find(":5: sweep.name:"), std::string::npos) << name << ": " << m;
+  }
+}
+
+TEST(SpecLimits, HugeGridsAreRefusedBeforeExpansion) {
+  // 1000 x 1000 x 1000 = 10^9 cells: refused at once, naming the limit and how to raise it.
+  std::string axis = "[";
+  for (int i = 0; i < 1000; ++i) axis += (i ? ", " : "") + std::to_string(i + 1);
+  axis += "]";
+  const std::string grid =
+      "[grid]\n\"model.hidden\" = " + axis + "\n\"data.batch\" = " + axis + "\nseed = " + axis + "\n";
+  const std::string m = message_of(kBase + grid);
+  EXPECT_NE(m.find("more than 100000 target cells"), std::string::npos) << m;
+  EXPECT_NE(m.find("max_cells"), std::string::npos) << m;
+  // Raised explicitly, a grid of 4 x 4 = 16 passes a limit of 16 and fails one of 15.
+  std::string small = kBase;
+  small.replace(small.find("name = \"tiny\""), 13, "name = \"tiny\"\nmax_cells = 15");
+  EXPECT_NE(message_of(small + "[grid]\n\"model.hidden\" = [1, 2, 3, 4]\nseed = [1, 2, 3, 4]\n").find("more than 15"),
+            std::string::npos);
+}
+
+TEST(SpecLimits, OnlyBoundedRegularFilesAreRead) {
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("wbaudit_spec_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  ASSERT_EQ(::mkfifo((dir / "fifo.toml").c_str(), 0600), 0);
+  std::filesystem::create_symlink("/dev/zero", dir / "zero.toml");
+  for (const char* name : {"fifo.toml", "zero.toml"}) {
+    try {
+      load_sweep_spec(dir / name);
+      ADD_FAILURE() << name << " accepted";
+    } catch (const SpecError& e) {
+      EXPECT_NE(std::string(e.what()).find(name), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("not a regular file"), std::string::npos) << e.what();
+    }
+  }
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace
