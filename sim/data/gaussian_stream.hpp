@@ -10,7 +10,7 @@
 namespace wbaudit::sim {
 
 // Independent streams drawn from one seed.
-enum class StreamDomain : std::uint32_t { input = 1, teacher = 2, student_init = 3, label_noise = 4 };
+enum class StreamDomain : std::uint32_t { input = 1, teacher = 2, student_init = 3, label_noise = 4, decoder_init = 5 };
 
 struct GaussianStream {
   std::uint64_t seed = 0;
