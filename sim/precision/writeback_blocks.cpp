@@ -559,10 +559,17 @@ namespace {
 BlockIsa detect_block_isa() {
   return avx512_blocks_supported() ? BlockIsa::avx512 : avx2_blocks_supported() ? BlockIsa::avx2 : BlockIsa::portable;
 }
-const BlockIsa g_best = detect_block_isa();
-std::atomic<int> g_isa{static_cast<int>(g_best)};
+// Both are constant-initialized or function-local, so that they are right when another translation unit's static
+// initializer (a benchmark's registration) forces an ISA before this file's dynamic initializers would have run.
+// g_isa: the forced implementation, or -1 for the best supported one.
+constinit std::atomic<int> g_isa{-1};
+BlockIsa best_isa() {
+  static const BlockIsa best = detect_block_isa();
+  return best;
+}
 inline BlockIsa isa_now() {
-  return static_cast<BlockIsa>(g_isa.load(std::memory_order_relaxed));
+  const int forced = g_isa.load(std::memory_order_relaxed);
+  return forced < 0 ? best_isa() : static_cast<BlockIsa>(forced);
 }
 
 // The portable loops run over a block in chunks of kChunk coordinates, prefetching w and u one block ahead of each
@@ -595,15 +602,15 @@ const char* block_isa_name(BlockIsa isa) {
 }
 
 bool block_isa_supported(BlockIsa isa) {
-  return static_cast<int>(isa) <= static_cast<int>(g_best);
+  return static_cast<int>(isa) <= static_cast<int>(best_isa());
 }
 
 BlockIsa best_block_isa() {
-  return g_best;
+  return best_isa();
 }
 
 BlockIsa force_block_isa(BlockIsa isa) {
-  const int chosen = std::min(static_cast<int>(isa), static_cast<int>(g_best));
+  const int chosen = std::min(static_cast<int>(isa), static_cast<int>(best_isa()));
   g_isa.store(chosen, std::memory_order_relaxed);
   return static_cast<BlockIsa>(chosen);
 }
@@ -613,7 +620,7 @@ BlockIsa active_block_isa() {
 }
 
 bool force_portable_blocks(bool on) {
-  force_block_isa(on ? BlockIsa::portable : g_best);
+  force_block_isa(on ? BlockIsa::portable : best_isa());
   return avx512_blocks_active();
 }
 

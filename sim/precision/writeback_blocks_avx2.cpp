@@ -112,17 +112,21 @@ WB_INLINE Sum exact_sum(__m256 wf, __m256 uf) {
   return r;
 }
 
-// sat and bad lanes (as edge_lanes in writeback_blocks_avx512.cpp). ab < 2^31, so signed comparisons serve.
+// sat and bad lanes (as edge_lanes in writeback_blocks_avx512.cpp), both within |s| >= max finite: computed only in a
+// vector that has such a lane (Branch; `any` says whether it had), or always. ab < 2^31: signed comparisons serve.
 struct Edge {
   V sat, bad;
+  bool any;
 };
 template <bool Branch>
 WB_INLINE Edge edge_lanes(const Sum& s, V max_bits) {
-  Edge r{zero_si(), zero_si()};
-  const V above = _mm256_cmpgt_epi32(s.ab, max_bits);
-  const V at_max = eq(s.ab, max_bits);
-  if (!Branch || any(or_(above, at_max)) != 0) {
-    r.sat = or_(above, and_(at_max, cmp<_CMP_GT_OQ>(s.em, _mm256_setzero_ps())));
+  Edge r{zero_si(), zero_si(), true};
+  if constexpr (Branch) {
+    r.any = any(_mm256_cmpgt_epi32(s.ab, _mm256_sub_epi32(max_bits, u32(1)))) != 0;  // |s| >= max finite
+  }
+  if (r.any) {
+    const V at_max = eq(s.ab, max_bits);
+    r.sat = or_(_mm256_cmpgt_epi32(s.ab, max_bits), and_(at_max, cmp<_CMP_GT_OQ>(s.em, _mm256_setzero_ps())));
     r.bad = _mm256_cmpgt_epi32(s.ab, u32(0x7f7fffffu));
   }
   return r;
@@ -162,9 +166,11 @@ struct Out {
     }
     flagged += __builtin_popcount(static_cast<unsigned>(bits));
   }
+  // edge.any false: sat is known to be zero in this vector (not counted)
   template <bool Tail>
-  WB_INLINE void put(std::int64_t k, V live, __m256 wf, __m256 uf, __m256 v, V sat, V flag, V rnd = V{},
+  WB_INLINE void put(std::int64_t k, V live, __m256 wf, __m256 uf, __m256 v, const Edge& edge, V flag, V rnd = V{},
                      V trunc = V{}) {
+    const V sat = edge.sat;
     const __m256 zero = _mm256_setzero_ps();
     if constexpr (!Tail) {
       _mm256_storeu_ps(w + k, v);
@@ -174,7 +180,9 @@ struct Out {
       up(nonzero, nz);
       up(erased, er);
       up(applied, changed);
-      up(saturated, sat);
+      if (edge.any) {
+        up(saturated, sat);
+      }
       if constexpr (Sr) {
         up(random, rnd);
       }
@@ -183,7 +191,7 @@ struct Out {
       }
       const int fb = any(flag);
       if (fb != 0) [[unlikely]] {
-        _mm256_maskstore_ps(w + k, flag, wf);
+        _mm256_storeu_ps(w + k, sel_ps(flag, wf, v));
         down(nonzero, and_(nz, flag));
         down(erased, and_(er, flag));
         down(applied, and_(changed, flag));
@@ -277,11 +285,12 @@ WB_INLINE void over_block(std::int64_t len, const float* a, const float* b, cons
 template <bool Master>
 struct Rounded {
   Sum s;
-  __m256 m;
+  __m256 m, old;
   V bad_w;
   WB_INLINE Rounded(const float* master, std::int64_t k, V live, bool tail, __m256 wf, __m256 uf) : bad_w(zero_si()) {
     if constexpr (Master) {
-      m = _mm256_add_ps(load_ps(master + k, live, tail), uf);
+      old = load_ps(master + k, live, tail);
+      m = _mm256_add_ps(old, uf);
       const V abs_mask = u32(0x7fffffffu);
       s.ab = and_(as_si(m), abs_mask);
       s.sign = andnot(abs_mask, as_si(m));
@@ -291,9 +300,16 @@ struct Rounded {
       s = exact_sum(wf, uf);
     }
   }
+  // Writes the master copy of the decided lanes (a masked store only in the block's last vector: on AMD CPUs
+  // vmaskmovps stores are slow).
+  template <bool Tail>
   WB_INLINE void put_master(float* master, std::int64_t k, V live, V flag) const {
     if constexpr (Master) {
-      _mm256_maskstore_ps(master + k, andnot(flag, live), m);
+      if constexpr (Tail) {
+        _mm256_maskstore_ps(master + k, andnot(flag, live), m);
+      } else {
+        _mm256_storeu_ps(master + k, any(flag) != 0 ? sel_ps(flag, old, m) : m);
+      }
     }
   }
 };
@@ -338,10 +354,13 @@ template <bool Subnormals>
 WB_INLINE V round_nearest_bits(const FloatRound& c, const Shifted& x) {
   const __m256 zero = _mm256_setzero_ps();
   const V tie = eq(and_(x.ab, c.mask), c.tie_bits);
-  const V up = and_(tie, cmp<_CMP_GT_OQ>(x.err, zero));
-  const V down = and_(tie, cmp<_CMP_LT_OQ>(x.err, zero));
-  const V a = _mm256_add_epi32(_mm256_sub_epi32(x.ab, up), down);  // up/down are -1 where set
-  const V odd = _mm256_min_epu32(and_(a, c.lsb), u32(1));          // 1 where the kept lowest bit is set
+  V a = x.ab;
+  if (any(tie) != 0) [[unlikely]] {  // |s| is a midpoint: moved one fp32 step toward the exact sum
+    const V up = and_(tie, cmp<_CMP_GT_OQ>(x.err, zero));
+    const V down = and_(tie, cmp<_CMP_LT_OQ>(x.err, zero));
+    a = _mm256_add_epi32(_mm256_sub_epi32(a, up), down);  // up/down are -1 where set
+  }
+  const V odd = _mm256_min_epu32(and_(a, c.lsb), u32(1));  // 1 where the kept lowest bit is set
   V r = and_(_mm256_add_epi32(_mm256_add_epi32(a, c.half_m1), odd), c.keep);
   if constexpr (Subnormals) {
     r = sel(x.in_sub, as_si(_mm256_sub_ps(as_ps(r), c.sub_f)), r);  // exact
@@ -363,8 +382,8 @@ std::int64_t nearest_float(const BlockParams& bp, float* __restrict master, floa
     const __m256 v = as_ps(or_(r, s.sign));
     const Edge edge = edge_lanes<true>(s, c.max_bits);
     const V flag = or_(edge.bad, in.bad_w);
-    out.template put<decltype(tail)::value>(k, live, wf, uf, v, edge.sat, flag);
-    in.put_master(master, k, live, flag);
+    out.template put<decltype(tail)::value>(k, live, wf, uf, v, edge, flag);
+    in.template put_master<decltype(tail)::value>(master, k, live, flag);
   });
   return out.finish(counts);
 }
@@ -396,12 +415,13 @@ std::int64_t nearest_integer(const BlockParams& bp, float* __restrict master, fl
     const __m256 n = _mm256_round_ps(y, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     const __m256 r = _mm256_mul_ps(n, c.scale);
     const __m256 dist = as_ps(and_(as_si(_mm256_add_ps(_mm256_sub_ps(ax, r), s.em)), u32(0x7fffffffu)));
-    const auto [sat, bad] = edge_lanes<false>(s, c.max_bits);
+    const Edge edge = edge_lanes<false>(s, c.max_bits);
+    const V sat = edge.sat, bad = edge.bad;
     const V near_tie = cmp<_CMP_GE_OQ>(dist, c.tie_guard);
     const V flag = or_(or_(bad, in.bad_w), andnot(sat, near_tie));
     const __m256 v = as_ps(or_(_mm256_min_epu32(as_si(r), c.max_bits), s.sign));  // r >= max iff sat
-    out.template put<decltype(tail)::value>(k, live, wf, uf, v, sat, flag);
-    in.put_master(master, k, live, flag);
+    out.template put<decltype(tail)::value>(k, live, wf, uf, v, edge, flag);
+    in.template put_master<decltype(tail)::value>(master, k, live, flag);
   });
   return out.finish(counts);
 }
@@ -458,7 +478,8 @@ std::int64_t stochastic_float(const BlockParams& bp, float* __restrict w, const 
     if constexpr (Subnormals) {
       r = sel(x.in_sub, as_si(_mm256_sub_ps(as_ps(r), c.sub_f)), r);  // exact
     }
-    const auto [sat, bad] = edge_lanes<true>(s, c.max_bits);
+    const Edge edge = edge_lanes<true>(s, c.max_bits);
+    const V sat = edge.sat, bad = edge.bad;
     __m256 v = as_ps(or_(_mm256_min_epu32(r, c.max_bits), s.sign));  // r >= max iff sat
     V use_sr = ones();
     if constexpr (Mode == 2) {
@@ -468,7 +489,7 @@ std::int64_t stochastic_float(const BlockParams& bp, float* __restrict w, const 
     }
     const V flag = or_(bad, andnot(sat, and_(undecided, use_sr)));
     const V drawn = andnot(sat, and_(use_sr, off));
-    out.template put<decltype(tail)::value>(k, live, wf, uf, v, sat, flag, and_(drawn, random), andnot(random, drawn));
+    out.template put<decltype(tail)::value>(k, live, wf, uf, v, edge, flag, and_(drawn, random), andnot(random, drawn));
   });
   return out.finish(counts);
 }
@@ -497,7 +518,8 @@ std::int64_t stochastic_integer(const BlockParams& bp, float* __restrict w, cons
     const V word = load_words(words + k, live, tail);
     const Sum s = exact_sum(wf, uf);
     const __m256 ax = as_ps(s.ab);
-    const auto [sat, bad] = edge_lanes<false>(s, c.max_bits);
+    const Edge edge = edge_lanes<false>(s, c.max_bits);
+    const V sat = edge.sat, bad = edge.bad;
     // fl = floor(|s| / scale), corrected once with the exact remainder
     const __m256 q = _mm256_min_ps(_mm256_mul_ps(ax, c.inv_scale), _mm256_set1_ps(0x1p22f));
     __m256 lvl = _mm256_round_ps(q, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
@@ -544,7 +566,7 @@ std::int64_t stochastic_integer(const BlockParams& bp, float* __restrict w, cons
     }
     const V flag = or_(or_(bad, near_tie), and_(undecided, use_sr));
     const V drawn = and_(use_sr, off);
-    out.template put<decltype(tail)::value>(k, live, wf, uf, v, sat, flag, and_(drawn, random), andnot(random, drawn));
+    out.template put<decltype(tail)::value>(k, live, wf, uf, v, edge, flag, and_(drawn, random), andnot(random, drawn));
   });
   return out.finish(counts);
 }
