@@ -454,10 +454,11 @@ std::int64_t stochastic_float(const BlockParams& bp, float* __restrict w, const 
     const V wnd = and_(cmp<_CMP_NEQ_UQ>(x.err, zero), window);  // no window where the sum is exact in fp32
     const V lo = _mm256_sub_epi32(_mm256_max_epu32(zs, wnd), wnd);
     const V hi = _mm256_add_epi32(_mm256_min_epu32(zs, _mm256_sub_epi32(ones(), wnd)), wnd);
-    const V d_lo = _mm256_srl_epi32(lo, r_drop), d_hi = _mm256_srl_epi32(hi, r_drop);
-    const V rw = _mm256_srl_epi32(word, r_drop);
-    const V away = lt_u(rw, d_lo);
-    V undecided = andnot(away, lt_u(rw, d_hi));
+    const V d_lo = RBits ? _mm256_srl_epi32(lo, r_drop) : lo, d_hi = RBits ? _mm256_srl_epi32(hi, r_drop) : hi;
+    const V rw = RBits ? _mm256_srl_epi32(word, r_drop) : word;
+    // unsigned comparisons as max + equality: not_away = rw >= d_lo, undecided = rw >= d_lo && rw < d_hi
+    const V not_away = eq(_mm256_max_epu32(rw, d_lo), rw);
+    V undecided = andnot(eq(_mm256_max_epu32(rw, d_hi), rw), not_away);
     V random = ones();
     if constexpr (RBits) {
       random = ne0(d_lo);
@@ -474,7 +475,7 @@ std::int64_t stochastic_float(const BlockParams& bp, float* __restrict w, const 
     }
     const V kept = and_(x.ab, c.keep);
     const V tz = _mm256_sub_epi32(kept, and_(below, step_down));
-    V r = _mm256_add_epi32(tz, and_(away, sel(below, step_down, unit_bit)));
+    V r = _mm256_add_epi32(tz, andnot(not_away, sel(below, step_down, unit_bit)));
     if constexpr (Subnormals) {
       r = sel(x.in_sub, as_si(_mm256_sub_ps(as_ps(r), c.sub_f)), r);  // exact
     }
