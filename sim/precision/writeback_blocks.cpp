@@ -556,8 +556,21 @@ bool fp32_lanes_cover(const FormatParams& p) {
 }
 
 namespace {
-std::atomic<bool> g_force_portable{false};
-const bool g_avx512 = avx512_blocks_supported();
+BlockIsa detect_block_isa() {
+  return avx512_blocks_supported() ? BlockIsa::avx512 : avx2_blocks_supported() ? BlockIsa::avx2 : BlockIsa::portable;
+}
+// Both are constant-initialized or function-local, so that they are right when another translation unit's static
+// initializer (a benchmark's registration) forces an ISA before this file's dynamic initializers would have run.
+// g_isa: the forced implementation, or -1 for the best supported one.
+constinit std::atomic<int> g_isa{-1};
+BlockIsa best_isa() {
+  static const BlockIsa best = detect_block_isa();
+  return best;
+}
+inline BlockIsa isa_now() {
+  const int forced = g_isa.load(std::memory_order_relaxed);
+  return forced < 0 ? best_isa() : static_cast<BlockIsa>(forced);
+}
 
 // The portable loops run over a block in chunks of kChunk coordinates, prefetching w and u one block ahead of each
 // chunk (a loop the compiler vectorizes cannot hold the prefetches itself; the AVX-512 loops prefetch inside the
@@ -577,19 +590,53 @@ std::int64_t in_chunks(const float* w, const float* u, std::int64_t len, Loop&& 
 }
 }  // namespace
 
+const char* block_isa_name(BlockIsa isa) {
+  switch (isa) {
+    case BlockIsa::avx512:
+      return "avx512";
+    case BlockIsa::avx2:
+      return "avx2";
+    default:
+      return "portable";
+  }
+}
+
+bool block_isa_supported(BlockIsa isa) {
+  return static_cast<int>(isa) <= static_cast<int>(best_isa());
+}
+
+BlockIsa best_block_isa() {
+  return best_isa();
+}
+
+BlockIsa force_block_isa(BlockIsa isa) {
+  const int chosen = std::min(static_cast<int>(isa), static_cast<int>(best_isa()));
+  g_isa.store(chosen, std::memory_order_relaxed);
+  return static_cast<BlockIsa>(chosen);
+}
+
+BlockIsa active_block_isa() {
+  return isa_now();
+}
+
 bool force_portable_blocks(bool on) {
-  g_force_portable.store(on, std::memory_order_relaxed);
+  force_block_isa(on ? BlockIsa::portable : best_isa());
   return avx512_blocks_active();
 }
 
 bool avx512_blocks_active() {
-  return g_avx512 && !g_force_portable.load(std::memory_order_relaxed);
+  return isa_now() == BlockIsa::avx512;
 }
 
 std::int64_t nearest_block_float(const BlockParams& bp, float* w, const float* u, unsigned char* flags,
                                  std::int64_t len, BlockCounts& counts) {
-  if (avx512_blocks_active()) {
-    return avx512::nearest_block_float(bp, w, u, flags, len, counts);
+  switch (isa_now()) {
+    case BlockIsa::avx512:
+      return avx512::nearest_block_float(bp, w, u, flags, len, counts);
+    case BlockIsa::avx2:
+      return avx2::nearest_block_float(bp, w, u, flags, len, counts);
+    default:
+      break;
   }
   return in_chunks(w, u, len, [&](std::int64_t o, std::int64_t n) {
     return bp.sub_limit > 0 ? nearest_float_clones<true>(bp, w + o, u + o, flags + o, n, counts)
@@ -599,8 +646,13 @@ std::int64_t nearest_block_float(const BlockParams& bp, float* w, const float* u
 
 std::int64_t nearest_block_integer(const BlockParams& bp, float* w, const float* u, unsigned char* flags,
                                    std::int64_t len, BlockCounts& counts) {
-  if (avx512_blocks_active()) {
-    return avx512::nearest_block_integer(bp, w, u, flags, len, counts);
+  switch (isa_now()) {
+    case BlockIsa::avx512:
+      return avx512::nearest_block_integer(bp, w, u, flags, len, counts);
+    case BlockIsa::avx2:
+      return avx2::nearest_block_integer(bp, w, u, flags, len, counts);
+    default:
+      break;
   }
   return in_chunks(w, u, len, [&](std::int64_t o, std::int64_t n) {
     return nearest_integer_clones(bp, w + o, u + o, flags + o, n, counts);
@@ -656,9 +708,13 @@ std::int64_t master_portable(const BlockParams& bp, Nearest&& nearest, float* __
 
 std::int64_t master_block(const BlockParams& bp, bool integer, bool lanes_fp64, float* master, float* w, const float* u,
                           unsigned char* flags, std::int64_t len, BlockCounts& counts) {
-  if (!lanes_fp64 && avx512_blocks_active()) {
+  if (!lanes_fp64 && isa_now() == BlockIsa::avx512) {
     return integer ? avx512::master_block_integer(bp, master, w, u, flags, len, counts)
                    : avx512::master_block_float(bp, master, w, u, flags, len, counts);
+  }
+  if (!lanes_fp64 && isa_now() == BlockIsa::avx2) {
+    return integer ? avx2::master_block_integer(bp, master, w, u, flags, len, counts)
+                   : avx2::master_block_float(bp, master, w, u, flags, len, counts);
   }
   auto nearest = [&](float* x, const float* zeros, unsigned char* f, std::int64_t n, BlockCounts& c) {
     if (lanes_fp64) {
@@ -714,9 +770,14 @@ std::int64_t stochastic_portable(const BlockParams& bp, bool integer, int mode, 
 
 std::int64_t stochastic_block(const BlockParams& bp, bool integer, int mode, float* w, const float* u,
                               const std::uint32_t* words, unsigned char* flags, std::int64_t len, BlockCounts& counts) {
-  if (bp.sr_fp32_lanes && avx512_blocks_active()) {
+  const BlockIsa isa = isa_now();
+  if (bp.sr_fp32_lanes && isa == BlockIsa::avx512) {
     return integer ? avx512::stochastic_block_integer(bp, mode, w, u, words, flags, len, counts)
                    : avx512::stochastic_block_float(bp, mode, w, u, words, flags, len, counts);
+  }
+  if (isa == BlockIsa::avx2 && (integer ? bp.sr_fp32_lanes : avx2::stochastic_float_covers(bp))) {
+    return integer ? avx2::stochastic_block_integer(bp, mode, w, u, words, flags, len, counts)
+                   : avx2::stochastic_block_float(bp, mode, w, u, words, flags, len, counts);
   }
   return in_chunks(w, u, len, [&](std::int64_t o, std::int64_t n) {
     return stochastic_portable(bp, integer, mode, w + o, u + o, words + o, flags + o, n, counts);
@@ -730,9 +791,11 @@ void philox_first_words(const RngKey& key, std::uint64_t first, std::int64_t len
   const std::uint64_t g0 = first >> 2;
   const auto groups = static_cast<std::int64_t>(((first + static_cast<std::uint64_t>(len) - 1) >> 2) - g0 + 1);
   alignas(64) std::uint32_t block[4 * (kWritebackBlock / 4 + 2 + 32)];  // room for whole batches of 32 groups
-  if (avx512_blocks_active()) {
-    avx512::philox_groups(static_cast<std::uint32_t>(key.seed), static_cast<std::uint32_t>(key.seed >> 32),
-                          static_cast<std::uint32_t>(key.step), key.tensor_id, g0, groups, block);
+  const BlockIsa isa = isa_now();
+  if (isa == BlockIsa::avx512 || isa == BlockIsa::avx2) {
+    (isa == BlockIsa::avx512 ? avx512::philox_groups : avx2::philox_groups)(
+        static_cast<std::uint32_t>(key.seed), static_cast<std::uint32_t>(key.seed >> 32),
+        static_cast<std::uint32_t>(key.step), key.tensor_id, g0, groups, block);
     std::memcpy(words, block + (first & 3u), static_cast<std::size_t>(len) * sizeof(std::uint32_t));
     return;
   }

@@ -92,13 +92,23 @@ std::int64_t stochastic_block(const BlockParams& bp, bool integer, int mode, flo
 void philox_first_words(const RngKey& key, std::uint64_t first, std::int64_t len, std::uint32_t* words);
 
 // ---- Which loops run ----
-// The AVX-512 loops (writeback_blocks_avx512.cpp, intrinsics) run when the CPU has AVX-512 F/BW/DQ/VL; otherwise the
-// portable loops above (compiled for SSE2, AVX2 and AVX-512 and picked at load time). Both decide every coordinate
-// exactly as writeback_value or flag it; the AVX-512 loops also run deadzone-sr and intK SR in fp32 lanes.
-// With either, flags[k] is meaningful only when the function returned a count > 0.
+// Three implementations, chosen at load time: the AVX-512 loops (writeback_blocks_avx512.cpp, intrinsics) when the
+// CPU has AVX-512 F/BW/DQ/VL; else the AVX2 loops (writeback_blocks_avx2.cpp, intrinsics) when it has AVX2 and FMA;
+// else the portable loops above (compiled for SSE2, AVX2 and AVX-512 and picked at load time). All decide every
+// coordinate exactly as writeback_value or flag it; the AVX-512 and AVX2 loops also run deadzone-sr and intK SR in
+// fp32 lanes. With any of them, flags[k] is meaningful only when the function returned a count > 0.
+enum class BlockIsa { portable = 0, avx2 = 1, avx512 = 2 };
+const char* block_isa_name(BlockIsa isa);  // "portable", "avx2", "avx512"
+bool block_isa_supported(BlockIsa isa);    // portable: always
+BlockIsa best_block_isa();                 // the best this CPU supports (the default)
+// Tests and benchmarks: run the loops of `isa` (an ISA the CPU lacks is refused: the best supported one at or below
+// it runs instead); returns the implementation now active. Not for use while kernels run.
+BlockIsa force_block_isa(BlockIsa isa);
+BlockIsa active_block_isa();
+
 bool avx512_blocks_supported();
-// Tests and benchmarks: force the portable loops (true) or restore the default (false); returns whether the AVX-512
-// loops are used.
+bool avx2_blocks_supported();
+// Force the portable loops (true) or restore the default (false); returns whether the AVX-512 loops are used.
 bool force_portable_blocks(bool on);
 bool avx512_blocks_active();
 
@@ -122,5 +132,29 @@ std::int64_t stochastic_block_integer(const BlockParams& bp, int mode, float* w,
 void philox_groups(std::uint32_t k0, std::uint32_t k1, std::uint32_t step, std::uint32_t tensor, std::uint64_t g0,
                    std::int64_t groups, std::uint32_t* out);
 }  // namespace avx512
+
+namespace avx2 {
+std::int64_t nearest_block_float(const BlockParams& bp, float* w, const float* u, unsigned char* flags,
+                                 std::int64_t len, BlockCounts& counts);
+std::int64_t nearest_block_integer(const BlockParams& bp, float* w, const float* u, unsigned char* flags,
+                                   std::int64_t len, BlockCounts& counts);
+std::int64_t master_block_float(const BlockParams& bp, float* master, float* w, const float* u, unsigned char* flags,
+                                std::int64_t len, BlockCounts& counts);
+std::int64_t master_block_integer(const BlockParams& bp, float* master, float* w, const float* u, unsigned char* flags,
+                                  std::int64_t len, BlockCounts& counts);
+// Whether stochastic_block_float covers bp (bp.sr_fp32_lanes, and r-bit SR with steps 2^(32-r) coarser than the
+// window loop's uncertainty); otherwise the portable loops run.
+bool stochastic_float_covers(const BlockParams& bp);
+std::int64_t stochastic_block_float(const BlockParams& bp, int mode, float* w, const float* u,
+                                    const std::uint32_t* words, unsigned char* flags, std::int64_t len,
+                                    BlockCounts& counts);
+// bp.sr_fp32_lanes must hold.
+std::int64_t stochastic_block_integer(const BlockParams& bp, int mode, float* w, const float* u,
+                                      const std::uint32_t* words, unsigned char* flags, std::int64_t len,
+                                      BlockCounts& counts);
+// Philox groups g0 .. g0 + groups - 1 rounded up to a multiple of 16: out needs room for 4 * that many words.
+void philox_groups(std::uint32_t k0, std::uint32_t k1, std::uint32_t step, std::uint32_t tensor, std::uint64_t g0,
+                   std::int64_t groups, std::uint32_t* out);
+}  // namespace avx2
 
 }  // namespace wbaudit::sim::detail

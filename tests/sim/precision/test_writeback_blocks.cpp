@@ -28,19 +28,20 @@ using wbaudit::test::SplitMix;
 
 namespace {
 
-// Runs f with the AVX-512 loops (where this CPU has them) and with the portable loops.
+// Runs f with every implementation of the block loops this CPU supports: AVX-512, AVX2, portable.
 template <class F>
 void for_each_implementation(F&& f) {
-  for (bool portable : {false, true}) {
-    const bool avx512 = detail::force_portable_blocks(portable);
-    if (!portable && !avx512) {
-      continue;  // no AVX-512 here: the portable run covers it
+  for (const auto isa : {detail::BlockIsa::avx512, detail::BlockIsa::avx2, detail::BlockIsa::portable}) {
+    if (!detail::block_isa_supported(isa)) {
+      std::printf("%s loops: not supported by this CPU\n", detail::block_isa_name(isa));
+      continue;
     }
-    SCOPED_TRACE(avx512 ? "AVX-512 loops" : "portable loops");
-    std::printf("%s loops\n", avx512 ? "AVX-512" : "portable");
+    ASSERT_EQ(detail::force_block_isa(isa), isa);
+    SCOPED_TRACE(std::string(detail::block_isa_name(isa)) + " loops");
+    std::printf("%s loops\n", detail::block_isa_name(isa));
     f();
   }
-  detail::force_portable_blocks(false);
+  detail::force_block_isa(detail::best_block_isa());
 }
 
 TEST(WritebackBlocks, PhiloxWordsEqualRandom123) {
@@ -503,7 +504,7 @@ TEST(WritebackBlocks, StochasticDecisionAtTheBoundaryOfTheRandomWord) {
             ASSERT_EQ(flagged, flag != 0 ? 1 : 0);
             if (flag != 0) {
               // a flagged coordinate is left unchanged for the exact path; the portable loops flag exactly the
-              // undecidable draws, the AVX-512 loops also the words near the threshold (and, r-bit, a fraction
+              // undecidable draws, the AVX-512 and AVX2 loops also the words near the threshold (and, r-bit, a fraction
               // whose r-bit part may be 0 or 1)
               ASSERT_EQ(bits_of(wk), bits_of(w[i]));
               const double z32 = std::ldexp(frac, 32), window = std::ldexp(1.0, kbits + 1);
@@ -512,7 +513,7 @@ TEST(WritebackBlocks, StochasticDecisionAtTheBoundaryOfTheRandomWord) {
               const bool near =
                   std::fabs(word_at - z32) <= window + step ||
                   (r > 0 && std::floor((z32 - window) / step) <= 0 && std::floor((z32 + window) / step) >= 1);
-              ASSERT_TRUE(want_flag || (detail::avx512_blocks_active() && near))
+              ASSERT_TRUE(want_flag || (detail::active_block_isa() != detail::BlockIsa::portable && near))
                   << "needless flag: w = " << std::hexfloat << w[i] << ", u = " << u[i] << ", frac = " << frac;
             } else {
               ASSERT_FALSE(want_flag) << "w = " << std::hexfloat << w[i] << ", u = " << u[i];
