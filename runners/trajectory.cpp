@@ -47,7 +47,9 @@ class H5 {
   herr_t (*m_close)(hid_t) = nullptr;
 };
 
-bool has_attribute(hid_t loc, const char* name) { return H5Aexists(loc, name) > 0; }
+bool has_attribute(hid_t loc, const char* name) {
+  return H5Aexists(loc, name) > 0;
+}
 
 std::string read_string_attribute(hid_t loc, const char* name, const std::string& where) {
   H5 attr(H5Aopen(loc, name, H5P_DEFAULT), H5Aclose, where + ": cannot open attribute " + name);
@@ -117,8 +119,7 @@ std::string dtype_text(hid_t type) {
 class Hdf5Trajectory final : public TrajectorySource {
  public:
   explicit Hdf5Trajectory(const std::filesystem::path& file)
-      : m_file(H5Fopen(file.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose,
-               file.string() + ": cannot open as HDF5") {
+      : m_file(H5Fopen(file.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose, file.string() + ": cannot open as HDF5") {
     path = file;
     const std::string f = file.string();
     const hid_t root = m_file.get();
@@ -127,10 +128,9 @@ class Hdf5Trajectory final : public TrajectorySource {
     }
     const std::string schema = read_string_attribute(root, "schema", f);
     if (schema != kTrajectorySchema) {
-      throw TrajectoryError(f + ": schema \"" + schema + "\" is not a trajectory (expected \"" +
-                            kTrajectorySchema + "\"" +
-                            (schema.rfind("wbaudit.trace", 0) == 0 ? "; this is a trace, not a trajectory" : "") +
-                            ")");
+      throw TrajectoryError(f + ": schema \"" + schema + "\" is not a trajectory (expected \"" + kTrajectorySchema +
+                            "\"" +
+                            (schema.rfind("wbaudit.trace", 0) == 0 ? "; this is a trace, not a trajectory" : "") + ")");
     }
     if (has_attribute(root, "format")) {
       format = read_string_attribute(root, "format", f);
@@ -165,8 +165,7 @@ class Hdf5Trajectory final : public TrajectorySource {
       for (hsize_t i = 0; i < info.nlinks; ++i) {
         const ssize_t n = H5Lget_name_by_idx(group.get(), ".", H5_INDEX_NAME, H5_ITER_INC, i, nullptr, 0, H5P_DEFAULT);
         std::string name(static_cast<std::size_t>(n), '\0');
-        H5Lget_name_by_idx(group.get(), ".", H5_INDEX_NAME, H5_ITER_INC, i, name.data(), name.size() + 1,
-                           H5P_DEFAULT);
+        H5Lget_name_by_idx(group.get(), ".", H5_INDEX_NAME, H5_ITER_INC, i, name.data(), name.size() + 1, H5P_DEFAULT);
         names.push_back(name);
       }
     }
@@ -236,8 +235,8 @@ class Hdf5Trajectory final : public TrajectorySource {
     info.tensor_id = position;
     const std::string where = f + ": tensor " + name;
     if (has_attribute(g.get(), "tensor_id")) {
-      info.tensor_id =
-          static_cast<std::uint32_t>(read_scalar_attribute<std::uint64_t>(g.get(), "tensor_id", H5T_NATIVE_UINT64, where));
+      info.tensor_id = static_cast<std::uint32_t>(
+          read_scalar_attribute<std::uint64_t>(g.get(), "tensor_id", H5T_NATIVE_UINT64, where));
     }
     if (has_attribute(g.get(), "scale")) {
       info.scale = read_scalar_attribute<double>(g.get(), "scale", H5T_NATIVE_DOUBLE, where);
@@ -275,8 +274,8 @@ class Hdf5Trajectory final : public TrajectorySource {
     const hsize_t mem_count = out.size();
     H5 mem(H5Screate_simple(1, &mem_count, nullptr), H5Sclose, "H5Screate_simple");
     if (H5Dread(dset, H5T_NATIVE_FLOAT, mem.get(), space.get(), H5P_DEFAULT, out.data()) < 0) {
-      throw TrajectoryError(path.string() + ": cannot read " + what + " row " + std::to_string(row) +
-                            " (step " + std::to_string(steps[row < steps.size() ? row : steps.size() - 1]) + ")");
+      throw TrajectoryError(path.string() + ": cannot read " + what + " row " + std::to_string(row) + " (step " +
+                            std::to_string(steps[row < steps.size() ? row : steps.size() - 1]) + ")");
     }
   }
 
@@ -286,8 +285,8 @@ class Hdf5Trajectory final : public TrajectorySource {
 
 // Shapes shared by both containers: u [T, n]; w [T + 1, n] (consecutive steps) or w and w_next [T, n].
 void check_row_shapes(const std::string& where, const std::vector<std::int64_t>& steps, std::int64_t w_rows,
-                      std::int64_t w_cols, std::int64_t u_rows, std::int64_t u_cols, bool has_next,
-                      std::int64_t n_rows, std::int64_t n_cols) {
+                      std::int64_t w_cols, std::int64_t u_rows, std::int64_t u_cols, bool has_next, std::int64_t n_rows,
+                      std::int64_t n_cols) {
   const auto T = static_cast<std::int64_t>(steps.size());
   if (u_rows != T) {
     throw TrajectoryError(where + ": u has " + std::to_string(u_rows) + " rows, steps has " + std::to_string(T));
@@ -298,8 +297,8 @@ void check_row_shapes(const std::string& where, const std::vector<std::int64_t>&
   }
   if (has_next) {
     if (w_rows != T || n_rows != T) {
-      throw TrajectoryError(where + ": w has " + std::to_string(w_rows) + " rows and w_next " +
-                            std::to_string(n_rows) + ", steps has " + std::to_string(T) + " (expected equal)");
+      throw TrajectoryError(where + ": w has " + std::to_string(w_rows) + " rows and w_next " + std::to_string(n_rows) +
+                            ", steps has " + std::to_string(T) + " (expected equal)");
     }
     return;
   }
@@ -309,9 +308,9 @@ void check_row_shapes(const std::string& where, const std::vector<std::int64_t>&
   }
   for (std::size_t k = 1; k < steps.size(); ++k) {
     if (steps[k] != steps[k - 1] + 1) {
-      throw TrajectoryError(where + ": step " + std::to_string(steps[k - 1] + 1) +
-                            " is missing (steps jump from " + std::to_string(steps[k - 1]) + " to " +
-                            std::to_string(steps[k]) + "); without w_next the steps must be consecutive");
+      throw TrajectoryError(where + ": step " + std::to_string(steps[k - 1] + 1) + " is missing (steps jump from " +
+                            std::to_string(steps[k - 1]) + " to " + std::to_string(steps[k]) +
+                            "); without w_next the steps must be consecutive");
     }
   }
 }
@@ -437,8 +436,8 @@ class NpyTrajectory final : public TrajectorySource {
         throw TrajectoryError(meta_file.string() + ": not valid JSON: " + e.what());
       }
       if (meta.value("schema", std::string(kTrajectorySchema)) != kTrajectorySchema) {
-        throw TrajectoryError(meta_file.string() + ": schema \"" + meta["schema"].get<std::string>() +
-                              "\" is not \"" + kTrajectorySchema + "\"");
+        throw TrajectoryError(meta_file.string() + ": schema \"" + meta["schema"].get<std::string>() + "\" is not \"" +
+                              kTrajectorySchema + "\"");
       }
       if (meta.contains("format")) format = meta["format"].get<std::string>();
       if (meta.contains("policy")) policy = meta["policy"].get<std::string>();
@@ -549,8 +548,7 @@ class NpyTrajectory final : public TrajectorySource {
     }
     if (a.shape.size() != 2) {
       throw TrajectoryError(file.string() + ": tensor " + tensor + ": " + what +
-                            " must be two-dimensional [rows, coordinates], has rank " +
-                            std::to_string(a.shape.size()));
+                            " must be two-dimensional [rows, coordinates], has rank " + std::to_string(a.shape.size()));
     }
     return a;
   }

@@ -106,8 +106,8 @@ TrajectoryAudit audit_trajectory(TrajectorySource& source, const TrajectoryAudit
         for (const auto& t : source.tensors) {
           known += (known.empty() ? "" : ", ") + t.name;
         }
-        throw std::invalid_argument("audit: group " + name + ": unknown tensor \"" + tensor +
-                                    "\" (tensors: " + known + ")");
+        throw std::invalid_argument("audit: group " + name + ": unknown tensor \"" + tensor + "\" (tensors: " + known +
+                                    ")");
       }
       m.push_back(it->second);
       size += source.tensors[it->second].size;
@@ -138,7 +138,8 @@ TrajectoryAudit audit_trajectory(TrajectorySource& source, const TrajectoryAudit
         audit.bytes_read += count * 12;
         const std::int64_t n_slices = (count + kSlice - 1) / kSlice;
         slices.assign(static_cast<std::size_t>(n_slices), SliceResult{});
-        const std::size_t room = options.max_listed > audit.listed.size() ? options.max_listed - audit.listed.size() : 0;
+        const std::size_t room =
+            options.max_listed > audit.listed.size() ? options.max_listed - audit.listed.size() : 0;
         Kokkos::parallel_for(
             "wbaudit::runners::audit_trajectory::slices",
             Kokkos::RangePolicy<Kokkos::DefaultHostExecutionSpace>(0, n_slices), [&](const std::int64_t s) {
@@ -154,8 +155,9 @@ TrajectoryAudit audit_trajectory(TrajectorySource& source, const TrajectoryAudit
                 for (std::size_t i = 0; i < n; ++i) {
                   if (!std::isfinite(ws[i]) || !std::isfinite(us[i]) || !std::isfinite(ns[i])) {
                     r.error = file + ": tensor " + info.name + ", step " + std::to_string(step) + ", coordinate " +
-                              std::to_string(begin + static_cast<std::int64_t>(lo + i)) + ": non-finite value (w = " +
-                              text(ws[i]) + ", u = " + text(us[i]) + ", w_next = " + text(ns[i]) +
+                              std::to_string(begin + static_cast<std::int64_t>(lo + i)) +
+                              ": non-finite value (w = " + text(ws[i]) + ", u = " + text(us[i]) +
+                              ", w_next = " + text(ns[i]) +
                               "); NaN/inf proposals or weights are an error, not an event";
                     break;
                   }
@@ -180,8 +182,9 @@ TrajectoryAudit audit_trajectory(TrajectorySource& source, const TrajectoryAudit
                 if (!w_ok || listed_already) {
                   ++r.counts.inconsistent;
                   if (r.listed.size() < room) {
-                    InconsistentCoordinate c{info.name, step, begin + static_cast<std::int64_t>(lo + i), ws[i], us[i],
-                                             ns[i], ns[i], ns[i], ""};
+                    InconsistentCoordinate c{info.name, step,  begin + static_cast<std::int64_t>(lo + i),
+                                             ws[i],     us[i], ns[i],
+                                             ns[i],     ns[i], ""};
                     if (listed_already) {
                       c.expected_low = bad->allowed_low;
                       c.expected_high = bad->allowed_high;

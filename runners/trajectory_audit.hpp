@@ -46,13 +46,13 @@ struct TrajectoryAudit {
   std::string format;
   sim::WritebackPolicy policy;
   std::vector<std::int64_t> steps;
-  std::vector<std::string> groups;              // the tensors in order, then the declared groups
-  std::vector<std::uint32_t> tensor_ids;        // per group (declared groups: after the tensors' ids)
-  std::vector<std::int64_t> sizes;              // per group
+  std::vector<std::string> groups;               // the tensors in order, then the declared groups
+  std::vector<std::uint32_t> tensor_ids;         // per group (declared groups: after the tensors' ids)
+  std::vector<std::int64_t> sizes;               // per group
   std::vector<std::vector<AuditCounts>> counts;  // [group][k]
-  std::vector<InconsistentCoordinate> listed;   // in (tensor, step, index) order, at most max_listed
-  std::int64_t inconsistent = 0;                // all of them
-  std::int64_t coordinates = 0;                 // coordinate-steps audited
+  std::vector<InconsistentCoordinate> listed;    // in (tensor, step, index) order, at most max_listed
+  std::int64_t inconsistent = 0;                 // all of them
+  std::int64_t coordinates = 0;                  // coordinate-steps audited
   std::int64_t bytes_read = 0;
   double read_seconds = 0, audit_seconds = 0;
   bool consistent() const { return inconsistent == 0; }

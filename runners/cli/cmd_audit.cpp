@@ -130,7 +130,8 @@ void run_audit(const Args& a) {
     audit = runners::audit_trajectory(*source, options);
     if (!out.empty()) {
       std::ostringstream counts;
-      counts << "group,step,nonzero,erased,saturated,applied,inconsistent,nearest_erased,sr_truncated,erased_fraction\n";
+      counts
+          << "group,step,nonzero,erased,saturated,applied,inconsistent,nearest_erased,sr_truncated,erased_fraction\n";
       for (std::size_t g = 0; g < audit.groups.size(); ++g) {
         for (std::size_t k = 0; k < audit.steps.size(); ++k) {
           const runners::AuditCounts& c = audit.counts[g][k];
@@ -143,9 +144,8 @@ void run_audit(const Args& a) {
       std::ostringstream list;
       list << "tensor,step,index,w,u,w_next,expected,reason\n";
       for (const auto& c : audit.listed) {
-        list << csv_quote(c.tensor) << ',' << c.step << ',' << c.index << ',' << shortest(c.w) << ','
-             << shortest(c.u) << ',' << shortest(c.w_next) << ',' << expected_text(c) << ',' << csv_quote(c.reason)
-             << '\n';
+        list << csv_quote(c.tensor) << ',' << c.step << ',' << c.index << ',' << shortest(c.w) << ',' << shortest(c.u)
+             << ',' << shortest(c.w_next) << ',' << expected_text(c) << ',' << csv_quote(c.reason) << '\n';
       }
       write_file(staging / "inconsistent.csv", list.str());
       sim::write_trace(staging / "trace.h5", runners::audit_as_trace(audit, a.trajectory));
@@ -211,8 +211,7 @@ void run_audit(const Args& a) {
     for (std::size_t i = 0; i < std::min(a.show, audit.listed.size()); ++i) {
       const auto& c = audit.listed[i];
       std::cout << "    " << c.tensor << ", " << c.step << ", " << c.index << ", " << shortest(c.w) << ", "
-                << shortest(c.u) << ", " << shortest(c.w_next) << ", " << expected_text(c) << ": " << c.reason
-                << "\n";
+                << shortest(c.u) << ", " << shortest(c.w_next) << ", " << expected_text(c) << ": " << c.reason << "\n";
     }
     if (audit.inconsistent > static_cast<std::int64_t>(a.show)) {
       std::cout << "    ... (" << (out.empty() ? "--out DIR lists" : "inconsistent.csv lists") << " up to "
@@ -231,7 +230,8 @@ void run_audit(const Args& a) {
 
 void add_audit_command(CLI::App& app) {
   auto args = std::make_shared<Args>();
-  auto* cmd = app.add_subcommand("audit", "Exact audit of a realized low-precision trajectory (HDF5 or .npy directory)");
+  auto* cmd =
+      app.add_subcommand("audit", "Exact audit of a realized low-precision trajectory (HDF5 or .npy directory)");
   cmd->add_option("trajectory", args->trajectory,
                   "Trajectory: an HDF5 file (schema wbaudit.trajectory/1) or a directory of .npy files "
                   "(layout: docs/python.md)")
@@ -240,8 +240,9 @@ void add_audit_command(CLI::App& app) {
   cmd->add_option("--policy", args->policy,
                   "Claimed write-back policy: nearest, stochastic, deadzone-sr (default: the trajectory's attribute)");
   cmd->add_option("--sr-bits", args->sr_bits, "0: exact SR; r in 1..32: r-bit SR with its dead zone");
-  cmd->add_option("--group", args->groups, "Declared group NAME=TENSOR[,TENSOR...] (repeatable), counted besides "
-                                           "every tensor");
+  cmd->add_option("--group", args->groups,
+                  "Declared group NAME=TENSOR[,TENSOR...] (repeatable), counted besides "
+                  "every tensor");
   cmd->add_option("--out", args->out,
                   "New directory for counts.csv (group x step), inconsistent.csv, trace.h5 (target trace) and "
                   "audit.json");
