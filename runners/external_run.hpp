@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "forecast/crossing.hpp"
+
 namespace wbaudit::runners {
 
 inline constexpr const char* kExternalSchema = "wbaudit.external/1";
@@ -33,5 +35,35 @@ ExternalRun import_external_run(const std::filesystem::path& sweep_dir, const st
 
 // The external runs of a directory, by name, each checked against its recorded hash.
 std::vector<ExternalRun> external_runs(const std::filesystem::path& sweep_dir);
+
+}  // namespace wbaudit::runners
+
+namespace wbaudit::runners {
+
+// Forecast vs outcome over external runs: for every intact external target run and parameter group, the `source`
+// projection of the external reference run (its projected erased fraction under the target's format) against the
+// measured erased fraction: RMSE over the target's recorded steps (the projection aligned onto them by linear
+// interpolation, docs/forecasting.md) and the crossing comparison of forecast/crossing.hpp. Exploratory and
+// non-canonical by construction; no gate is evaluated.
+struct ExternalCellComparison {
+  std::string target, reference, group, format;
+  double rmse = 0;  // over steps where both are defined; NaN when none
+  int steps = 0;    // steps in the RMSE
+  forecast::CellCrossing crossing;
+};
+
+struct ExternalComparison {
+  std::vector<ExternalCellComparison> cells;
+  forecast::CrossingSummary summary;
+  std::vector<std::string> skipped;  // "run (why)"
+};
+
+// reference: the external reference run to use; empty: the only intact one (StoreError when there are none or
+// several). Throws StoreError when no target cell can be compared.
+ExternalComparison compare_external_runs(const std::filesystem::path& sweep_dir, const std::string& reference,
+                                         const forecast::CrossingOptions& options = {});
+
+// Writes DIR/external/report.md and DIR/external/crossings.csv (atomically); returns the report's path.
+std::filesystem::path write_external_report(const std::filesystem::path& sweep_dir, const ExternalComparison& c);
 
 }  // namespace wbaudit::runners

@@ -1,5 +1,6 @@
 // wbaudit import DIR TRACE...: bring traces produced outside the runner (wbaudit.torch, other tools) into a sweep
 // directory as external, non-canonical runs with their provenance.
+#include <cstdio>
 #include <iostream>
 #include <memory>
 #include <string>
@@ -18,6 +19,9 @@ struct Args {
   std::vector<std::string> names;
   std::string note;
   bool list = false;
+  bool report = false;
+  std::string reference;
+  double threshold = 0.5;
 };
 
 void print_runs(const std::string& dir) {
@@ -32,13 +36,30 @@ void print_runs(const std::string& dir) {
   }
 }
 
+void print_report(const Args& a) {
+  forecast::CrossingOptions options;
+  options.threshold = a.threshold;
+  const runners::ExternalComparison c = runners::compare_external_runs(a.dir, a.reference, options);
+  std::cout << "external runs (non-canonical, exploratory): source = " << c.cells.front().reference << "\n";
+  std::printf("  %-28s %-24s %-6s %-10s %-24s %-12s %-12s\n", "target", "group", "format", "rmse_cell", "category",
+              "predicted", "measured");
+  for (const auto& x : c.cells) {
+    const auto& k = x.crossing;
+    std::printf("  %-28s %-24s %-6s %-10.4g %-24s %-12.4g %-12.4g\n", x.target.c_str(), x.group.c_str(),
+                x.format.c_str(), x.rmse, forecast::to_string(k.category), k.predicted.time, k.measured.time);
+  }
+  std::cout << "crossings: " << c.summary.to_string() << "\n";
+  for (const auto& s : c.skipped) std::cout << "  skipped: " << s << "\n";
+  std::cout << "report: " << runners::write_external_report(a.dir, c).string() << "\n";
+}
+
 void run_import(const Args& a) {
   if (a.list) {
     print_runs(a.dir);
     return;
   }
-  if (a.traces.empty()) {
-    throw std::invalid_argument("import: no TRACE given (or use --list)");
+  if (a.traces.empty() && !a.report) {
+    throw std::invalid_argument("import: no TRACE given (or use --list / --report)");
   }
   if (!a.names.empty() && a.names.size() != a.traces.size()) {
     throw std::invalid_argument("import: " + std::to_string(a.names.size()) + " --name values for " +
@@ -59,6 +80,9 @@ void run_import(const Args& a) {
               << run.manifest["role"].get<std::string>() << ", " << run.manifest["format"].get<std::string>() << " "
               << run.manifest["policy"].get<std::string>() << ", non-canonical: external run)\n";
   }
+  if (a.report) {
+    print_report(a);
+  }
 }
 
 }  // namespace
@@ -74,6 +98,11 @@ void add_import_command(CLI::App& app) {
   cmd->add_option("--name", args->names, "Run name per trace, in order (default <role>-<format>-<policy>-<sha8>)");
   cmd->add_option("--note", args->note, "Free text recorded in each manifest");
   cmd->add_flag("--list", args->list, "List the external runs of DIR and whether each is intact");
+  cmd->add_flag("--report", args->report,
+                "After importing: the source forecast (external reference) vs every external target's measured "
+                "erased fraction: rmse_cell and crossings -> DIR/external/report.md, crossings.csv");
+  cmd->add_option("--reference", args->reference, "External reference run for --report (default: the only one)");
+  cmd->add_option("--threshold", args->threshold, "Crossing threshold theta for --report (default 0.5)");
   cmd->footer(
       "Each run gets trace.h5 (a verified copy) and manifest.json: role, format, policy, the trace's provenance\n"
       "(script and its SHA-256, torch version, host, time, as wbaudit.torch records them), where and when it was\n"
