@@ -62,6 +62,66 @@ struct SliceResult {
   std::string error;  // a non-finite value (the exception of sim::audit_writeback, with global coordinates)
 };
 
+// The vectorized fast path of one chunk: w[t] is re-rounded (quantize) and w[t+1] recomputed with the write-back
+// kernels (nearest, and the claimed policy replayed from the run's seed); when every coordinate matches, the kernels'
+// counts are the realized counts. Returns false (the caller then runs the coordinate-by-coordinate audit, which
+// finds and explains every mismatch) when anything differs or is not finite, or when SR has no seed to replay.
+bool audit_chunk_fast(const sim::FormatSpec& fmt, const TrajectoryAuditOptions& options, std::uint32_t tensor_id,
+                      std::int64_t step, std::int64_t begin, std::span<const float> w, std::span<const float> u,
+                      std::span<const float> w_next, std::vector<float>& quantized, std::vector<float>& nearest,
+                      std::vector<float>& claimed, std::vector<float>& zeros, AuditCounts& counts) {
+  using Space = Kokkos::DefaultHostExecutionSpace;
+  using Vector = Kokkos::View<float*, Space::memory_space, Kokkos::MemoryUnmanaged>;
+  using ConstVector = Kokkos::View<const float*, Space::memory_space, Kokkos::MemoryUnmanaged>;
+  const bool nearest_policy = options.policy.policy == sim::Policy::nearest;
+  if (!nearest_policy && !options.seed) {
+    return false;
+  }
+  const std::size_t n = w.size();
+  quantized.assign(w.begin(), w.end());
+  nearest.assign(w.begin(), w.end());
+  const ConstVector uv(u.data(), n);
+  sim::WritebackOptions wo;
+  wo.first_coordinate = static_cast<std::uint64_t>(begin);
+  sim::WritebackCounts near_counts, claimed_counts;
+  try {
+    // q(w + 0) == w iff w is a value of the format (the vectorized write-back; quantize is a scalar loop)
+    zeros.assign(n, 0.0f);
+    sim::writeback(Space(), fmt, sim::WritebackPolicy{}, sim::RngKey{0, 0, tensor_id}, Vector(quantized.data(), n),
+                   ConstVector(zeros.data(), n), wo);
+    near_counts = sim::writeback(Space(), fmt, sim::WritebackPolicy{}, sim::RngKey{0, 0, tensor_id},
+                                 Vector(nearest.data(), n), uv, wo);
+    claimed_counts = near_counts;
+    if (!nearest_policy) {
+      claimed.assign(w.begin(), w.end());
+      claimed_counts = sim::writeback(Space(), fmt, options.policy,
+                                      sim::RngKey{*options.seed, static_cast<std::uint64_t>(step), tensor_id},
+                                      Vector(claimed.data(), n), uv, wo);
+    }
+  } catch (const sim::NonFiniteError&) {
+    return false;
+  }
+  const float* q = quantized.data();
+  const float* e = nearest_policy ? nearest.data() : claimed.data();
+  const float* wp = w.data();
+  const float* np_ = w_next.data();
+  std::int64_t mismatches = 0;  // NaN compares unequal, so non-finite values also take the slow path
+  Kokkos::parallel_reduce(
+      "wbaudit::runners::audit_trajectory::compare", Kokkos::RangePolicy<Space>(0, static_cast<std::int64_t>(n)),
+      [=](const std::int64_t i, std::int64_t& bad) { bad += !(q[i] == wp[i]) || !(np_[i] == e[i]); }, mismatches);
+  if (mismatches != 0) {
+    return false;
+  }
+  counts.nonzero = claimed_counts.nonzero;
+  counts.erased = claimed_counts.erased;
+  counts.saturated = claimed_counts.saturated;
+  counts.applied = claimed_counts.applied;
+  counts.sr_truncated = claimed_counts.sr_truncated;
+  counts.nearest_erased = near_counts.erased;
+  counts.inconsistent = 0;
+  return true;
+}
+
 }  // namespace
 
 TrajectoryAudit audit_trajectory(TrajectorySource& source, const TrajectoryAuditOptions& options) {
@@ -120,7 +180,7 @@ TrajectoryAudit audit_trajectory(TrajectorySource& source, const TrajectoryAudit
   }
   audit.counts.assign(audit.groups.size(), std::vector<AuditCounts>(T));
 
-  std::vector<float> w, u, w_next;
+  std::vector<float> w, u, w_next, quantized, nearest, claimed, zeros;
   std::vector<SliceResult> slices;
   for (std::size_t t = 0; t < n_tensors; ++t) {
     const TrajectoryTensor& info = source.tensors[t];
@@ -136,6 +196,15 @@ TrajectoryAudit audit_trajectory(TrajectorySource& source, const TrajectoryAudit
         source.read(t, k, begin, w, u, w_next);
         const auto t1 = Clock::now();
         audit.bytes_read += count * 12;
+        AuditCounts fast;
+        if (audit_chunk_fast(formats[t], options, info.tensor_id, step, begin, w, u, w_next, quantized, nearest,
+                             claimed, zeros, fast)) {
+          audit.counts[t][k] += fast;
+          audit.coordinates += count;
+          audit.read_seconds += std::chrono::duration<double>(t1 - t0).count();
+          audit.audit_seconds += std::chrono::duration<double>(Clock::now() - t1).count();
+          continue;
+        }
         const std::int64_t n_slices = (count + kSlice - 1) / kSlice;
         slices.assign(static_cast<std::size_t>(n_slices), SliceResult{});
         const std::size_t room =

@@ -3,6 +3,7 @@
 // write-back w[t] -> w[t+1] of every tensor is re-derived with sim::audit_writeback, in slices of coordinates that
 // run in parallel on the host execution space (Kokkos threads), streaming the file chunk by chunk.
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -16,7 +17,10 @@ namespace wbaudit::runners {
 struct TrajectoryAuditOptions {
   std::string format;  // format name (intK: the per-tensor scale comes from the trajectory)
   sim::WritebackPolicy policy;
-  std::int64_t chunk = std::int64_t{1} << 22;  // coordinates read per tensor row at a time (memory: 12 bytes each)
+  std::int64_t chunk = std::int64_t{1} << 21;  // coordinates read per tensor row at a time (memory: 24 bytes each)
+  // The run's SR seed, when known: the fast path replays the claimed policy's draws and takes the coordinate-by-
+  // coordinate audit only where they differ (which stays a neighbour check: a replay never makes the audit stricter).
+  std::optional<std::uint64_t> seed;
   std::vector<std::pair<std::string, std::vector<std::string>>> groups;  // declared unions of tensors
   std::size_t max_listed = 100000;  // inconsistent coordinates kept in the list (all are counted)
 };

@@ -94,7 +94,7 @@ def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--text", default="/usr/share/common-licenses/GPL-3")
     p.add_argument("--out", default="runs/pytorch")
-    p.add_argument("--steps", type=int, default=400)
+    p.add_argument("--steps", type=int, default=300)
     p.add_argument("--batch", type=int, default=16)
     p.add_argument("--ctx", type=int, default=64)
     p.add_argument("--d", type=int, default=64)

@@ -6,11 +6,14 @@
 #include <pybind11/stl.h>
 
 #include <Kokkos_Core.hpp>
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "sim/precision/audit.hpp"
@@ -37,8 +40,16 @@ void ensure_kokkos() {
     throw std::runtime_error("wbaudit: Kokkos was finalized (interpreter shutting down)");
   }
   if (!Kokkos::is_initialized()) {
-    Kokkos::InitArguments args;  // threads: OMP_NUM_THREADS, else all cores
+    // Threads: WBAUDIT_THREADS, else OMP_NUM_THREADS, else every core. Explicit, because an interpreter that has
+    // imported torch first may have lowered OpenMP's default to one thread.
+    Kokkos::InitArguments args;
     args.disable_warnings = true;
+    const char* env = std::getenv("WBAUDIT_THREADS");
+    if (!env || !*env) {
+      env = std::getenv("OMP_NUM_THREADS");
+    }
+    const int requested = env && *env ? std::atoi(env) : 0;
+    args.num_threads = requested > 0 ? requested : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     Kokkos::initialize(args);
   }
 }

@@ -30,7 +30,8 @@ struct Args {
   std::optional<int> sr_bits;
   std::vector<std::string> groups;
   std::string out;
-  std::int64_t chunk = std::int64_t{1} << 22;
+  std::int64_t chunk = std::int64_t{1} << 21;
+  std::optional<std::uint64_t> seed;
   std::size_t max_listed = 100000;
   std::size_t show = 10;
 };
@@ -112,6 +113,7 @@ void run_audit(const Args& a) {
   options.format = *format;
   options.policy = sim::make_policy(*policy, a.sr_bits ? *a.sr_bits : source->sr_bits.value_or(0));
   options.chunk = a.chunk;
+  options.seed = a.seed ? a.seed : source->seed;
   options.groups = parse_groups(a.groups);
   options.max_listed = a.max_listed;
 
@@ -246,7 +248,10 @@ void add_audit_command(CLI::App& app) {
   cmd->add_option("--out", args->out,
                   "New directory for counts.csv (group x step), inconsistent.csv, trace.h5 (target trace) and "
                   "audit.json");
-  cmd->add_option("--chunk", args->chunk, "Coordinates read at a time per tensor row (default 4194304)");
+  cmd->add_option("--chunk", args->chunk, "Coordinates read at a time per tensor row (default 2097152)");
+  cmd->add_option("--seed", args->seed,
+                  "The run's SR seed (default: the trajectory's attribute): lets the fast path replay SR draws; "
+                  "the check stays a neighbour check");
   cmd->add_option("--max-listed", args->max_listed,
                   "Inconsistent coordinates kept in inconsistent.csv (default 100000; all are counted)");
   cmd->add_option("--show", args->show, "Inconsistent coordinates printed (default 10)");
@@ -255,7 +260,7 @@ void add_audit_command(CLI::App& app) {
       "the two neighbours of w + u (the value itself on the grid; r-bit SR: the toward-zero one in its dead zone);\n"
       "deadzone-sr: nearest unless nearest erases a nonzero u. Stored values not representable in the format are\n"
       "inconsistent. NaN/inf is an error naming tensor, step and coordinate.\n"
-      "Memory: the trajectory streams through in chunks; at most 12 bytes x --chunk (48 MiB by default) of data,\n"
+      "Memory: the trajectory streams through in chunks; at most 24 bytes x --chunk (48 MiB by default) of data,\n"
       "plus the counts (7 integers per group and step) and the listed coordinates.\n"
       "Exit status: 0 consistent, 2 inconsistent coordinates found, 1 error.");
   cmd->callback([args] { run_audit(*args); });
