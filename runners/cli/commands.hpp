@@ -28,4 +28,6 @@ void add_formats_command(CLI::App& app);
 void add_round_command(CLI::App& app);
 void add_evaluate_command(CLI::App& app);
 void add_worker_command(CLI::App& app);
+void add_audit_command(CLI::App& app);
+void add_import_command(CLI::App& app);
 }  // namespace wbaudit::cli

@@ -111,6 +111,8 @@ int main(int argc, char** argv) {
   wbaudit::cli::add_round_command(app);
   wbaudit::cli::add_evaluate_command(app);
   wbaudit::cli::add_worker_command(app);
+  wbaudit::cli::add_audit_command(app);
+  wbaudit::cli::add_import_command(app);
 
   try {
     app.parse(argc, argv);

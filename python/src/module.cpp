@@ -1,0 +1,560 @@
+// wbaudit._core: the precision layer and the trace format for Python (pybind11). Every function calls the C++
+// core (sim/precision, sim/trace); nothing here rounds or classifies on its own. NumPy float32 arrays are used in
+// place (no copy) and the GIL is released inside the kernels.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <Kokkos_Core.hpp>
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "sim/precision/audit.hpp"
+#include "sim/precision/format.hpp"
+#include "sim/precision/policy.hpp"
+#include "sim/precision/rounding.hpp"
+#include "sim/precision/writeback.hpp"
+#include "sim/trace/ratio_histogram.hpp"
+#include "sim/trace/record_schedule.hpp"
+#include "sim/trace/trace.hpp"
+
+namespace py = pybind11;
+using namespace wbaudit::sim;
+
+namespace {
+
+using Space = Kokkos::DefaultHostExecutionSpace;
+using FloatArray = py::array;  // checked by float32_data
+
+bool g_finalized = false;  // Kokkos cannot be initialized again after finalize (Kokkos 3.4 has no is_finalized)
+
+void ensure_kokkos() {
+  if (g_finalized) {
+    throw std::runtime_error("wbaudit: Kokkos was finalized (interpreter shutting down)");
+  }
+  if (!Kokkos::is_initialized()) {
+    // Threads: WBAUDIT_THREADS, else OMP_NUM_THREADS, else every core. Explicit, because an interpreter that has
+    // imported torch first may have lowered OpenMP's default to one thread.
+    Kokkos::InitArguments args;
+    args.disable_warnings = true;
+    const char* env = std::getenv("WBAUDIT_THREADS");
+    if (!env || !*env) {
+      env = std::getenv("OMP_NUM_THREADS");
+    }
+    const int requested = env && *env ? std::atoi(env) : 0;
+    args.num_threads = requested > 0 ? requested : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    Kokkos::initialize(args);
+  }
+}
+
+std::string dtype_name(const py::array& a) {
+  return py::str(a.dtype()).cast<std::string>();
+}
+
+// A C-contiguous float32 array's data; anything else is an error naming the argument and the dtype.
+template <class T>
+T* float32_data(py::array& a, const char* what, const std::string& fmt) {
+  if (!py::isinstance<py::array_t<float>>(a) || a.dtype().kind() != 'f' || a.itemsize() != 4) {
+    throw py::type_error(std::string(what) + " has dtype " + dtype_name(a) + "; wbaudit needs float32 (values of " +
+                         fmt +
+                         " are held as float32, proposals are fp32; a float16 array cannot hold bf16, e4m3 or e5m2 "
+                         "values exactly and a float64 proposal would round first)");
+  }
+  if (!(a.flags() & py::array::c_style)) {
+    throw py::value_error(std::string(what) + " must be C-contiguous (np.ascontiguousarray)");
+  }
+  if constexpr (std::is_const_v<T>) {
+    return static_cast<T*>(a.data());
+  } else {
+    if (!a.writeable()) {
+      throw py::value_error(std::string(what) + " is read-only");
+    }
+    return static_cast<T*>(a.mutable_data());
+  }
+}
+
+void same_shape(const py::array& a, const py::array& b, const char* an, const char* bn) {
+  bool same = a.ndim() == b.ndim();
+  for (py::ssize_t d = 0; same && d < a.ndim(); ++d) {
+    same = a.shape(d) == b.shape(d);
+  }
+  if (!same) {
+    auto shape = [](const py::array& x) {
+      std::string s = "(";
+      for (py::ssize_t d = 0; d < x.ndim(); ++d) {
+        s += std::to_string(x.shape(d)) + (x.ndim() == 1 || d + 1 < x.ndim() ? "," : "");
+      }
+      return s + ")";
+    };
+    throw py::value_error(std::string("shape mismatch: ") + an + " has shape " + shape(a) + ", " + bn + " " + shape(b));
+  }
+}
+
+FormatSpec make_format(const std::string& name, std::optional<double> scale) {
+  FormatSpec fmt = format_from_name(name);
+  if (fmt.kind == FormatKind::integer) {
+    const double s = scale.value_or(1.0);
+    if (static_cast<double>(static_cast<float>(s)) != s) {
+      throw py::value_error("scale " + std::to_string(s) + " of " + name + " is not an fp32 value");
+    }
+    fmt = int_format(fmt.bits, static_cast<float>(s));
+  } else if (scale) {
+    throw py::value_error("scale applies only to integer formats, not " + name);
+  }
+  return fmt;
+}
+
+py::dict counts_dict(const WritebackCounts& c) {
+  py::dict d;
+  d["nonzero"] = c.nonzero;
+  d["erased"] = c.erased;
+  d["saturated"] = c.saturated;
+  d["applied"] = c.applied;
+  d["sr_applied"] = c.sr_applied;
+  d["sr_truncated"] = c.sr_truncated;
+  return d;
+}
+
+std::string where(const std::string& tensor, std::uint64_t step) {
+  return tensor.empty() ? "" : "tensor " + tensor + ", step " + std::to_string(step) + ": ";
+}
+
+// ---- functions --------------------------------------------------------------------------------------------
+
+py::list formats() {
+  py::list out;
+  for (const std::string& name : known_format_names()) {
+    const FormatSpec f = format_from_name(name);
+    py::dict d;
+    d["name"] = name;
+    d["kind"] = f.kind == FormatKind::integer ? "integer" : "floating";
+    d["bits"] = f.bits;
+    d["exp_bits"] = f.exp_bits;
+    d["man_bits"] = f.man_bits;
+    d["bias"] = f.bias;
+    d["max_finite"] = f.max_finite;
+    d["min_normal"] = f.min_normal;
+    d["min_subnormal"] = f.min_subnormal;
+    d["has_inf"] = f.has_inf;
+    d["has_nan"] = f.has_nan;
+    d["subnormals"] = f.subnormals;
+    d["max_level"] = f.int_max_level;
+    out.append(d);
+  }
+  return out;
+}
+
+py::array_t<float> round_values(py::array x, const std::string& fmt_name, const std::string& policy_name_,
+                                std::uint64_t seed, int sr_bits, std::uint64_t step, std::uint32_t tensor_id,
+                                std::optional<double> scale) {
+  ensure_kokkos();
+  const FormatSpec fmt = make_format(fmt_name, scale);
+  const WritebackPolicy policy = make_policy(policy_name_, sr_bits);
+  if (policy.policy != Policy::nearest && policy.policy != Policy::stochastic) {
+    throw py::value_error("round: policy " + policy_name_ +
+                          " has no single-value rounding (use nearest or stochastic)");
+  }
+  if (x.dtype().kind() != 'f' && x.dtype().kind() != 'i' && x.dtype().kind() != 'u') {
+    throw py::type_error("round: x has dtype " + dtype_name(x) + " (expected a real array)");
+  }
+  // Any real dtype is read as double (exact for float16/32/64 and integers up to 2^53).
+  py::array_t<double, py::array::c_style | py::array::forcecast> xd(x);
+  std::vector<py::ssize_t> shape(x.shape(), x.shape() + x.ndim());
+  py::array_t<float> out(shape);
+  const double* in = xd.data();
+  float* o = out.mutable_data();
+  const auto n = static_cast<std::int64_t>(xd.size());
+  for (std::int64_t i = 0; i < n; ++i) {
+    if (!std::isfinite(in[i])) {
+      throw py::value_error("round: non-finite value at index " + std::to_string(i) + " (NaN/inf are not rounded)");
+    }
+  }
+  const FormatParams p = format_params(fmt);
+  const RngKey key{seed, step, tensor_id};
+  {
+    py::gil_scoped_release release;
+    Kokkos::parallel_for("wbaudit::python::round::values", Kokkos::RangePolicy<Space>(0, n), [=](const std::int64_t i) {
+      const Bracket b = bracket_of(p, ExactSum{in[i], 0.0});
+      if (policy.policy == Policy::stochastic && !b.exact) {
+        PhiloxStream stream(key, static_cast<std::uint64_t>(i));
+        o[i] = static_cast<float>(stochastic_of(b, policy.sr_bits, stream).value);
+      } else {
+        o[i] = static_cast<float>(nearest_of(b));
+      }
+    });
+    Kokkos::fence();
+  }
+  return out;
+}
+
+py::tuple writeback_py(py::array w, py::array u, const std::string& fmt_name, const std::string& policy_name_,
+                       std::uint64_t seed, std::uint64_t step, std::uint32_t tensor_id, int sr_bits,
+                       std::optional<double> scale, std::optional<py::array> out, std::uint64_t first_coordinate,
+                       const std::string& tensor) {
+  ensure_kokkos();
+  const FormatSpec fmt = make_format(fmt_name, scale);
+  const WritebackPolicy policy = make_policy(policy_name_, sr_bits);
+  if (policy.policy == Policy::master) {
+    throw py::value_error("writeback: policy master keeps an fp32 master copy; write back with nearest instead");
+  }
+  same_shape(w, u, "w", "u");
+  const float* wd = float32_data<const float>(w, "w", fmt_name);
+  const float* ud = float32_data<const float>(u, "u", fmt_name);
+  py::array target;
+  if (out) {
+    target = *out;
+    same_shape(w, target, "w", "out");
+  } else {
+    target = py::array_t<float>(std::vector<py::ssize_t>(w.shape(), w.shape() + w.ndim()));
+  }
+  float* od = float32_data<float>(target, "out", fmt_name);
+  const auto n = static_cast<std::size_t>(w.size());
+  WritebackCounts counts;
+  {
+    py::gil_scoped_release release;
+    if (od != wd) {
+      std::memcpy(od, wd, n * sizeof(float));
+    }
+    const Kokkos::View<float*, Space::memory_space, Kokkos::MemoryUnmanaged> wv(od, n);
+    const Kokkos::View<const float*, Space::memory_space, Kokkos::MemoryUnmanaged> uv(ud, n);
+    WritebackOptions options;
+    options.first_coordinate = first_coordinate;
+    try {
+      counts = writeback(Space(), fmt, policy, RngKey{seed, step, tensor_id}, wv, uv, options);
+    } catch (const NonFiniteError& e) {
+      py::gil_scoped_acquire acquire;
+      throw py::value_error(where(tensor, step) + e.what());
+    }
+  }
+  return py::make_tuple(target, counts_dict(counts));
+}
+
+py::dict project_py(py::array w, py::array u, const std::vector<py::object>& formats_list, bool histogram, double d_min,
+                    double bin_width, int bins, const std::string& tensor, std::uint64_t step) {
+  ensure_kokkos();
+  same_shape(w, u, "w", "u");
+  const float* wd = float32_data<const float>(w, "w", "fp32");
+  const float* ud = float32_data<const float>(u, "u", "fp32");
+  const auto n = static_cast<std::int64_t>(w.size());
+  std::vector<FormatSpec> fmts;
+  std::vector<std::string> names;
+  for (const py::object& f : formats_list) {
+    if (py::isinstance<py::str>(f)) {
+      names.push_back(f.cast<std::string>());
+      fmts.push_back(make_format(names.back(), std::nullopt));
+    } else {
+      const auto pair = f.cast<std::pair<std::string, double>>();
+      names.push_back(pair.first);
+      fmts.push_back(make_format(pair.first, pair.second));
+    }
+  }
+  std::vector<std::int64_t> hist(static_cast<std::size_t>(bins), 0);
+  std::vector<std::int64_t> erased(fmts.size());
+  std::int64_t nonzero = 0, zero_weight = 0, bad = 0, first_bad = -1;
+  {
+    py::gil_scoped_release release;
+    const Kokkos::View<const float*, Space::memory_space, Kokkos::MemoryUnmanaged> wv(wd, n), uv(ud, n);
+    // Bins per coordinate, then a serial histogram (integer counts: independent of the thread count).
+    std::vector<int> bin(static_cast<std::size_t>(n));
+    int* bp = bin.data();
+    Kokkos::parallel_for("wbaudit::python::project::ratio_bins", Kokkos::RangePolicy<Space>(0, n),
+                         [=](const std::int64_t i) { bp[i] = ratio_bin(d_min, bin_width, bins, wd[i], ud[i]); });
+    Kokkos::fence();
+    for (std::int64_t i = 0; i < n; ++i) {
+      const int b = bp[i];
+      if (b == kRatioBinZeroProposal) continue;
+      if (b == kRatioBinNonFinite) {
+        if (first_bad < 0) first_bad = i;
+        ++bad;
+        continue;
+      }
+      ++nonzero;
+      if (b == kRatioBinZeroWeight) {
+        ++zero_weight;
+      } else if (histogram) {
+        ++hist[static_cast<std::size_t>(b)];
+      }
+    }
+    if (bad == 0) {
+      for (std::size_t f = 0; f < fmts.size(); ++f) {
+        erased[f] = project_erasure(Space(), fmts[f], wv, uv).erased;
+      }
+    }
+  }
+  if (bad > 0) {
+    throw py::value_error(where(tensor, step) + "project: " + std::to_string(bad) +
+                          " non-finite coordinates (first at index " + std::to_string(first_bad) +
+                          ": w = " + std::to_string(wd[first_bad]) + ", u = " + std::to_string(ud[first_bad]) + ")");
+  }
+  py::dict out;
+  out["nonzero"] = nonzero;
+  out["zero_weight"] = zero_weight;
+  py::dict e;
+  for (std::size_t f = 0; f < fmts.size(); ++f) {
+    e[py::str(names[f])] = erased[f];
+  }
+  out["erased"] = e;
+  if (histogram) {
+    out["ratio_histogram"] = py::array_t<std::int64_t>(static_cast<py::ssize_t>(bins), hist.data());
+  }
+  return out;
+}
+
+py::dict audit_py(py::array w, py::array u, py::array w_next, const std::string& fmt_name,
+                  const std::string& policy_name_, int sr_bits, std::optional<std::uint64_t> seed, std::uint64_t step,
+                  std::uint32_t tensor_id, std::optional<double> scale, const std::string& tensor) {
+  ensure_kokkos();
+  const FormatSpec fmt = make_format(fmt_name, scale);
+  const WritebackPolicy policy = make_policy(policy_name_, sr_bits);
+  same_shape(w, u, "w", "u");
+  same_shape(w, w_next, "w", "w_next");
+  const auto n = static_cast<std::size_t>(w.size());
+  const std::span<const float> ws(float32_data<const float>(w, "w", fmt_name), n),
+      us(float32_data<const float>(u, "u", fmt_name), n), ns(float32_data<const float>(w_next, "w_next", fmt_name), n);
+  AuditReport report;
+  {
+    py::gil_scoped_release release;
+    std::optional<RngKey> replay;
+    if (seed) {
+      replay = RngKey{*seed, step, tensor_id};
+    }
+    try {
+      report = audit_writeback(fmt, policy, ws, us, ns, tensor_id, step, replay);
+    } catch (const std::exception& e) {
+      py::gil_scoped_acquire acquire;
+      throw py::value_error(where(tensor, step) + e.what());
+    }
+  }
+  py::dict out = counts_dict(report.counts);
+  out["nearest_erased"] = report.nearest_erased;
+  out["consistent"] = report.consistent();
+  py::list bad;
+  for (const AuditInconsistency& c : report.inconsistencies) {
+    py::dict d;
+    d["index"] = c.coordinate;
+    d["w"] = c.w;
+    d["u"] = c.u;
+    d["w_next"] = c.w_next;
+    d["expected_low"] = c.allowed_low;
+    d["expected_high"] = c.allowed_high;
+    d["reason"] = c.reason;
+    bad.append(d);
+  }
+  out["inconsistent"] = bad;
+  return out;
+}
+
+// ---- traces -----------------------------------------------------------------------------------------------
+
+template <class T>
+py::array_t<T> array_of(const std::vector<T>& v) {
+  return py::array_t<T>(static_cast<py::ssize_t>(v.size()), v.data());
+}
+
+py::dict trace_to_dict(const Trace& t) {
+  py::dict d;
+  d["schema"] = t.schema;
+  d["mode"] = t.mode;
+  d["format"] = t.format;
+  d["policy"] = t.policy;
+  d["seed"] = t.seed;
+  d["steps"] = t.steps;
+  d["config_json"] = t.config_json;
+  d["recorded_steps"] = array_of(t.recorded_steps);
+  d["loss"] = array_of(t.loss);
+  d["learning_rate"] = array_of(t.learning_rate);
+  d["histogram"] = py::dict(py::arg("d_min") = t.histogram.d_min, py::arg("bin_width") = t.histogram.bin_width,
+                            py::arg("bins") = t.histogram.bins);
+  py::dict groups;
+  for (const GroupTrace& g : t.groups) {
+    py::dict gd;
+    gd["tensor_id"] = g.tensor_id;
+    gd["size"] = g.size;
+    gd["nonzero"] = array_of(g.nonzero);
+    if (t.mode == "target") {
+      gd["erased"] = array_of(g.erased);
+      gd["saturated"] = array_of(g.saturated);
+      gd["applied"] = array_of(g.applied);
+      gd["erased_fraction"] = array_of(g.erased_fraction);
+    } else {
+      gd["zero_weight"] = array_of(g.zero_weight);
+      py::array_t<std::int64_t> h(static_cast<py::ssize_t>(g.ratio_histogram.size()), g.ratio_histogram.data());
+      const auto T = static_cast<py::ssize_t>(t.recorded_steps.size());
+      gd["ratio_histogram"] = h.reshape({T, static_cast<py::ssize_t>(t.histogram.bins)});
+      py::dict projected;
+      for (const auto& [name, s] : g.projected) {
+        projected[py::str(name)] =
+            py::dict(py::arg("erased") = array_of(s.erased), py::arg("fraction") = array_of(s.fraction));
+      }
+      gd["projected"] = projected;
+    }
+    groups[py::str(g.name)] = gd;
+  }
+  d["groups"] = groups;
+  return d;
+}
+
+template <class T>
+std::vector<T> vector_of(const py::handle& obj, const std::string& what, std::size_t expected) {
+  const auto a = py::array_t<T, py::array::c_style | py::array::forcecast>::ensure(obj);
+  if (!a) {
+    throw py::value_error("write_trace: " + what + " is not a numeric array");
+  }
+  std::vector<T> v(a.data(), a.data() + a.size());
+  if (expected != static_cast<std::size_t>(-1) && v.size() != expected) {
+    throw py::value_error("write_trace: " + what + " has " + std::to_string(v.size()) + " values, expected " +
+                          std::to_string(expected));
+  }
+  return v;
+}
+
+Trace trace_from_dict(const py::dict& d) {
+  Trace t;
+  auto need = [&](const char* key) -> py::handle {
+    if (!d.contains(key)) {
+      throw py::value_error(std::string("write_trace: missing key \"") + key + "\"");
+    }
+    return d[key];
+  };
+  if (d.contains("schema") && d["schema"].cast<std::string>() != kTraceSchema) {
+    throw py::value_error("write_trace: schema " + d["schema"].cast<std::string>() + " is not " + kTraceSchema);
+  }
+  t.mode = need("mode").cast<std::string>();
+  if (t.mode != "reference" && t.mode != "target") {
+    throw py::value_error("write_trace: mode must be reference or target, got " + t.mode);
+  }
+  t.format = need("format").cast<std::string>();
+  t.policy = need("policy").cast<std::string>();
+  t.seed = d.contains("seed") ? d["seed"].cast<std::uint64_t>() : 0;
+  t.steps = need("steps").cast<std::int64_t>();
+  t.config_json = d.contains("config_json") ? d["config_json"].cast<std::string>() : "{}";
+  t.recorded_steps = vector_of<std::int64_t>(need("recorded_steps"), "recorded_steps", static_cast<std::size_t>(-1));
+  const std::size_t T = t.recorded_steps.size();
+  t.loss = vector_of<double>(need("loss"), "loss", T);
+  t.learning_rate = vector_of<double>(need("learning_rate"), "learning_rate", T);
+  if (d.contains("histogram")) {
+    const py::dict h = d["histogram"];
+    t.histogram.d_min = h["d_min"].cast<double>();
+    t.histogram.bin_width = h["bin_width"].cast<double>();
+    t.histogram.bins = h["bins"].cast<int>();
+  }
+  const auto groups = py::reinterpret_borrow<py::dict>(need("groups"));
+  for (const auto& [key, value] : groups) {
+    const py::dict gd = py::reinterpret_borrow<py::dict>(value);
+    GroupTrace g;
+    g.name = key.cast<std::string>();
+    const std::string w = "groups[" + g.name + "].";
+    g.tensor_id = gd["tensor_id"].cast<std::uint32_t>();
+    g.size = gd["size"].cast<std::int64_t>();
+    g.nonzero = vector_of<std::int64_t>(gd["nonzero"], w + "nonzero", T);
+    if (t.mode == "target") {
+      g.erased = vector_of<std::int64_t>(gd["erased"], w + "erased", T);
+      g.saturated = vector_of<std::int64_t>(gd["saturated"], w + "saturated", T);
+      g.applied = vector_of<std::int64_t>(gd["applied"], w + "applied", T);
+      g.erased_fraction = vector_of<double>(gd["erased_fraction"], w + "erased_fraction", T);
+    } else {
+      g.zero_weight = vector_of<std::int64_t>(gd["zero_weight"], w + "zero_weight", T);
+      g.ratio_histogram = vector_of<std::int64_t>(gd["ratio_histogram"], w + "ratio_histogram",
+                                                  T * static_cast<std::size_t>(t.histogram.bins));
+      const py::dict projected = gd["projected"];
+      for (const auto& [pname, pvalue] : projected) {
+        const py::dict pd = py::reinterpret_borrow<py::dict>(pvalue);
+        ProjectedSeries s;
+        s.erased = vector_of<std::int64_t>(pd["erased"], w + "projected.erased", T);
+        s.fraction = vector_of<double>(pd["fraction"], w + "projected.fraction", T);
+        g.projected[pname.cast<std::string>()] = std::move(s);
+      }
+    }
+    t.groups.push_back(std::move(g));
+  }
+  return t;
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_core, m) {
+  m.doc() = "wbaudit's C++ core: formats, exact rounding and write-back, projected events, audit, traces";
+  py::register_exception<NonFiniteError>(m, "NonFiniteError", PyExc_ValueError);
+  m.def("_ensure_kokkos", &ensure_kokkos);
+  m.def("_finalize", [] {
+    if (Kokkos::is_initialized()) {
+      Kokkos::finalize();
+    }
+    g_finalized = true;
+  });
+  m.def("_concurrency", [] {
+    ensure_kokkos();
+    return Space().concurrency();
+  });
+  m.def("formats", &formats,
+        "formats() -> list of dict\n\nThe built-in number formats and their parameters (name, kind, bits, exp_bits, "
+        "man_bits, bias, max_finite, min_normal, min_subnormal, has_inf, has_nan, subnormals, max_level).");
+  m.def("round", &round_values, py::arg("x"), py::arg("fmt"), py::arg("policy") = "nearest", py::arg("seed") = 0,
+        py::arg("sr_bits") = 0, py::arg("step") = 0, py::arg("tensor_id") = 0, py::arg("scale") = py::none(),
+        "round(x, fmt, policy='nearest', seed=0, sr_bits=0, step=0, tensor_id=0, scale=None) -> float32 array\n\n"
+        "Rounds every value of x (any real dtype, read exactly as float64) into format fmt: 'nearest' (ties to even, "
+        "beyond the largest finite value: saturated) or 'stochastic' (exact probabilities, or sr_bits = r random "
+        "bits). SR draws are keyed by (seed, step, tensor_id, flat index), as in the simulator. scale: the "
+        "per-tensor scale of an intK format. Raises ValueError for NaN/inf or an unknown format/policy.");
+  m.def("writeback", &writeback_py, py::arg("w"), py::arg("u"), py::arg("fmt"), py::arg("policy") = "nearest",
+        py::arg("seed") = 0, py::arg("step") = 0, py::arg("tensor_id") = 0, py::arg("sr_bits") = 0,
+        py::arg("scale") = py::none(), py::arg("out") = py::none(), py::arg("first_coordinate") = 0,
+        py::arg("tensor") = "",
+        "writeback(w, u, fmt, policy='nearest', seed=0, step=0, tensor_id=0, sr_bits=0, scale=None, out=None,\n"
+        "          first_coordinate=0, tensor='') -> (w_next, counts)\n\n"
+        "The persistent-native write-back w_next = q_fmt^policy(w + u), formed exactly, with the exact events.\n"
+        "w: float32 array of values of fmt; u: float32 proposals of the same shape. policy: nearest, stochastic,\n"
+        "deadzone-sr. SR draws are keyed by (seed, step, tensor_id, first_coordinate + flat index), exactly as in\n"
+        "the simulator, so both agree bitwise. out: a float32 array to write into (out=w: in place, no copy).\n"
+        "counts: dict nonzero, erased, saturated, applied, sr_applied, sr_truncated. tensor: a name for messages.\n"
+        "Raises ValueError naming tensor and step for NaN/inf (the finite coordinates are still written back),\n"
+        "TypeError for a dtype other than float32, ValueError for a shape mismatch.");
+  m.def("project", &project_py, py::arg("w"), py::arg("u"), py::arg("formats"), py::arg("histogram") = true,
+        py::arg("d_min") = -16.0, py::arg("bin_width") = 0.125, py::arg("bins") = 512, py::arg("tensor") = "",
+        py::arg("step") = 0,
+        "project(w, u, formats, histogram=True, d_min=-16, bin_width=0.125, bins=512, tensor='', step=0) -> dict\n\n"
+        "Projected events on an fp32 reference state (nothing is modified): for each format F of `formats` (names, "
+        "or (name, scale) pairs for intK), erased[F] = #{u != 0 and q_F(q_F(w) + u) == q_F(w)} under nearest; "
+        "nonzero = #{u != 0}; zero_weight = #{u != 0, w == 0}; ratio_histogram: int64 counts of d = "
+        "floor(log2|w|) - log2|u| over u != 0, w != 0 in the trace's bins (docs/trace-format.md).");
+  m.def("audit", &audit_py, py::arg("w"), py::arg("u"), py::arg("w_next"), py::arg("fmt"),
+        py::arg("policy") = "nearest", py::arg("sr_bits") = 0, py::arg("seed") = py::none(), py::arg("step") = 0,
+        py::arg("tensor_id") = 0, py::arg("scale") = py::none(), py::arg("tensor") = "",
+        "audit(w, u, w_next, fmt, policy='nearest', sr_bits=0, seed=None, step=0, tensor_id=0, scale=None,\n"
+        "      tensor='') -> dict\n\n"
+        "The exact audit of one write-back w -> w_next with proposals u under the claimed policy: realized counts "
+        "(nonzero, erased, saturated, applied, sr_applied, sr_truncated, nearest_erased), consistent (bool) and "
+        "inconsistent: a list of dicts (index, w, u, w_next, expected_low, expected_high, reason). With seed, SR "
+        "outcomes must equal the replayed draws of (seed, step, tensor_id).");
+  m.def(
+      "read_trace", [](const std::string& path) { return trace_to_dict(read_trace(path)); }, py::arg("path"),
+      "read_trace(path) -> dict\n\nReads a trace.h5 (schema wbaudit.trace/1) into a dict of the fields of "
+      "docs/trace-format.md; groups[name] holds the per-group arrays. Raises RuntimeError naming the file and the "
+      "missing dataset for anything else.");
+  m.def(
+      "write_trace", [](const std::string& path, const py::dict& trace) { write_trace(path, trace_from_dict(trace)); },
+      py::arg("path"), py::arg("trace"),
+      "write_trace(path, trace) -> None\n\nWrites a dict shaped like read_trace's result as a trace.h5, atomically "
+      "(temporary name, then rename).");
+  m.def(
+      "recorded_steps",
+      [](const std::string& kind, std::int64_t steps, std::int64_t k, std::int64_t points) {
+        RecordConfig c;
+        c.kind = record_kind_from_name(kind);
+        c.k = k;
+        c.points = points;
+        return wbaudit::sim::recorded_steps(c, steps);
+      },
+      py::arg("kind"), py::arg("steps"), py::arg("k") = 10, py::arg("points") = 100,
+      "recorded_steps(kind, steps, k=10, points=100) -> list of int\n\nThe simulator's recording schedule: kind "
+      "'every', 'every_k' (0, k, 2k, ..., last) or 'log' (points log-spaced steps).");
+  m.def("int_scale_for_absmax", &int_scale_for_absmax, py::arg("k"), py::arg("absmax"),
+        "int_scale_for_absmax(k, absmax) -> float\n\nThe per-tensor scale of intK for an initialization absmax.");
+}

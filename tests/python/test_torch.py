@@ -1,0 +1,153 @@
+"""wbaudit.torch on small PyTorch runs: ReferenceRecorder's projected counts equal a brute-force recount from
+saved parameters; PersistentNative with fp32 + nearest is plain PyTorch bitwise; its target trace's counts equal a
+recount from the dumped trajectory, which `wbaudit audit` finds consistent."""
+import subprocess
+
+import h5py
+import numpy as np
+import pytest
+import torch
+
+import wbaudit
+from reference import Table
+from wbaudit.torch import PersistentNative, ReferenceRecorder
+
+torch.set_num_threads(1)
+
+
+def make_model(seed=0):
+    torch.manual_seed(seed)
+    return torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 2))
+
+
+def batches(steps, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    return [(torch.randn(32, 8, generator=g), torch.randn(32, 2, generator=g)) for _ in range(steps)]
+
+
+def nearest_np(table_values, x):
+    """Vectorized nearest (ties to the even code) over a sorted float64 table of magnitudes; saturating."""
+    vals = np.array([float(v) for v in table_values])
+    a = np.minimum(np.abs(x), vals[-1])
+    hi = np.clip(np.searchsorted(vals, a, side="left"), 0, len(vals) - 1)
+    lo = np.where(vals[hi] == a, hi, np.maximum(hi - 1, 0))
+    dl, dh = a - vals[lo], vals[hi] - a
+    pick = np.where(dl < dh, lo, np.where(dh < dl, hi, np.where(lo % 2 == 0, lo, hi)))
+    return np.copysign(vals[pick], x)
+
+
+def test_reference_recorder_counts_equal_brute_force(tmp_path):
+    model = make_model()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    steps = 12
+    rec = ReferenceRecorder(model, formats=["e4m3", "bf16"], path=tmp_path / "ref" / "trace.h5")
+    saved = []
+    for x, y in batches(steps):
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        before = {n: p.detach().clone() for n, p in model.named_parameters()}
+        with rec.step(loss=loss.item(), lr=1e-3):
+            opt.step()
+        saved.append({n: (before[n], p.detach().clone()) for n, p in model.named_parameters()})
+    trace = wbaudit.read_trace(rec.close())
+    assert trace["mode"] == "reference" and list(trace["recorded_steps"]) == list(range(steps))
+    assert set(trace["groups"]) == {n for n, _ in model.named_parameters()}
+    tables = {f: Table(f).values for f in ("e4m3", "bf16")}
+    for k, rows in enumerate(saved):
+        for name, (w, w_after) in rows.items():
+            w64 = w.double().numpy().ravel()
+            u = (w_after - w).numpy().ravel()  # fp32 proposal
+            g = trace["groups"][name]
+            assert g["nonzero"][k] == np.count_nonzero(u)
+            for f, vals in tables.items():
+                # q(w) has <= 8 significant bits and u 24, so q(w) + u is exact in float64 unless |u| is below
+                # 2^-45 |q(w)|, where it is erased either way.
+                qw = nearest_np(vals, w64)
+                erased = np.sum((u != 0) & (nearest_np(vals, qw + u.astype(np.float64)) == qw))
+                assert g["projected"][f]["erased"][k] == erased, (name, k, f)
+            assert g["ratio_histogram"][k].sum() + g["zero_weight"][k] == g["nonzero"][k]
+
+
+def train(model, opt, steps, step_fn):
+    for x, y in batches(steps):
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        step_fn(loss)
+
+
+def test_persistent_native_fp32_nearest_is_plain_pytorch(tmp_path):
+    plain = make_model()
+    opt = torch.optim.AdamW(plain.parameters(), lr=3e-3)
+    train(plain, opt, 40, lambda loss: opt.step())
+    native = make_model()
+    pn = PersistentNative(torch.optim.AdamW(native.parameters(), lr=3e-3), formats="fp32", model=native,
+                          path=tmp_path / "t.h5")
+    train(native, pn, 40, lambda loss: pn.step(loss=loss.item()))
+    for (n, a), (_, b) in zip(plain.named_parameters(), native.named_parameters()):
+        assert torch.equal(a.view(torch.int32), b.view(torch.int32)), n
+    pn.close()
+
+
+@pytest.mark.parametrize("policy", ["nearest", "stochastic"])
+def test_persistent_native_e4m3_counts_equal_recount_and_audit(tmp_path, policy, wbaudit_exe):
+    model = make_model()
+    pn = PersistentNative(torch.optim.SGD(model.parameters(), lr=0.05), formats={"0.*": "e4m3", "*": "e4m3"},
+                          model=model, policy=policy, seed=7, path=tmp_path / "target" / "trace.h5",
+                          schedule={"kind": "every_k", "k": 3}, steps=20, trajectory=tmp_path / "traj.h5")
+    vals = Table("e4m3").values
+    for _, p in model.named_parameters():  # rounded into e4m3 at construction
+        assert np.array_equal(nearest_np(vals, p.detach().double().numpy()), p.detach().double().numpy())
+    train(model, pn, 20, lambda loss: pn.step(loss=loss.item()))
+    trace = wbaudit.read_trace(pn.close())
+    assert trace["mode"] == "target" and trace["format"] == "e4m3" and trace["policy"] == policy
+    assert list(trace["recorded_steps"]) == [0, 3, 6, 9, 12, 15, 18, 19]
+    with h5py.File(tmp_path / "traj.h5", "r") as f:
+        assert list(f["steps"][:]) == list(trace["recorded_steps"])
+        total_erased = 0
+        for name, g in trace["groups"].items():
+            w, u, n = (f["tensors"][name][d][:].astype(np.float64) for d in ("w", "u", "w_next"))
+            assert np.array_equal(g["nonzero"], np.count_nonzero(u, axis=1))
+            assert np.array_equal(g["erased"], np.sum((u != 0) & (n == w), axis=1))
+            assert np.array_equal(g["applied"], np.sum(n != w, axis=1))
+            if policy == "nearest":  # w + u is exact in float64 here (|u| >= 2^-45 |w| or erased either way)
+                assert np.array_equal(n, nearest_np(vals, w + u))
+            total_erased += g["erased"].sum()
+        assert total_erased > 0
+    res = subprocess.run([wbaudit_exe, "audit", str(tmp_path / "traj.h5"), "--out", str(tmp_path / "audit")],
+                         capture_output=True, text=True)
+    assert res.returncode == 0, res.stdout + res.stderr
+    audited = wbaudit.read_trace(str(tmp_path / "audit" / "trace.h5"))
+    for name, g in trace["groups"].items():
+        assert np.array_equal(audited["groups"][name]["erased"], g["erased"])
+
+
+def test_persistent_native_sr_is_deterministic_across_threads(tmp_path):
+    results = []
+    for threads in (1, 2):
+        code = f"""
+import os, sys, torch, numpy as np
+sys.path[:0] = {list(__import__('sys').path)!r}
+from test_torch import make_model, train
+from wbaudit.torch import PersistentNative
+m = make_model()
+pn = PersistentNative(torch.optim.SGD(m.parameters(), lr=0.05), formats="e4m3", model=m, policy="stochastic",
+                      seed=3, path=None)
+train(m, pn, 10, lambda loss: pn.step())
+print(np.concatenate([p.detach().numpy().ravel() for p in m.parameters()]).view(np.uint32).sum())
+"""
+        import os
+        import sys
+        env = dict(os.environ, OMP_NUM_THREADS=str(threads))
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                             cwd=os.path.dirname(__file__))
+        assert out.returncode == 0, out.stderr
+        results.append(out.stdout.strip())
+    assert results[0] == results[1]
+
+
+def test_recorder_rejects_non_float32():
+    model = make_model().double()
+    with pytest.raises(TypeError, match="float64"):
+        ReferenceRecorder(model, formats=["e4m3"])
