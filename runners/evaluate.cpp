@@ -144,6 +144,19 @@ void interval_or_reason(const std::string& statistic, std::map<std::string, stat
   }
 }
 
+// The three decomposition shares, each with its own interval or its own reason (prefix "" or "error_").
+void share_intervals(const std::string& prefix, const stats::DecompositionShareIntervals& ci,
+                     std::map<std::string, stats::Interval>& intervals, std::map<std::string, std::string>& undefined) {
+  const char* names[3] = {"share_time", "share_cell", "share_residual"};
+  for (std::size_t k = 0; k < 3; ++k) {
+    if (ci.shares[k]) {
+      intervals[prefix + names[k]] = *ci.shares[k];
+    } else {
+      undefined[prefix + names[k]] = ci.reasons[k];
+    }
+  }
+}
+
 }  // namespace
 
 const PredictorEvaluation& EvaluationResult::predictor(const std::string& name) const {
@@ -385,9 +398,8 @@ EvaluationResult evaluate_sweep(const fs::path& sweep_dir, const EvaluateOptions
   // The outcome's decomposition.
   try {
     result.outcome_decomposition = stats::decompose(tables.outcome, policy);
-    auto ci = stats::bootstrap_decomposition(tables.outcome, boot, unit_of_cell, policy);
-    result.outcome_intervals = {
-        {"share_time", ci.share_time}, {"share_cell", ci.share_cell}, {"share_residual", ci.share_residual}};
+    share_intervals("", stats::bootstrap_decomposition_shares(tables.outcome, boot, unit_of_cell, policy),
+                    result.outcome_intervals, result.outcome_undefined);
   } catch (const stats::StatsError& e) {
     for (auto* s : {"share_time", "share_cell", "share_residual"}) result.outcome_undefined[s] = e.what();
   }
@@ -477,10 +489,9 @@ EvaluationResult evaluate_sweep(const fs::path& sweep_dir, const EvaluateOptions
     }
     try {
       p.error_decomposition = stats::decompose_forecast_error(P, Y, policy);
-      auto ci = stats::bootstrap_decomposition(stats::forecast_error(P, Y), boot, unit_of_cell, policy);
-      p.intervals["error_share_time"] = ci.share_time;
-      p.intervals["error_share_cell"] = ci.share_cell;
-      p.intervals["error_share_residual"] = ci.share_residual;
+      share_intervals("error_",
+                      stats::bootstrap_decomposition_shares(stats::forecast_error(P, Y), boot, unit_of_cell, policy),
+                      p.intervals, p.undefined);
     } catch (const stats::StatsError& e) {
       p.error_decomposition_note = e.what();
       for (auto* s : {"error_share_time", "error_share_cell", "error_share_residual"}) p.undefined[s] = e.what();
@@ -531,6 +542,16 @@ EvaluationResult evaluate_sweep(const fs::path& sweep_dir, const EvaluateOptions
   }
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return result;
+}
+
+int gate_check_status(const EvaluationResult& result) {
+  if (result.gates.empty()) return kCheckInconclusive;
+  bool inconclusive = false;
+  for (const auto& g : result.gates) {
+    if (g.result.verdict == stats::Verdict::fail) return kCheckFail;
+    inconclusive = inconclusive || g.result.verdict != stats::Verdict::pass;
+  }
+  return inconclusive ? kCheckInconclusive : kCheckPass;
 }
 
 std::string gate_summary(const EvaluationResult& result) {
@@ -671,9 +692,9 @@ fs::path write_evaluation_report(EvaluationResult& r, const EvaluateOptions& opt
              "resampling,resamples,seed,n_units,note\n";
       for (auto& row : rows) {
         csv << csv_field(row.predictor) << "," << row.label << "," << row.statistic << ","
-            << csv_field(definition(row.statistic)) << "," << num(row.estimate, 10) << ",";
+            << csv_field(definition(row.statistic)) << "," << num(row.estimate, 17) << ",";
         if (row.ci) {
-          csv << num(row.ci->lower, 10) << "," << num(row.ci->upper, 10) << "," << num(row.ci->confidence) << ","
+          csv << num(row.ci->lower, 17) << "," << num(row.ci->upper, 17) << "," << num(row.ci->confidence) << ","
               << stats::to_string(row.ci->method) << "," << stats::to_string(row.ci->resampling) << ","
               << row.ci->resamples << "," << row.ci->seed << "," << row.ci->n_units;
         } else {
@@ -696,11 +717,11 @@ fs::path write_evaluation_report(EvaluationResult& r, const EvaluateOptions& opt
         for (auto& m : p.metrics.cells) {
           auto k = std::find(r.cells.begin(), r.cells.end(), m.cell) - r.cells.begin();
           csv << p.name << "," << predictor_label(p) << "," << csv_field(m.cell) << "," << csv_field(r.runs[k]) << ","
-              << r.groups[k] << "," << r.formats[k] << "," << num(m.bias_cell, 10) << "," << num(m.mae_cell, 10) << ","
-              << num(m.rmse_cell, 10) << "," << num(m.mse_cell, 10) << ",";
+              << r.groups[k] << "," << r.formats[k] << "," << num(m.bias_cell, 17) << "," << num(m.mae_cell, 17) << ","
+              << num(m.rmse_cell, 17) << "," << num(m.mse_cell, 17) << ",";
           if (auto it = dir_index.find(m.cell); it != dir_index.end()) {
-            csv << num(p.directional.outcome_cell_anomaly[it->second], 10) << ","
-                << num(p.directional.predictor_cell_anomaly[it->second], 10);
+            csv << num(p.directional.outcome_cell_anomaly[it->second], 17) << ","
+                << num(p.directional.predictor_cell_anomaly[it->second], 17);
           } else {
             csv << ",";
           }
@@ -716,11 +737,11 @@ fs::path write_evaluation_report(EvaluationResult& r, const EvaluateOptions& opt
              "resampling,resamples,seed,n_units,standing,reasons\n";
       for (auto& g : r.gates) {
         csv << csv_field(g.spec.gate.name) << "," << g.spec.gate.statistic << "," << g.spec.predictor << ","
-            << stats::to_string(g.spec.gate.direction) << "," << num(g.spec.gate.threshold, 10) << ","
+            << stats::to_string(g.spec.gate.direction) << "," << num(g.spec.gate.threshold, 17) << ","
             << stats::to_string(g.result.verdict) << ",";
         if (g.has_interval) {
           auto& ci = g.result.interval;
-          csv << num(ci.estimate, 10) << "," << num(ci.lower, 10) << "," << num(ci.upper, 10) << ","
+          csv << num(ci.estimate, 17) << "," << num(ci.lower, 17) << "," << num(ci.upper, 17) << ","
               << num(ci.confidence) << "," << stats::to_string(ci.method) << "," << stats::to_string(ci.resampling)
               << "," << ci.resamples << "," << ci.seed << "," << ci.n_units;
         } else {
@@ -736,9 +757,9 @@ fs::path write_evaluation_report(EvaluationResult& r, const EvaluateOptions& opt
       csv << "table,ss_total,ss_time,ss_cell,ss_residual,share_time,share_cell,share_residual\n";
       auto line = [&](const std::string& name, const std::optional<stats::Decomposition>& d) {
         if (!d) return;
-        csv << csv_field(name) << "," << num(d->ss_total, 10) << "," << num(d->ss_time, 10) << ","
-            << num(d->ss_cell, 10) << "," << num(d->ss_residual, 10) << "," << num(d->share_time, 10) << ","
-            << num(d->share_cell, 10) << "," << num(d->share_residual, 10) << "\n";
+        csv << csv_field(name) << "," << num(d->ss_total, 17) << "," << num(d->ss_time, 17) << ","
+            << num(d->ss_cell, 17) << "," << num(d->ss_residual, 17) << "," << num(d->share_time, 17) << ","
+            << num(d->share_cell, 17) << "," << num(d->share_residual, 17) << "\n";
       };
       line("outcome", r.outcome_decomposition);
       for (auto& p : r.predictors) line("error:" + p.name, p.error_decomposition);
@@ -753,8 +774,8 @@ fs::path write_evaluation_report(EvaluationResult& r, const EvaluateOptions& opt
       for (Eigen::Index i = 0; i < r.outcome.rows(); ++i) {
         for (Eigen::Index k = 0; k < r.outcome.cols(); ++k) {
           csv << csv_field(r.cells[std::size_t(i)]) << "," << r.steps[std::size_t(k)] << ","
-              << num(r.outcome.values(i, k), 10);
-          for (auto& t : r.tables) csv << "," << num(t.table.values(i, k), 10);
+              << num(r.outcome.values(i, k), 17);
+          for (auto& t : r.tables) csv << "," << num(t.table.values(i, k), 17);
           csv << "\n";
         }
       }
@@ -769,9 +790,9 @@ fs::path write_evaluation_report(EvaluationResult& r, const EvaluateOptions& opt
         for (auto& c : p.crossings) {
           csv << p.name << "," << csv_field(c.cell) << "," << forecast::to_string(c.category) << ","
               << forecast::to_string(c.measured.status) << "," << forecast::to_string(c.predicted.status) << ","
-              << num(c.measured.status == forecast::CrossingStatus::crossed ? c.measured.time : NAN, 10) << ","
-              << num(c.predicted.status == forecast::CrossingStatus::crossed ? c.predicted.time : NAN, 10) << ","
-              << num(c.relative_error, 10) << "," << (c.within_tolerance ? "true" : "false") << "\n";
+              << num(c.measured.status == forecast::CrossingStatus::crossed ? c.measured.time : NAN, 17) << ","
+              << num(c.predicted.status == forecast::CrossingStatus::crossed ? c.predicted.time : NAN, 17) << ","
+              << num(c.relative_error, 17) << "," << (c.within_tolerance ? "true" : "false") << "\n";
         }
       }
       write_text(tmp / "crossings.csv", csv.str());

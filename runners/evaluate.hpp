@@ -90,6 +90,13 @@ EvaluationResult evaluate_sweep(const std::filesystem::path& sweep_dir, const Ev
 // under a temporary name and renamed into place. Returns the directory.
 std::filesystem::path write_evaluation_report(EvaluationResult& result, const EvaluateOptions& options = {});
 
+// Exit statuses of `wbaudit evaluate --check`, for CI: every declared gate passes -> 0; any gate fails -> 3; no
+// gate fails but any is inconclusive, or no gate is declared (nothing was checked) -> 4. Errors exit 1 as always.
+inline constexpr int kCheckPass = 0;
+inline constexpr int kCheckFail = 3;
+inline constexpr int kCheckInconclusive = 4;
+int gate_check_status(const EvaluationResult& result);
+
 // One line per gate, e.g. "accuracy: rmse_macro(source) <= 0.05: pass, 0.012 [0.010, 0.015] (95% bca, ...)".
 std::string gate_summary(const EvaluationResult& result);
 

@@ -33,7 +33,7 @@ std::string csv_field(const std::string& text) {
 std::string number(double x) {
   if (!std::isfinite(x)) return "";
   std::ostringstream out;
-  out << std::setprecision(10) << x;
+  out << std::setprecision(17) << x;
   return out.str();
 }
 

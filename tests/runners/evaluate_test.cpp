@@ -276,6 +276,67 @@ TEST_F(EvaluateTest, EveryDeclaredGateHasAVerdictWithItsInterval) {
   EXPECT_TRUE(fs::exists(dir / "figures" / "anomaly_scatter.png"));
   EXPECT_TRUE(fs::exists(dir / "figures" / "most_predictable.svg"));
   EXPECT_TRUE(fs::exists(dir / "figures" / "least_predictable.svg"));
+  // `--check`: one gate fails, so the check fails (exit 3), whatever the others say.
+  EXPECT_EQ(wr::gate_check_status(result), wr::kCheckFail);
+}
+
+TEST_F(EvaluateTest, CheckStatusIsZeroOnlyWhenEveryDeclaredGatePasses) {
+  wr::EvaluateOptions options;
+  options.figures = false;
+  options.analysis = analysis("check_pass", basic_analysis(R"(
+[[gates]]
+name = "rmse bounded"
+statistic = "rmse_macro"
+predictor = "source"
+comparator = "<="
+threshold = 10.0
+)"));
+  auto pass = wr::evaluate_sweep(sweep, options);
+  ASSERT_EQ(pass.gates.size(), 1u);
+  ASSERT_EQ(pass.gates[0].result.verdict, wbaudit::stats::Verdict::pass);
+  EXPECT_EQ(wr::gate_check_status(pass), wr::kCheckPass);
+  // No gate declared: nothing was checked, which a CI check must not read as a pass.
+  options.analysis = analysis("check_none", basic_analysis());
+  EXPECT_EQ(wr::gate_check_status(wr::evaluate_sweep(sweep, options)), wr::kCheckInconclusive);
+}
+
+// The CSV tables print round-trip precision (17 significant digits): parsing them gives back the exact doubles, so
+// every statistic can be recomputed from them.
+TEST_F(EvaluateTest, CsvNumbersRoundTripExactly) {
+  wr::EvaluateOptions options;
+  options.analysis = analysis("roundtrip", basic_analysis());
+  options.figures = false;
+  auto result = wr::evaluate_sweep(sweep, options);
+  auto dir = wr::write_evaluation_report(result, options);
+  const auto& source = result.predictor("source");
+  int checked = 0;
+  for (auto& row : read_csv(dir / "statistics.csv")) {
+    if (row["predictor"] != "source") continue;
+    if (row["statistic"] == "rmse_macro") {
+      EXPECT_EQ(std::stod(row["estimate"]), source.metrics.rmse_macro);
+      EXPECT_EQ(std::stod(row["ci_lower"]), source.intervals.at("rmse_macro").lower);
+      ++checked;
+    }
+    if (row["statistic"] == "mae") {
+      EXPECT_EQ(std::stod(row["estimate"]), source.metrics.mae);
+      ++checked;
+    }
+  }
+  EXPECT_EQ(checked, 2);
+  const auto store = wr::SweepStore::open(sweep);
+  const std::string target = "target/lr_scale=4.0/format=e4m3";
+  const auto t = trace_of(sweep, store, target);
+  const auto& measured = t.group("layer1.weight").erased_fraction;
+  int rows = 0;
+  for (auto& row : read_csv(dir / "series.csv")) {
+    if (row["cell"] != target + "/layer1.weight") continue;
+    const auto k =
+        std::find(t.recorded_steps.begin(), t.recorded_steps.end(), std::stoll(row["step"])) - t.recorded_steps.begin();
+    ASSERT_LT(std::size_t(k), measured.size());
+    EXPECT_EQ(std::stod(row["outcome"]), measured[std::size_t(k)]) << row["outcome"];
+    ++rows;
+  }
+  EXPECT_EQ(rows, static_cast<int>(measured.size()));
 }
 
 TEST_F(EvaluateTest, MissingRequiredCellMakesEveryGateInconclusiveWithTheReason) {
@@ -302,6 +363,7 @@ TEST_F(EvaluateTest, MissingRequiredCellMakesEveryGateInconclusiveWithTheReason)
     EXPECT_NE(reasons.find("missing"), std::string::npos) << reasons;
   }
   EXPECT_EQ(result.cells.size(), 6u);  // the three present runs x two groups are still scored
+  EXPECT_EQ(wr::gate_check_status(result), wr::kCheckInconclusive);
 }
 
 TEST_F(EvaluateTest, NeverOverwritesAnEarlierEvaluation) {
