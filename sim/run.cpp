@@ -8,6 +8,7 @@
 #include "sim/precision/format.hpp"
 #include "sim/precision/policy.hpp"
 #include "sim/precision/writeback.hpp"
+#include "sim/trace/expected_projection.hpp"
 
 namespace wbaudit::sim {
 
@@ -125,7 +126,7 @@ RunConfig run_config_from_json(const json& j) {
   RunConfig c;
   const ObjectReader top(j, "",
                          {"schema", "mode", "seed", "steps", "model", "data", "optimizer", "schedule", "record",
-                          "target", "project_formats"});
+                          "target", "project_formats", "project_policies"});
   std::string schema = kCellSchema;
   top.string("schema", schema);
   require(schema == kCellSchema, "schema", "unsupported schema \"" + schema + "\" (expected " + kCellSchema + ")");
@@ -247,6 +248,27 @@ RunConfig run_config_from_json(const json& j) {
       c.project_formats.push_back(name);
     }
   }
+  // project_policies: [{"policy": "stochastic" | "deadzone-sr", "sr_bits": 0..32}, ...] (issue 13)
+  if (const json* p = top.find("project_policies")) {
+    require(c.mode == RunMode::reference, "project_policies", "only allowed in reference mode");
+    require(p->is_array(), "project_policies", "expected an array of {policy, sr_bits} objects");
+    for (std::size_t i = 0; i < p->size(); ++i) {
+      const std::string path = "project_policies[" + std::to_string(i) + "]";
+      const ObjectReader r((*p)[i], path, {"policy", "sr_bits"});
+      std::string name;
+      int sr_bits = 0;
+      require(r.find("policy") != nullptr, path + ".policy", "missing (stochastic or deadzone-sr)");
+      r.string("policy", name);
+      r.integer("sr_bits", sr_bits);
+      require(sr_bits >= 0 && sr_bits <= 32, path + ".sr_bits", "must be in 0..32");
+      const WritebackPolicy wp = named(path + ".policy", [&] { return make_policy(name, sr_bits); });
+      require(wp.policy == Policy::stochastic || wp.policy == Policy::deadzone_sr, path + ".policy",
+              "\"" + name + "\" has no expected projection (known: stochastic, deadzone-sr)");
+      for (const WritebackPolicy& q : c.project_policies)
+        require(q.policy != wp.policy || q.sr_bits != wp.sr_bits, path, "duplicate policy \"" + name + "\"");
+      c.project_policies.push_back(wp);
+    }
+  }
   return c;
 }
 
@@ -283,6 +305,11 @@ json to_json(const RunConfig& c) {
     j["target"] = {{"format", c.target.format}, {"policy", c.target.policy}, {"sr_bits", c.target.sr_bits}};
   } else {
     j["project_formats"] = c.project_formats;
+    if (!c.project_policies.empty()) {  // absent when empty: nearest-only reference cells keep their ids
+      j["project_policies"] = json::array();
+      for (const WritebackPolicy& p : c.project_policies)
+        j["project_policies"].push_back({{"policy", policy_name(p.policy)}, {"sr_bits", p.sr_bits}});
+    }
   }
   return j;
 }
@@ -467,6 +494,9 @@ Trace run_cell(const ExecSpace& space, const RunConfig& config, const ProgressCa
             ProjectedSeries& series = g.projected[config.project_formats[f]];
             series.erased.push_back(c.erased);
             series.fraction.push_back(fraction(c.erased, c.nonzero));
+            // Issue 13: the expected erased fraction of each declared stochastic policy (expected_projection.hpp).
+            record_expected_projections(space, project_formats[t][f], config.project_policies,
+                                        Kokkos::View<const float*, memory_space>(w), u, series);
           }
         }
         // The plain fp32 update w <- w + u, counting non-finite inputs.

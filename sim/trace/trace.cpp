@@ -217,6 +217,23 @@ std::vector<T> read_optional(hid_t loc, const std::string& name, const std::stri
   return has_link(loc, name) ? read_dataset<T>(loc, name, where, file) : std::vector<T>{};
 }
 
+// The link names of an HDF5 group, in name order.
+std::vector<std::string> link_names(hid_t loc, const std::string& where, const std::string& file) {
+  H5G_info_t info;
+  check(H5Gget_info(loc, &info), "H5Gget_info " + where, file);
+  std::vector<std::string> names;
+  for (hsize_t i = 0; i < info.nlinks; ++i) {
+    const ssize_t len = H5Lget_name_by_idx(loc, ".", H5_INDEX_NAME, H5_ITER_INC, i, nullptr, 0, H5P_DEFAULT);
+    if (len < 0) {
+      throw TraceFileError(file + ": HDF5 error: link name in " + where);
+    }
+    std::string name(static_cast<std::size_t>(len), '\0');
+    H5Lget_name_by_idx(loc, ".", H5_INDEX_NAME, H5_ITER_INC, i, name.data(), name.size() + 1, H5P_DEFAULT);
+    names.push_back(name);
+  }
+  return names;
+}
+
 void write_file(const std::string& file, const Trace& trace) {
   Handle fcpl(untimed_plist(H5P_FILE_CREATE), H5Pclose, "creation property list", file);
   Handle h5(H5Fcreate(file.c_str(), H5F_ACC_EXCL, fcpl.get(), H5P_DEFAULT), H5Fclose, "create file", file);
@@ -269,6 +286,18 @@ void write_file(const std::string& file, const Trace& trace) {
         Handle fh = create_group(projected.get(), format, file);
         write_vector(fh.get(), "erased", series.erased, file);
         write_vector(fh.get(), "fraction", series.fraction, file);
+        if (!series.expected.empty()) {
+          Handle expected = create_group(fh.get(), "expected", file);
+          for (const auto& [policy, e] : series.expected) {
+            if (policy.empty() || policy.find('/') != std::string::npos) {
+              throw TraceFileError(file + ": group " + g.name + " format " + format + ": invalid projection name \"" +
+                                   policy + "\"");
+            }
+            Handle ph = create_group(expected.get(), policy, file);
+            write_vector(ph.get(), "erased", e.erased, file);
+            write_vector(ph.get(), "fraction", e.fraction, file);
+          }
+        }
       }
     }
   }
@@ -369,6 +398,17 @@ Trace read_trace(const std::filesystem::path& path) {
         ProjectedSeries series;
         series.erased = read_dataset<std::int64_t>(fh.get(), "erased", fwhere, file);
         series.fraction = read_dataset<double>(fh.get(), "fraction", fwhere, file);
+        if (has_link(fh.get(), "expected")) {
+          Handle expected = open_group(fh.get(), "expected", file);
+          for (const std::string& policy : link_names(expected.get(), fwhere + "expected", file)) {
+            Handle ph = open_group(expected.get(), policy, file);
+            const std::string pwhere = fwhere + "expected/" + policy + "/";
+            ExpectedSeries e;
+            e.erased = read_dataset<double>(ph.get(), "erased", pwhere, file);
+            e.fraction = read_dataset<double>(ph.get(), "fraction", pwhere, file);
+            series.expected.emplace(policy, std::move(e));
+          }
+        }
         g.projected.emplace(name, std::move(series));
       }
     }
