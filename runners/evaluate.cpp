@@ -353,6 +353,7 @@ EvaluationResult evaluate_sweep(const fs::path& sweep_dir, const EvaluateOptions
     e.run_id = c.target->name;
     e.group = c.group;
     e.format = c.format;
+    e.projection = c.projection;
     e.template_class = class_of(c);
     e.outcome = forecast::measured_series(*c.target_trace, c.group);
     auto src = source_of.find(c.target->name);
@@ -367,6 +368,9 @@ EvaluationResult evaluate_sweep(const fs::path& sweep_dir, const EvaluateOptions
     result.runs.push_back(c.target->name);
     result.groups.push_back(c.group);
     result.formats.push_back(c.format);
+    result.projections.push_back(c.projection);
+    if (!c.projection_note.empty())
+      result.projection_notes.push_back(c.target->name + "/" + c.group + ": " + c.projection_note);
   }
 
   forecast::TableOptions topt;
@@ -634,6 +638,20 @@ std::vector<Row> statistic_rows(const EvaluationResult& r) {
 }
 
 // A Markdown table cell: '|' escaped.
+// Which projection `source` (and matched-reference) read per cell: the one of the target's write-back policy.
+std::string projection_summary(const EvaluationResult& r) {
+  std::map<std::string, int> counts;
+  for (auto& p : r.projections) ++counts[p];
+  std::string out;
+  for (auto& [name, n] : counts)
+    out += (out.empty() ? "" : ", ") + name + " for " + std::to_string(n) + (n == 1 ? " cell" : " cells");
+  out +=
+      " (each target scored against the projection of its own write-back policy: nearest = exact projected "
+      "events, stochastic / deadzone-sr = expected erased fraction)";
+  if (!r.projection_notes.empty()) out += "; " + join(r.projection_notes, "; ");
+  return out;
+}
+
 std::string md_cell(const std::string& text) {
   std::string out;
   for (char c : text) out += c == '|' ? std::string("\\|") : std::string(1, c);
@@ -707,7 +725,7 @@ fs::path write_evaluation_report(EvaluationResult& r, const EvaluateOptions& opt
     // cells.csv: per predictor and cell.
     {
       std::ostringstream csv;
-      csv << "predictor,predictor_label,cell,run,group,format,bias_cell,mae_cell,rmse_cell,mse_cell,"
+      csv << "predictor,predictor_label,cell,run,group,format,projection,bias_cell,mae_cell,rmse_cell,mse_cell,"
              "outcome_cell_anomaly,predictor_cell_anomaly\n";
       for (auto& p : r.predictors) {
         if (!p.unavailable.empty()) continue;
@@ -717,8 +735,8 @@ fs::path write_evaluation_report(EvaluationResult& r, const EvaluateOptions& opt
         for (auto& m : p.metrics.cells) {
           auto k = std::find(r.cells.begin(), r.cells.end(), m.cell) - r.cells.begin();
           csv << p.name << "," << predictor_label(p) << "," << csv_field(m.cell) << "," << csv_field(r.runs[k]) << ","
-              << r.groups[k] << "," << r.formats[k] << "," << num(m.bias_cell, 17) << "," << num(m.mae_cell, 17) << ","
-              << num(m.rmse_cell, 17) << "," << num(m.mse_cell, 17) << ",";
+              << r.groups[k] << "," << r.formats[k] << "," << r.projections[k] << "," << num(m.bias_cell, 17) << ","
+              << num(m.mae_cell, 17) << "," << num(m.rmse_cell, 17) << "," << num(m.mse_cell, 17) << ",";
           if (auto it = dir_index.find(m.cell); it != dir_index.end()) {
             csv << num(p.directional.outcome_cell_anomaly[it->second], 17) << ","
                 << num(p.directional.predictor_cell_anomaly[it->second], 17);
@@ -915,6 +933,7 @@ fs::path write_evaluation_report(EvaluationResult& r, const EvaluateOptions& opt
         {"outcome", r.analysis.outcome + " y(c,t) = erased / nonzero, per target run and parameter group"},
         {"cells x steps", std::to_string(r.cells.size()) + " x " + std::to_string(r.steps.size())},
         {"source", r.source_reference},
+        {"source projection", projection_summary(r)},
         {"template", "class " + join(r.analysis.template_class, "/") + ", history: the sweep's target runs" +
                          (r.analysis.history_cells.empty() ? "" : " matching " + join(r.analysis.history_cells)) +
                          ", leave-run-out (outcome-blind)"},

@@ -65,6 +65,8 @@ struct EvaluationResult {
   std::vector<std::string> runs;    // per row: the target run (bootstrap unit when unit = run)
   std::vector<std::string> groups;  // per row
   std::vector<std::string> formats;
+  std::vector<std::string> projections;       // per row: the reference projection `source` uses (target's policy)
+  std::vector<std::string> projection_notes;  // "cell: why nearest stands in for the target's policy"
   std::vector<std::int64_t> steps;
   stats::CellTable outcome;
   std::vector<forecast::PredictorTable> tables;  // as built (NaN rows for classes without history)

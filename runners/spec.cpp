@@ -268,13 +268,14 @@ SweepSpec parse_sweep_spec(const std::string& text, const std::filesystem::path&
   collect_axes(doc["grid"], "", axes, ctx);
   if (axes.empty()) ctx.fail(ctx.line_of("grid"), "grid: no axes (the grid would be empty)");
   for (auto& [path, values] : axes) {
-    if (path == "mode" || path.rfind("project_formats", 0) == 0)
+    if (path == "mode" || path.rfind("project_formats", 0) == 0 || path.rfind("project_policies", 0) == 0)
       ctx.fail(ctx.line_of("grid." + path), "grid." + path + ": cannot be a grid axis");
   }
 
   // Every target format in the grid is projected by every reference, so references are shared across formats
   // whenever their runs are otherwise identical.
   std::set<std::string> formats(project_formats.begin(), project_formats.end());
+  std::set<std::pair<std::string, int>> sr_policies;
 
   std::size_t total = 1;
   for (auto& axis : axes) total *= axis.second.size();
@@ -300,6 +301,14 @@ SweepSpec parse_sweep_spec(const std::string& text, const std::filesystem::path&
     if (!config["target"].contains("policy")) config["target"]["policy"] = "nearest";
     resolve_lr_scale(config, name, ctx);
     formats.insert(config["target"]["format"].get<std::string>());
+    // Every stochastic policy of the grid (with its sr_bits) is projected by every reference too, as expected
+    // erased fractions (sim/precision/expected_erasure.hpp), so that SR targets are scored against their own.
+    if (config["target"]["policy"].is_string()) {
+      const std::string policy = config["target"]["policy"].get<std::string>();
+      const json* bits = config["target"].contains("sr_bits") ? &config["target"]["sr_bits"] : nullptr;
+      if ((policy == "stochastic" || policy == "deadzone-sr") && (!bits || bits->is_number_integer()))
+        sr_policies.insert({policy, bits ? bits->get<int>() : 0});
+    }
     targets.push_back({name, CellRole::target, config, params, ""});
     validate(targets.back(), ctx);  // before references are derived, so errors name the target's own keys
   }
@@ -312,6 +321,11 @@ SweepSpec parse_sweep_spec(const std::string& text, const std::filesystem::path&
     config.erase("target");
     config["mode"] = "reference";
     config["project_formats"] = std::vector<std::string>(formats.begin(), formats.end());
+    if (!sr_policies.empty()) {
+      config["project_policies"] = json::array();
+      for (const auto& [policy, bits] : sr_policies)
+        config["project_policies"].push_back({{"policy", policy}, {"sr_bits", bits}});
+    }
     std::string key = config.dump();
     auto it = reference_by_config.find(key);
     if (it == reference_by_config.end()) {

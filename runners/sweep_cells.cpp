@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "sim/precision/expected_erasure.hpp"
+
 namespace wbaudit::runners {
 
 std::shared_ptr<const sim::Trace> TraceCache::trace(const std::string& cell_id) {
@@ -65,6 +67,21 @@ SweepEvaluationCells read_sweep_evaluation_cells(const SweepStore& store, const 
       cell.group = group;
       cell.format = target->format;
       cell.policy = target->policy;
+      const auto& projected = ref->group(group).projected.at(target->format);
+      if (target->policy != "nearest") {
+        int bits = 0;
+        if (stored.config.contains("target") && stored.config["target"].contains("sr_bits"))
+          bits = stored.config["target"]["sr_bits"].get<int>();
+        const std::string wanted = sim::projection_name(sim::make_policy(target->policy, bits));
+        if (projected.expected.contains(wanted)) {
+          cell.projection = wanted;
+        } else {
+          cell.projection_note = target->policy == "master"
+                                     ? "no projection models the master copy; scored against nearest"
+                                     : "reference " + reference->name + " has no " + wanted +
+                                           " projection (made before per-policy projections); scored against nearest";
+        }
+      }
       cell.params = spec_cell.params;
       cell.target_trace = target;
       cell.reference_trace = ref;

@@ -14,6 +14,7 @@
 
 #include "forecast/alignment.hpp"
 #include "forecast/crossing.hpp"
+#include "forecast/source.hpp"
 #include "runners/identity.hpp"
 #include "runners/report/crossing_report.hpp"
 #include "runners/sweep_cells.hpp"
@@ -168,12 +169,11 @@ SweepOutputs write_sweep_outputs(const SweepStore& store, const SweepSpec& spec)
   const std::vector<std::string>& missing = read.missing;
   std::vector<CellSeries> series;
   for (const auto& c : cells) {
-    const auto& projected = c.reference_trace->group(c.group).projected.at(c.format);
+    const forecast::Series projected = forecast::projected_series(*c.reference_trace, c.group, c.format, c.projection);
     CellSeries cs;
     cs.steps = c.target_trace->recorded_steps;
     cs.measured = c.target_trace->group(c.group).erased_fraction;
-    cs.predicted = forecast::align_series(c.reference_trace->recorded_steps, projected.fraction, cs.steps,
-                                          forecast::OutOfRange::missing);
+    cs.predicted = forecast::align_series(projected.steps, projected.values, cs.steps, forecast::OutOfRange::missing);
     series.push_back(std::move(cs));
   }
   outputs.evaluation_cells = cells.size();
@@ -224,7 +224,7 @@ SweepOutputs write_sweep_outputs(const SweepStore& store, const SweepSpec& spec)
   for (auto& cell : cells)
     for (auto& [k, v] : cell.params.items()) param_keys.insert(k);
   std::ostringstream csv;
-  csv << "cell,target,target_id,reference,reference_id,group,format,policy";
+  csv << "cell,target,target_id,reference,reference_id,group,format,policy,projection";
   for (auto& k : param_keys) csv << "," << csv_field(k);
   csv << ",category,measured_status,predicted_status,measured_crossing,predicted_crossing,relative_error,"
          "within_tolerance,measured_at_burn_in,predicted_at_burn_in,measured_final,predicted_final\n";
@@ -236,7 +236,7 @@ SweepOutputs write_sweep_outputs(const SweepStore& store, const SweepSpec& spec)
     const auto& c = crossings[i];
     csv << csv_field(cell.label) << "," << csv_field(cell.target->name) << "," << cell.target->id << ","
         << csv_field(cell.reference->name) << "," << cell.reference->id << "," << cell.group << "," << cell.format
-        << "," << cell.policy;
+        << "," << cell.policy << "," << cell.projection;
     for (auto& k : param_keys) {
       csv << ",";
       if (cell.params.contains(k)) {
@@ -296,7 +296,21 @@ SweepOutputs write_sweep_outputs(const SweepStore& store, const SweepSpec& spec)
                {"target runs", std::to_string(spec.count(CellRole::target))},
                {"fp32 reference runs", std::to_string(spec.count(CellRole::reference))},
                {"evaluation cells (target run x group)", std::to_string(cells.size())},
-               {"predictor", "source: exact projected events of the fp32 reference trace (same seed, init and data)"}};
+               {"predictor",
+                "source: the fp32 reference trace (same seed, init and data) projected under each target's own "
+                "write-back policy: exact projected events for nearest, the exact expected erased fraction for "
+                "stochastic and deadzone-sr (column `projection` of summary.csv)"}};
+  {
+    std::map<std::string, int> counts;
+    std::string notes;
+    for (auto& c : cells) {
+      ++counts[c.projection];
+      if (!c.projection_note.empty()) notes += (notes.empty() ? "" : "; ") + c.label + ": " + c.projection_note;
+    }
+    std::string text;
+    for (auto& [name, n] : counts) text += (text.empty() ? "" : ", ") + name + " for " + std::to_string(n) + " cells";
+    rep.facts.emplace_back("projections", text + (notes.empty() ? "" : "; " + notes));
+  }
   if (!missing.empty()) {
     std::string list;
     for (auto& m : missing) list += (list.empty() ? "" : "; ") + m;
