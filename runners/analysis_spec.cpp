@@ -278,7 +278,11 @@ AnalysisSpec parse_analysis_spec(const std::string& text, const std::filesystem:
 
   if (const auto* node = root.get("crossing")) {
     const auto& c = r.table(*node, "crossing");
-    r.only(c, "crossing.", {"threshold", "burn_in", "tolerance"});
+    r.only(c, "crossing.", {"threshold", "burn_in", "tolerance", "min_group_size"});
+    if (const auto* n = c.get("min_group_size")) {
+      spec.min_group_size = r.integer(*n, "crossing.min_group_size");
+      if (*spec.min_group_size < 0) r.fail(n, "crossing.min_group_size", "must be >= 0");
+    }
     if (const auto* n = c.get("threshold")) spec.threshold = r.number(*n, "crossing.threshold");
     if (const auto* n = c.get("burn_in")) {
       spec.burn_in = r.integer(*n, "crossing.burn_in");

@@ -67,6 +67,7 @@ struct AnalysisSpec {
   std::optional<double> threshold;  // crossing settings; unset: the sweep spec's [evaluation]
   std::optional<std::int64_t> burn_in;
   std::optional<double> tolerance;
+  std::optional<std::int64_t> min_group_size;
 
   bool required_declared = false;           // required_cells given (else: every target cell)
   std::vector<std::string> required_cells;  // name patterns

@@ -369,6 +369,7 @@ EvaluationResult evaluate_sweep(const fs::path& sweep_dir, const EvaluateOptions
     result.groups.push_back(c.group);
     result.formats.push_back(c.format);
     result.projections.push_back(c.projection);
+    result.group_sizes.push_back(c.target_trace->group(c.group).size);
     if (!c.projection_note.empty())
       result.projection_notes.push_back(c.target->name + "/" + c.group + ": " + c.projection_note);
   }
@@ -409,7 +410,10 @@ EvaluationResult evaluate_sweep(const fs::path& sweep_dir, const EvaluateOptions
   }
 
   result.crossing_options.threshold = analysis.threshold.value_or(spec.evaluation.threshold);
-  result.crossing_options.burn_in = analysis.burn_in.value_or(spec.evaluation.burn_in);
+  const BurnIn burn_in = crossing_burn_in(spec, analysis.burn_in, "declared in the analysis' [crossing]");
+  result.crossing_options.burn_in = burn_in.steps;
+  result.burn_in_how = burn_in.how;
+  result.crossing_options.min_group_size = analysis.min_group_size.value_or(spec.evaluation.min_group_size);
   result.crossing_options.tolerance = analysis.tolerance.value_or(spec.evaluation.tolerance);
 
   // Baselines unavailable when their table has rows without history.
@@ -502,7 +506,7 @@ EvaluationResult evaluate_sweep(const fs::path& sweep_dir, const EvaluateOptions
     }
     if (!p.post_outcome) {
       try {
-        auto cmp = forecast::compare_crossings(P, Y, result.crossing_options);
+        auto cmp = forecast::compare_crossings(P, Y, result.crossing_options, result.group_sizes);
         p.crossing = cmp.summary;
         p.crossings = std::move(cmp.cells);
       } catch (const forecast::ForecastError&) {

@@ -79,6 +79,8 @@ struct EvaluationResult {
   std::vector<std::string> missing_targets;  // "name (reason)"
   std::vector<GateEvaluation> gates;
   forecast::CrossingOptions crossing_options;
+  std::string burn_in_how;                // "default: 0.5% of the 1000 steps ..." or where it was declared
+  std::vector<std::int64_t> group_sizes;  // per row: coordinates of the cell's group
   double seconds = 0;
 
   const PredictorEvaluation& predictor(const std::string& name) const;  // throws AnalysisError

@@ -1,12 +1,14 @@
 #include "runners/spec.hpp"
 
 #include <toml++/toml.h>
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <map>
 #include <set>
 #include <sstream>
 
+#include "forecast/crossing.hpp"
 #include "sim/precision/format.hpp"
 #include "sim/run.hpp"
 
@@ -238,13 +240,17 @@ SweepSpec parse_sweep_spec(const std::string& text, const std::filesystem::path&
           ctx.fail(ctx.line_of(path), path + ": must be in (0, 1], got " + value.dump());
       } else if (key == "burn_in" && value.is_number_integer()) {
         spec.evaluation.burn_in = value.get<std::int64_t>();
-        if (spec.evaluation.burn_in < 0) ctx.fail(ctx.line_of(path), path + ": must be >= 0, got " + value.dump());
+        if (*spec.evaluation.burn_in < 0) ctx.fail(ctx.line_of(path), path + ": must be >= 0, got " + value.dump());
+      } else if (key == "min_group_size" && value.is_number_integer()) {
+        spec.evaluation.min_group_size = value.get<std::int64_t>();
+        if (spec.evaluation.min_group_size < 0)
+          ctx.fail(ctx.line_of(path), path + ": must be >= 0, got " + value.dump());
       } else if (key == "tolerance" && value.is_number()) {
         spec.evaluation.tolerance = value.get<double>();
         if (!(spec.evaluation.tolerance > 0)) ctx.fail(ctx.line_of(path), path + ": must be > 0, got " + value.dump());
       } else {
         ctx.fail(ctx.line_of(path),
-                 path + ": unknown key or wrong type (known: groups, threshold, burn_in, tolerance)");
+                 path + ": unknown key or wrong type (known: groups, threshold, burn_in, tolerance, min_group_size)");
       }
     }
   }
@@ -356,6 +362,22 @@ SweepSpec parse_sweep_spec(const std::string& text, const std::filesystem::path&
     }
   }
   return spec;
+}
+
+BurnIn crossing_burn_in(const SweepSpec& spec, std::optional<std::int64_t> declared,
+                        const std::string& declared_where) {
+  if (declared) return {*declared, declared_where};
+  if (spec.evaluation.burn_in) return {*spec.evaluation.burn_in, "declared in the sweep spec's [evaluation]"};
+  std::int64_t steps = -1;
+  for (const auto& c : spec.cells) {
+    if (c.role != CellRole::target || !c.config.contains("steps") || !c.config["steps"].is_number_integer()) continue;
+    const auto s = c.config["steps"].get<std::int64_t>();
+    steps = steps < 0 ? s : std::min(steps, s);
+  }
+  if (steps < 0) steps = 0;
+  return {forecast::default_burn_in(steps), "default: 0.5% (" + std::to_string(forecast::kDefaultBurnInPerMille) +
+                                                " per mille) of the " + std::to_string(steps) +
+                                                " steps of the shortest target run"};
 }
 
 }  // namespace wbaudit::runners
