@@ -3,11 +3,15 @@
 #include <filesystem>
 #include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace wbaudit::runners::report {
 
 struct Series {
+  Series() = default;
+  Series(std::string title_, std::vector<double> x_, std::vector<double> y_, std::string style_ = "lines")
+      : title(std::move(title_)), x(std::move(x_)), y(std::move(y_)), style(std::move(style_)) {}
   std::string title;
   std::vector<double> x;
   std::vector<double> y;

@@ -516,7 +516,7 @@ TEST(EvaluatePolicies, EachTargetIsScoredAgainstTheProjectionOfItsOwnPolicy) {
   EXPECT_TRUE(some_differ) << "SR and nearest projections coincide here: the test cannot tell them apart";
   std::stringstream md;
   md << std::ifstream(dir / "report.md").rdbuf();
-  EXPECT_NE(md.str().find("source projection**: deadzone-sr for 4 cells, nearest for 4 cells, stochastic for 4 cells"),
+  EXPECT_NE(md.str().find("| source projection | deadzone-sr for 4 cells, nearest for 4 cells, stochastic for 4 cells"),
             std::string::npos);
   for (auto& row : read_csv(dir / "cells.csv"))
     EXPECT_EQ(row["projection"], row["run"].substr(row["run"].rfind('=') + 1));
