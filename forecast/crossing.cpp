@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <limits>
+#include <map>
 
 #include "forecast/alignment.hpp"
 #include "forecast/error.hpp"
@@ -118,6 +119,12 @@ Crossing find_crossing(std::span<const std::int64_t> steps, std::span<const doub
     if (yk >= theta) {
       result.status = CrossingStatus::crossed;
       result.time = yk == theta ? tk : prev_t + (theta - prev_y) / (yk - prev_y) * (tk - prev_t);
+      bool above = true;  // re-crossings: every later fall from >= theta back below it
+      for (std::size_t q = p + 1; q < obs.size(); ++q) {
+        const bool now = y[obs[q]] >= theta;
+        result.recrossings += above && !now;
+        above = now;
+      }
       return result;
     }
     prev_t = tk;
@@ -126,6 +133,11 @@ Crossing find_crossing(std::span<const std::int64_t> steps, std::span<const doub
   result.status = CrossingStatus::not_crossed;
   result.censored_at = static_cast<double>(steps[obs.back()]);
   return result;
+}
+
+std::int64_t default_burn_in(std::int64_t steps) {
+  if (steps < 0) throw ForecastError("default_burn_in: negative step count " + std::to_string(steps));
+  return steps * kDefaultBurnInPerMille / 1000;
 }
 
 CrossingCategory categorize(CrossingStatus predicted, CrossingStatus measured) {
@@ -155,6 +167,13 @@ std::string CrossingSummary::to_string() const {
   } else {
     std::snprintf(buf, sizeof buf, measured_span >= 100 ? "%.0fx" : "%.3gx", measured_span);
     s += buf;
+  }
+  if (measured_recrossing > 0) {
+    s += "; " + std::to_string(measured_recrossing) + " measured re-crossing" + (measured_recrossing > 1 ? "s" : "");
+  }
+  if (below_min_group_size > 0) {
+    s += "; " + std::to_string(below_min_group_size) + " cell" + (below_min_group_size > 1 ? "s" : "") + " below " +
+         std::to_string(min_group_size) + " coordinates left out";
   }
   return s;
 }
@@ -193,9 +212,12 @@ std::vector<Crossing> find_crossings(const stats::CellTable& table, const Crossi
 
 CellCrossing compare_cell_crossing(const std::string& cell, std::span<const std::int64_t> predicted_steps,
                                    std::span<const double> predicted, std::span<const std::int64_t> measured_steps,
-                                   std::span<const double> measured, const CrossingOptions& options) {
+                                   std::span<const double> measured, const CrossingOptions& options,
+                                   std::int64_t group_size) {
   CellCrossing cc;
   cc.cell = cell;
+  cc.group_size = group_size;
+  cc.below_min_group_size = group_size >= 0 && group_size < options.min_group_size;
   try {
     if (measured_steps.empty()) throw ForecastError("compare_cell_crossing: empty measured series");
     CrossingOptions o = options;
@@ -225,10 +247,30 @@ CrossingSummary summarize_crossings(const std::vector<CellCrossing>& cells, cons
   s.threshold = options.threshold;
   s.tolerance = options.tolerance;
   s.burn_in = cells.front().measured.burn_in;
-  s.cells = static_cast<int>(cells.size());
+  s.min_group_size = options.min_group_size;
   std::vector<double> measured_times, predicted_times, rel_errors;
+  std::map<int, std::pair<CrossingDecade, std::vector<double>>> decades;  // by floor(log10 t)
   for (const CellCrossing& cc : cells) {
     if (cc.measured.burn_in != s.burn_in) s.burn_in = kNaN;
+    if (cc.below_min_group_size) {
+      ++s.below_min_group_size;
+      continue;
+    }
+    ++s.cells;
+    s.measured_recrossing += cc.measured.status == CrossingStatus::crossed && cc.measured.recrossings > 0;
+    s.predicted_recrossing += cc.predicted.status == CrossingStatus::crossed && cc.predicted.recrossings > 0;
+    if (cc.measured.status == CrossingStatus::crossed) {
+      const int k = static_cast<int>(std::floor(std::log10(cc.measured.time)));
+      auto& [d, errors] = decades[k];
+      d.lo = std::pow(10.0, k);
+      d.hi = std::pow(10.0, k + 1);
+      ++d.measured_crossing;
+      if (cc.category == CrossingCategory::both_cross) {
+        ++d.both_cross;
+        d.within_tolerance += cc.within_tolerance;
+        errors.push_back(cc.relative_error);
+      }
+    }
     switch (cc.category) {
       case CrossingCategory::both_cross:
         ++s.both_cross;
@@ -269,17 +311,30 @@ CrossingSummary summarize_crossings(const std::vector<CellCrossing>& cells, cons
   };
   s.measured_span = span(measured_times);
   s.predicted_span = span(predicted_times);
-  s.median_relative_error = kNaN;
-  if (!rel_errors.empty()) {
-    std::sort(rel_errors.begin(), rel_errors.end());
-    const std::size_t n = rel_errors.size();
-    s.median_relative_error = n % 2 ? rel_errors[n / 2] : 0.5 * (rel_errors[n / 2 - 1] + rel_errors[n / 2]);
+  const auto median = [](std::vector<double> v) {
+    if (v.empty()) return kNaN;
+    std::sort(v.begin(), v.end());
+    const std::size_t n = v.size();
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+  };
+  s.median_relative_error = median(rel_errors);
+  for (auto& [k, entry] : decades) {
+    entry.first.median_relative_error = median(entry.second);
+    s.by_decade.push_back(entry.first);
+  }
+  if (s.cells == 0) {
+    throw ForecastError("summarize_crossings: all " + std::to_string(cells.size()) + " cells are below the minimum " +
+                        "group size " + std::to_string(options.min_group_size));
   }
   return s;
 }
 
 CrossingComparison compare_crossings(const stats::CellTable& predicted, const stats::CellTable& measured,
-                                     const CrossingOptions& options) {
+                                     const CrossingOptions& options, std::span<const std::int64_t> group_sizes) {
+  if (!group_sizes.empty() && group_sizes.size() != predicted.cells.size()) {
+    throw ForecastError("compare_crossings: " + std::to_string(group_sizes.size()) + " group sizes for " +
+                        std::to_string(predicted.cells.size()) + " cells");
+  }
   if (predicted.cells != measured.cells) {
     throw ForecastError("compare_crossings: predicted and measured tables list different cells (" +
                         std::to_string(predicted.cells.size()) + " vs " + std::to_string(measured.cells.size()) +
@@ -294,7 +349,7 @@ CrossingComparison compare_crossings(const stats::CellTable& predicted, const st
   CrossingComparison out;
   for (std::size_t r = 0; r < predicted.cells.size(); ++r) {
     out.cells.push_back(compare_cell_crossing(predicted.cells[r], predicted.steps, row_of(predicted, r), measured.steps,
-                                              row_of(measured, r), options));
+                                              row_of(measured, r), options, group_sizes.empty() ? -1 : group_sizes[r]));
   }
   out.summary = summarize_crossings(out.cells, options);
   return out;

@@ -27,7 +27,16 @@ struct CrossingOptions {
   double threshold = 0.5;               // theta
   std::optional<std::int64_t> burn_in;  // t0; default: the first recorded step
   double tolerance = 0.15;              // relative-error tolerance for "within" (|t_hat - t| / t <= tolerance)
+  // Cells whose group has fewer coordinates (erased fraction in steps of 1/size) are left out of the headline
+  // and counted apart; 0: no minimum. Only applies where the caller passes group sizes.
+  std::int64_t min_group_size = 0;
 };
+
+// The default burn-in of a run of `steps` optimizer steps: 0.5% of the run (floor(5 steps / 1000)), so that a
+// trajectory crossing within its first few steps counts as "above at initialization", not as a forecast success,
+// while crossing times can still span more than two decades (up to 200x).
+inline constexpr std::int64_t kDefaultBurnInPerMille = 5;
+std::int64_t default_burn_in(std::int64_t steps);
 
 enum class CrossingStatus { crossed, not_crossed, above_at_init, undetermined };
 const char* to_string(CrossingStatus status);
@@ -38,6 +47,9 @@ struct Crossing {
   double censored_at = 0;       // not_crossed: the last observed step; NaN otherwise
   double burn_in = 0;           // t0 used
   double value_at_burn_in = 0;  // y(t0) (NaN when undetermined)
+  // crossed: how often an observed point after the crossing falls back below theta after a point at or above it
+  // (a trajectory that touches the threshold and leaves again, e.g. a 1/32-step fraction tied at theta); 0 otherwise
+  int recrossings = 0;
 };
 
 // Throws ForecastError when steps and y differ in length, steps are empty, negative or not strictly increasing,
@@ -68,9 +80,20 @@ struct CellCrossing {
   Crossing predicted;
   Crossing measured;
   CrossingCategory category = CrossingCategory::undetermined;
-  double relative_error = 0;      // both_cross: |t_hat - t| / t; NaN otherwise
-  bool within_tolerance = false;  // both_cross and relative_error <= tolerance
-  bool differs = false;           // both determined and predicted.status != measured.status
+  double relative_error = 0;          // both_cross: |t_hat - t| / t; NaN otherwise
+  bool within_tolerance = false;      // both_cross and relative_error <= tolerance
+  bool differs = false;               // both determined and predicted.status != measured.status
+  std::int64_t group_size = -1;       // coordinates of the cell's group; -1: not given
+  bool below_min_group_size = false;  // 0 <= group_size < options.min_group_size: left out of the headline
+};
+
+// The headline within one decade of measured crossing time [lo, hi) = [10^k, 10^(k+1)) steps.
+struct CrossingDecade {
+  double lo = 0, hi = 0;
+  int measured_crossing = 0;         // cells whose measured crossing lies in the decade
+  int both_cross = 0;                // of those, predicted crosses too
+  int within_tolerance = 0;          // of those, within the tolerance
+  double median_relative_error = 0;  // over its both_cross cells; NaN when none
 };
 
 struct CrossingSummary {
@@ -86,8 +109,15 @@ struct CrossingSummary {
   double measured_span = 0;          // max t / min t over measured crossing cells; NaN when none cross
   double predicted_span = 0;         // the same over predicted crossing cells
   double median_relative_error = 0;  // over both_cross cells; NaN when none
+  // Cells left out of every count above: their group has fewer than min_group_size coordinates.
+  int below_min_group_size = 0;
+  std::int64_t min_group_size = 0;
+  int measured_recrossing = 0;   // headline cells whose measured trajectory falls back below theta after crossing
+  int predicted_recrossing = 0;  // the same for the predicted trajectory
+  std::vector<CrossingDecade> by_decade;  // ascending; decades of measured crossing time with at least one cell
 
-  // e.g. "55/72 both cross, 52/55 within 15%, 4/72 differ in category, measured span 384x"
+  // e.g. "55/72 both cross, 52/55 within 15%, 4/72 differ in category, measured span 384x", followed, when they
+  // apply, by "; 3 measured re-crossings" and "; 8 cells below 64 coordinates left out".
   std::string to_string() const;
 };
 
@@ -101,7 +131,8 @@ struct CrossingComparison {
 // Throws ForecastError (naming the cell) on bad input.
 CellCrossing compare_cell_crossing(const std::string& cell, std::span<const std::int64_t> predicted_steps,
                                    std::span<const double> predicted, std::span<const std::int64_t> measured_steps,
-                                   std::span<const double> measured, const CrossingOptions& options = {});
+                                   std::span<const double> measured, const CrossingOptions& options = {},
+                                   std::int64_t group_size = -1);
 
 // Counts, within-tolerance share, spans and median relative error over per-cell results (the summary's
 // definitions above). burn_in is the cells' common t0, NaN when they differ. Throws ForecastError when empty.
@@ -109,7 +140,9 @@ CrossingSummary summarize_crossings(const std::vector<CellCrossing>& cells, cons
 
 // Row-by-row comparison of a predictor table against the measured outcome table. Throws ForecastError unless the
 // two tables have the same cells (same order) and the same steps.
+// group_sizes (optional, one per cell) enables options.min_group_size.
 CrossingComparison compare_crossings(const stats::CellTable& predicted, const stats::CellTable& measured,
-                                     const CrossingOptions& options = {});
+                                     const CrossingOptions& options = {},
+                                     std::span<const std::int64_t> group_sizes = {});
 
 }  // namespace wbaudit::forecast

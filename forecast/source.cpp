@@ -13,7 +13,8 @@ const sim::GroupTrace& find_group(const sim::Trace& trace, std::string_view grou
   throw ForecastError("trace has no group \"" + std::string(group) + "\" (groups: " + known + ")");
 }
 
-Series projected_series(const sim::Trace& reference, std::string_view group, std::string_view format) {
+Series projected_series(const sim::Trace& reference, std::string_view group, std::string_view format,
+                        std::string_view projection) {
   if (reference.mode != "reference") {
     throw ForecastError("projected_series: trace mode is \"" + reference.mode + "\", expected \"reference\"");
   }
@@ -25,12 +26,23 @@ Series projected_series(const sim::Trace& reference, std::string_view group, std
     throw ForecastError("projected_series: group \"" + g.name + "\" has no projection for format \"" +
                         std::string(format) + "\" (projected formats: " + known + ")");
   }
-  if (it->second.fraction.size() != reference.recorded_steps.size()) {
-    throw ForecastError("projected_series: group \"" + g.name + "\" format \"" + std::string(format) +
-                        "\": " + std::to_string(it->second.fraction.size()) + " fractions but " +
-                        std::to_string(reference.recorded_steps.size()) + " recorded steps");
+  const std::vector<double>* fraction = &it->second.fraction;
+  if (projection != "nearest") {
+    const auto e = it->second.expected.find(std::string(projection));
+    if (e == it->second.expected.end()) {
+      std::string known = "nearest";
+      for (const auto& [name, series] : it->second.expected) known += ", " + name;
+      throw ForecastError("projected_series: group \"" + g.name + "\" format \"" + std::string(format) +
+                          "\" has no \"" + std::string(projection) + "\" projection (projections: " + known + ")");
+    }
+    fraction = &e->second.fraction;
   }
-  return Series{reference.recorded_steps, it->second.fraction};
+  if (fraction->size() != reference.recorded_steps.size()) {
+    throw ForecastError("projected_series: group \"" + g.name + "\" format \"" + std::string(format) +
+                        "\" projection \"" + std::string(projection) + "\": " + std::to_string(fraction->size()) +
+                        " fractions but " + std::to_string(reference.recorded_steps.size()) + " recorded steps");
+  }
+  return Series{reference.recorded_steps, *fraction};
 }
 
 Series measured_series(const sim::Trace& target, std::string_view group) {

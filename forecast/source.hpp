@@ -19,10 +19,13 @@ struct Series {
 // The group named `group`; throws ForecastError listing the trace's groups when absent.
 const sim::GroupTrace& find_group(const sim::Trace& trace, std::string_view group);
 
-// The projected nearest erased fraction of `group` under `format` on the reference's recorded steps. Throws
-// ForecastError when the trace is not a reference trace, the group or format is absent (listing those present), or
-// the series length differs from the recorded steps.
-Series projected_series(const sim::Trace& reference, std::string_view group, std::string_view format);
+// The projected erased fraction of `group` under `format` on the reference's recorded steps: under nearest
+// (projection "nearest": GroupTrace::projected[format].fraction), or the expected erased fraction of a stochastic
+// policy (projection "stochastic", "stochastic-r8", "deadzone-sr", ...: projected[format].expected[projection],
+// sim::projection_name). Throws ForecastError when the trace is not a reference trace, the group, format or
+// projection is absent (listing those present), or the series length differs from the recorded steps.
+Series projected_series(const sim::Trace& reference, std::string_view group, std::string_view format,
+                        std::string_view projection = "nearest");
 
 // The measured outcome of a target run: GroupTrace::erased_fraction of `group` on the run's recorded steps. Throws
 // ForecastError when the trace is not a target trace, the group is absent, or the lengths differ.

@@ -69,7 +69,7 @@ PredictorTable projection_table(PredictorKind kind, const std::vector<Evaluation
         s.steps = trace->recorded_steps;
         s.values = analytic_erased_fraction(*trace, find_group(*trace, c.group), mantissa_width(c), c.lr_scale);
       } else {
-        s = projected_series(*trace, c.group, c.format);
+        s = projected_series(*trace, c.group, c.format, c.projection);
       }
     } catch (const ForecastError& e) {
       throw ForecastError(p.name + ": cell \"" + c.label() + "\": " + e.what());

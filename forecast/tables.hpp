@@ -24,11 +24,12 @@
 namespace wbaudit::forecast {
 
 struct EvaluationCell {
-  std::string run_id;                                   // the target run (unit of independence, leave-run-out key)
-  std::string group;                                    // parameter group, e.g. "layer1.weight"
-  std::string format;                                   // target format name: selects the reference's projected series
-  std::string template_class;                           // e.g. "e4m3/layer1.weight"
-  Series outcome;                                       // measured erased fraction on the target's recorded steps
+  std::string run_id;                  // the target run (unit of independence, leave-run-out key)
+  std::string group;                   // parameter group, e.g. "layer1.weight"
+  std::string format;                  // target format name: selects the reference's projected series
+  std::string projection = "nearest";  // which projection of that format: the target's policy (projected_series)
+  std::string template_class;          // e.g. "e4m3/layer1.weight"
+  Series outcome;                      // measured erased fraction on the target's recorded steps
   std::shared_ptr<const sim::Trace> reference;          // `source`: the predeclared fp32 reference (may be shared)
   std::shared_ptr<const sim::Trace> matched_reference;  // `matched-reference` (optional, privileged)
   int man_bits = -1;      // M for the analytic-grid predictor; -1: the format's (sim::format_from_name)

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <iomanip>
 #include <set>
 #include <sstream>
 #include <tuple>
@@ -278,7 +279,11 @@ AnalysisSpec parse_analysis_spec(const std::string& text, const std::filesystem:
 
   if (const auto* node = root.get("crossing")) {
     const auto& c = r.table(*node, "crossing");
-    r.only(c, "crossing.", {"threshold", "burn_in", "tolerance"});
+    r.only(c, "crossing.", {"threshold", "burn_in", "tolerance", "min_group_size"});
+    if (const auto* n = c.get("min_group_size")) {
+      spec.min_group_size = r.integer(*n, "crossing.min_group_size");
+      if (*spec.min_group_size < 0) r.fail(n, "crossing.min_group_size", "must be >= 0");
+    }
     if (const auto* n = c.get("threshold")) spec.threshold = r.number(*n, "crossing.threshold");
     if (const auto* n = c.get("burn_in")) {
       spec.burn_in = r.integer(*n, "crossing.burn_in");
@@ -368,6 +373,81 @@ AnalysisSpec parse_analysis_spec(const std::string& text, const std::filesystem:
     }
   }
   return spec;
+}
+
+namespace {
+std::string toml_string(const std::string& s) {
+  return nlohmann::json(s).dump();  // a JSON string is a TOML basic string
+}
+std::string toml_strings(const std::vector<std::string>& v) {
+  std::string out = "[";
+  for (std::size_t i = 0; i < v.size(); ++i) out += (i ? ", " : "") + toml_string(v[i]);
+  return out + "]";
+}
+std::string toml_number(double x) {
+  std::ostringstream out;
+  out << std::setprecision(17) << x;
+  std::string s = out.str();
+  if (s.find_first_of(".eEn") == std::string::npos) s += ".0";  // a TOML float, not an integer
+  return s;
+}
+std::string toml_value(const nlohmann::json& v) {
+  if (v.is_string()) return toml_string(v.get<std::string>());
+  if (v.is_boolean()) return v.get<bool>() ? "true" : "false";
+  if (v.is_number_integer()) return v.dump();
+  if (v.is_number()) return toml_number(v.get<double>());
+  if (v.is_object()) {
+    std::string out = "{";
+    bool first = true;
+    for (auto& [k, x] : v.items()) {
+      out += (first ? " " : ", ") + toml_string(k) + " = " + toml_value(x);
+      first = false;
+    }
+    return out + " }";
+  }
+  std::string out = "[";
+  for (std::size_t i = 0; i < v.size(); ++i) out += (i ? ", " : "") + toml_value(v[i]);
+  return out + "]";
+}
+}  // namespace
+
+std::string effective_analysis_toml(const AnalysisSpec& spec, const std::vector<std::string>& groups,
+                                    const ResolvedCrossing& crossing) {
+  std::ostringstream t;
+  t << "# The complete effective analysis of this evaluation: every setting explicit, crossing settings and groups\n"
+       "# resolved against the sweep. `wbaudit evaluate --analysis` on this file repeats the evaluation.\n";
+  if (spec.required_declared) {
+    t << "required_cells = " << toml_strings(spec.required_cells) << "\n";
+  } else {
+    t << "# required_cells: not declared, so every target cell of the sweep is required\n";
+  }
+  t << "\n[analysis]\nname = " << toml_string(spec.name) << "\ndescription = " << toml_string(spec.description)
+    << "\noutcome = " << toml_string(spec.outcome) << "\npredictors = " << toml_strings(spec.predictors)
+    << "\nbaselines = " << toml_strings(spec.baselines) << "\ngroups = " << toml_strings(groups)
+    << "\nmissing = " << toml_string(std::string(stats::to_string(spec.missing))) << "\n";
+  t << "\n[source]\nreference = " << toml_string(spec.source_overrides.empty() ? "declared" : "overrides") << "\n";
+  if (!spec.source_overrides.empty()) t << "overrides = " << toml_value(spec.source_overrides) << "\n";
+  t << "\n[template]\nclass = " << toml_strings(spec.template_class) << "\nhistory = \"leave-run-out\"\n";
+  if (!spec.history_cells.empty()) {
+    t << "history_cells = " << toml_strings(spec.history_cells) << "\n";
+  } else {
+    t << "# history_cells: not declared, so every target run is historical (leave-run-out)\n";
+  }
+  t << "missing_class = " << (spec.template_missing_inconclusive ? "\"inconclusive\"" : "\"error\"") << "\n";
+  t << "\n[bootstrap]\nresamples = " << spec.bootstrap.resamples << "\nseed = " << spec.bootstrap.seed
+    << "\nmethod = " << toml_string(std::string(stats::to_string(spec.bootstrap.method)))
+    << "\nconfidence = " << toml_number(spec.bootstrap.confidence)
+    << "\nunit = " << (spec.unit == BootstrapUnit::run ? "\"run\"" : "\"cell\"") << "\n";
+  t << "\n[crossing]\nthreshold = " << toml_number(crossing.threshold) << "\nburn_in = " << crossing.burn_in
+    << "\ntolerance = " << toml_number(crossing.tolerance) << "\nmin_group_size = " << crossing.min_group_size << "\n";
+  for (const auto& g : spec.gates) {
+    t << "\n[[gates]]\nname = " << toml_string(g.gate.name) << "\nstatistic = " << toml_string(g.gate.statistic)
+      << "\n";
+    if (!g.predictor.empty()) t << "predictor = " << toml_string(g.predictor) << "\n";
+    t << "comparator = " << toml_string(std::string(stats::to_string(g.gate.direction)))
+      << "\nthreshold = " << toml_number(g.gate.threshold) << "\n";
+  }
+  return t.str();
 }
 
 }  // namespace wbaudit::runners

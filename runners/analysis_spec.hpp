@@ -67,6 +67,7 @@ struct AnalysisSpec {
   std::optional<double> threshold;  // crossing settings; unset: the sweep spec's [evaluation]
   std::optional<std::int64_t> burn_in;
   std::optional<double> tolerance;
+  std::optional<std::int64_t> min_group_size;
 
   bool required_declared = false;           // required_cells given (else: every target cell)
   std::vector<std::string> required_cells;  // name patterns
@@ -77,5 +78,18 @@ AnalysisSpec load_analysis_spec(const std::filesystem::path& path);
 AnalysisSpec parse_analysis_spec(const std::string& text, const std::filesystem::path& source_name);
 // What evaluate uses without --analysis and without a registration: every predictor available, no gates.
 AnalysisSpec default_analysis_spec();
+
+// The complete effective analysis as TOML, every default written out (the crossing settings and groups as
+// resolved against the sweep: `threshold`, `burn_in`, `tolerance`, `min_group_size`, `groups`), so that an
+// evaluation can be repeated or registered word for word: parse_analysis_spec of the result, written again with
+// the same resolved settings, gives the same text. `wbaudit evaluate` hashes this text (the analysis SHA-256).
+struct ResolvedCrossing {
+  double threshold = 0.5;
+  std::int64_t burn_in = 0;
+  double tolerance = 0.15;
+  std::int64_t min_group_size = 0;
+};
+std::string effective_analysis_toml(const AnalysisSpec& spec, const std::vector<std::string>& groups,
+                                    const ResolvedCrossing& crossing);
 
 }  // namespace wbaudit::runners

@@ -16,6 +16,7 @@
 #include "forecast/source.hpp"
 #include "runners/identity.hpp"
 #include "runners/registry.hpp"
+#include "runners/report/document.hpp"
 #include "runners/report/figure.hpp"
 #include "runners/spec.hpp"
 #include "runners/store.hpp"
@@ -144,6 +145,112 @@ void interval_or_reason(const std::string& statistic, std::map<std::string, stat
   }
 }
 
+// The three decomposition shares, each with its own interval or its own reason (prefix "" or "error_").
+void share_intervals(const std::string& prefix, const stats::DecompositionShareIntervals& ci,
+                     std::map<std::string, stats::Interval>& intervals, std::map<std::string, std::string>& undefined) {
+  const char* names[3] = {"share_time", "share_cell", "share_residual"};
+  for (std::size_t k = 0; k < 3; ++k) {
+    if (ci.shares[k]) {
+      intervals[prefix + names[k]] = *ci.shares[k];
+    } else {
+      undefined[prefix + names[k]] = ci.reasons[k];
+    }
+  }
+}
+
+// RMSE over cells at each step, with a percentile bootstrap interval over the resampling units (cells of one unit
+// together); steps or resamples where a value is missing give NaN. Percentile, not BCa: 60-odd cheap intervals
+// for a figure, where a BCa failure on one step would hide the curve.
+std::vector<PredictorEvaluation::StepSkill> step_skill(const stats::CellTable& P, const stats::CellTable& Y,
+                                                       const std::vector<std::string>& unit_of_cell,
+                                                       stats::BootstrapSpec spec) {
+  const Eigen::Index C = P.values.rows(), T = P.values.cols();
+  std::map<std::string, std::vector<Eigen::Index>> rows_of;
+  for (Eigen::Index i = 0; i < C; ++i)
+    rows_of[unit_of_cell.empty() ? std::to_string(i) : unit_of_cell[std::size_t(i)]].push_back(i);
+  std::vector<std::vector<Eigen::Index>> units;
+  for (auto& [u, rows] : rows_of) units.push_back(rows);
+  spec.method = stats::IntervalMethod::percentile;
+  std::vector<PredictorEvaluation::StepSkill> out;
+  for (Eigen::Index k = 0; k < T; ++k) {
+    PredictorEvaluation::StepSkill s;
+    s.step = P.steps[std::size_t(k)];
+    auto rmse = [&](std::span<const std::int64_t> picked) {
+      double sum = 0;
+      std::int64_t n = 0;
+      for (auto u : picked)
+        for (auto i : units[std::size_t(u)]) {
+          const double e = P.values(i, k) - Y.values(i, k);
+          sum += e * e;
+          ++n;
+        }
+      return std::sqrt(sum / double(n));
+    };
+    std::vector<std::int64_t> all(units.size());
+    for (std::size_t u = 0; u < units.size(); ++u) all[u] = std::int64_t(u);
+    s.rmse = rmse(all);
+    if (std::isfinite(s.rmse) && units.size() >= 2) {
+      try {
+        auto ci = stats::bootstrap(Kokkos::DefaultHostExecutionSpace{}, std::int64_t(units.size()), rmse, spec);
+        s.lower = ci.lower;
+        s.upper = ci.upper;
+      } catch (const stats::StatsError&) {
+        // no interval at this step (e.g. a missing value); the curve keeps its point
+      }
+    }
+    out.push_back(s);
+  }
+  return out;
+}
+
+// rmse_macro and skill against each baseline per level of each factor (format, group, grid parameters), over the
+// level's cells (NaN values skipped).
+std::vector<BreakdownRow> breakdown_rows(const EvaluationResult& r, const forecast::EvaluationTables& tables,
+                                         const std::vector<std::string>& baselines) {
+  std::vector<BreakdownRow> out;
+  std::set<std::string> factor_names;
+  for (auto& f : r.factors)
+    for (auto& [k, v] : f) factor_names.insert(k);
+  auto mse_of = [&](const stats::CellTable& P, Eigen::Index i) {
+    double sum = 0;
+    int n = 0;
+    for (Eigen::Index k = 0; k < P.values.cols(); ++k) {
+      const double e = P.values(i, k) - r.outcome.values(i, k);
+      if (std::isnan(e)) continue;
+      sum += e * e;
+      ++n;
+    }
+    return n ? sum / n : NAN;
+  };
+  for (auto& factor : factor_names) {
+    std::map<std::string, std::vector<Eigen::Index>> levels;
+    for (std::size_t i = 0; i < r.factors.size(); ++i)
+      if (auto it = r.factors[i].find(factor); it != r.factors[i].end()) levels[it->second].push_back(Eigen::Index(i));
+    if (levels.size() < 2) continue;  // a factor with one level breaks nothing down
+    for (auto& p : r.predictors) {
+      if (!p.unavailable.empty()) continue;
+      const auto& P = tables.predictor(p.name).table;
+      for (auto& [level, rows] : levels) {
+        BreakdownRow row{factor, level, p.name, int(rows.size()), 0, {}};
+        double sum_rmse = 0, sum_mse = 0;
+        for (auto i : rows) {
+          sum_rmse += std::sqrt(mse_of(P, i));
+          sum_mse += mse_of(P, i);
+        }
+        row.rmse_macro = sum_rmse / double(rows.size());
+        for (auto& b : baselines) {
+          if (b == p.name) continue;
+          double sum_b = 0;
+          for (auto i : rows) sum_b += mse_of(tables.predictor(b).table, i);
+          row.skill[b] = 1 - sum_mse / sum_b;
+        }
+        out.push_back(row);
+      }
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 const PredictorEvaluation& EvaluationResult::predictor(const std::string& name) const {
@@ -183,7 +290,6 @@ EvaluationResult evaluate_sweep(const fs::path& sweep_dir, const EvaluateOptions
     }
   }
   const AnalysisSpec& analysis = result.analysis;
-  result.analysis_sha256 = sha256_hex(analysis.text);
 
   // Required cells: the registration's, else the analysis' patterns, else every target.
   std::vector<std::string> required;
@@ -340,6 +446,7 @@ EvaluationResult evaluate_sweep(const fs::path& sweep_dir, const EvaluateOptions
     e.run_id = c.target->name;
     e.group = c.group;
     e.format = c.format;
+    e.projection = c.projection;
     e.template_class = class_of(c);
     e.outcome = forecast::measured_series(*c.target_trace, c.group);
     auto src = source_of.find(c.target->name);
@@ -354,6 +461,13 @@ EvaluationResult evaluate_sweep(const fs::path& sweep_dir, const EvaluateOptions
     result.runs.push_back(c.target->name);
     result.groups.push_back(c.group);
     result.formats.push_back(c.format);
+    result.projections.push_back(c.projection);
+    result.group_sizes.push_back(c.target_trace->group(c.group).size);
+    std::map<std::string, std::string> factors = {{"format", c.format}, {"group", c.group}};
+    for (auto& [k, v] : c.params.items()) factors[k] = value_text(v);
+    result.factors.push_back(std::move(factors));
+    if (!c.projection_note.empty())
+      result.projection_notes.push_back(c.target->name + "/" + c.group + ": " + c.projection_note);
   }
 
   forecast::TableOptions topt;
@@ -385,15 +499,29 @@ EvaluationResult evaluate_sweep(const fs::path& sweep_dir, const EvaluateOptions
   // The outcome's decomposition.
   try {
     result.outcome_decomposition = stats::decompose(tables.outcome, policy);
-    auto ci = stats::bootstrap_decomposition(tables.outcome, boot, unit_of_cell, policy);
-    result.outcome_intervals = {
-        {"share_time", ci.share_time}, {"share_cell", ci.share_cell}, {"share_residual", ci.share_residual}};
+    share_intervals("", stats::bootstrap_decomposition_shares(tables.outcome, boot, unit_of_cell, policy),
+                    result.outcome_intervals, result.outcome_undefined);
   } catch (const stats::StatsError& e) {
     for (auto* s : {"share_time", "share_cell", "share_residual"}) result.outcome_undefined[s] = e.what();
   }
 
   result.crossing_options.threshold = analysis.threshold.value_or(spec.evaluation.threshold);
-  result.crossing_options.burn_in = analysis.burn_in.value_or(spec.evaluation.burn_in);
+  const BurnIn burn_in = crossing_burn_in(spec, analysis.burn_in, "declared in the analysis' [crossing]");
+  result.crossing_options.burn_in = burn_in.steps;
+  result.burn_in_how = burn_in.how;
+  result.crossing_options.min_group_size = analysis.min_group_size.value_or(spec.evaluation.min_group_size);
+  {
+    // The analysis is identified by its complete effective text (every default explicit), not by the text given.
+    std::vector<std::string> groups = analysis.groups.empty() ? spec.evaluation.groups : analysis.groups;
+    if (groups.empty())
+      for (auto& g : result.groups)
+        if (std::find(groups.begin(), groups.end(), g) == groups.end()) groups.push_back(g);
+    result.effective_analysis =
+        effective_analysis_toml(analysis, groups,
+                                {result.crossing_options.threshold, *result.crossing_options.burn_in,
+                                 result.crossing_options.tolerance, result.crossing_options.min_group_size});
+    result.analysis_sha256 = sha256_hex(result.effective_analysis);
+  }
   result.crossing_options.tolerance = analysis.tolerance.value_or(spec.evaluation.tolerance);
 
   // Baselines unavailable when their table has rows without history.
@@ -466,6 +594,23 @@ EvaluationResult evaluate_sweep(const fs::path& sweep_dir, const EvaluateOptions
     stats::DirectionalOptions dopt;
     dopt.missing_policy = policy;
     p.directional = stats::directional_specificity(P, Y, dopt);
+    {
+      bool flat = true;  // the predictor equal across cells at every step (NaN ignored)
+      for (Eigen::Index k = 0; k < P.values.cols() && flat; ++k) {
+        double lo = INFINITY, hi = -INFINITY;
+        for (Eigen::Index i = 0; i < P.values.rows(); ++i) {
+          const double v = P.values(i, k);
+          if (std::isnan(v)) continue;
+          lo = std::min(lo, v);
+          hi = std::max(hi, v);
+        }
+        flat = !(hi > lo);
+      }
+      if (flat)
+        p.directional_note =
+            "its anomaly field is exactly zero (the predictor has the same value for every cell at "
+            "each step), so no cell is directional and the anomaly correlations are undefined";
+    }
     try {
       auto ci = stats::bootstrap_directional(P, Y, boot, unit_of_cell, dopt);
       p.intervals["sign_agreement_rate"] = ci.sign_agreement_rate;
@@ -477,24 +622,37 @@ EvaluationResult evaluate_sweep(const fs::path& sweep_dir, const EvaluateOptions
     }
     try {
       p.error_decomposition = stats::decompose_forecast_error(P, Y, policy);
-      auto ci = stats::bootstrap_decomposition(stats::forecast_error(P, Y), boot, unit_of_cell, policy);
-      p.intervals["error_share_time"] = ci.share_time;
-      p.intervals["error_share_cell"] = ci.share_cell;
-      p.intervals["error_share_residual"] = ci.share_residual;
+      share_intervals("error_",
+                      stats::bootstrap_decomposition_shares(stats::forecast_error(P, Y), boot, unit_of_cell, policy),
+                      p.intervals, p.undefined);
     } catch (const stats::StatsError& e) {
       p.error_decomposition_note = e.what();
       for (auto* s : {"error_share_time", "error_share_cell", "error_share_residual"}) p.undefined[s] = e.what();
     }
     if (!p.post_outcome) {
       try {
-        auto cmp = forecast::compare_crossings(P, Y, result.crossing_options);
+        auto cmp = forecast::compare_crossings(P, Y, result.crossing_options, result.group_sizes);
         p.crossing = cmp.summary;
         p.crossings = std::move(cmp.cells);
       } catch (const forecast::ForecastError&) {
         // No crossing summary (e.g. every cell undetermined); the report says so.
       }
     }
+    p.by_step = step_skill(P, Y, unit_of_cell, boot);
+    for (auto& c : p.metrics.dropped_cells) result.dropped.push_back({name, "cell", c});
+    for (auto s : p.metrics.dropped_steps) result.dropped.push_back({name, "step", std::to_string(s)});
     result.predictors.push_back(std::move(p));
+  }
+  result.breakdown = breakdown_rows(result, tables, analysis.baselines);
+  if (result.outcome_decomposition) {
+    result.kept_cells = result.outcome_decomposition->cells.size();
+    result.kept_steps = result.outcome_decomposition->steps.size();
+    for (auto& c : result.outcome_decomposition->dropped_cells) result.dropped.push_back({"outcome", "cell", c});
+    for (auto s : result.outcome_decomposition->dropped_steps)
+      result.dropped.push_back({"outcome", "step", std::to_string(s)});
+  } else {
+    result.kept_cells = result.cells.size();
+    result.kept_steps = result.steps.size();
   }
 
   // Gates.
@@ -531,6 +689,16 @@ EvaluationResult evaluate_sweep(const fs::path& sweep_dir, const EvaluateOptions
   }
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return result;
+}
+
+int gate_check_status(const EvaluationResult& result) {
+  if (result.gates.empty()) return kCheckInconclusive;
+  bool inconclusive = false;
+  for (const auto& g : result.gates) {
+    if (g.result.verdict == stats::Verdict::fail) return kCheckFail;
+    inconclusive = inconclusive || g.result.verdict != stats::Verdict::pass;
+  }
+  return inconclusive ? kCheckInconclusive : kCheckPass;
 }
 
 std::string gate_summary(const EvaluationResult& result) {
@@ -598,12 +766,21 @@ std::vector<Row> statistic_rows(const EvaluationResult& r) {
       add(baseline_key(b), it == p.skill.end() ? NAN : it->second);
     }
     const auto& dir = p.directional;
-    add("sign_agreement_rate", dir.sign_agreement_rate.value_or(NAN),
-        "k=" + std::to_string(dir.n_sign_agree) + " of n=" + std::to_string(dir.n_directional) + " directional cells");
-    rows.push_back({p.name, predictor_label(p), "binomial_p_value", dir.binomial_p_value, nullptr,
-                    dir.significant ? "significant at alpha=" + num(dir.alpha) : "not significant"});
-    add("anomaly_correlation", dir.anomaly_correlation.value_or(NAN));
-    add("cell_anomaly_correlation", dir.cell_anomaly_correlation.value_or(NAN));
+    if (!p.directional_note.empty()) {
+      // The true reason, instead of the bootstrap's "no directional cell" on every resample.
+      for (auto* s : {"sign_agreement_rate", "binomial_p_value", "anomaly_correlation", "cell_anomaly_correlation"}) {
+        double est = std::string(s) == "binomial_p_value" ? dir.binomial_p_value : NAN;
+        rows.push_back({p.name, predictor_label(p), s, est, nullptr, p.name + ": " + p.directional_note});
+      }
+    } else {
+      add("sign_agreement_rate", dir.sign_agreement_rate.value_or(NAN),
+          "k=" + std::to_string(dir.n_sign_agree) + " of n=" + std::to_string(dir.n_directional) +
+              " directional cells");
+      rows.push_back({p.name, predictor_label(p), "binomial_p_value", dir.binomial_p_value, nullptr,
+                      dir.significant ? "significant at alpha=" + num(dir.alpha) : "not significant"});
+      add("anomaly_correlation", dir.anomaly_correlation.value_or(NAN));
+      add("cell_anomaly_correlation", dir.cell_anomaly_correlation.value_or(NAN));
+    }
     const auto& e = p.error_decomposition;
     add("error_share_time", e ? e->share_time : NAN);
     add("error_share_cell", e ? e->share_cell : NAN);
@@ -612,11 +789,25 @@ std::vector<Row> statistic_rows(const EvaluationResult& r) {
   return rows;
 }
 
-// A Markdown table cell: '|' escaped.
-std::string md_cell(const std::string& text) {
+// Which projection `source` (and matched-reference) read per cell: the one of the target's write-back policy.
+std::string projection_summary(const EvaluationResult& r) {
+  std::map<std::string, int> counts;
+  for (auto& p : r.projections) ++counts[p];
   std::string out;
-  for (char c : text) out += c == '|' ? std::string("\\|") : std::string(1, c);
+  for (auto& [name, n] : counts)
+    out += (out.empty() ? "" : ", ") + name + " for " + std::to_string(n) + (n == 1 ? " cell" : " cells");
+  out +=
+      " (each target scored against the projection of its own write-back policy: nearest = exact projected "
+      "events, stochastic / deadzone-sr = expected erased fraction)";
+  if (!r.projection_notes.empty()) out += "; " + join(r.projection_notes, "; ");
   return out;
+}
+
+std::string crossing_settings(const EvaluationResult& r) {
+  const auto& o = r.crossing_options;
+  return "threshold " + num(o.threshold) + ", burn-in " + std::to_string(o.burn_in.value_or(0)) + " (" + r.burn_in_how +
+         "), tolerance " + num(o.tolerance) + ", minimum group size " + std::to_string(o.min_group_size) +
+         " coordinates";
 }
 
 std::string ci_text(const stats::Interval* ci) {
@@ -662,6 +853,39 @@ fs::path write_evaluation_report(EvaluationResult& r, const EvaluateOptions& opt
   fs::create_directories(tmp / "figures");
   try {
     const auto rows = statistic_rows(r);
+    const auto& rows_all = rows;
+    // skill_by_step.csv, breakdown.csv and (under a drop policy) dropped.csv.
+    {
+      std::ostringstream csv;
+      csv << "predictor,step,rmse_step,ci_lower,ci_upper\n";
+      for (auto& p : r.predictors)
+        for (auto& s : p.by_step)
+          csv << p.name << "," << s.step << "," << num(s.rmse, 17) << "," << num(s.lower, 17) << "," << num(s.upper, 17)
+              << "\n";
+      write_text(tmp / "skill_by_step.csv", csv.str());
+    }
+    {
+      std::ostringstream csv;
+      csv << "factor,level,predictor,cells,rmse_macro";
+      for (auto& b : r.analysis.baselines) csv << "," << baseline_key(b);
+      csv << "\n";
+      for (auto& b : r.breakdown) {
+        csv << csv_field(b.factor) << "," << csv_field(b.level) << "," << b.predictor << "," << b.cells << ","
+            << num(b.rmse_macro, 17);
+        for (auto& base : r.analysis.baselines) {
+          auto it = b.skill.find(base);
+          csv << "," << (it == b.skill.end() ? std::string() : num(it->second, 17));
+        }
+        csv << "\n";
+      }
+      write_text(tmp / "breakdown.csv", csv.str());
+    }
+    if (r.analysis.missing != stats::MissingPolicy::error) {
+      std::ostringstream csv;
+      csv << "table,kind,label\n";
+      for (auto& d : r.dropped) csv << csv_field(d[0]) << "," << d[1] << "," << csv_field(d[2]) << "\n";
+      write_text(tmp / "dropped.csv", csv.str());
+    }
     const auto& boot = r.analysis.bootstrap;
 
     // statistics.csv: one row per (predictor, statistic), with its definition and interval provenance.
@@ -671,9 +895,9 @@ fs::path write_evaluation_report(EvaluationResult& r, const EvaluateOptions& opt
              "resampling,resamples,seed,n_units,note\n";
       for (auto& row : rows) {
         csv << csv_field(row.predictor) << "," << row.label << "," << row.statistic << ","
-            << csv_field(definition(row.statistic)) << "," << num(row.estimate, 10) << ",";
+            << csv_field(definition(row.statistic)) << "," << num(row.estimate, 17) << ",";
         if (row.ci) {
-          csv << num(row.ci->lower, 10) << "," << num(row.ci->upper, 10) << "," << num(row.ci->confidence) << ","
+          csv << num(row.ci->lower, 17) << "," << num(row.ci->upper, 17) << "," << num(row.ci->confidence) << ","
               << stats::to_string(row.ci->method) << "," << stats::to_string(row.ci->resampling) << ","
               << row.ci->resamples << "," << row.ci->seed << "," << row.ci->n_units;
         } else {
@@ -686,7 +910,7 @@ fs::path write_evaluation_report(EvaluationResult& r, const EvaluateOptions& opt
     // cells.csv: per predictor and cell.
     {
       std::ostringstream csv;
-      csv << "predictor,predictor_label,cell,run,group,format,bias_cell,mae_cell,rmse_cell,mse_cell,"
+      csv << "predictor,predictor_label,cell,run,group,format,projection,bias_cell,mae_cell,rmse_cell,mse_cell,"
              "outcome_cell_anomaly,predictor_cell_anomaly\n";
       for (auto& p : r.predictors) {
         if (!p.unavailable.empty()) continue;
@@ -696,11 +920,11 @@ fs::path write_evaluation_report(EvaluationResult& r, const EvaluateOptions& opt
         for (auto& m : p.metrics.cells) {
           auto k = std::find(r.cells.begin(), r.cells.end(), m.cell) - r.cells.begin();
           csv << p.name << "," << predictor_label(p) << "," << csv_field(m.cell) << "," << csv_field(r.runs[k]) << ","
-              << r.groups[k] << "," << r.formats[k] << "," << num(m.bias_cell, 10) << "," << num(m.mae_cell, 10) << ","
-              << num(m.rmse_cell, 10) << "," << num(m.mse_cell, 10) << ",";
+              << r.groups[k] << "," << r.formats[k] << "," << r.projections[k] << "," << num(m.bias_cell, 17) << ","
+              << num(m.mae_cell, 17) << "," << num(m.rmse_cell, 17) << "," << num(m.mse_cell, 17) << ",";
           if (auto it = dir_index.find(m.cell); it != dir_index.end()) {
-            csv << num(p.directional.outcome_cell_anomaly[it->second], 10) << ","
-                << num(p.directional.predictor_cell_anomaly[it->second], 10);
+            csv << num(p.directional.outcome_cell_anomaly[it->second], 17) << ","
+                << num(p.directional.predictor_cell_anomaly[it->second], 17);
           } else {
             csv << ",";
           }
@@ -716,11 +940,11 @@ fs::path write_evaluation_report(EvaluationResult& r, const EvaluateOptions& opt
              "resampling,resamples,seed,n_units,standing,reasons\n";
       for (auto& g : r.gates) {
         csv << csv_field(g.spec.gate.name) << "," << g.spec.gate.statistic << "," << g.spec.predictor << ","
-            << stats::to_string(g.spec.gate.direction) << "," << num(g.spec.gate.threshold, 10) << ","
+            << stats::to_string(g.spec.gate.direction) << "," << num(g.spec.gate.threshold, 17) << ","
             << stats::to_string(g.result.verdict) << ",";
         if (g.has_interval) {
           auto& ci = g.result.interval;
-          csv << num(ci.estimate, 10) << "," << num(ci.lower, 10) << "," << num(ci.upper, 10) << ","
+          csv << num(ci.estimate, 17) << "," << num(ci.lower, 17) << "," << num(ci.upper, 17) << ","
               << num(ci.confidence) << "," << stats::to_string(ci.method) << "," << stats::to_string(ci.resampling)
               << "," << ci.resamples << "," << ci.seed << "," << ci.n_units;
         } else {
@@ -736,9 +960,9 @@ fs::path write_evaluation_report(EvaluationResult& r, const EvaluateOptions& opt
       csv << "table,ss_total,ss_time,ss_cell,ss_residual,share_time,share_cell,share_residual\n";
       auto line = [&](const std::string& name, const std::optional<stats::Decomposition>& d) {
         if (!d) return;
-        csv << csv_field(name) << "," << num(d->ss_total, 10) << "," << num(d->ss_time, 10) << ","
-            << num(d->ss_cell, 10) << "," << num(d->ss_residual, 10) << "," << num(d->share_time, 10) << ","
-            << num(d->share_cell, 10) << "," << num(d->share_residual, 10) << "\n";
+        csv << csv_field(name) << "," << num(d->ss_total, 17) << "," << num(d->ss_time, 17) << ","
+            << num(d->ss_cell, 17) << "," << num(d->ss_residual, 17) << "," << num(d->share_time, 17) << ","
+            << num(d->share_cell, 17) << "," << num(d->share_residual, 17) << "\n";
       };
       line("outcome", r.outcome_decomposition);
       for (auto& p : r.predictors) line("error:" + p.name, p.error_decomposition);
@@ -753,8 +977,8 @@ fs::path write_evaluation_report(EvaluationResult& r, const EvaluateOptions& opt
       for (Eigen::Index i = 0; i < r.outcome.rows(); ++i) {
         for (Eigen::Index k = 0; k < r.outcome.cols(); ++k) {
           csv << csv_field(r.cells[std::size_t(i)]) << "," << r.steps[std::size_t(k)] << ","
-              << num(r.outcome.values(i, k), 10);
-          for (auto& t : r.tables) csv << "," << num(t.table.values(i, k), 10);
+              << num(r.outcome.values(i, k), 17);
+          for (auto& t : r.tables) csv << "," << num(t.table.values(i, k), 17);
           csv << "\n";
         }
       }
@@ -769,61 +993,122 @@ fs::path write_evaluation_report(EvaluationResult& r, const EvaluateOptions& opt
         for (auto& c : p.crossings) {
           csv << p.name << "," << csv_field(c.cell) << "," << forecast::to_string(c.category) << ","
               << forecast::to_string(c.measured.status) << "," << forecast::to_string(c.predicted.status) << ","
-              << num(c.measured.status == forecast::CrossingStatus::crossed ? c.measured.time : NAN, 10) << ","
-              << num(c.predicted.status == forecast::CrossingStatus::crossed ? c.predicted.time : NAN, 10) << ","
-              << num(c.relative_error, 10) << "," << (c.within_tolerance ? "true" : "false") << "\n";
+              << num(c.measured.status == forecast::CrossingStatus::crossed ? c.measured.time : NAN, 17) << ","
+              << num(c.predicted.status == forecast::CrossingStatus::crossed ? c.predicted.time : NAN, 17) << ","
+              << num(c.relative_error, 17) << "," << (c.within_tolerance ? "true" : "false") << "\n";
         }
       }
       write_text(tmp / "crossings.csv", csv.str());
     }
-    write_text(tmp / "analysis.toml",
-               r.analysis.text.empty() ? "# built-in default analysis (no gates)\n" : r.analysis.text);
+    write_text(tmp / "analysis.toml", r.effective_analysis);
+    if (!r.analysis.text.empty()) write_text(tmp / "analysis_given.toml", r.analysis.text);
 
     // Figures.
     std::vector<std::pair<std::string, std::string>> figures;  // (stem, caption)
+    // Predictors whose tables are identical share one legend entry ("source = matched-reference"); the scored
+    // primary predictor (the first forecast one) is drawn last, on top, so that no series hides it.
+    const PredictorEvaluation* primary = nullptr;
+    for (auto& p : r.predictors)
+      if (p.unavailable.empty() && !p.post_outcome && !primary) primary = &p;
+    struct Drawn {
+      std::string title;
+      const forecast::PredictorTable* table;
+      std::string name;  // the first predictor of the group
+      bool primary;
+    };
+    std::vector<Drawn> drawn;
+    for (auto& t : r.tables) {
+      bool merged = false;
+      for (auto& d : drawn) {
+        const auto& a = d.table->table.values;
+        const auto& b = t.table.values;
+        if (a.rows() == b.rows() && a.cols() == b.cols() &&
+            ((a.array() == b.array()) || (a.array().isNaN() && b.array().isNaN())).all()) {
+          d.title += " = " + t.name + (t.privileged ? " (privileged)" : "");
+          d.primary = d.primary || (primary && t.name == primary->name);
+          merged = true;
+          break;
+        }
+      }
+      if (!merged)
+        drawn.push_back({t.name + (t.privileged     ? " (privileged)"
+                                   : t.post_outcome ? " (post-outcome)"
+                                                    : ""),
+                         &t, t.name, primary && t.name == primary->name});
+    }
+    std::stable_partition(drawn.begin(), drawn.end(), [](const Drawn& d) { return !d.primary; });
+    auto predictor_colour = [](const std::string& name) {
+      static const std::map<std::string, std::string> c = {{"source", "#d62728"},
+                                                           {"matched-reference", "#9467bd"},
+                                                           {"analytic-grid", "#ff7f0e"},
+                                                           {"template", "#2ca02c"},
+                                                           {"common-time", "#7f7f7f"}};
+      auto it = c.find(name);
+      return it == c.end() ? std::string("#17becf") : it->second;
+    };
     if (options.figures) {
-      // 1. Decomposition shares: outcome and each predictor's error.
+      // 1. Decomposition shares with their bootstrap intervals as error bars.
       {
         report::Figure fig;
         fig.title = std::string("Common-time decomposition y = mu + a_t + b_c + e: shares of SS_total");
         fig.ylabel = std::string("share of SS_total");
-        fig.xlabel = "";
         fig.ymin = 0;
         fig.ymax = 1.05;
-        std::vector<std::pair<std::string, const stats::Decomposition*>> bars;
-        if (r.outcome_decomposition) bars.push_back({"outcome", &*r.outcome_decomposition});
+        struct Bar {
+          std::string label;
+          const stats::Decomposition* d;
+          const std::map<std::string, stats::Interval>* ci;
+          std::string prefix;
+        };
+        std::vector<Bar> bars;
+        if (r.outcome_decomposition) bars.push_back({"outcome", &*r.outcome_decomposition, &r.outcome_intervals, ""});
         for (auto& p : r.predictors)
-          if (p.error_decomposition) bars.push_back({p.name + " error", &*p.error_decomposition});
-        const char* names[3] = {"SS_time", "SS_cell", "SS_residual"};
+          if (p.error_decomposition)
+            bars.push_back({p.name + " error", &*p.error_decomposition, &p.intervals, "error_"});
+        const char* names[3] = {"share_time", "share_cell", "share_residual"};
+        const char* colours[3] = {"#4c72b0", "#dd8452", "#55a868"};
         for (int s = 0; s < 3; ++s) {
-          report::Series series;
-          series.title = std::string(names[s]);
-          series.style = "boxes";
+          report::Series boxes{std::string(names[s]), {}, {}, std::string("boxes lc rgb '") + colours[s] + "'"};
+          report::Series errors{std::string(names[s]) + " " + num(100 * boot.confidence) + "% interval",
+                                {},
+                                {},
+                                "yerrorbars pt 0 lw 1.5 lc rgb '#222222'"};
           for (std::size_t b = 0; b < bars.size(); ++b) {
-            series.x.push_back(double(b) + (s - 1) * 0.27);
-            const auto* d = bars[b].second;
-            series.y.push_back(s == 0 ? d->share_time : s == 1 ? d->share_cell : d->share_residual);
+            const double x = double(b) + (s - 1) * 0.27;
+            const auto* d = bars[b].d;
+            const double y = s == 0 ? d->share_time : s == 1 ? d->share_cell : d->share_residual;
+            boxes.x.push_back(x);
+            boxes.y.push_back(y);
+            auto it = bars[b].ci->find(bars[b].prefix + names[s]);
+            if (it != bars[b].ci->end()) {
+              errors.x.push_back(x);
+              errors.y.push_back(y);
+              errors.low.push_back(it->second.lower);
+              errors.high.push_back(it->second.upper);
+            }
           }
-          fig.series.push_back(series);
+          fig.series.push_back(boxes);
+          if (!errors.x.empty()) {
+            if (s > 0) errors.title = "";  // one legend entry for the error bars
+            fig.series.push_back(errors);
+          }
         }
         std::string tics = "set xtics rotate by -25 (";
         for (std::size_t b = 0; b < bars.size(); ++b)
-          tics += (b ? ", " : "") + std::string("'") + std::string(bars[b].first) + "' " + std::to_string(b);
+          tics += (b ? ", " : "") + std::string("'") + bars[b].label + "' " + std::to_string(b);
         tics += ")";
         fig.extra = {"set style fill solid 0.8 border -1", "set boxwidth 0.25", tics,
                      "set xrange [-0.6:" + std::to_string(double(bars.size()) - 0.4) + "]"};
         if (!bars.empty()) {
           report::render(fig, tmp / "figures", "decomposition");
           figures.push_back({"decomposition",
-                             "Shares SS_time, SS_cell, SS_residual of SS_total, for the outcome "
-                             "and for each predictor's forecast error (descriptive)."});
+                             "Shares SS_time, SS_cell, SS_residual of SS_total, for the outcome and for "
+                             "each predictor's forecast error (descriptive), with their " +
+                                 num(100 * boot.confidence) + "% " + std::string(stats::to_string(boot.method)) +
+                                 " bootstrap intervals as error bars (absent where undefined)."});
         }
       }
-      // 2. Outcome vs each predictor over time for the most and least predictable cells (by rmse_cell of the first
-      //    scored forecast predictor).
-      const PredictorEvaluation* primary = nullptr;
-      for (auto& p : r.predictors)
-        if (p.unavailable.empty() && !p.post_outcome && !primary) primary = &p;
+      // 2. Outcome and every predictor over time, most and least predictable cell by rmse_cell of the primary.
       if (primary && !primary->metrics.cells.empty()) {
         auto cmp = [](const stats::CellMetrics& a, const stats::CellMetrics& b) { return a.rmse_cell < b.rmse_cell; };
         auto best = std::min_element(primary->metrics.cells.begin(), primary->metrics.cells.end(), cmp);
@@ -836,21 +1121,27 @@ fs::path write_evaluation_report(EvaluationResult& r, const EvaluateOptions& opt
                                   shown(m->rmse_cell) + "): " + m->cell);
           fig.xlabel = "step";
           fig.ylabel = "erased fraction";
-          fig.width = 1000;  // the title names the cell
+          fig.width = 1000;
           std::vector<double> x(r.steps.begin(), r.steps.end());
-          report::Series out{"outcome (measured)", x, {}, "linespoints lw 2 pt 7 ps 0.5"};
+          report::Series out{"outcome (measured)", x, {}, "lines lw 3 lc rgb '#000000'"};
           for (Eigen::Index k = 0; k < r.outcome.cols(); ++k) out.y.push_back(r.outcome.values(i, k));
           fig.series.push_back(out);
-          for (auto& t : r.tables) {
-            std::string title = t.name + (t.privileged ? " (privileged)" : t.post_outcome ? " (post-outcome)" : "");
-            report::Series s{std::string(title), x, {}, "lines"};
-            for (Eigen::Index k = 0; k < t.table.cols(); ++k) s.y.push_back(t.table.values(i, k));
+          int dash = 2, point = 4;
+          for (auto& d : drawn) {
+            report::Series s{d.title, x, {}, {}};
+            s.style = d.primary ? "linespoints lw 2 pt 7 ps 0.6 lc rgb '" + predictor_colour(d.name) + "'"
+                                : "linespoints lw 1.5 dt " + std::to_string(dash++) + " pt " + std::to_string(point++) +
+                                      " ps 0.8 pi 4 lc rgb '" + predictor_colour(d.name) + "'";
+            for (Eigen::Index k = 0; k < d.table->table.cols(); ++k) s.y.push_back(d.table->table.values(i, k));
             fig.series.push_back(s);
           }
           fig.extra = {"set key bottom right"};
           report::render(fig, tmp / "figures", which + "_predictable");
-          figures.push_back({which + "_predictable", "Outcome and every predictor over time, " + which +
-                                                         " predictable cell by rmse_cell of " + primary->name + "."});
+          figures.push_back(
+              {which + "_predictable", "Outcome and every predictor over time, " + which +
+                                           " predictable cell by rmse_cell of " + primary->name +
+                                           " (drawn on top, solid); predictors with identical series share one "
+                                           "legend entry (\"a = b\")."});
         }
       }
       // 3. Per-cell mean anomalies, predicted vs measured.
@@ -860,142 +1151,283 @@ fs::path write_evaluation_report(EvaluationResult& r, const EvaluateOptions& opt
         fig.xlabel = std::string("measured mean anomaly m_Y(c)");
         fig.ylabel = std::string("predicted mean anomaly m_P(c)");
         double lo = 0, hi = 0;
-        for (auto& p : r.predictors) {
-          if (!p.unavailable.empty() || p.directional.cells.empty()) continue;
+        int point = 5;
+        for (auto& d : drawn) {
+          const PredictorEvaluation* p = nullptr;
+          for (auto& q : r.predictors)
+            if (q.name == d.name) p = &q;
+          if (!p || !p->unavailable.empty() || p->directional.cells.empty()) continue;
           report::Series s;
-          s.title = std::string(p.name + (p.privileged ? " (privileged)" : p.post_outcome ? " (post-outcome)" : ""));
-          s.style = "points pt 7 ps 0.7";
-          for (Eigen::Index c = 0; c < p.directional.outcome_cell_anomaly.size(); ++c) {
-            s.x.push_back(p.directional.outcome_cell_anomaly[c]);
-            s.y.push_back(p.directional.predictor_cell_anomaly[c]);
+          s.title = d.title + (p->directional_note.empty() ? "" : " (anomaly field exactly zero)");
+          s.style = d.primary
+                        ? "points pt 7 ps 0.9 lc rgb '" + predictor_colour(d.name) + "'"
+                        : "points pt " + std::to_string(point++) + " ps 1.1 lc rgb '" + predictor_colour(d.name) + "'";
+          for (Eigen::Index c = 0; c < p->directional.outcome_cell_anomaly.size(); ++c) {
+            s.x.push_back(p->directional.outcome_cell_anomaly[c]);
+            s.y.push_back(p->directional.predictor_cell_anomaly[c]);
             lo = std::min({lo, s.x.back(), s.y.back()});
             hi = std::max({hi, s.x.back(), s.y.back()});
           }
           fig.series.push_back(s);
         }
         if (!fig.series.empty()) {
-          fig.series.push_back({"y = x", {lo, hi}, {lo, hi}, "lines dt 2 lc rgb '#888888'"});
+          fig.series.insert(fig.series.begin(), {"y = x", {lo, hi}, {lo, hi}, "lines dt 2 lc rgb '#888888'"});
           fig.extra = {"set xzeroaxis", "set yzeroaxis"};
           report::render(fig, tmp / "figures", "anomaly_scatter");
           figures.push_back({"anomaly_scatter",
                              "Per-cell mean anomalies, predicted vs measured: points in the first "
-                             "and third quadrants have the right sign."});
+                             "and third quadrants have the right sign. The scored predictor is drawn "
+                             "last (filled circles); identical predictors share one legend entry."});
+        }
+      }
+      // 4. RMSE by recorded step, one curve per predictor with its interval band.
+      {
+        report::Figure fig;
+        fig.title =
+            "RMSE over cells at each recorded step, with " + num(100 * boot.confidence) + "% percentile intervals";
+        fig.xlabel = "step + 1";
+        fig.ylabel = "RMSE of the erased fraction";
+        fig.logx = true;
+        fig.ymin = 0;
+        for (auto& d : drawn) {
+          const PredictorEvaluation* p = nullptr;
+          for (auto& q : r.predictors)
+            if (q.name == d.name) p = &q;
+          if (!p || p->by_step.empty()) continue;
+          report::Series band{
+              "", {}, {}, "filledcurves fs transparent solid 0.2 noborder lc rgb '" + predictor_colour(d.name) + "'"};
+          report::Series line{d.title, {}, {}, "lines lw 2 lc rgb '" + predictor_colour(d.name) + "'"};
+          for (auto& s : p->by_step) {
+            line.x.push_back(double(s.step) + 1);
+            line.y.push_back(s.rmse);
+            if (std::isfinite(s.lower)) {
+              band.x.push_back(double(s.step) + 1);
+              band.y.push_back(s.rmse);
+              band.low.push_back(s.lower);
+              band.high.push_back(s.upper);
+            }
+          }
+          band.columns = "1:3:4";
+          if (!band.x.empty()) fig.series.push_back(band);
+          fig.series.push_back(line);
+        }
+        if (!fig.series.empty()) {
+          report::render(fig, tmp / "figures", "skill_by_step");
+          figures.push_back({"skill_by_step",
+                             "RMSE over cells at each recorded step, one curve per predictor, shaded: "
+                             "its percentile bootstrap interval over the resampling units "
+                             "(skill_by_step.csv)."});
+        }
+      }
+      // 5. rmse_macro by format, one line per predictor.
+      {
+        std::vector<std::string> levels;
+        for (auto& b : r.breakdown)
+          if (b.factor == "format" && std::find(levels.begin(), levels.end(), b.level) == levels.end())
+            levels.push_back(b.level);
+        if (!levels.empty()) {
+          report::Figure fig;
+          fig.title = "rmse_macro by target format";
+          fig.ylabel = "rmse_macro";
+          fig.ymin = 0;
+          int point = 5;
+          for (auto& d : drawn) {
+            report::Series s{d.title,
+                             {},
+                             {},
+                             "linespoints lw 2 pt " + std::to_string(d.primary ? 7 : point++) + " ps 1.2 lc rgb '" +
+                                 predictor_colour(d.name) + "'"};
+            for (auto& b : r.breakdown) {
+              if (b.factor != "format" || b.predictor != d.name) continue;
+              s.x.push_back(double(std::find(levels.begin(), levels.end(), b.level) - levels.begin()));
+              s.y.push_back(b.rmse_macro);
+            }
+            if (!s.x.empty()) fig.series.push_back(s);
+          }
+          std::string tics = "set xtics (";
+          for (std::size_t k = 0; k < levels.size(); ++k)
+            tics += (k ? ", " : "") + std::string("'") + levels[k] + "' " + std::to_string(k);
+          fig.extra = {tics + ")", "set xrange [-0.5:" + std::to_string(double(levels.size()) - 0.5) + "]"};
+          report::render(fig, tmp / "figures", "skill_by_format");
+          figures.push_back({"skill_by_format",
+                             "rmse_macro of each predictor per target format (breakdown.csv has every "
+                             "factor of the grid)."});
         }
       }
     }
 
-    // Markdown and HTML.
-    std::vector<std::pair<std::string, std::string>> facts = {
+    // The report: one document rendered as Markdown and HTML.
+    const fs::path crossing_report = fs::absolute(r.sweep_dir / "report" / "report.html");
+    const std::string crossing_link = crossing_report.lexically_relative(fs::absolute(final_dir)).generic_string();
+    std::string cells_steps = std::to_string(r.cells.size()) + " x " + std::to_string(r.steps.size());
+    if (r.analysis.missing != stats::MissingPolicy::error) {
+      cells_steps += " before " + std::string(stats::to_string(r.analysis.missing)) + "; the outcome kept " +
+                     std::to_string(r.kept_cells) + " x " + std::to_string(r.kept_steps) + " (" +
+                     std::to_string(r.dropped.size()) + " drops over all tables, listed in dropped.csv)";
+    }
+    std::vector<std::vector<std::string>> facts = {
         {"sweep", r.sweep_name + " (" + r.sweep_dir.string() + ")"},
-        {"analysis", r.analysis.name + (r.analysis.path.empty() ? "" : " (" + r.analysis.path.string() + ")")},
-        {"analysis SHA-256", r.analysis_sha256},
+        {"analysis",
+         r.analysis.name + (r.analysis.path.empty() ? " (built in)" : " (" + r.analysis.path.string() + ")")},
+        {"analysis SHA-256", r.analysis_sha256 + " (of the complete effective analysis, analysis.toml)"},
         {"standing", r.standing + (r.standing_reasons.empty() ? "" : ": " + join(r.standing_reasons, "; "))},
         {"registration", r.registration_sha256 ? *r.registration_sha256 : "none"},
         {"outcome", r.analysis.outcome + " y(c,t) = erased / nonzero, per target run and parameter group"},
-        {"cells x steps", std::to_string(r.cells.size()) + " x " + std::to_string(r.steps.size())},
+        {"cells x steps", cells_steps},
         {"source", r.source_reference},
+        {"source projection", projection_summary(r)},
         {"template", "class " + join(r.analysis.template_class, "/") + ", history: the sweep's target runs" +
                          (r.analysis.history_cells.empty() ? "" : " matching " + join(r.analysis.history_cells)) +
                          ", leave-run-out (outcome-blind)"},
         {"bootstrap", std::to_string(boot.resamples) + " resamples, " + std::string(stats::to_string(boot.method)) +
                           ", seed " + std::to_string(boot.seed) + ", confidence " + num(boot.confidence) + ", unit " +
                           (r.analysis.unit == BootstrapUnit::run ? "run" : "cell")},
+        {"crossing settings", crossing_settings(r)},
         {"missing values", std::string(stats::to_string(r.analysis.missing))},
         {"target runs left out", r.missing_targets.empty() ? "none" : join(r.missing_targets, "; ")},
         {"computed in", num(r.seconds, 3) + " s"}};
+    const std::vector<std::pair<std::string, std::string>> tables_links = {
+        {"statistics.csv", "statistics.csv"},
+        {"cells.csv", "cells.csv"},
+        {"gates.csv", "gates.csv"},
+        {"decomposition.csv", "decomposition.csv"},
+        {"crossings.csv", "crossings.csv"},
+        {"series.csv", "series.csv"},
+        {"skill_by_step.csv", "skill_by_step.csv"},
+        {"breakdown.csv", "breakdown.csv"},
+        {"analysis.toml (effective)", "analysis.toml"},
+        {"crossing report of the sweep", crossing_link}};
 
-    std::ostringstream md, html;
-    md << "# Skill report: " << r.sweep_name << "\n\n";
-    html << "<!doctype html><html><head><meta charset=\"utf-8\"><title>Skill report: "
-         << report::html_escape(r.sweep_name)
-         << "</title><style>body{font-family:sans-serif;max-width:1100px;margin:2em auto}table{border-collapse:"
-            "collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:3px 8px;text-align:left}th{background:#eee}"
-            ".pass{color:#070}.fail{color:#b00}.inconclusive{color:#a60}</style></head><body>\n<h1>Skill report: "
-         << report::html_escape(r.sweep_name) << "</h1>\n<table>\n";
-    for (auto& [k, v] : facts) {
-      md << "- **" << k << "**: " << v << "\n";
-      html << "<tr><th>" << report::html_escape(k) << "</th><td>" << report::html_escape(v) << "</td></tr>\n";
-    }
-    html << "</table>\n";
-    md << "\nLabels: `forecast` predictors are scored as forecasts; `privileged` (matched-reference) needs one fp32 "
-          "run per target and is a comparison, never a forecast; `post-outcome` (common-time) is built from the "
-          "outcomes being scored and is descriptive only.\n";
+    report::Document doc("Skill report: " + r.sweep_name);
+    doc.heading("Evaluation");
+    doc.table({"fact", "value"}, facts);
+    doc.paragraph(
+        "Labels: forecast predictors are scored as forecasts; privileged (matched-reference) needs one fp32 "
+        "run per target and is a comparison, never a forecast; post-outcome (common-time) is built from the "
+        "outcomes being scored and is descriptive only.");
+    doc.links("Tables:", tables_links);
 
-    // Gates.
-    md << "\n## Gates\n\n| gate | statistic | predictor | rule | verdict | estimate | CI | reasons |\n"
-          "|---|---|---|---|---|---|---|---|\n";
-    html << "<h2>Gates</h2>\n<table><tr><th>gate</th><th>statistic</th><th>predictor</th><th>rule</th><th>verdict"
-            "</th><th>estimate</th><th>CI</th><th>reasons</th></tr>\n";
-    for (auto& g : r.gates) {
-      std::string rule = std::string(stats::to_string(g.spec.gate.direction)) + " " + num(g.spec.gate.threshold);
-      std::string verdict(stats::to_string(g.result.verdict));
-      std::string est = g.has_interval ? shown(g.result.interval.estimate) : "—";
-      std::string ci = g.has_interval ? g.result.interval.describe() : "—";
-      std::string reasons = join(g.result.reasons, "; ");
-      md << "| " << g.spec.gate.name << " | " << g.spec.gate.statistic << " | "
-         << (g.spec.predictor.empty() ? "(outcome)" : g.spec.predictor) << " | " << rule << " | **" << verdict
-         << "** | " << est << " | " << ci << " | " << md_cell(reasons) << " |\n";
-      html << "<tr><td>" << report::html_escape(g.spec.gate.name) << "</td><td>" << g.spec.gate.statistic << "</td><td>"
-           << report::html_escape(g.spec.predictor.empty() ? "(outcome)" : g.spec.predictor) << "</td><td>"
-           << report::html_escape(rule) << "</td><td class=\"" << verdict << "\"><b>" << verdict << "</b></td><td>"
-           << est << "</td><td>" << report::html_escape(ci) << "</td><td>" << report::html_escape(reasons)
-           << "</td></tr>\n";
+    doc.heading("Gates");
+    {
+      std::vector<std::vector<std::string>> rows;
+      for (auto& g : r.gates) {
+        rows.push_back(
+            {g.spec.gate.name, g.spec.gate.statistic, g.spec.predictor.empty() ? "(outcome)" : g.spec.predictor,
+             std::string(stats::to_string(g.spec.gate.direction)) + " " + num(g.spec.gate.threshold),
+             std::string(stats::to_string(g.result.verdict)), g.has_interval ? shown(g.result.interval.estimate) : "—",
+             g.has_interval ? g.result.interval.describe() : "—", join(g.result.reasons, "; ")});
+      }
+      if (rows.empty()) rows.push_back({"(no gates declared)", "", "", "", "", "", "", ""});
+      doc.table({"gate", "statistic", "predictor", "rule", "verdict", "estimate", "CI", "reasons"}, rows);
     }
-    if (r.gates.empty()) {
-      md << "| (no gates declared) | | | | | | | |\n";
-      html << "<tr><td colspan=\"8\">(no gates declared)</td></tr>\n";
-    }
-    html << "</table>\n";
 
-    // Statistics.
-    md << "\n## Statistics (per predictor; every number with its definition name)\n\n"
-          "| predictor | label | statistic | estimate | CI | definition | note |\n|---|---|---|---|---|---|---|\n";
-    html << "<h2>Statistics</h2>\n<table><tr><th>predictor</th><th>label</th><th>statistic</th><th>estimate</th>"
-            "<th>CI</th><th>definition</th><th>note</th></tr>\n";
-    for (auto& row : rows) {
-      md << "| " << row.predictor << " | " << row.label << " | `" << row.statistic << "` | " << shown(row.estimate)
-         << " | " << ci_text(row.ci) << " | " << md_cell(definition(row.statistic)) << " | " << md_cell(row.note)
-         << " |\n";
-      html << "<tr><td>" << report::html_escape(row.predictor) << "</td><td>" << row.label << "</td><td><code>"
-           << row.statistic << "</code></td><td>" << shown(row.estimate) << "</td><td>" << ci_text(row.ci)
-           << "</td><td>" << report::html_escape(definition(row.statistic)) << "</td><td>"
-           << report::html_escape(row.note) << "</td></tr>\n";
+    // Notes are footnoted once each, so a reason shared by many rows is written once.
+    std::vector<std::string> notes;
+    auto note_ref = [&](const std::string& text) -> std::string {
+      if (text.empty()) return "";
+      auto it = std::find(notes.begin(), notes.end(), text);
+      if (it == notes.end()) {
+        notes.push_back(text);
+        it = notes.end() - 1;
+      }
+      return "[" + std::to_string(it - notes.begin() + 1) + "]";
+    };
+    doc.heading("Summary");
+    {
+      std::vector<std::string> stats_cols = {"rmse_macro", "rmse_pooled", "bias", "mae"};
+      for (auto& b : r.analysis.baselines) stats_cols.push_back(baseline_key(b));
+      for (auto* s : {"sign_agreement_rate", "anomaly_correlation"}) stats_cols.push_back(s);
+      std::vector<std::string> header = {"predictor", "label"};
+      for (auto& s : stats_cols) header.push_back(s);
+      std::vector<std::vector<std::string>> rows;
+      for (auto& p : r.predictors) {
+        std::vector<std::string> row = {p.name, predictor_label(p)};
+        for (auto& s : stats_cols) {
+          const Row* found = nullptr;
+          for (auto& x : rows_all)
+            if (x.predictor == p.name && x.statistic == s) found = &x;
+          if (!found) {
+            row.push_back("—");
+            continue;
+          }
+          std::string cell = shown(found->estimate);
+          if (found->ci) cell += " " + ci_text(found->ci);
+          if (!found->note.empty() && !found->ci) cell += " " + note_ref(found->note);
+          row.push_back(cell);
+        }
+        rows.push_back(row);
+      }
+      doc.paragraph("Each entry: estimate [" + num(100 * boot.confidence) + "% " +
+                    std::string(stats::to_string(boot.method)) +
+                    " interval]; a bracketed number refers to the notes below the statistics table.");
+      doc.table(header, rows);
     }
-    html << "</table>\n";
-    md << "\nIntervals: " << num(100 * boot.confidence) << "% " << stats::to_string(boot.method) << ", "
-       << boot.resamples << " resamples, seed " << boot.seed
-       << ", resampling units = " << (r.analysis.unit == BootstrapUnit::run ? "target runs" : "cells") << ".\n";
 
-    // Crossings.
-    md << "\n## Crossings (threshold " << num(r.crossing_options.threshold) << ", burn-in "
-       << r.crossing_options.burn_in.value_or(0) << ", tolerance " << num(r.crossing_options.tolerance) << ")\n\n";
-    html << "<h2>Crossings</h2>\n<ul>\n";
-    for (auto& p : r.predictors) {
-      if (!p.crossing) continue;
-      md << "- " << p.name << " (" << predictor_label(p) << "): " << p.crossing->to_string() << "\n";
-      html << "<li>" << report::html_escape(p.name + " (" + predictor_label(p) + "): " + p.crossing->to_string())
-           << "</li>\n";
+    doc.heading("Statistics");
+    {
+      std::vector<std::vector<std::string>> rows;
+      for (auto& row : rows_all)
+        rows.push_back({row.predictor, row.label, row.statistic, shown(row.estimate), ci_text(row.ci),
+                        definition(row.statistic), note_ref(row.note)});
+      doc.table({"predictor", "label", "statistic", "estimate", "CI", "definition", "note"}, rows);
+      doc.paragraph("Intervals: " + num(100 * boot.confidence) + "% " + std::string(stats::to_string(boot.method)) +
+                    ", " + std::to_string(boot.resamples) + " resamples, seed " + std::to_string(boot.seed) +
+                    ", resampling units = " + (r.analysis.unit == BootstrapUnit::run ? "target runs" : "cells") + ".");
+      std::string text;
+      for (std::size_t k = 0; k < notes.size(); ++k)
+        text += (k ? " " : "") + std::string("[") + std::to_string(k + 1) + "] " + notes[k];
+      if (!notes.empty()) doc.paragraph("Notes: " + text);
     }
-    html << "</ul>\n";
 
-    // Figures.
-    if (!figures.empty()) {
-      md << "\n## Figures\n\n";
-      html << "<h2>Figures</h2>\n";
-      for (auto& [stem, caption] : figures) {
-        md << "![" << caption << "](figures/" << stem << ".png)\n\n" << caption << "\n\n";
-        html << "<figure><img src=\"figures/" << stem << ".svg\" alt=\"" << report::html_escape(caption)
-             << "\"><figcaption>" << report::html_escape(caption) << "</figcaption></figure>\n";
+    doc.heading("Skill by step and by grid factor");
+    {
+      std::vector<std::string> header = {"factor", "level", "predictor", "cells", "rmse_macro"};
+      for (auto& b : r.analysis.baselines) header.push_back(baseline_key(b));
+      std::vector<std::vector<std::string>> rows;
+      for (auto& b : r.breakdown) {
+        std::vector<std::string> row = {b.factor, b.level, b.predictor, std::to_string(b.cells), shown(b.rmse_macro)};
+        for (auto& base : r.analysis.baselines) {
+          auto it = b.skill.find(base);
+          row.push_back(it == b.skill.end() ? "—" : shown(it->second));
+        }
+        rows.push_back(row);
+      }
+      doc.paragraph(
+          "Point estimates over the cells of each level (no intervals); skill = 1 - sum MSE_P / sum MSE_B over "
+          "those cells. The curve per recorded step is in the figure skill_by_step and skill_by_step.csv.");
+      if (!rows.empty()) doc.table(header, rows);
+    }
+
+    doc.heading("Crossings");
+    doc.paragraph("Settings: " + crossing_settings(r) + ".");
+    {
+      std::vector<std::vector<std::string>> rows;
+      for (auto& p : r.predictors) {
+        if (!p.crossing) continue;
+        rows.push_back({p.name, predictor_label(p), p.crossing->to_string()});
+      }
+      doc.table({"predictor", "label", "crossings"}, rows);
+      if (primary && primary->crossing) {
+        doc.subheading("By measured crossing-time decade (" + primary->name + ")");
+        std::vector<std::vector<std::string>> drows;
+        for (auto& d : primary->crossing->by_decade)
+          drows.push_back({"[" + num(d.lo) + ", " + num(d.hi) + ")", std::to_string(d.measured_crossing),
+                           std::to_string(d.both_cross),
+                           std::to_string(d.within_tolerance) + "/" + std::to_string(d.both_cross),
+                           shown(d.median_relative_error)});
+        if (!drows.empty())
+          doc.table(
+              {"measured crossing step", "measured crossings", "both cross", "within tolerance", "median rel. error"},
+              drows);
       }
     }
-    md << "\nTables: statistics.csv, cells.csv, gates.csv, decomposition.csv, crossings.csv, series.csv; the "
-          "analysis as evaluated: analysis.toml.\n";
-    html << "<p>Tables: <a href=\"statistics.csv\">statistics.csv</a>, <a href=\"cells.csv\">cells.csv</a>, "
-            "<a href=\"gates.csv\">gates.csv</a>, <a href=\"decomposition.csv\">decomposition.csv</a>, "
-            "<a href=\"crossings.csv\">crossings.csv</a>, <a href=\"series.csv\">series.csv</a>; "
-            "<a href=\"analysis.toml\">analysis.toml</a>.</p>\n</body></html>\n";
-    write_text(tmp / "report.md", md.str());
-    write_text(tmp / "report.html", html.str());
+
+    if (!figures.empty()) {
+      doc.heading("Figures");
+      for (auto& [stem, caption] : figures) doc.figure(stem, caption);
+    }
+    write_text(tmp / "report.md", doc.markdown());
+    write_text(tmp / "report.html", doc.html());
 
     if (fs::exists(final_dir))
       throw StoreError(final_dir.string() + " exists: an evaluation never overwrites an earlier one");

@@ -6,6 +6,8 @@
 // A registered analysis (runners/registry.hpp) is honoured: without --analysis the sweep's single registration is
 // used; every gate is `inconclusive` when a required cell is missing or not canonical (the reasons are listed);
 // an analysis registered retrospectively, or touched by a recorded deviation, is labelled retrospective.
+#include <array>
+#include <cmath>
 #include <filesystem>
 #include <map>
 #include <optional>
@@ -42,8 +44,25 @@ struct PredictorEvaluation {
   stats::DirectionalSpecificity directional;
   std::optional<stats::Decomposition> error_decomposition;  // absent when the error table is constant
   std::string error_decomposition_note;
+  // Set when the predictor's anomaly field (value minus the across-cell mean at each step) is exactly zero, as
+  // for common-time: why no cell is directional and the anomaly correlations are undefined.
+  std::string directional_note;
+  struct StepSkill {
+    std::int64_t step = 0;
+    double rmse = 0;                  // sqrt(mean over cells of e(c, t)^2) at this step
+    double lower = NAN, upper = NAN;  // percentile bootstrap over the resampling units (NaN: undefined)
+  };
+  std::vector<StepSkill> by_step;
   std::optional<forecast::CrossingSummary> crossing;
   std::vector<forecast::CellCrossing> crossings;
+};
+
+// Skill broken down by a factor of the grid (format, group, or a grid parameter): point estimates per level.
+struct BreakdownRow {
+  std::string factor, level, predictor;
+  int cells = 0;
+  double rmse_macro = 0;
+  std::map<std::string, double> skill;  // baseline -> 1 - sum MSE_P / sum MSE_B over the level's cells
 };
 
 struct GateEvaluation {
@@ -56,8 +75,9 @@ struct EvaluationResult {
   std::filesystem::path sweep_dir;
   std::filesystem::path report_dir;  // set by write_evaluation_report
   AnalysisSpec analysis;
-  std::string analysis_sha256;
-  std::string standing;  // "preregistered", "retrospective" or "not preregistered (exploratory)"
+  std::string effective_analysis;  // the complete effective analysis (TOML, every default explicit); analysis.toml
+  std::string analysis_sha256;     // SHA-256 of effective_analysis
+  std::string standing;            // "preregistered", "retrospective" or "not preregistered (exploratory)"
   std::vector<std::string> standing_reasons;
   std::optional<std::string> registration_sha256;
   std::string sweep_name;
@@ -65,6 +85,8 @@ struct EvaluationResult {
   std::vector<std::string> runs;    // per row: the target run (bootstrap unit when unit = run)
   std::vector<std::string> groups;  // per row
   std::vector<std::string> formats;
+  std::vector<std::string> projections;       // per row: the reference projection `source` uses (target's policy)
+  std::vector<std::string> projection_notes;  // "cell: why nearest stands in for the target's policy"
   std::vector<std::int64_t> steps;
   stats::CellTable outcome;
   std::vector<forecast::PredictorTable> tables;  // as built (NaN rows for classes without history)
@@ -77,6 +99,13 @@ struct EvaluationResult {
   std::vector<std::string> missing_targets;  // "name (reason)"
   std::vector<GateEvaluation> gates;
   forecast::CrossingOptions crossing_options;
+  std::string burn_in_how;                // "default: 0.5% of the 1000 steps ..." or where it was declared
+  std::vector<std::int64_t> group_sizes;  // per row: coordinates of the cell's group
+  std::vector<std::map<std::string, std::string>> factors;  // per row: format, group and every grid parameter
+  std::vector<BreakdownRow> breakdown;
+  // Under a drop policy: what each table dropped (table name, "cell" or "step", label), written to dropped.csv.
+  std::vector<std::array<std::string, 3>> dropped;
+  std::size_t kept_cells = 0, kept_steps = 0;  // of the outcome after the policy
   double seconds = 0;
 
   const PredictorEvaluation& predictor(const std::string& name) const;  // throws AnalysisError
@@ -89,6 +118,13 @@ EvaluationResult evaluate_sweep(const std::filesystem::path& sweep_dir, const Ev
 // Writes the report into options.out (refused when it exists) or a new DIR/evaluations/<UTC time>-<hash>/, built
 // under a temporary name and renamed into place. Returns the directory.
 std::filesystem::path write_evaluation_report(EvaluationResult& result, const EvaluateOptions& options = {});
+
+// Exit statuses of `wbaudit evaluate --check`, for CI: every declared gate passes -> 0; any gate fails -> 3; no
+// gate fails but any is inconclusive, or no gate is declared (nothing was checked) -> 4. Errors exit 1 as always.
+inline constexpr int kCheckPass = 0;
+inline constexpr int kCheckFail = 3;
+inline constexpr int kCheckInconclusive = 4;
+int gate_check_status(const EvaluationResult& result);
 
 // One line per gate, e.g. "accuracy: rmse_macro(source) <= 0.05: pass, 0.012 [0.010, 0.015] (95% bca, ...)".
 std::string gate_summary(const EvaluationResult& result);

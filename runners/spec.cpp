@@ -3,12 +3,14 @@
 #include "runners/identity.hpp"
 
 #include <toml++/toml.h>
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <map>
 #include <set>
 #include <sstream>
 
+#include "forecast/crossing.hpp"
 #include "sim/precision/format.hpp"
 #include "sim/run.hpp"
 
@@ -295,13 +297,17 @@ SweepSpec parse_sweep_spec(const std::string& text, const std::filesystem::path&
           ctx.fail(ctx.line_of(path), path + ": must be in (0, 1], got " + value.dump());
       } else if (key == "burn_in" && value.is_number_integer()) {
         spec.evaluation.burn_in = value.get<std::int64_t>();
-        if (spec.evaluation.burn_in < 0) ctx.fail(ctx.line_of(path), path + ": must be >= 0, got " + value.dump());
+        if (*spec.evaluation.burn_in < 0) ctx.fail(ctx.line_of(path), path + ": must be >= 0, got " + value.dump());
+      } else if (key == "min_group_size" && value.is_number_integer()) {
+        spec.evaluation.min_group_size = value.get<std::int64_t>();
+        if (spec.evaluation.min_group_size < 0)
+          ctx.fail(ctx.line_of(path), path + ": must be >= 0, got " + value.dump());
       } else if (key == "tolerance" && value.is_number()) {
         spec.evaluation.tolerance = value.get<double>();
         if (!(spec.evaluation.tolerance > 0)) ctx.fail(ctx.line_of(path), path + ": must be > 0, got " + value.dump());
       } else {
         ctx.fail(ctx.line_of(path),
-                 path + ": unknown key or wrong type (known: groups, threshold, burn_in, tolerance)");
+                 path + ": unknown key or wrong type (known: groups, threshold, burn_in, tolerance, min_group_size)");
       }
     }
   }
@@ -325,13 +331,14 @@ SweepSpec parse_sweep_spec(const std::string& text, const std::filesystem::path&
   collect_axes(doc["grid"], "", axes, ctx);
   if (axes.empty()) ctx.fail(ctx.line_of("grid"), "grid: no axes (the grid would be empty)");
   for (auto& [path, values] : axes) {
-    if (path == "mode" || path.rfind("project_formats", 0) == 0)
+    if (path == "mode" || path.rfind("project_formats", 0) == 0 || path.rfind("project_policies", 0) == 0)
       ctx.fail(ctx.line_of("grid." + path), "grid." + path + ": cannot be a grid axis");
   }
 
   // Every target format in the grid is projected by every reference, so references are shared across formats
   // whenever their runs are otherwise identical.
   std::set<std::string> formats(project_formats.begin(), project_formats.end());
+  std::set<std::pair<std::string, int>> sr_policies;
 
   std::size_t total = 1;
   // Counted before anything is expanded: a mistyped grid of 10^6 cells is refused at once, not after minutes.
@@ -366,6 +373,14 @@ SweepSpec parse_sweep_spec(const std::string& text, const std::filesystem::path&
     resolve_lr_scale(config, name, ctx);
     resolve_data_file(config, name, ctx);
     formats.insert(config["target"]["format"].get<std::string>());
+    // Every stochastic policy of the grid (with its sr_bits) is projected by every reference too, as expected
+    // erased fractions (sim/precision/expected_erasure.hpp), so that SR targets are scored against their own.
+    if (config["target"]["policy"].is_string()) {
+      const std::string policy = config["target"]["policy"].get<std::string>();
+      const json* bits = config["target"].contains("sr_bits") ? &config["target"]["sr_bits"] : nullptr;
+      if ((policy == "stochastic" || policy == "deadzone-sr") && (!bits || bits->is_number_integer()))
+        sr_policies.insert({policy, bits ? bits->get<int>() : 0});
+    }
     targets.push_back({name, CellRole::target, config, params, ""});
     validate(targets.back(), ctx);  // before references are derived, so errors name the target's own keys
   }
@@ -379,6 +394,11 @@ SweepSpec parse_sweep_spec(const std::string& text, const std::filesystem::path&
     config.erase("replay");  // checkpoint replays belong to the target runs
     config["mode"] = "reference";
     config["project_formats"] = std::vector<std::string>(formats.begin(), formats.end());
+    if (!sr_policies.empty()) {
+      config["project_policies"] = json::array();
+      for (const auto& [policy, bits] : sr_policies)
+        config["project_policies"].push_back({{"policy", policy}, {"sr_bits", bits}});
+    }
     std::string key = config.dump();
     auto it = reference_by_config.find(key);
     if (it == reference_by_config.end()) {
@@ -409,6 +429,22 @@ SweepSpec parse_sweep_spec(const std::string& text, const std::filesystem::path&
     }
   }
   return spec;
+}
+
+BurnIn crossing_burn_in(const SweepSpec& spec, std::optional<std::int64_t> declared,
+                        const std::string& declared_where) {
+  if (declared) return {*declared, declared_where};
+  if (spec.evaluation.burn_in) return {*spec.evaluation.burn_in, "declared in the sweep spec's [evaluation]"};
+  std::int64_t steps = -1;
+  for (const auto& c : spec.cells) {
+    if (c.role != CellRole::target || !c.config.contains("steps") || !c.config["steps"].is_number_integer()) continue;
+    const auto s = c.config["steps"].get<std::int64_t>();
+    steps = steps < 0 ? s : std::min(steps, s);
+  }
+  if (steps < 0) steps = 0;
+  return {forecast::default_burn_in(steps), "default: 0.5% (" + std::to_string(forecast::kDefaultBurnInPerMille) +
+                                                " per mille) of the " + std::to_string(steps) +
+                                                " steps of the shortest target run"};
 }
 
 }  // namespace wbaudit::runners

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -30,9 +31,21 @@ struct SweepCell {
 struct EvaluationSettings {
   std::vector<std::string> groups;  // parameter groups that form evaluation cells (empty: all groups)
   double threshold = 0.5;           // crossing threshold theta
-  std::int64_t burn_in = 0;         // t0
-  double tolerance = 0.15;          // relative crossing-time tolerance
+  // t0; unset: forecast::default_burn_in of the shortest target run (0.5% of its steps), see crossing_burn_in
+  std::optional<std::int64_t> burn_in;
+  double tolerance = 0.15;           // relative crossing-time tolerance
+  std::int64_t min_group_size = 64;  // groups with fewer coordinates are left out of the crossing headline
 };
+
+struct SweepSpec;
+// The crossing burn-in of a sweep and how it was set, e.g. {5, "default: 0.5% of the 1000 steps"} or
+// {0, "declared in [evaluation]"}. `declared` (e.g. an analysis' [crossing] burn_in) overrides the spec.
+struct BurnIn {
+  std::int64_t steps = 0;
+  std::string how;
+};
+BurnIn crossing_burn_in(const SweepSpec& spec, std::optional<std::int64_t> declared = {},
+                        const std::string& declared_where = "declared in the analysis");
 
 struct SweepSpec {
   std::filesystem::path path;

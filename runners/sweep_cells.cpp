@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "sim/precision/expected_erasure.hpp"
+
 namespace wbaudit::runners {
 
 std::shared_ptr<const sim::Trace> TraceCache::trace(const std::string& cell_id) {
@@ -9,8 +11,34 @@ std::shared_ptr<const sim::Trace> TraceCache::trace(const std::string& cell_id) 
   auto status = m_store->cell_status(cell_id);
   std::shared_ptr<const sim::Trace> trace;
   if (status.canonical_attempt) {
-    trace = std::make_shared<const sim::Trace>(
-        sim::read_trace(status.attempts[*status.canonical_attempt].dir / "trace.h5"));
+    const AttemptRecord& attempt = status.attempts[*status.canonical_attempt];
+    const std::string run = "cell " + (status.cell ? status.cell->name : std::string("?")) + " (id " + cell_id +
+                            "), attempt " + attempt.uuid;
+    try {
+      trace = std::make_shared<const sim::Trace>(sim::read_trace(attempt.dir / "trace.h5"));
+    } catch (const std::exception& e) {
+      throw StoreError(run + ": " + e.what());
+    }
+    // Every per-step dataset has one entry per recorded step: a trace whose lengths disagree names its run.
+    const std::size_t n = trace->recorded_steps.size();
+    auto check = [&](const std::string& what, std::size_t size, bool optional) {
+      if ((optional && size == 0) || size == n) return;
+      throw StoreError(run + ": " + (attempt.dir / "trace.h5").string() + ": " + what + " has " + std::to_string(size) +
+                       " entries but recorded_steps has " + std::to_string(n));
+    };
+    check("loss", trace->loss.size(), true);
+    for (const auto& g : trace->groups) {
+      const std::string at = "group " + g.name + " ";
+      check(at + "nonzero", g.nonzero.size(), false);
+      check(at + "erased", g.erased.size(), true);
+      check(at + "erased_fraction", g.erased_fraction.size(), true);
+      check(at + "zero_weight", g.zero_weight.size(), true);
+      for (const auto& [format, p] : g.projected) {
+        check(at + "projected/" + format + "/fraction", p.fraction.size(), false);
+        for (const auto& [policy, e] : p.expected)
+          check(at + "projected/" + format + "/expected/" + policy + "/fraction", e.fraction.size(), false);
+      }
+    }
   }
   m_traces.emplace(cell_id, trace);
   return trace;
@@ -65,6 +93,21 @@ SweepEvaluationCells read_sweep_evaluation_cells(const SweepStore& store, const 
       cell.group = group;
       cell.format = target->format;
       cell.policy = target->policy;
+      const auto& projected = ref->group(group).projected.at(target->format);
+      if (target->policy != "nearest") {
+        int bits = 0;
+        if (stored.config.contains("target") && stored.config["target"].contains("sr_bits"))
+          bits = stored.config["target"]["sr_bits"].get<int>();
+        const std::string wanted = sim::projection_name(sim::make_policy(target->policy, bits));
+        if (projected.expected.contains(wanted)) {
+          cell.projection = wanted;
+        } else {
+          cell.projection_note = target->policy == "master"
+                                     ? "no projection models the master copy; scored against nearest"
+                                     : "reference " + reference->name + " has no " + wanted +
+                                           " projection (made before per-policy projections); scored against nearest";
+        }
+      }
       cell.params = spec_cell.params;
       cell.target_trace = target;
       cell.reference_trace = ref;

@@ -33,6 +33,12 @@ struct SweepEvaluationCell {
   const StoredCell* target = nullptr;
   const StoredCell* reference = nullptr;  // the target's declared fp32 reference
   std::string group, format, policy;
+  // The reference projection that matches the target's write-back policy: "nearest", or the expected erased
+  // fraction of "stochastic", "stochastic-r8", "deadzone-sr", ... (sim::projection_name). When the reference has
+  // none for the policy (a trace made before per-policy projections, or the master contrast), "nearest", and
+  // projection_note says so.
+  std::string projection = "nearest";
+  std::string projection_note;
   nlohmann::json params;  // the grid values of the target
   std::shared_ptr<const sim::Trace> target_trace, reference_trace;
 };

@@ -15,6 +15,7 @@
 
 #include "forecast/alignment.hpp"
 #include "forecast/crossing.hpp"
+#include "forecast/source.hpp"
 #include "runners/identity.hpp"
 #include "runners/report/crossing_report.hpp"
 #include "runners/sweep_cells.hpp"
@@ -32,10 +33,22 @@ std::string csv_field(const std::string& text) {
   return out + "\"";
 }
 
+// The skill reports already written into DIR/evaluations/ (by name), for the crossing report's links.
+std::vector<std::string> fs_list_evaluations(const std::filesystem::path& dir) {
+  std::vector<std::string> names;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(dir / "evaluations", ec))
+    if (entry.is_directory() && entry.path().filename().string().front() != '.' &&
+        std::filesystem::exists(entry.path() / "report.html"))
+      names.push_back(entry.path().filename().string());
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
 std::string number(double x) {
   if (!std::isfinite(x)) return "";
   std::ostringstream out;
-  out << std::setprecision(10) << x;
+  out << std::setprecision(17) << x;
   return out.str();
 }
 
@@ -178,12 +191,11 @@ SweepOutputs write_sweep_outputs(const SweepStore& store, const SweepSpec& spec)
   const std::vector<std::string>& missing = read.missing;
   std::vector<CellSeries> series;
   for (const auto& c : cells) {
-    const auto& projected = c.reference_trace->group(c.group).projected.at(c.format);
+    const forecast::Series projected = forecast::projected_series(*c.reference_trace, c.group, c.format, c.projection);
     CellSeries cs;
     cs.steps = c.target_trace->recorded_steps;
     cs.measured = c.target_trace->group(c.group).erased_fraction;
-    cs.predicted = forecast::align_series(c.reference_trace->recorded_steps, projected.fraction, cs.steps,
-                                          forecast::OutOfRange::missing);
+    cs.predicted = forecast::align_series(projected.steps, projected.values, cs.steps, forecast::OutOfRange::missing);
     series.push_back(std::move(cs));
   }
   outputs.evaluation_cells = cells.size();
@@ -192,13 +204,15 @@ SweepOutputs write_sweep_outputs(const SweepStore& store, const SweepSpec& spec)
   // Crossing comparison, one row per evaluation cell.
   forecast::CrossingOptions options;
   options.threshold = spec.evaluation.threshold;
-  options.burn_in = spec.evaluation.burn_in;
+  const BurnIn burn_in = crossing_burn_in(spec);
+  options.burn_in = burn_in.steps;
+  options.min_group_size = spec.evaluation.min_group_size;
   options.tolerance = spec.evaluation.tolerance;
   std::vector<forecast::CellCrossing> crossings;
   for (std::size_t i = 0; i < cells.size(); ++i) {
     const auto& cs = series[i];
-    crossings.push_back(
-        forecast::compare_cell_crossing(cells[i].label, cs.steps, cs.predicted, cs.steps, cs.measured, options));
+    crossings.push_back(forecast::compare_cell_crossing(cells[i].label, cs.steps, cs.predicted, cs.steps, cs.measured,
+                                                        options, cells[i].target_trace->group(cells[i].group).size));
   }
   const forecast::CrossingSummary summary = forecast::summarize_crossings(crossings, options);
   report::CrossingReport rep;
@@ -214,7 +228,14 @@ SweepOutputs write_sweep_outputs(const SweepStore& store, const SweepSpec& spec)
   t.span = summary.measured_span;
   t.threshold = options.threshold;
   t.tolerance = options.tolerance;
-  t.burn_in = spec.evaluation.burn_in;
+  t.burn_in = burn_in.steps;
+  t.burn_in_how = burn_in.how;
+  t.min_group_size = summary.min_group_size;
+  t.below_min_group_size = summary.below_min_group_size;
+  t.measured_recrossing = summary.measured_recrossing;
+  t.predicted_recrossing = summary.predicted_recrossing;
+  for (const auto& d : summary.by_decade)
+    t.decades.push_back({d.lo, d.hi, d.measured_crossing, d.both_cross, d.within_tolerance, d.median_relative_error});
   for (std::size_t i = 0; i < crossings.size(); ++i) {
     const auto& c = crossings[i];
     report::CrossingRow row;
@@ -225,6 +246,9 @@ SweepOutputs write_sweep_outputs(const SweepStore& store, const SweepSpec& spec)
     row.predicted = c.predicted.status == forecast::CrossingStatus::crossed ? c.predicted.time : NAN;
     row.relative_error = c.relative_error;
     row.within_tolerance = c.within_tolerance;
+    row.group_size = c.group_size;
+    row.below_min_group_size = c.below_min_group_size;
+    row.measured_recrossings = c.measured.status == forecast::CrossingStatus::crossed ? c.measured.recrossings : 0;
     rep.rows.push_back(row);
   }
   outputs.crossing_summary = summary.to_string();
@@ -234,7 +258,7 @@ SweepOutputs write_sweep_outputs(const SweepStore& store, const SweepSpec& spec)
   for (auto& cell : cells)
     for (auto& [k, v] : cell.params.items()) param_keys.insert(k);
   std::ostringstream csv;
-  csv << "cell,target,target_id,reference,reference_id,group,format,policy";
+  csv << "cell,target,target_id,reference,reference_id,group,format,policy,projection";
   for (auto& k : param_keys) csv << "," << csv_field(k);
   csv << ",category,measured_status,predicted_status,measured_crossing,predicted_crossing,relative_error,"
          "within_tolerance,measured_at_burn_in,predicted_at_burn_in,measured_final,predicted_final\n";
@@ -246,7 +270,7 @@ SweepOutputs write_sweep_outputs(const SweepStore& store, const SweepSpec& spec)
     const auto& c = crossings[i];
     csv << csv_field(cell.label) << "," << csv_field(cell.target->name) << "," << cell.target->id << ","
         << csv_field(cell.reference->name) << "," << cell.reference->id << "," << cell.group << "," << cell.format
-        << "," << cell.policy;
+        << "," << cell.policy << "," << cell.projection;
     for (auto& k : param_keys) {
       csv << ",";
       if (cell.params.contains(k)) {
@@ -270,34 +294,66 @@ SweepOutputs write_sweep_outputs(const SweepStore& store, const SweepSpec& spec)
   write_file_atomic(outputs.summary_csv, csv.str());
   write_file_atomic(outputs.trajectories_csv, traj.str());
 
-  // A few trajectories: the earliest and latest measured crossings, a median one, and a disagreement if any.
-  std::vector<std::size_t> crossing_order;
-  for (std::size_t i = 0; i < crossings.size(); ++i)
+  // Trajectory panels, chosen by a stated rule: the earliest, median and latest measured crossings, the
+  // kWorst worst-predicted both-cross cells (largest relative error), and every category disagreement up to
+  // kDisagreements (in cell order). Cells below the minimum group size are not chosen.
+  constexpr std::size_t kWorst = 3, kDisagreements = 8;
+  rep.panel_rule = "the earliest, median and latest measured crossings; the " + std::to_string(kWorst) +
+                   " worst-predicted cells that both cross (largest relative error); and every cell whose measured "
+                   "and predicted categories differ, up to " +
+                   std::to_string(kDisagreements) + " (in cell order; " + std::to_string(summary.differ_in_category) +
+                   " differ in all). Cells below the minimum group size are not chosen.";
+  std::vector<std::size_t> crossing_order, worst;
+  for (std::size_t i = 0; i < crossings.size(); ++i) {
+    if (crossings[i].below_min_group_size) continue;
     if (crossings[i].measured.status == forecast::CrossingStatus::crossed) crossing_order.push_back(i);
+    if (crossings[i].category == forecast::CrossingCategory::both_cross) worst.push_back(i);
+  }
   std::sort(crossing_order.begin(), crossing_order.end(),
             [&](std::size_t a, std::size_t b) { return crossings[a].measured.time < crossings[b].measured.time; });
-  std::vector<std::size_t> picks;
+  std::stable_sort(worst.begin(), worst.end(), [&](std::size_t a, std::size_t b) {
+    return crossings[a].relative_error > crossings[b].relative_error;
+  });
+  std::vector<std::pair<std::size_t, std::string>> picks;
   if (!crossing_order.empty()) {
-    picks.push_back(crossing_order.front());
-    picks.push_back(crossing_order[crossing_order.size() / 2]);
-    picks.push_back(crossing_order.back());
+    picks.push_back({crossing_order.front(), "earliest measured crossing"});
+    picks.push_back({crossing_order[crossing_order.size() / 2], "median measured crossing"});
+    picks.push_back({crossing_order.back(), "latest measured crossing"});
   }
-  for (std::size_t i = 0; i < crossings.size(); ++i) {
-    if (crossings[i].differs || crossings[i].category == forecast::CrossingCategory::neither) {
-      picks.push_back(i);
-      break;
+  for (std::size_t k = 0; k < worst.size() && k < kWorst; ++k) {
+    std::ostringstream why;
+    why << "worst predicted #" << k + 1 << ": relative error " << std::fixed << std::setprecision(1)
+        << 100 * crossings[worst[k]].relative_error << "%";
+    picks.push_back({worst[k], why.str()});
+  }
+  std::size_t disagreements = 0;
+  for (std::size_t i = 0; i < crossings.size() && disagreements < kDisagreements; ++i) {
+    if (!crossings[i].differs || crossings[i].below_min_group_size) continue;
+    picks.push_back({i, "category disagreement"});
+    ++disagreements;
+  }
+  std::map<std::size_t, std::string> reasons;  // one panel per cell, naming every rule that chose it
+  std::vector<std::size_t> order;
+  for (auto& [i, why] : picks) {
+    if (reasons.contains(i)) {
+      reasons[i] += "; " + why;
+    } else {
+      reasons[i] = why;
+      order.push_back(i);
     }
   }
-  std::set<std::size_t> seen;
-  for (auto i : picks) {
-    if (!seen.insert(i).second) continue;
+  for (auto i : order) {
     report::TrajectoryPanel panel;
     panel.title = cells[i].label + " [" + forecast::to_string(crossings[i].category) + "]";
+    panel.why = reasons[i];
     panel.steps.assign(series[i].steps.begin(), series[i].steps.end());
     panel.measured = series[i].measured;
     panel.predicted = series[i].predicted;
     rep.panels.push_back(std::move(panel));
   }
+  rep.links = {{"summary.csv", "../summary.csv"}, {"trajectories.csv", "../trajectories.csv"}};
+  for (const auto& entry : fs_list_evaluations(store.dir()))
+    rep.links.push_back({"skill report " + entry, "../evaluations/" + entry + "/report.html"});
 
   rep.facts = {{"sweep directory", store.dir().string()},
                {"spec SHA-256", store.spec_sha256()},
@@ -306,7 +362,21 @@ SweepOutputs write_sweep_outputs(const SweepStore& store, const SweepSpec& spec)
                {"target runs", std::to_string(spec.count(CellRole::target))},
                {"fp32 reference runs", std::to_string(spec.count(CellRole::reference))},
                {"evaluation cells (target run x group)", std::to_string(cells.size())},
-               {"predictor", "source: exact projected events of the fp32 reference trace (same seed, init and data)"}};
+               {"predictor",
+                "source: the fp32 reference trace (same seed, init and data) projected under each target's own "
+                "write-back policy: exact projected events for nearest, the exact expected erased fraction for "
+                "stochastic and deadzone-sr (column `projection` of summary.csv)"}};
+  {
+    std::map<std::string, int> counts;
+    std::string notes;
+    for (auto& c : cells) {
+      ++counts[c.projection];
+      if (!c.projection_note.empty()) notes += (notes.empty() ? "" : "; ") + c.label + ": " + c.projection_note;
+    }
+    std::string text;
+    for (auto& [name, n] : counts) text += (text.empty() ? "" : ", ") + name + " for " + std::to_string(n) + " cells";
+    rep.facts.emplace_back("projections", text + (notes.empty() ? "" : "; " + notes));
+  }
   if (!missing.empty()) {
     std::string list;
     for (auto& m : missing) list += (list.empty() ? "" : "; ") + m;

@@ -13,6 +13,7 @@
 #include "sim/precision/format.hpp"
 #include "sim/precision/policy.hpp"
 #include "sim/precision/writeback.hpp"
+#include "sim/trace/expected_projection.hpp"
 
 namespace wbaudit::sim {
 
@@ -232,6 +233,9 @@ void Training<ExecSpace>::step(const RunHooks& hooks) {
           ProjectedSeries& series = g.projected[config.project_formats[f]];
           series.erased.push_back(c.erased);
           series.fraction.push_back(fraction(c.erased, c.nonzero));
+          // The expected erased fraction of each declared stochastic policy (expected_projection.hpp).
+          record_expected_projections(space, m_project_formats[t][f], config.project_policies,
+                                      Kokkos::View<const float*, memory_space>(w), u, series);
         }
       }
       // The plain fp32 update w <- w + u, counting non-finite inputs.

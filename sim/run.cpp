@@ -198,7 +198,7 @@ RunConfig run_config_from_json(const json& j) {
   RunConfig c;
   const ObjectReader top(j, "",
                          {"schema", "mode", "seed", "steps", "model", "data", "optimizer", "schedule", "record",
-                          "target", "project_formats", "validation", "replay"});
+                          "target", "project_formats", "project_policies", "validation", "replay"});
   std::string schema = kCellSchema;
   top.string("schema", schema);
   require(schema == kCellSchema, "schema", "unsupported schema \"" + schema + "\" (expected " + kCellSchema + ")");
@@ -427,6 +427,27 @@ RunConfig run_config_from_json(const json& j) {
       c.project_formats.push_back(name);
     }
   }
+  // project_policies: [{"policy": "stochastic" | "deadzone-sr", "sr_bits": 0..32}, ...]
+  if (const json* p = top.find("project_policies")) {
+    require(c.mode == RunMode::reference, "project_policies", "only allowed in reference mode");
+    require(p->is_array(), "project_policies", "expected an array of {policy, sr_bits} objects");
+    for (std::size_t i = 0; i < p->size(); ++i) {
+      const std::string path = "project_policies[" + std::to_string(i) + "]";
+      const ObjectReader r((*p)[i], path, {"policy", "sr_bits"});
+      std::string name;
+      int sr_bits = 0;
+      require(r.find("policy") != nullptr, path + ".policy", "missing (stochastic or deadzone-sr)");
+      r.string("policy", name);
+      r.integer("sr_bits", sr_bits);
+      require(sr_bits >= 0 && sr_bits <= 32, path + ".sr_bits", "must be in 0..32");
+      const WritebackPolicy wp = named(path + ".policy", [&] { return make_policy(name, sr_bits); });
+      require(wp.policy == Policy::stochastic || wp.policy == Policy::deadzone_sr, path + ".policy",
+              "\"" + name + "\" has no expected projection (known: stochastic, deadzone-sr)");
+      for (const WritebackPolicy& q : c.project_policies)
+        require(q.policy != wp.policy || q.sr_bits != wp.sr_bits, path, "duplicate policy \"" + name + "\"");
+      c.project_policies.push_back(wp);
+    }
+  }
   return c;
 }
 
@@ -502,6 +523,11 @@ json to_json(const RunConfig& c) {
     }
   } else {
     j["project_formats"] = c.project_formats;
+    if (!c.project_policies.empty()) {  // absent when empty: nearest-only reference cells keep their ids
+      j["project_policies"] = json::array();
+      for (const WritebackPolicy& p : c.project_policies)
+        j["project_policies"].push_back({{"policy", policy_name(p.policy)}, {"sr_bits", p.sr_bits}});
+    }
   }
   return j;
 }

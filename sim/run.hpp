@@ -15,6 +15,7 @@
 #include "sim/model/two_layer.hpp"
 #include "sim/optim/optimizer.hpp"
 #include "sim/optim/schedule.hpp"
+#include "sim/precision/policy.hpp"
 #include "sim/trace/record_schedule.hpp"
 #include "sim/trace/trace.hpp"
 
@@ -113,13 +114,17 @@ struct RunConfig {
   ValidationConfig validation;
   ReplayConfig replay;
   std::vector<std::string> project_formats;  // reference mode only
+  // reference mode only: stochastic policies (stochastic / deadzone-sr with sr_bits) whose expected erased
+  // fraction is projected for every format, besides nearest (sim/precision/expected_erasure.hpp)
+  std::vector<WritebackPolicy> project_policies;
 };
 
 // Strict parsing: unknown keys, wrong types, non-positive steps/dimensions, unknown names and formats throw
 // ConfigError naming the key path. Missing keys take the defaults above.
 RunConfig run_config_from_json(const nlohmann::json& json);
 // Canonical JSON: every field, keys sorted, "schema" included; only the mode's own section (target or
-// project_formats). run_config_from_json(to_json(c)) == c.
+// project_formats, and project_policies when not empty, so that nearest-only reference cells keep their ids).
+// run_config_from_json(to_json(c)) == c.
 nlohmann::json to_json(const RunConfig& config);
 
 // Observation hook for tests and audits: called after every write-back of every tensor with w[t], u[t], w[t+1]

@@ -20,12 +20,14 @@
 #include <Kokkos_Core.hpp>
 #include <algorithm>
 #include <array>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "stats/bootstrap.hpp"
 #include "stats/directional.hpp"
+#include "stats/error.hpp"
 #include "stats/missing.hpp"
 #include "stats/table.hpp"
 
@@ -163,6 +165,50 @@ inline DecompositionIntervals bootstrap_decomposition(CellTable const& table, Bo
                                                       std::vector<std::string> const& unit_of_cell = {},
                                                       MissingPolicy policy = MissingPolicy::error) {
   return bootstrap_decomposition(Kokkos::DefaultHostExecutionSpace{}, table, spec, unit_of_cell, policy);
+}
+
+// Each share's interval on its own: shares[k] (0 = share_time, 1 = share_cell, 2 = share_residual) holds the
+// interval, or reasons[k] why that share has none. A share on which BCa is undefined (e.g. share_time ~ 1e-34
+// of an error table with no time effect: every replicate lies above the estimate) leaves the other two intact.
+// Failures common to all three (a table that cannot be prepared: NaN under MissingPolicy::error, fewer than 2
+// units) give all three the same reason.
+struct DecompositionShareIntervals {
+  std::array<std::optional<Interval>, 3> shares;
+  std::array<std::string, 3> reasons;
+};
+
+template <class ExecSpace>
+DecompositionShareIntervals bootstrap_decomposition_shares(ExecSpace const& space, CellTable const& table,
+                                                           BootstrapSpec const& spec,
+                                                           std::vector<std::string> const& unit_of_cell = {},
+                                                           MissingPolicy policy = MissingPolicy::error) {
+  DecompositionShareIntervals out;
+  std::optional<detail::PreparedTables> p;
+  try {
+    p = detail::prepare_tables({&table}, {"table"}, unit_of_cell, policy, spec, "bootstrap_decomposition_shares");
+  } catch (StatsError const& e) {
+    out.reasons.fill(e.what());
+    return out;
+  }
+  for (int which = 0; which < 3; ++which) {
+    try {
+      out.shares[std::size_t(which)] = bootstrap(
+          space, p->n_units,
+          [&](std::span<std::int64_t const> units) {
+            return detail::share_on_resample(which, p->values[0], *p, units);
+          },
+          spec);
+    } catch (StatsError const& e) {
+      out.reasons[std::size_t(which)] = e.what();
+    }
+  }
+  return out;
+}
+
+inline DecompositionShareIntervals bootstrap_decomposition_shares(CellTable const& table, BootstrapSpec const& spec,
+                                                                  std::vector<std::string> const& unit_of_cell = {},
+                                                                  MissingPolicy policy = MissingPolicy::error) {
+  return bootstrap_decomposition_shares(Kokkos::DefaultHostExecutionSpace{}, table, spec, unit_of_cell, policy);
 }
 
 // Intervals for the directional-specificity statistics (options.zero_tolerance and options.missing_policy are used;

@@ -15,6 +15,9 @@ struct CrossingRow {
   double predicted = 0;       // crossing step (NaN when none)
   double relative_error = 0;  // |t_hat - t| / t (NaN unless both cross)
   bool within_tolerance = false;
+  long group_size = -1;  // coordinates of the group
+  bool below_min_group_size = false;
+  int measured_recrossings = 0;  // falls back below theta after the measured crossing
 };
 
 struct CrossingTotals {
@@ -28,10 +31,22 @@ struct CrossingTotals {
   double threshold = 0.5;
   double tolerance = 0.15;
   long burn_in = 0;
+  std::string burn_in_how;       // "default: 0.5% of the 1000 steps ..." or where it was declared
+  long min_group_size = 0;       // groups with fewer coordinates are left out of the counts above
+  int below_min_group_size = 0;  // cells left out for that
+  int measured_recrossing = 0;   // cells whose measured trajectory falls back below theta after crossing
+  int predicted_recrossing = 0;
+  struct Decade {
+    double lo = 0, hi = 0;
+    int measured = 0, both = 0, within = 0;
+    double median_relative_error = 0;
+  };
+  std::vector<Decade> decades;  // the headline by measured crossing-time decade
 };
 
 struct TrajectoryPanel {
   std::string title;
+  std::string why;  // the rule that chose it: "earliest measured crossing", "worst predicted (rel. error 243%)", ...
   std::vector<double> steps;
   std::vector<double> measured;
   std::vector<double> predicted;
@@ -44,6 +59,8 @@ struct CrossingReport {
   CrossingTotals totals;
   std::vector<CrossingRow> rows;
   std::vector<TrajectoryPanel> panels;
+  std::string panel_rule;                                  // how the panels were chosen, stated in the report
+  std::vector<std::pair<std::string, std::string>> links;  // (label, relative href): CSV tables, other reports
 };
 
 // Writes DIR/report.md, DIR/report.html and DIR/figures/*; returns the path of report.html.

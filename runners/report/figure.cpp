@@ -5,6 +5,7 @@
 #include <fstream>
 #include <iomanip>
 #include <limits>
+#include <map>
 #include <sstream>
 #include <stdexcept>
 
@@ -45,6 +46,14 @@ std::string html_escape(const std::string& text) {
   return out;
 }
 
+std::string format_colour(const std::string& format) {
+  static const std::map<std::string, std::string> colours = {
+      {"fp32", "#000000"}, {"bf16", "#1f77b4"}, {"fp16", "#17becf"}, {"e5m2", "#2ca02c"}, {"e4m3", "#d62728"},
+      {"e3m2", "#9467bd"}, {"e2m3", "#ff7f0e"}, {"e2m1", "#8c564b"}, {"int8", "#e377c2"}, {"int4", "#bcbd22"}};
+  auto it = colours.find(format);
+  return it == colours.end() ? std::string("#7f7f7f") : it->second;
+}
+
 std::vector<std::string> render(const Figure& figure, const std::filesystem::path& dir, const std::string& stem) {
   std::filesystem::create_directories(dir);
   auto data = dir / (stem + ".dat");
@@ -60,7 +69,9 @@ std::vector<std::string> render(const Figure& figure, const std::filesystem::pat
         bool missing = !std::isfinite(series.x[i]) || !std::isfinite(series.y[i]);
         if (missing && series.skip_missing) continue;
         if ((figure.logx && series.x[i] <= 0) || (figure.logy && series.y[i] <= 0)) continue;
-        out << series.x[i] << ' ' << series.y[i] << '\n';
+        out << series.x[i] << ' ' << series.y[i];
+        if (i < series.low.size() && i < series.high.size()) out << ' ' << series.low[i] << ' ' << series.high[i];
+        out << '\n';
         ++written;
       }
       if (written == 0) out << "nan nan\n";  // keeps the block index stable for an empty series
@@ -86,7 +97,9 @@ std::vector<std::string> render(const Figure& figure, const std::filesystem::pat
     plot << "plot ";
     for (std::size_t s = 0; s < figure.series.size(); ++s) {
       if (s) plot << ", ";
-      plot << quoted(data.filename().string()) << " index " << s << " using 1:2 with " << figure.series[s].style
+      const auto& series = figure.series[s];
+      const std::string columns = !series.columns.empty() ? series.columns : series.low.empty() ? "1:2" : "1:2:3:4";
+      plot << quoted(data.filename().string()) << " index " << s << " using " << columns << " with " << series.style
            << " title " << quoted(figure.series[s].title);
     }
     plot << "\n";

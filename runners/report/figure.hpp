@@ -3,17 +3,30 @@
 #include <filesystem>
 #include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace wbaudit::runners::report {
 
 struct Series {
+  Series() = default;
+  Series(std::string title_, std::vector<double> x_, std::vector<double> y_, std::string style_ = "lines")
+      : title(std::move(title_)), x(std::move(x_)), y(std::move(y_)), style(std::move(style_)) {}
   std::string title;
   std::vector<double> x;
   std::vector<double> y;
   std::string style = "lines";  // gnuplot style: "lines", "points pt 7 ps 0.6", "linespoints", ...
   bool skip_missing = true;     // drop points where x or y is NaN
+  // Optional columns 3 and 4, e.g. an interval [low, high] drawn with "yerrorbars" (using 1:2:3:4) or a band
+  // drawn with "filledcurves" (using 1:3:4). `columns` is the gnuplot using-spec (default 1:2, or 1:2:3:4 when
+  // low/high are given).
+  std::vector<double> low;
+  std::vector<double> high;
+  std::string columns;
 };
+
+// A fixed colour per number format, the same in every report and figure (unknown names: grey).
+std::string format_colour(const std::string& format);
 
 struct Figure {
   std::string title;

@@ -79,6 +79,18 @@ void write_trace_to(hid_t root, const Trace& trace, const std::string& file) {
         Handle fh = create_group(projected.get(), format, file);
         write_vector(fh.get(), "erased", series.erased, file);
         write_vector(fh.get(), "fraction", series.fraction, file);
+        if (!series.expected.empty()) {
+          Handle expected = create_group(fh.get(), "expected", file);
+          for (const auto& [policy, e] : series.expected) {
+            if (policy.empty() || policy.find('/') != std::string::npos) {
+              throw TraceFileError(file + ": group " + g.name + " format " + format + ": invalid projection name \"" +
+                                   policy + "\"");
+            }
+            Handle ph = create_group(expected.get(), policy, file);
+            write_vector(ph.get(), "erased", e.erased, file);
+            write_vector(ph.get(), "fraction", e.fraction, file);
+          }
+        }
       }
     }
   }
@@ -222,6 +234,17 @@ Trace read_trace_from(hid_t root, const std::string& file) {
         ProjectedSeries series;
         series.erased = read_dataset<std::int64_t>(fh.get(), "erased", fwhere, file);
         series.fraction = read_dataset<double>(fh.get(), "fraction", fwhere, file);
+        if (has_link(fh.get(), "expected")) {
+          Handle expected = open_group(fh.get(), "expected", file);
+          for (const std::string& policy : link_names(expected.get(), fwhere + "expected", file)) {
+            Handle ph = open_group(expected.get(), policy, file);
+            const std::string pwhere = fwhere + "expected/" + policy + "/";
+            ExpectedSeries e;
+            e.erased = read_dataset<double>(ph.get(), "erased", pwhere, file);
+            e.fraction = read_dataset<double>(ph.get(), "fraction", pwhere, file);
+            series.expected.emplace(policy, std::move(e));
+          }
+        }
         g.projected.emplace(name, std::move(series));
       }
     }

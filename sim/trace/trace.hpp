@@ -21,9 +21,17 @@ struct RatioHistogramLayout {
   int bins = 512;  // d in [-16, 48)
 };
 
+struct ExpectedSeries {          // reference mode, one declared format under one stochastic policy
+  std::vector<double> erased;    // [T] sum over u != 0 of P(q_F^pi(q_F(w) + u) == q_F(w)) (expected_erasure.hpp)
+  std::vector<double> fraction;  // [T] erased / nonzero (NaN when nonzero == 0)
+};
+
 struct ProjectedSeries {             // reference mode, one declared target format
   std::vector<std::int64_t> erased;  // [T] u != 0 and q_F(q_F(w) + u) == q_F(w), nearest
   std::vector<double> fraction;      // [T] erased / nonzero (NaN when nonzero == 0)
+  // Keyed by projection name ("stochastic", "stochastic-r8", "deadzone-sr", ...: sim::projection_name); only the
+  // policies the run's configuration declares (project_policies). Optional in the file: older traces have none.
+  std::map<std::string, ExpectedSeries> expected;
 };
 
 struct GroupTrace {

@@ -121,9 +121,9 @@ sim::FormatSpec spec(const char* name, sim::FormatKind kind, int man_bits) {
 TEST(AnalyticGrid, CheckAgainstExactProjections) {
   auto t = hand_trace();
   // Exact projections: e4m3 0.68 (analytic 0.70), bf16 0.01 (analytic 0), int8 not comparable, e5m2 not projected.
-  t.groups[0].projected["e4m3"] = {{68, 0}, {0.68, kNaN}};
-  t.groups[0].projected["bf16"] = {{1, 0}, {0.01, kNaN}};
-  t.groups[0].projected["int8"] = {{50, 0}, {0.5, kNaN}};
+  t.groups[0].projected["e4m3"] = {{68, 0}, {0.68, kNaN}, {}};
+  t.groups[0].projected["bf16"] = {{1, 0}, {0.01, kNaN}, {}};
+  t.groups[0].projected["int8"] = {{50, 0}, {0.5, kNaN}, {}};
   const std::vector<sim::FormatSpec> formats{
       spec("e4m3", sim::FormatKind::floating, 3), spec("bf16", sim::FormatKind::floating, 7),
       spec("e5m2", sim::FormatKind::floating, 2), spec("int8", sim::FormatKind::integer, 0)};
@@ -143,7 +143,7 @@ TEST(AnalyticGrid, CheckAgainstExactProjections) {
   ASSERT_EQ(by_name.size(), 1u);
   EXPECT_EQ(by_name[0].formats, (std::vector<std::string>{"bf16", "e4m3"}));
   EXPECT_NEAR(by_name[0].max_abs_difference, 0.02, 1e-15);
-  t.groups[0].projected["e9m9"] = {{0, 0}, {0.0, kNaN}};
+  t.groups[0].projected["e9m9"] = {{0, 0}, {0.0, kNaN}, {}};
   EXPECT_THROW(check_analytic_grid(t), ForecastError);
 }
 

@@ -246,6 +246,80 @@ TEST(CrossingComparison, CellsOnDifferentStepGrids) {
   EXPECT_THROW(compare_cell_crossing("z", Steps{0, 10}, Values{0.1}, Steps{0, 10}, Values{0.1, 0.2}), ForecastError);
 }
 
+TEST(Crossing, ReCrossingsAreCounted) {
+  // Up at 5, back below at 20 (1), up at 30, tied at theta at 40 (still >= theta), below at 50 (2).
+  const auto c = cross({0, 10, 20, 30, 40, 50}, {0.4, 0.6, 0.3, 0.7, 0.5, 0.49});
+  EXPECT_DOUBLE_EQ(c.time, 5.0);
+  EXPECT_EQ(c.recrossings, 2);
+  EXPECT_EQ(cross({0, 10, 20, 30}, {0.1, 0.3, 0.7, 0.9}).recrossings, 0);
+  // A 1/32-step fraction held at the threshold for two records, then back: one re-crossing.
+  EXPECT_EQ(cross({0, 10, 20, 30, 40}, {15.0 / 32, 16.0 / 32, 16.0 / 32, 15.0 / 32, 15.0 / 32}).recrossings, 1);
+}
+
+TEST(Crossing, DefaultBurnInIsHalfAPercentOfTheRun) {
+  EXPECT_EQ(default_burn_in(1000), 5);
+  EXPECT_EQ(default_burn_in(2000), 10);
+  EXPECT_EQ(default_burn_in(399), 1);
+  EXPECT_EQ(default_burn_in(199), 0);
+  EXPECT_THROW(default_burn_in(-1), ForecastError);
+}
+
+// Five cells on steps 0..1000: measured crossings at 5 (a 1/16-size group), 50, 60, 500 and none; predicted at
+// 5, 55 (error 0.1), 90 (0.5), 520 (0.04) and 800.
+TEST(CrossingComparison, MinimumGroupSizeReCrossingsAndDecades) {
+  const Steps steps = {0, 5, 50, 55, 60, 90, 500, 520, 800, 1000};
+  auto step_fn = [&](double t_cross) {  // 0.1 before t_cross, theta at it (crossing exactly there), 0.9 after
+    Values y;
+    for (auto t : steps) y.push_back(double(t) > t_cross ? 0.9 : double(t) == t_cross ? 0.5 : 0.1);
+    return y;
+  };
+  stats::CellTable measured, predicted;
+  measured.steps = predicted.steps = steps;
+  const std::vector<double> mt = {5, 50, 60, 500, 2000}, pt = {5, 55, 90, 520, 800};
+  measured.values.resize(5, Eigen::Index(steps.size()));
+  predicted.values.resize(5, Eigen::Index(steps.size()));
+  for (int c = 0; c < 5; ++c) {
+    std::string name = "c";  // appended piecewise: GCC 12 warns falsely (-Wrestrict) on "literal" + std::string
+    name += std::to_string(c);
+    measured.cells.push_back(name);
+    const auto ym = step_fn(mt[std::size_t(c)]), yp = step_fn(pt[std::size_t(c)]);
+    for (std::size_t k = 0; k < steps.size(); ++k) {
+      measured.values(c, Eigen::Index(k)) = ym[k];
+      predicted.values(c, Eigen::Index(k)) = yp[k];
+    }
+  }
+  measured.values(2, 9) = 0.1;  // cell 2 falls back below theta at the last step: a measured re-crossing
+  predicted.cells = measured.cells;
+  CrossingOptions o;
+  o.min_group_size = 64;
+  const std::vector<std::int64_t> sizes = {16, 1024, 1024, 256, 64};
+  const auto cmp = compare_crossings(predicted, measured, o, sizes);
+  EXPECT_TRUE(cmp.cells[0].below_min_group_size);
+  EXPECT_FALSE(cmp.cells[4].below_min_group_size);  // inclusive: 64 >= 64
+  const auto& s = cmp.summary;
+  EXPECT_EQ(s.below_min_group_size, 1);
+  EXPECT_EQ(s.cells, 4);
+  EXPECT_EQ(s.both_cross, 3);
+  EXPECT_EQ(s.only_predicted, 1);
+  EXPECT_EQ(s.within_tolerance, 2);  // 0.1 and 0.04
+  EXPECT_EQ(s.measured_recrossing, 1);
+  EXPECT_DOUBLE_EQ(s.measured_span, 10.0);  // 500 / 50: the small cell's 5 is left out
+  ASSERT_EQ(s.by_decade.size(), 2u);        // [10, 100): cells 1, 2; [100, 1000): cell 3
+  EXPECT_DOUBLE_EQ(s.by_decade[0].lo, 10.0);
+  EXPECT_EQ(s.by_decade[0].measured_crossing, 2);
+  EXPECT_EQ(s.by_decade[0].within_tolerance, 1);
+  EXPECT_DOUBLE_EQ(s.by_decade[0].median_relative_error, 0.3);  // (0.1 + 0.5) / 2
+  EXPECT_DOUBLE_EQ(s.by_decade[1].lo, 100.0);
+  EXPECT_EQ(s.by_decade[1].within_tolerance, 1);
+  EXPECT_DOUBLE_EQ(s.by_decade[1].median_relative_error, 0.04);
+  EXPECT_EQ(s.to_string(),
+            "3/4 both cross, 2/3 within 15%, 1/4 differ in category, measured span 10x; 1 measured re-crossing; "
+            "1 cell below 64 coordinates left out");
+  // Without sizes nothing is left out.
+  EXPECT_EQ(compare_crossings(predicted, measured, o).summary.cells, 5);
+  EXPECT_THROW(compare_crossings(predicted, measured, o, std::vector<std::int64_t>{1, 2}), ForecastError);
+}
+
 TEST(CrossingComparison, MismatchedTablesThrow) {
   const auto a = table({"a", "b"}, {0, 10}, {{0.1, 0.2}, {0.1, 0.2}});
   const auto b = table({"b", "a"}, {0, 10}, {{0.1, 0.2}, {0.1, 0.2}});

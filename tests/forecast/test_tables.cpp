@@ -31,7 +31,7 @@ std::shared_ptr<sim::Trace> reference(double scale) {
     g.ratio_histogram.assign(2 * 512, 0);
     g.ratio_histogram[(4 + 16) * 8] = 10;        // step 0: all at d in [4, 4.125)
     g.ratio_histogram[512 + (2 + 16) * 8] = 10;  // step 20: all at d in [2, 2.125)
-    g.projected["e4m3"] = {{0, 0}, {0.1 * scale, 0.5 * scale}};
+    g.projected["e4m3"] = {{0, 0}, {0.1 * scale, 0.5 * scale}, {}};
     t->groups.push_back(g);
   }
   t->groups[1].projected["e4m3"].fraction = {0.2 * scale, 0.6 * scale};

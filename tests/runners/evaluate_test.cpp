@@ -276,6 +276,67 @@ TEST_F(EvaluateTest, EveryDeclaredGateHasAVerdictWithItsInterval) {
   EXPECT_TRUE(fs::exists(dir / "figures" / "anomaly_scatter.png"));
   EXPECT_TRUE(fs::exists(dir / "figures" / "most_predictable.svg"));
   EXPECT_TRUE(fs::exists(dir / "figures" / "least_predictable.svg"));
+  // `--check`: one gate fails, so the check fails (exit 3), whatever the others say.
+  EXPECT_EQ(wr::gate_check_status(result), wr::kCheckFail);
+}
+
+TEST_F(EvaluateTest, CheckStatusIsZeroOnlyWhenEveryDeclaredGatePasses) {
+  wr::EvaluateOptions options;
+  options.figures = false;
+  options.analysis = analysis("check_pass", basic_analysis(R"(
+[[gates]]
+name = "rmse bounded"
+statistic = "rmse_macro"
+predictor = "source"
+comparator = "<="
+threshold = 10.0
+)"));
+  auto pass = wr::evaluate_sweep(sweep, options);
+  ASSERT_EQ(pass.gates.size(), 1u);
+  ASSERT_EQ(pass.gates[0].result.verdict, wbaudit::stats::Verdict::pass);
+  EXPECT_EQ(wr::gate_check_status(pass), wr::kCheckPass);
+  // No gate declared: nothing was checked, which a CI check must not read as a pass.
+  options.analysis = analysis("check_none", basic_analysis());
+  EXPECT_EQ(wr::gate_check_status(wr::evaluate_sweep(sweep, options)), wr::kCheckInconclusive);
+}
+
+// The CSV tables print round-trip precision (17 significant digits): parsing them gives back the exact doubles, so
+// every statistic can be recomputed from them.
+TEST_F(EvaluateTest, CsvNumbersRoundTripExactly) {
+  wr::EvaluateOptions options;
+  options.analysis = analysis("roundtrip", basic_analysis());
+  options.figures = false;
+  auto result = wr::evaluate_sweep(sweep, options);
+  auto dir = wr::write_evaluation_report(result, options);
+  const auto& source = result.predictor("source");
+  int checked = 0;
+  for (auto& row : read_csv(dir / "statistics.csv")) {
+    if (row["predictor"] != "source") continue;
+    if (row["statistic"] == "rmse_macro") {
+      EXPECT_EQ(std::stod(row["estimate"]), source.metrics.rmse_macro);
+      EXPECT_EQ(std::stod(row["ci_lower"]), source.intervals.at("rmse_macro").lower);
+      ++checked;
+    }
+    if (row["statistic"] == "mae") {
+      EXPECT_EQ(std::stod(row["estimate"]), source.metrics.mae);
+      ++checked;
+    }
+  }
+  EXPECT_EQ(checked, 2);
+  const auto store = wr::SweepStore::open(sweep);
+  const std::string target = "target/lr_scale=4.0/format=e4m3";
+  const auto t = trace_of(sweep, store, target);
+  const auto& measured = t.group("layer1.weight").erased_fraction;
+  int rows = 0;
+  for (auto& row : read_csv(dir / "series.csv")) {
+    if (row["cell"] != target + "/layer1.weight") continue;
+    const auto k =
+        std::find(t.recorded_steps.begin(), t.recorded_steps.end(), std::stoll(row["step"])) - t.recorded_steps.begin();
+    ASSERT_LT(std::size_t(k), measured.size());
+    EXPECT_EQ(std::stod(row["outcome"]), measured[std::size_t(k)]) << row["outcome"];
+    ++rows;
+  }
+  EXPECT_EQ(rows, static_cast<int>(measured.size()));
 }
 
 TEST_F(EvaluateTest, MissingRequiredCellMakesEveryGateInconclusiveWithTheReason) {
@@ -302,6 +363,7 @@ TEST_F(EvaluateTest, MissingRequiredCellMakesEveryGateInconclusiveWithTheReason)
     EXPECT_NE(reasons.find("missing"), std::string::npos) << reasons;
   }
   EXPECT_EQ(result.cells.size(), 6u);  // the three present runs x two groups are still scored
+  EXPECT_EQ(wr::gate_check_status(result), wr::kCheckInconclusive);
 }
 
 TEST_F(EvaluateTest, NeverOverwritesAnEarlierEvaluation) {
@@ -399,4 +461,65 @@ TEST(AnalysisSpec, BadInputIsRefusedWithFileLineAndKey) {
   ASSERT_EQ(spec.gates.size(), 1u);
   EXPECT_EQ(spec.gates[0].gate.name, "acc");
   EXPECT_EQ(spec.gates[0].gate.direction, wbaudit::stats::GateDirection::at_most);
+}
+
+// A sweep whose targets differ only in write-back policy: each target is scored against the projection of its own
+// policy (the reference's expected erased fraction under SR / dead-zone SR, the exact projected events under
+// nearest), the report and cells.csv name it, and summary.csv of `wbaudit run` uses the same series.
+TEST(EvaluatePolicies, EachTargetIsScoredAgainstTheProjectionOfItsOwnPolicy) {
+  const fs::path root = fs::temp_directory_path() / ("wbaudit_evaluate_policy_" + wr::random_uuid());
+  fs::create_directories(root);
+  std::string spec_text = kSpec;
+  spec_text.replace(spec_text.find("[grid]"), std::string::npos,
+                    "[grid]\n\"target.format\" = [\"e4m3\"]\n\"optimizer.lr_scale\" = [1.0, 4.0]\n"
+                    "\"target.policy\" = [\"nearest\", \"stochastic\", \"deadzone-sr\"]\n"
+                    "[evaluation]\ngroups = [\"layer1.weight\", \"layer2.weight\"]\n");
+  spit(root / "spec.toml", spec_text);
+  wr::SweepSpec spec = wr::load_sweep_spec(root / "spec.toml");
+  wr::RunOptions run;
+  run.out = root / "sweep";
+  run.progress = false;
+  ASSERT_EQ(wr::run_sweep(spec, run).failed, 0u);
+
+  wr::EvaluateOptions options;
+  options.figures = false;
+  options.out = root / "eval";
+  std::ofstream(root / "a.toml") << "[analysis]\npredictors = [\"source\", \"common-time\"]\nbaselines = "
+                                    "[\"common-time\"]\n[bootstrap]\nresamples = 50\nmethod = \"percentile\"\n";
+  options.analysis = root / "a.toml";
+  auto result = wr::evaluate_sweep(run.out, options);
+  auto dir = wr::write_evaluation_report(result, options);
+  const auto store = wr::SweepStore::open(run.out);
+  ASSERT_EQ(result.cells.size(), 12u);
+  int sr_cells = 0;
+  bool some_differ = false;
+  auto series = read_csv(dir / "series.csv");
+  for (std::size_t i = 0; i < result.cells.size(); ++i) {
+    const std::string& run_name = result.runs[i];
+    const std::string policy = run_name.substr(run_name.rfind('=') + 1);
+    ASSERT_EQ(result.projections[i], policy) << run_name;  // the projection named after the target's policy
+    const auto ref = trace_of(run.out, store, store.find_by_name(run_name)->reference);
+    const auto& projected = ref.group(result.groups[i]).projected.at("e4m3");
+    const auto& expected = policy == "nearest" ? projected.fraction : projected.expected.at(policy).fraction;
+    int k = 0;
+    for (auto& row : series) {
+      if (row["cell"] != result.cells[i]) continue;
+      ASSERT_LT(std::size_t(k), expected.size());
+      EXPECT_EQ(std::stod(row["source"]), expected[std::size_t(k)]) << result.cells[i] << " step " << row["step"];
+      some_differ = some_differ || std::fabs(expected[std::size_t(k)] - projected.fraction[std::size_t(k)]) > 0.02;
+      ++k;
+    }
+    EXPECT_EQ(k, static_cast<int>(expected.size()));
+    sr_cells += policy != "nearest";
+  }
+  EXPECT_EQ(sr_cells, 8);
+  EXPECT_TRUE(some_differ) << "SR and nearest projections coincide here: the test cannot tell them apart";
+  std::stringstream md;
+  md << std::ifstream(dir / "report.md").rdbuf();
+  EXPECT_NE(md.str().find("| source projection | deadzone-sr for 4 cells, nearest for 4 cells, stochastic for 4 cells"),
+            std::string::npos);
+  for (auto& row : read_csv(dir / "cells.csv"))
+    EXPECT_EQ(row["projection"], row["run"].substr(row["run"].rfind('=') + 1));
+  for (auto& row : read_csv(run.out / "summary.csv")) EXPECT_EQ(row["projection"], row["policy"]) << row["cell"];
+  fs::remove_all(root);
 }

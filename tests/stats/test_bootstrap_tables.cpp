@@ -170,3 +170,60 @@ TEST(BootstrapTables, DirectionalIntervals) {
   auto const p2 = make_table({{0, 2}, {3, 3}});
   EXPECT_THROW(bootstrap_directional(p2, y2, spec), StatsError);
 }
+
+// A table with no time effect at all: 12 cells y(c,t) = b_c + w_c r(t) whose weights w_c sum to zero, so the
+// across-cell mean is constant in t and share_time ~ 1e-34 on the full sample, while almost every resample has a
+// time effect. BCa is undefined for share_time (every replicate on one side of the estimate) but not for the
+// other two shares, which must keep their intervals; each is checked against a plain recomputation of the share on
+// the same resamples.
+TEST(BootstrapTables, EachDecompositionShareStandsOrFailsAlone) {
+  Eigen::MatrixXd v(12, 25);
+  double sum_w = 0;
+  for (Eigen::Index c = 0; c < 12; ++c) {
+    double const w = c < 11 ? std::sqrt(2.0 + double(c)) : -sum_w;
+    sum_w += w;
+    for (Eigen::Index t = 0; t < 25; ++t) v(c, t) = 0.1 * double(c) + w * std::sin(0.9 * double(t) + 0.3);
+  }
+  CellTable table = make_table({std::vector<double>(25, 0.0)});
+  table.values = v;
+  table.cells.clear();
+  for (std::size_t c = 0; c < 12; ++c) table.cells.push_back(wbaudit::stats::testing::cell_label("c", c));
+  BootstrapSpec spec;
+  spec.seed = 20261202;
+  spec.resamples = 2000;
+  spec.method = IntervalMethod::bca;
+
+  EXPECT_THROW(bootstrap_decomposition(table, spec), StatsError);  // all three together: one failure loses all
+  auto const shares = bootstrap_decomposition_shares(table, spec);
+  ASSERT_FALSE(shares.shares[0].has_value());
+  EXPECT_NE(shares.reasons[0].find("BCa undefined"), std::string::npos) << shares.reasons[0];
+  for (int which : {1, 2}) {
+    ASSERT_TRUE(shares.shares[std::size_t(which)].has_value()) << shares.reasons[std::size_t(which)];
+    EXPECT_TRUE(shares.reasons[std::size_t(which)].empty());
+    // Plain share of the resampled rows: SS_cell or SS_residual over SS_total, written out here.
+    auto plain = [&](std::span<std::int64_t const> rows) {
+      auto const n = Eigen::Index(rows.size());
+      Eigen::MatrixXd s(n, v.cols());
+      for (Eigen::Index i = 0; i < n; ++i) s.row(i) = v.row(rows[std::size_t(i)]);
+      double const mu = s.mean();
+      double ss_total = 0, ss_cell = 0, ss_res = 0;
+      for (Eigen::Index i = 0; i < n; ++i) {
+        double const b = s.row(i).mean() - mu;
+        ss_cell += double(s.cols()) * b * b;
+        for (Eigen::Index t = 0; t < s.cols(); ++t) {
+          double const a = s.col(t).mean() - mu;
+          double const e = s(i, t) - mu - a - b;
+          ss_total += (s(i, t) - mu) * (s(i, t) - mu);
+          ss_res += e * e;
+        }
+      }
+      return (which == 1 ? ss_cell : ss_res) / ss_total;
+    };
+    auto const ref = bootstrap(Kokkos::DefaultHostExecutionSpace{}, 12, plain, spec);
+    auto const& got = *shares.shares[std::size_t(which)];
+    EXPECT_NEAR(got.estimate, ref.estimate, 1e-12);
+    EXPECT_NEAR(got.lower, ref.lower, 1e-9);
+    EXPECT_NEAR(got.upper, ref.upper, 1e-9);
+    EXPECT_LT(got.lower, got.upper);
+  }
+}

@@ -213,6 +213,23 @@ std::vector<T> read_optional(hid_t loc, const std::string& name, const std::stri
 }
 
 // The trace's attributes, datasets and groups written into / read from an open file or group.
+// The link names of an HDF5 group, in name order.
+inline std::vector<std::string> link_names(hid_t loc, const std::string& where, const std::string& file) {
+  H5G_info_t info;
+  check(H5Gget_info(loc, &info), "H5Gget_info " + where, file);
+  std::vector<std::string> names;
+  for (hsize_t i = 0; i < info.nlinks; ++i) {
+    const ssize_t len = H5Lget_name_by_idx(loc, ".", H5_INDEX_NAME, H5_ITER_INC, i, nullptr, 0, H5P_DEFAULT);
+    if (len < 0) {
+      throw TraceFileError(file + ": HDF5 error: link name in " + where);
+    }
+    std::string name(static_cast<std::size_t>(len), '\0');
+    H5Lget_name_by_idx(loc, ".", H5_INDEX_NAME, H5_ITER_INC, i, name.data(), name.size() + 1, H5P_DEFAULT);
+    names.push_back(name);
+  }
+  return names;
+}
+
 void write_trace_to(hid_t root, const Trace& trace, const std::string& file);
 Trace read_trace_from(hid_t root, const std::string& file);
 

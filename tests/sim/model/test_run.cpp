@@ -188,6 +188,66 @@ TEST(RunCell, ProjectionAndHistogramAtStepZeroEqualPlainRecomputation) {
   EXPECT_LT(l1.projected.at("bf16").erased[0], l1.projected.at("e4m3").erased[0]);
 }
 
+// The per-policy projections of a reference trace (project_policies): at every recorded step, for each format and
+// policy, the expected erased fraction equals the sum over coordinates of P(q(q(w) + u) == q(w)) worked out by hand
+// from the captured state and the table of the format's values (neighbours toward / away from zero, the exact or
+// r-bit truncated probability of moving away).
+TEST(RunCell, ExpectedProjectionsPerPolicyEqualHandComputedProbabilities) {
+  RunConfig cfg = small_config(RunMode::reference);
+  cfg.record = RecordConfig{RecordKind::log, 1, 6};
+  cfg.project_formats = {"bf16", "e4m3"};
+  cfg.project_policies = {{Policy::stochastic, 0}, {Policy::stochastic, 4}};
+  cfg.optimizer.lr = 2e-3;
+  Captured cap;
+  const Trace t = run_cell(Kokkos::DefaultExecutionSpace(), cfg, {}, cap.hooks());
+  const std::map<std::string, FormatTable> tables = {{"bf16", FormatTable::bf16()}, {"e4m3", FormatTable::e4m3()}};
+  bool differs_from_nearest = false;
+  for (std::size_t k = 0; k < t.recorded_steps.size(); ++k) {
+    const std::int64_t step = t.recorded_steps[k];
+    for (int tensor = 0; tensor < kTwoLayerTensors; ++tensor) {
+      const auto &w = cap.before.at({step, tensor}), &u = cap.proposal.at({step, tensor});
+      const GroupTrace& g = t.groups[tensor];
+      for (const auto& [name, table] : tables) {
+        const auto& mags = table.values;  // ascending magnitudes, 0 first
+        for (int r : {0, 4}) {
+          long double expected = 0;
+          std::int64_t nonzero = 0;
+          for (std::size_t i = 0; i < w.size(); ++i) {
+            if (u[i] == 0.0f) continue;
+            ++nonzero;
+            const double qw = table.nearest(w[i]);
+            const long double x = static_cast<long double>(qw) + u[i];
+            const long double a = std::fabs(x);
+            const double sign = x < 0 ? -1.0 : 1.0;
+            if (a > mags.back()) {
+              expected += sign * mags.back() == qw;
+              continue;
+            }
+            const std::size_t hi = std::upper_bound(mags.begin(), mags.end(), static_cast<double>(a)) - mags.begin();
+            std::size_t h = hi;
+            while (h > 0 && static_cast<long double>(mags[h - 1]) > a) --h;
+            while (h < mags.size() && static_cast<long double>(mags[h]) <= a) ++h;
+            const double toward = mags[h - 1];                    // largest magnitude <= |x|
+            if (static_cast<long double>(toward) == a) continue;  // on the grid: x != qw, applied
+            const double away = mags[h];
+            long double p = (a - toward) / (static_cast<long double>(away) - toward);
+            if (r > 0) p = std::floor(std::ldexp(p, r)) / std::ldexp(1.0L, r);
+            expected += (sign * toward == qw ? 1 - p : 0) + (sign * away == qw ? p : 0);
+          }
+          const std::string key = r == 0 ? "stochastic" : "stochastic-r" + std::to_string(r);
+          const auto& series = g.projected.at(name).expected.at(key);
+          ASSERT_EQ(series.fraction.size(), t.recorded_steps.size());
+          EXPECT_NEAR(series.erased[k], static_cast<double>(expected), 1e-9) << g.name << " " << name << " " << key;
+          EXPECT_NEAR(series.fraction[k], static_cast<double>(expected) / nonzero, 1e-12);
+          differs_from_nearest =
+              differs_from_nearest || std::fabs(series.fraction[k] - g.projected.at(name).fraction[k]) > 0.05;
+        }
+      }
+    }
+  }
+  EXPECT_TRUE(differs_from_nearest) << "SR and nearest projections coincide: the test could not tell them apart";
+}
+
 TEST(RunCell, BitwiseIdenticalOnSerialAndOpenMP) {
   std::vector<RunConfig> configs;
   RunConfig ref = small_config(RunMode::reference);

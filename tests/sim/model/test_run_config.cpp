@@ -42,6 +42,14 @@ TEST(RunConfig, ContractExampleParsesAndRoundTrips) {
   const RunConfig r = run_config_from_json(ref);
   EXPECT_EQ(r.project_formats, (std::vector<std::string>{"bf16", "e4m3"}));
   EXPECT_EQ(to_json(r), ref);
+  EXPECT_FALSE(to_json(r).contains("project_policies"));  // absent when empty: nearest-only reference ids unchanged
+  ref["project_policies"] =
+      json::array({{{"policy", "stochastic"}, {"sr_bits", 0}}, {{"policy", "deadzone-sr"}, {"sr_bits", 8}}});
+  const RunConfig rp = run_config_from_json(ref);
+  ASSERT_EQ(rp.project_policies.size(), 2u);
+  EXPECT_EQ(rp.project_policies[1].policy, Policy::deadzone_sr);
+  EXPECT_EQ(rp.project_policies[1].sr_bits, 8);
+  EXPECT_EQ(to_json(rp), ref);
   // Missing keys take the documented defaults; the canonical form spells them out.
   const json minimal = to_json(run_config_from_json(json::object()));
   EXPECT_EQ(minimal.at("optimizer").at("kind"), "adam");
@@ -109,6 +117,26 @@ TEST(RunConfig, MalformedConfigsNameTheKeyPath) {
   EXPECT_EQ(error_of(ref).rfind("project_formats[1]: duplicate", 0), 0u) << error_of(ref);
   ref["project_formats"] = "bf16";
   EXPECT_EQ(error_of(ref).rfind("project_formats: expected an array", 0), 0u);
+  // project_policies: strict, named by index and key.
+  ref["project_formats"] = {"bf16"};
+  const std::pair<json, std::string> policy_cases[] = {
+      {json::array({{{"policy", "nearest"}}}), "project_policies[0].policy: \"nearest\" has no expected projection"},
+      {json::array({{{"policy", "master"}}}), "project_policies[0].policy: "},
+      {json::array({{{"policy", "sto"}}}), "project_policies[0].policy: "},
+      {json::array({{{"sr_bits", 8}}}), "project_policies[0].policy: missing"},
+      {json::array({{{"policy", "stochastic"}, {"sr_bits", 33}}}), "project_policies[0].sr_bits: must be in 0..32"},
+      {json::array({{{"policy", "stochastic"}, {"bits", 8}}}), "project_policies[0].bits: unknown key"},
+      {json::array({{{"policy", "stochastic"}}, {{"policy", "stochastic"}, {"sr_bits", 0}}}),
+       "project_policies[1]: duplicate"},
+      {json("stochastic"), "project_policies: expected an array"},
+  };
+  for (const auto& [value, prefix] : policy_cases) {
+    ref["project_policies"] = value;
+    EXPECT_EQ(error_of(ref).rfind(prefix, 0), 0u) << value.dump() << " -> " << error_of(ref);
+  }
+  json target_with_policies = base;
+  target_with_policies["project_policies"] = json::array({{{"policy", "stochastic"}}});
+  EXPECT_EQ(error_of(target_with_policies).rfind("project_policies: only allowed in reference mode", 0), 0u);
   EXPECT_EQ(error_of(json::array()).rfind("cell: expected an object", 0), 0u);
 }
 

@@ -52,8 +52,11 @@ Trace sample_trace(const std::string& mode) {
       for (int i = 0; i < 32; ++i) {
         g.ratio_histogram.push_back(i * 3 + id);
       }
-      g.projected["e4m3"] = ProjectedSeries{{5, 6, 0, 1}, {0.05, 6.0 / 99, std::nan(""), 1.0 / 7}};
-      g.projected["bf16"] = ProjectedSeries{{0, 0, 0, 0}, {0.0, 0.0, std::nan(""), 0.0}};
+      g.projected["e4m3"] = ProjectedSeries{{5, 6, 0, 1}, {0.05, 6.0 / 99, std::nan(""), 1.0 / 7}, {}};
+      // Per-policy expected projections (optional; traces without them read back with none).
+      g.projected["e4m3"].expected["stochastic"] = {{7.25, 6.5, 0, 1.75}, {0.0725, 6.5 / 99, std::nan(""), 0.25}};
+      g.projected["e4m3"].expected["deadzone-sr-r8"] = {{3, 2.5, 0, 1}, {0.03, 2.5 / 99, std::nan(""), 1.0 / 7}};
+      g.projected["bf16"] = ProjectedSeries{{0, 0, 0, 0}, {0.0, 0.0, std::nan(""), 0.0}, {}};
     }
     t.groups.push_back(g);
   }

@@ -57,6 +57,13 @@ inline void expect_same_trace(const sim::Trace& a, const sim::Trace& b) {
       ASSERT_TRUE(y.projected.count(name)) << name;
       EXPECT_EQ(series.erased, y.projected.at(name).erased) << x.name << " " << name;
       expect_same_doubles(series.fraction, y.projected.at(name).fraction, x.name + " projected " + name);
+      const auto& ye = y.projected.at(name).expected;
+      ASSERT_EQ(series.expected.size(), ye.size()) << x.name << " " << name;
+      for (const auto& [policy, e] : series.expected) {
+        ASSERT_TRUE(ye.count(policy)) << x.name << " " << name << " " << policy;
+        expect_same_doubles(e.erased, ye.at(policy).erased, x.name + " expected " + name + " " + policy);
+        expect_same_doubles(e.fraction, ye.at(policy).fraction, x.name + " expected " + name + " " + policy);
+      }
     }
   }
 }
