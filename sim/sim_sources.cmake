@@ -3,3 +3,5 @@ list(APPEND WBAUDIT_SIM_SOURCES model/two_layer.cpp optim/optimizer.cpp optim/sc
      trace/trace.cpp run.cpp engine.cpp checkpoint.cpp)
 # The decoder (docs/decoder.md).
 list(APPEND WBAUDIT_SIM_SOURCES model/decoder.cpp)
+# The token sources of language models (docs/data.md).
+list(APPEND WBAUDIT_SIM_SOURCES data/markov_language.cpp data/byte_text.cpp)
