@@ -18,8 +18,11 @@
 #include "forecast/source.hpp"
 #include "runners/identity.hpp"
 #include "runners/report/crossing_report.hpp"
+#include "runners/report/loss_report.hpp"
 #include "runners/sweep_cells.hpp"
 #include "runners/sweep_lock.hpp"
+#include "sim/precision/expected_erasure.hpp"
+#include "sim/precision/policy.hpp"
 #include "sim/run.hpp"
 #include "sim/trace/trace.hpp"
 
@@ -175,12 +178,58 @@ ExecSummary run_sweep(const SweepSpec& spec, const RunOptions& options, MPI_Comm
     if (options.progress) {
       std::cerr << "wbaudit run: " << summary.completed << " run, " << summary.skipped << " already complete, "
                 << summary.failed << " failed in " << format_seconds(summary.wall_seconds) << "\n"
-                << "crossings: " << outputs.crossing_summary << "\n"
-                << "summary:   " << outputs.summary_csv.string() << "\n"
+                << "crossings: " << outputs.crossing_summary << "\n";
+      if (!outputs.loss_headline.empty()) std::cerr << outputs.loss_headline << "\n";
+      std::cerr << "summary:   " << outputs.summary_csv.string() << "\n"
                 << "report:    " << outputs.report_html.string() << "\n";
+      if (!outputs.loss_html.empty()) std::cerr << "losses:    " << outputs.loss_html.string() << "\n";
     }
   }
   return summary;
+}
+
+// The runs of a sweep as the loss report sees them (runners/report/loss_report.hpp): condition = the grid values
+// except the policy, its SR bits and the seed; policy = the write-back policy's projection name ("fp32" for
+// references).
+std::vector<report::LossCell> loss_cells(const SweepStore& store, const SweepSpec& spec, TraceCache& cache) {
+  std::map<std::string, const SweepCell*> spec_cells;
+  for (const auto& c : spec.cells) spec_cells[c.name] = &c;
+  std::vector<report::LossCell> out;
+  for (const auto& stored : store.cells()) {
+    report::LossCell cell;
+    cell.name = stored.name;
+    cell.reference = stored.role == "reference";
+    cell.reference_of = stored.reference;
+    cell.trace = cache.trace(stored.id);
+    cell.problem = cache.problem(stored.id);
+    const auto sc = spec_cells.find(stored.name);
+    const nlohmann::json params = sc != spec_cells.end() ? sc->second->params : nlohmann::json::object();
+    std::string condition;
+    for (auto& [k, v] : params.items()) {
+      if (k == "target.policy" || k == "target.sr_bits" || k == "seed") continue;
+      condition += (condition.empty() ? "" : ", ") + k + "=" + (v.is_string() ? v.get<std::string>() : v.dump());
+    }
+    cell.condition = condition;
+    if (params.contains("seed")) {
+      cell.seed = params["seed"].is_string() ? params["seed"].get<std::string>() : params["seed"].dump();
+    } else if (stored.config.contains("seed")) {
+      cell.seed = stored.config["seed"].dump();
+    }
+    if (cell.reference) {
+      cell.policy = "fp32";
+    } else {
+      const auto& target = stored.config.value("target", nlohmann::json::object());
+      const std::string policy = target.value("policy", std::string("nearest"));
+      const int bits = target.value("sr_bits", 0);
+      try {
+        cell.policy = sim::projection_name(sim::make_policy(policy, bits));
+      } catch (const std::exception&) {
+        cell.policy = policy;
+      }
+    }
+    out.push_back(std::move(cell));
+  }
+  return out;
 }
 
 SweepOutputs write_sweep_outputs(const SweepStore& store, const SweepSpec& spec) {
@@ -381,6 +430,15 @@ SweepOutputs write_sweep_outputs(const SweepStore& store, const SweepSpec& spec)
     std::string list;
     for (auto& m : missing) list += (list.empty() ? "" : "; ") + m;
     rep.facts.emplace_back("target runs left out (no canonical complete trace)", list);
+  }
+  // Loss studies (studies 2, 5 and 6): written when any run has validation losses; the main report links them.
+  const std::vector<report::LossCell> runs = loss_cells(store, spec, cache);
+  const report::LossStudy losses = report::analyze_losses(runs);
+  if (!losses.empty()) {
+    const auto files = report::write_loss_report(losses, runs, spec.name, store.dir(), store.dir() / "report");
+    outputs.loss_html = files.html;
+    outputs.loss_headline = report::loss_headline(losses);
+    rep.links.push_back({"loss report (studies 2, 5, 6)", "loss.html"});
   }
   outputs.report_html = report::write_crossing_report(rep, store.dir() / "report");
   return outputs;
