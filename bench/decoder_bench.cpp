@@ -1,12 +1,19 @@
-// Decoder training step (fp32 loss_and_gradient) throughput: tokens/s and achieved GFLOP/s (DecoderModel::step_flops:
-// the products plus attention), for the study's default shape and a larger one. "threads:1" runs on Kokkos::Serial,
-// "threads:N" on the OpenMP instance (N = --kokkos-threads); OpenBLAS is single-threaded inside the model either way.
-// bench/decoder_torch_bench.py runs this binary with --benchmark_format=json and compares it with PyTorch CPU.
+// The decoder's speed, every figure a ratio against a baseline measured in the same binary (docs/performance.md):
+//  - DecoderStep/<shape>/threads:{1,N}: one fp32 training step (loss_and_gradient): tokens/s and achieved GFLOP/s
+//    (DecoderModel::step_flops: the products plus attention). "threads:1" runs on Kokkos::Serial, "threads:N" on the
+//    OpenMP instance (N = --kokkos-threads); OpenBLAS is single-threaded inside the model either way.
+//  - Sgemm/<m>x<n>x<k>/threads:1: the same OpenBLAS's sgemm on one thread, at the shape of the model's largest product
+//    (the MLP's [batch * seq, width] x [width, mlp_hidden]): the baseline of "step GFLOP/s >= 35% of sgemm".
+// Whole engine steps per mode (target write-back, reference recording vs plain fp32) are
+// bench/decoder_engine_bench.cpp. bench/decoder_torch_bench.py runs DecoderStep next to PyTorch CPU on the same
+// architecture, batch and threads.
 #include <benchmark/benchmark.h>
+#include <cblas.h>
 
 #include <Kokkos_Core.hpp>
 #include <cstdint>
 #include <random>
+#include <vector>
 
 #include "sim/model/decoder.hpp"
 
@@ -19,7 +26,7 @@ struct Case {
   int batch;
 };
 
-Case study_shape() {  // the study's default: vocab 32, width 64, heads 4, layers 2, mlp_hidden 160, seq 64, batch 16
+Case study_shape() {  // the studies' default: vocab 32, width 64, heads 4, layers 2, mlp_hidden 160, seq 64, batch 16
   DecoderShape s;
   s.vocab = 32;
   s.width = 64;
@@ -30,13 +37,13 @@ Case study_shape() {  // the study's default: vocab 32, width 64, heads 4, layer
   return {s, 16};
 }
 
-Case large_shape() {  // width 256, heads 4, layers 4, mlp_hidden 688, vocab 256, seq 128, batch 16
+Case million_shape() {  // about 1M parameters: vocab 256, width 192, heads 4, layers 2, mlp_hidden 512, seq 128
   DecoderShape s;
   s.vocab = 256;
-  s.width = 256;
+  s.width = 192;
   s.heads = 4;
-  s.layers = 4;
-  s.mlp_hidden = 688;
+  s.layers = 2;
+  s.mlp_hidden = 512;
   s.seq_len = 128;
   return {s, 16};
 }
@@ -65,23 +72,38 @@ void step(benchmark::State& state, const Case& c) {
       (model.workspace_bytes() + 2.0 * sizeof(float) * model.parameter_count()) / (1024.0 * 1024.0);
 }
 
+void sgemm(benchmark::State& state) {
+  const int m = static_cast<int>(state.range(0)), n = static_cast<int>(state.range(1)),
+            k = static_cast<int>(state.range(2));
+  openblas_set_num_threads(1);
+  std::vector<float> a(std::size_t(m) * k, 0.5f), b(std::size_t(k) * n, 0.25f), c(std::size_t(m) * n, 0.0f);
+  for (auto _ : state) {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, k, 1.0f, a.data(), k, b.data(), n, 0.0f, c.data(), n);
+    benchmark::ClobberMemory();
+  }
+  state.counters["GFLOP_per_s"] =
+      benchmark::Counter(static_cast<double>(state.iterations()) * 2.0 * m * n * k * 1e-9, benchmark::Counter::kIsRate);
+}
+
 void study_serial(benchmark::State& s) {
   step<Kokkos::Serial>(s, study_shape());
 }
-void large_serial(benchmark::State& s) {
-  step<Kokkos::Serial>(s, large_shape());
+void million_serial(benchmark::State& s) {
+  step<Kokkos::Serial>(s, million_shape());
 }
 BENCHMARK(study_serial)->Name("DecoderStep/study/threads:1")->Unit(benchmark::kMillisecond)->UseRealTime();
-BENCHMARK(large_serial)->Name("DecoderStep/large/threads:1")->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(million_serial)->Name("DecoderStep/1M/threads:1")->Unit(benchmark::kMillisecond)->UseRealTime();
 #if defined(KOKKOS_ENABLE_OPENMP)
 void study_openmp(benchmark::State& s) {
   step<Kokkos::OpenMP>(s, study_shape());
 }
-void large_openmp(benchmark::State& s) {
-  step<Kokkos::OpenMP>(s, large_shape());
+void million_openmp(benchmark::State& s) {
+  step<Kokkos::OpenMP>(s, million_shape());
 }
 BENCHMARK(study_openmp)->Name("DecoderStep/study/threads:N")->Unit(benchmark::kMillisecond)->UseRealTime();
-BENCHMARK(large_openmp)->Name("DecoderStep/large/threads:N")->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(million_openmp)->Name("DecoderStep/1M/threads:N")->Unit(benchmark::kMillisecond)->UseRealTime();
 #endif
+// The MLP's up projection of the 1M shape: [16 * 128, 192] x [192, 512].
+BENCHMARK(sgemm)->Name("Sgemm/2048x512x192/threads:1")->Args({2048, 512, 192})->Unit(benchmark::kMillisecond);
 
 }  // namespace
