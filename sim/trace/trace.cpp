@@ -169,6 +169,19 @@ Trace read_trace(const std::filesystem::path& path) {
   return detail::read_trace_from(h5.get(), file);
 }
 
+std::string read_trace_config_json(const std::filesystem::path& path) {
+  const std::string file = path.string();
+  H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+  if (!std::filesystem::exists(path)) {
+    throw TraceFileError(file + ": no such trace file");
+  }
+  if (H5Fis_hdf5(file.c_str()) <= 0) {
+    throw TraceFileError(file + ": not an HDF5 file");
+  }
+  Handle h5(H5Fopen(file.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose, "open file", file);
+  return read_string_attribute(h5.get(), "config_json", file);
+}
+
 namespace detail {
 
 Trace read_trace_from(hid_t root, const std::string& file) {

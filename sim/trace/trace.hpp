@@ -89,5 +89,8 @@ struct Trace {
 void write_trace(const std::filesystem::path& path, const Trace& trace);
 // Throws naming the file and the missing dataset/attribute when the file is not a valid wbaudit trace.
 Trace read_trace(const std::filesystem::path& path);
+// Only the root attribute config_json (the run's configuration), without reading the datasets: what the run store
+// checks against an attempt's cell. Throws like read_trace.
+std::string read_trace_config_json(const std::filesystem::path& path);
 
 }  // namespace wbaudit::sim

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Provenance through the command line, on a small real sweep (tests/slurm/tiny_sweep.toml):
 #  - status reports every cell done and canonical;
-#  - an edited trace, a hand-made attempt directory, a corrupt manifest and an attempt recorded by another binary
-#    are reported non-canonical with their reasons, and `run --resume` reruns exactly those cells;
+#  - an edited trace, a hand-made attempt directory, a corrupt manifest, an attempt recorded by another binary and
+#    another cell's attempt copied in with its manifest rewritten to this cell (all hashes matching) are reported non-canonical with their reasons, and `run --resume` reruns exactly those cells;
 #  - a missing executable copy is reported and restored by `run --resume`; a changed spec is refused;
 #  - a killed run (SIGKILL) leaves nothing that passes as complete and --resume finishes it;
 #  - register refuses once outcomes exist (unless --retrospective); deviate appends to the log;
@@ -38,15 +38,20 @@ rm -rf "$c2"/attempts/[0-9a-f]*-*                                               
 truncate -s 40 "$(ls "$c3"/attempts/*/manifest.json)"                              # corrupt manifest
 m4=$(ls "$c4"/attempts/*/manifest.json)                                            # another binary
 sed -i 's/"executable_sha256": "[0-9a-f]*"/"executable_sha256": "'"$(printf other | sha256sum | cut -c1-64)"'"/' "$m4"
+c5=$(cell_dir "$d" 5); c6=$(cell_dir "$d" 6)                                       # another cell's attempt, its
+rm -rf "$c5"/attempts/*                                                            # manifest rewritten to this cell
+cp -r "$(ls -d "$c6"/attempts/*/)" "$c5/attempts/"                                 # (every hash still matches)
+sed -i 's/"cell_id": "[0-9a-f]*"/"cell_id": "'"$(basename "$c5")"'"/' "$(ls "$c5"/attempts/*/manifest.json)"
 "${W[@]}" status "$d" --no-scheduler > "$work/st1"
 if "${W[@]}" status "$d" --check --no-scheduler > /dev/null; then fail "status --check passed a tampered sweep"; fi
-grep -q "4 done, 4 non-canonical" "$work/st1" || { cat "$work/st1"; fail "tampered counts"; }
-for reason in "trace.h5: SHA-256 differs from the manifest" "no manifest.json" "corrupt manifest" "run by another binary"; do
+grep -q "3 done, 5 non-canonical" "$work/st1" || { cat "$work/st1"; fail "tampered counts"; }
+for reason in "trace.h5: SHA-256 differs from the manifest" "no manifest.json" "corrupt manifest" "run by another binary" \
+  "trace.h5 is the run of another configuration"; do
   grep -q "$reason" "$work/st1" || { cat "$work/st1"; fail "status lacks the reason '$reason'"; }
 done
 "${W[@]}" run "$spec" --out "$d" --resume --no-report -q || fail "resume after tampering"
 "${W[@]}" status "$d" --check --no-scheduler > /dev/null || fail "resume did not repair the tampered cells"
-[ "$(attempts "$d")" -eq 11 ] || fail "resume should add exactly 4 attempts to the 7 manifests left (now $(attempts "$d"))"
+[ "$(attempts "$d")" -eq 12 ] || fail "resume should add exactly 5 attempts to the 7 manifests left (now $(attempts "$d"))"
 
 # Missing executable copy: reported, restored by --resume; a changed spec is refused.
 rm "$d/bin/wbaudit"

@@ -11,6 +11,8 @@
 #include <sstream>
 
 #include "runners/identity.hpp"
+#include "sim/run.hpp"
+#include "sim/trace/trace.hpp"
 
 namespace fs = std::filesystem;
 namespace wr = wbaudit::runners;
@@ -146,9 +148,9 @@ TEST_F(StoreTest, ManifestRecordsProvenanceAndFileHashes) {
   EXPECT_EQ(running["status"], "running");
   EXPECT_EQ(store.cell_status(id).state, wr::CellState::running);  // this process is alive
   fs::create_directories(attempt.dir() / "sub");
-  spit(attempt.dir() / "trace.h5", "abc");
+  spit(attempt.dir() / "out.bin", "abc");
   spit(attempt.dir() / "sub" / "x.csv", "");
-  const auto record = store.finish_attempt(attempt, wr::AttemptStatus::complete, "", {"trace.h5", "sub/x.csv"});
+  const auto record = store.finish_attempt(attempt, wr::AttemptStatus::complete, "", {"out.bin", "sub/x.csv"});
   EXPECT_TRUE(record.canonical) << joined(record.reasons);
   const auto m = nlohmann::json::parse(slurp(attempt.dir() / "manifest.json"));
   EXPECT_EQ(m["uuid"], attempt.uuid());
@@ -160,7 +162,7 @@ TEST_F(StoreTest, ManifestRecordsProvenanceAndFileHashes) {
   EXPECT_TRUE(m["build"].contains("git_commit"));
   EXPECT_TRUE(m["end"].is_string());
   // printf abc | sha256sum ; printf '' | sha256sum
-  EXPECT_EQ(m["files"]["trace.h5"], "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  EXPECT_EQ(m["files"]["out.bin"], "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
   EXPECT_EQ(m["files"]["sub/x.csv"], "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
   EXPECT_EQ(store.cell_status(id).state, wr::CellState::done);
   // Nothing but manifest.json and the outputs: no temporaries left behind.
@@ -308,4 +310,39 @@ TEST(AtomicWrite, ReplacesContentAndLeavesNoTemporary) {
   EXPECT_EQ(entries, 1);
   EXPECT_THROW(wr::write_file_atomic(dir / "missing" / "a.json", "x"), wr::StoreError);
   fs::remove_all(dir);
+}
+
+namespace {
+// A real (empty) trace whose config_json is the engine's serialization of `config`, as a run of it writes.
+void write_trace_of(const fs::path& path, const nlohmann::json& config) {
+  wbaudit::sim::Trace t;
+  t.mode = "reference";
+  t.format = "fp32";
+  t.policy = "nearest";
+  t.config_json = wbaudit::sim::to_json(wbaudit::sim::run_config_from_json(config)).dump();
+  wbaudit::sim::write_trace(path, t);
+}
+}  // namespace
+
+TEST_F(StoreTest, AnotherCellsTraceUnderARewrittenManifestIsNonCanonical) {
+  const auto store = wr::SweepStore::create(dir, kSpec, three_cells());
+  const auto& cell = store.cells()[0];  // a reference run: its configuration is a simulator run
+  wr::Attempt own = store.begin_attempt(cell.id);
+  write_trace_of(own.dir() / "trace.h5", cell.config);
+  const auto good = store.finish_attempt(own, wr::AttemptStatus::complete, "", {"trace.h5"});
+  EXPECT_TRUE(good.canonical) << joined(good.reasons);
+  // The same pipeline, every hash right, but the trace is the run of another configuration (seed 9).
+  wr::Attempt forged = store.begin_attempt(cell.id);
+  nlohmann::json other = cell.config;
+  other["seed"] = 9;
+  write_trace_of(forged.dir() / "trace.h5", other);
+  const auto bad = store.finish_attempt(forged, wr::AttemptStatus::complete, "", {"trace.h5"});
+  EXPECT_FALSE(bad.canonical);
+  EXPECT_TRUE(has_reason(bad.reasons, "trace.h5 is the run of another configuration")) << joined(bad.reasons);
+  // A file that is not a trace at all cannot be checked, and is not canonical either.
+  wr::Attempt junk = store.begin_attempt(cell.id);
+  spit(junk.dir() / "trace.h5", "not hdf5");
+  const auto unreadable = store.finish_attempt(junk, wr::AttemptStatus::complete, "", {"trace.h5"});
+  EXPECT_FALSE(unreadable.canonical);
+  EXPECT_TRUE(has_reason(unreadable.reasons, "cannot be checked against the cell")) << joined(unreadable.reasons);
 }
