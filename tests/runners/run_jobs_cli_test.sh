@@ -98,12 +98,17 @@ if grep -q "^  failed" "$work/k.status"; then
 fi
 grep -q "^cells .* 0 running," "$work/k.status" || { cat "$work/k.status"; fail "worker kill: a cell is still shown running"; }
 done_before=$(done_count "$work/k")
-[ "$done_before" -eq 7 ] || { cat "$work/k.status"; fail "worker kill: $done_before cells done, expected the other 7"; }
+# 7: the kill landed while the victim ran its cell. 8: it landed after the victim had finished its cell (manifest
+# complete) but before it told the parent, so the parent reports the worker's death yet the cell is done; which of
+# the two happens depends on scheduling, and both must lose nothing.
+[ "$done_before" -eq 7 ] || [ "$done_before" -eq 8 ] \
+  || { cat "$work/k.status"; fail "worker kill: $done_before cells done, expected 7 (or 8)"; }
+rerun=$((8 - done_before))
 before=$(find "$work/k/cells" -name manifest.json | wc -l)
 "${W[@]}" run "$work/slow.toml" --out "$work/k" --kokkos-threads=1 --jobs 2 --no-report --resume 2> "$work/kr.log" \
   || { cat "$work/kr.log"; fail "resume after the worker kill"; }
-[ "$(grep -c '^\[[0-9]*/8\] ' "$work/kr.log")" -eq 1 ] || { cat "$work/kr.log"; fail "resume ran more or less than the killed cell"; }
-[ "$(find "$work/k/cells" -name manifest.json | wc -l)" -eq $((before + 1)) ] || fail "resume added more than one attempt"
+[ "$(grep -c '^\[[0-9]*/8\] ' "$work/kr.log")" -eq "$rerun" ] || { cat "$work/kr.log"; fail "resume ran other than the $rerun unfinished cell(s)"; }
+[ "$(find "$work/k/cells" -name manifest.json | wc -l)" -eq $((before + rerun)) ] || fail "resume added other than $rerun attempt(s)"
 "$wbaudit" status "$work/k" --check --no-scheduler > /dev/null || fail "worker kill: not complete after resume"
 canonical_sums "$work/k" > "$work/k.sums"
 cmp -s "$work/k.sums" "$work/ref.sums" || { diff "$work/k.sums" "$work/ref.sums"; fail "worker kill: resumed traces differ"; }
