@@ -428,6 +428,26 @@ SweepSpec parse_sweep_spec(const std::string& text, const std::filesystem::path&
       spec.cells.push_back(cell);
     }
   }
+
+  // [evaluation] groups must be parameter groups of every target run: checked now, not after every cell has run.
+  if (!spec.evaluation.groups.empty()) {
+    for (const auto& cell : spec.cells) {
+      if (cell.role != CellRole::target) continue;
+      std::vector<std::string> known;
+      try {
+        known = sim::model_tensor_names(sim::run_config_from_json(cell.config).model);
+      } catch (const std::exception&) {
+        continue;  // the cell's own validation names the problem
+      }
+      for (const auto& g : spec.evaluation.groups) {
+        if (std::find(known.begin(), known.end(), g) != known.end()) continue;
+        std::string list;
+        for (const auto& k : known) list += (list.empty() ? "" : ", ") + k;
+        ctx.fail(ctx.line_of("evaluation.groups"), "evaluation.groups: \"" + g + "\" is not a parameter group of " +
+                                                       cell.name + " (its groups: " + list + ")");
+      }
+    }
+  }
   return spec;
 }
 

@@ -175,6 +175,28 @@ std::string known_model_kinds() {
   return "decoder, two_layer";
 }
 
+std::vector<std::string> model_tensor_names(const ModelConfig& model) {
+  std::vector<std::string> names;
+  if (model.kind == "two_layer") {
+    for (const char* n : kTwoLayerTensorNames) names.emplace_back(n);
+  } else if (model.kind == "decoder") {
+    // The order of DecoderModel's tensors (sim/model/decoder.hpp); tests/sim/model/test_decoder.cpp compares them.
+    names.emplace_back("embed.weight");
+    for (int i = 0; i < model.decoder.layers; ++i) {
+      const std::string b = "blocks." + std::to_string(i) + ".";
+      for (const char* t : {"attn_norm.weight", "attn.qkv.weight", "attn.out.weight", "mlp_norm.weight",
+                            "mlp.gate.weight", "mlp.up.weight", "mlp.down.weight"}) {
+        names.push_back(b + t);
+      }
+    }
+    names.emplace_back("final_norm.weight");
+    names.emplace_back("lm_head.weight");
+  } else {
+    throw ConfigError("model.kind: unknown model \"" + model.kind + "\" (known: " + known_model_kinds() + ")");
+  }
+  return names;
+}
+
 std::string storage_format_of(const std::string& default_format,
                               const std::map<std::string, std::string>& group_formats, const std::string& name) {
   if (const auto it = group_formats.find(name); it != group_formats.end()) {

@@ -154,6 +154,9 @@ using ProgressCallback = std::function<void(std::int64_t step, std::int64_t step
 
 // The model kinds run_cell knows, comma-separated.
 std::string known_model_kinds();
+// The parameter tensors (trace groups) of a model, in tensor order, from its configuration alone (nothing allocated):
+// what a spec's [evaluation] groups are checked against before any cell runs. Throws ConfigError for an unknown kind.
+std::vector<std::string> model_tensor_names(const ModelConfig& model);
 
 // Runs the cell on the given execution space instance (Kokkos::Serial or Kokkos::OpenMP); the trace is bitwise
 // identical for both and any thread count. progress(t + 1, steps) is called after every step. Throws

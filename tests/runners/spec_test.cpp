@@ -130,6 +130,26 @@ TEST(SweepSpec, ErrorsNameFileLineAndKey) {
   EXPECT_NE(message.find("spec.toml:3: steps"), std::string::npos) << message;
 }
 
+TEST(SweepSpec, EvaluationGroupsAreCheckedAgainstTheModelBeforeAnyCellRuns) {
+  // [evaluation] on line 22, groups on line 23: a misspelt group is refused at parse time with its line.
+  const std::string bad = message_of(kBase + "[evaluation]\ngroups = [\"layer1.weights\"]\n[grid]\nseed = [1]\n");
+  EXPECT_NE(bad.find("spec.toml:23: evaluation.groups: \"layer1.weights\" is not a parameter group of target"),
+            std::string::npos)
+      << bad;
+  EXPECT_NE(bad.find("layer1.weight, layer1.bias, layer2.weight, layer2.bias"), std::string::npos) << bad;
+  EXPECT_EQ(message_of(kBase + "[evaluation]\ngroups = [\"layer2.weight\"]\n[grid]\nseed = [1]\n"), "(no error)");
+  // The decoder's groups are its tensors.
+  std::string decoder = kBase;
+  decoder.replace(decoder.find("kind = \"two_layer\"\ninput_dim = 4\nhidden = 8\noutput_dim = 2"),
+                  std::string("kind = \"two_layer\"\ninput_dim = 4\nhidden = 8\noutput_dim = 2").size(),
+                  "kind = \"decoder\"\nvocab = 8\nwidth = 8\nheads = 2\nlayers = 1\nmlp_hidden = 8\nseq_len = 4");
+  EXPECT_EQ(message_of(decoder + "[evaluation]\ngroups = [\"blocks.0.mlp.up.weight\"]\n[grid]\nseed = [1]\n"),
+            "(no error)");
+  EXPECT_NE(message_of(decoder + "[evaluation]\ngroups = [\"blocks.1.mlp.up.weight\"]\n[grid]\nseed = [1]\n")
+                .find("\"blocks.1.mlp.up.weight\" is not a parameter group"),
+            std::string::npos);
+}
+
 }  // namespace
 
 namespace {

@@ -99,6 +99,21 @@ TEST(DecoderEngine, RecordsValidationAndTheOptimumAndNamesGroupsByTensor) {
   EXPECT_GT(matrix_erased, 0);
 }
 
+TEST(DecoderEngine, TensorNamesFromTheConfigAreTheModelsOwn) {
+  // model_tensor_names (what specs are validated against) must list exactly the groups a run's trace will have.
+  RunConfig c = decoder_config(RunMode::target);
+  c.model.decoder.layers = 3;
+  c.steps = 1;
+  const Trace t = run_cell(c);
+  std::vector<std::string> from_trace;
+  for (const GroupTrace& g : t.groups) from_trace.push_back(g.name);
+  EXPECT_EQ(model_tensor_names(c.model), from_trace);
+  EXPECT_EQ(model_tensor_names(c.model).size(), 3u * 7u + 3u);
+  ModelConfig unknown;
+  unknown.kind = "mlp";
+  EXPECT_THROW(model_tensor_names(unknown), ConfigError);
+}
+
 TEST(DecoderEngine, ATrainedModelApproachesTheKnownOptimumOnAnEasySource) {
   // An order-1 Markov language over 8 tokens with 2 branches: the optimum is its entropy rate (closed form, checked
   // against brute force in tests/sim/data). A small fp32 decoder trained with Adam must come within 0.05 nats of it (it
