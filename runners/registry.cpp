@@ -13,6 +13,7 @@
 #include <set>
 #include <sstream>
 
+#include "runners/analysis_spec.hpp"
 #include "runners/identity.hpp"
 
 namespace wbaudit::runners {
@@ -136,6 +137,13 @@ std::vector<std::string> analysis_outcome_cells(const SweepStore& store, const f
 Registration register_analysis(const SweepStore& store, const fs::path& analysis, bool retrospective,
                                const std::string& who) {
   const std::string text = read_text(analysis);
+  // Validate fully before freezing: the append-only registry must never keep an analysis evaluate would refuse
+  // (an unknown predictor, statistic or key, with its file:line).
+  try {
+    (void)parse_analysis_spec(text, analysis);
+  } catch (const std::exception& e) {
+    throw RegistryError(std::string("not registered: ") + e.what());
+  }
   Registration r;
   r.sha256 = sha256_hex(text);
   r.registered = utc_now();

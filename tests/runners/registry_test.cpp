@@ -41,6 +41,13 @@ void complete(const wr::SweepStore& store, const std::string& name) {
   (void)store.finish_attempt(a, wr::AttemptStatus::complete, "", {"trace.h5"});
 }
 
+// A valid gate (the analysis must pass evaluate's parser to be registered).
+std::string gate(double threshold) {
+  return "[[gates]]\nname = \"skill\"\nstatistic = \"skill_vs_template\"\npredictor = \"source\"\n"
+         "comparator = \">=\"\nthreshold = " +
+         std::to_string(threshold) + "\n";
+}
+
 struct RegistryTest : ::testing::Test {
   fs::path dir = fs::temp_directory_path() / ("wbaudit_registry_" + wr::random_uuid());
   fs::path analysis = dir.string() + "_analysis.toml";
@@ -54,7 +61,7 @@ struct RegistryTest : ::testing::Test {
 
 TEST_F(RegistryTest, RegistersBeforeOutcomesAndRefusesAfter) {
   const auto store = wr::SweepStore::create(dir, "spec", cells());
-  const std::string text = "required_cells = [\"target/e4m3\"]\n[gates.skill]\nmin = 0.2\n";
+  const std::string text = "required_cells = [\"target/e4m3\"]\n" + gate(0.2);
   spit(analysis, text);
   const auto r = wr::register_analysis(store, analysis, false, "alice");
   EXPECT_EQ(r.sha256, wr::sha256_hex(text));
@@ -72,7 +79,7 @@ TEST_F(RegistryTest, RegistersBeforeOutcomesAndRefusesAfter) {
 
   // Once target/bf16 has an outcome, an analysis naming it (here: every target, the default) is refused...
   complete(store, "target/bf16");
-  const std::string all_targets = "[gates.skill]\nmin = 0.3\n";
+  const std::string all_targets = gate(0.3);
   spit(analysis, all_targets);
   try {
     (void)wr::register_analysis(store, analysis, false);
@@ -105,6 +112,23 @@ TEST_F(RegistryTest, PatternsAndBadAnalyses) {
   } catch (const wr::RegistryError& e) {
     EXPECT_NE(std::string(e.what()).find(analysis.string() + ":"), std::string::npos) << e.what();
   }
+}
+
+TEST_F(RegistryTest, AnAnalysisEvaluateWouldRefuseIsNeverFrozen) {
+  const auto store = wr::SweepStore::create(dir, "spec", cells());
+  for (const std::string& bad : {std::string("[analysis]\npredictors = [\"sourse\", \"template\"]\n"),
+                                 std::string("[[gates]]\nname = \"g\"\nstatistic = \"rmse\"\npredictor = "
+                                             "\"source\"\ncomparator = \"<=\"\nthreshold = 0.1\n")}) {
+    spit(analysis, bad);
+    try {
+      (void)wr::register_analysis(store, analysis, false);
+      FAIL() << "registered an invalid analysis:\n" << bad;
+    } catch (const wr::RegistryError& e) {
+      EXPECT_NE(std::string(e.what()).find(analysis.string() + ":"), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_TRUE(wr::registrations(dir).empty());
+  EXPECT_FALSE(fs::exists(dir / "registry") && !fs::is_empty(dir / "registry"));
 }
 
 TEST_F(RegistryTest, DeviationLogIsAppendOnlyAndChained) {
