@@ -224,6 +224,71 @@ TEST_F(EvaluateTest, SourceRmseOfOneCellMatchesPlainRecomputationFromTraces) {
   }
 }
 
+TEST_F(EvaluateTest, TheEffectiveAnalysisIsCompleteAndRepeatsWordForWord) {
+  // No analysis file: the defaults are written out in full and hashed (not the hash of an empty string), and
+  // evaluating that written-out text again gives the same text and hash.
+  wr::EvaluateOptions options;
+  options.figures = false;
+  const auto first = wr::evaluate_sweep(sweep, options);
+  EXPECT_NE(first.analysis_sha256, "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+  EXPECT_EQ(first.analysis_sha256, wr::sha256_hex(first.effective_analysis));
+  for (const char* key : {"predictors", "baselines", "resamples", "method", "confidence", "threshold", "burn_in"}) {
+    EXPECT_NE(first.effective_analysis.find(key), std::string::npos) << key << " not explicit in\n"
+                                                                     << first.effective_analysis;
+  }
+  options.analysis = analysis("effective", first.effective_analysis);
+  const auto again = wr::evaluate_sweep(sweep, options);
+  EXPECT_EQ(again.effective_analysis, first.effective_analysis);
+  EXPECT_EQ(again.analysis_sha256, first.analysis_sha256);
+}
+
+TEST_F(EvaluateTest, SkillByStepAndByFactorMatchPlainRecomputation) {
+  wr::EvaluateOptions options;
+  options.analysis = analysis("by_step", basic_analysis());
+  options.figures = false;
+  const auto r = wr::evaluate_sweep(sweep, options);
+  const wbaudit::forecast::PredictorTable* source = nullptr;
+  for (const auto& t : r.tables)
+    if (t.name == "source") source = &t;
+  ASSERT_NE(source, nullptr);
+  const auto& y = r.outcome.values;
+  const auto& f = source->table.values;
+  ASSERT_EQ(y.rows(), f.rows());
+  ASSERT_EQ(y.cols(), f.cols());
+  const wr::PredictorEvaluation* eval = nullptr;
+  for (const auto& p : r.predictors)
+    if (p.name == "source") eval = &p;
+  ASSERT_NE(eval, nullptr);
+  // By step: sqrt(mean over cells of (f - y)^2) at each step, written here as a plain double loop.
+  ASSERT_EQ(eval->by_step.size(), static_cast<std::size_t>(y.cols()));
+  for (Eigen::Index k = 0; k < y.cols(); ++k) {
+    double sum = 0;
+    for (Eigen::Index c = 0; c < y.rows(); ++c) sum += (f(c, k) - y(c, k)) * (f(c, k) - y(c, k));
+    const double want = std::sqrt(sum / static_cast<double>(y.rows()));
+    EXPECT_EQ(eval->by_step[static_cast<std::size_t>(k)].step, r.steps[static_cast<std::size_t>(k)]);
+    EXPECT_NEAR(eval->by_step[static_cast<std::size_t>(k)].rmse, want, 1e-12 * std::max(1.0, want)) << "step " << k;
+  }
+  // By format: rmse_macro of a level = mean over its cells of the per-cell RMSE over steps.
+  int checked = 0;
+  for (const auto& row : r.breakdown) {
+    if (row.factor != "format" || row.predictor != "source") continue;
+    double sum = 0;
+    int cells = 0;
+    for (Eigen::Index c = 0; c < y.rows(); ++c) {
+      if (r.factors[static_cast<std::size_t>(c)].at("format") != row.level) continue;
+      double se = 0;
+      for (Eigen::Index k = 0; k < y.cols(); ++k) se += (f(c, k) - y(c, k)) * (f(c, k) - y(c, k));
+      sum += std::sqrt(se / static_cast<double>(y.cols()));
+      ++cells;
+    }
+    ASSERT_GT(cells, 0) << row.level;
+    EXPECT_EQ(row.cells, cells) << row.level;
+    EXPECT_NEAR(row.rmse_macro, sum / cells, 1e-12) << row.level;
+    ++checked;
+  }
+  EXPECT_EQ(checked, 2);  // bf16 and e4m3
+}
+
 TEST_F(EvaluateTest, TemplateIsLeaveRunOut) {
   wr::EvaluateOptions options;
   options.analysis = analysis("template", basic_analysis());
