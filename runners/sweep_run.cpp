@@ -124,6 +124,29 @@ ExecSummary run_sweep(const SweepSpec& spec, const RunOptions& options, MPI_Comm
     MPI_Comm_rank(comm, &rank);
     MPI_Comm_size(comm, &ranks);
   }
+  // Refuse before anything is written a cell that cannot fit in this machine's memory with the cells that run
+  // beside it (local worker processes; one cell per rank under MPI).
+  {
+    const double physical =
+        static_cast<double>(::sysconf(_SC_PHYS_PAGES)) * static_cast<double>(::sysconf(_SC_PAGESIZE));
+    const double beside = comm == MPI_COMM_NULL ? std::max(1, options.jobs) : 1;
+    for (const auto& cell : spec.cells) {
+      double bytes = 0;
+      try {
+        bytes = sim::estimate_cell_bytes(sim::run_config_from_json(cell.config));
+      } catch (const std::exception&) {
+        continue;  // its own validation names the problem
+      }
+      if (physical > 0 && bytes * beside > physical) {
+        std::ostringstream msg;
+        msg << std::fixed << std::setprecision(1) << "cell " << cell.name << " needs about " << bytes / 1073741824.0
+            << " GiB (" << (beside > 1 ? "x " + std::to_string(static_cast<int>(beside)) + " cells at a time, " : "")
+            << "model and batch of the spec), more than this machine's " << physical / 1073741824.0
+            << " GiB of memory; shrink [model] or [data] batch" << (beside > 1 ? ", or run fewer --jobs" : "");
+        throw SpecError(msg.str());
+      }
+    }
+  }
   // Rank 0 creates (or checks) the sweep directory; the others open it once it exists.
   // It also takes the sweep's lock for the whole run (one writer per sweep: a second run refuses, naming the holder).
   std::string create_error;

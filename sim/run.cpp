@@ -175,6 +175,26 @@ std::string known_model_kinds() {
   return "decoder, two_layer";
 }
 
+double estimate_cell_bytes(const RunConfig& config) {
+  const ModelConfig& m = config.model;
+  const double batch = config.data.batch;
+  double params = 0;       // parameter coordinates
+  double activations = 0;  // floats of one batch's forward + backward
+  if (m.kind == "decoder") {
+    const double V = m.decoder.vocab, D = m.decoder.width, F = m.decoder.mlp_hidden, L = m.decoder.layers,
+                 S = m.decoder.seq_len, H = m.decoder.heads;
+    params = 2 * V * D + D + L * (2 * D + 4 * D * D + 3 * F * D);
+    activations = batch * S * (2 * V + L * (12 * D + 4 * F)) + L * batch * H * S * S * 2;
+  } else {
+    const double in = m.shape.input_dim, hid = m.shape.hidden, out = m.shape.output_dim, th = m.teacher_hidden;
+    params = in * hid + hid + hid * out + out;
+    activations = batch * (2 * in + 4 * hid + 4 * out) + (in * th + th * out);  // + the teacher
+  }
+  // Per coordinate: weight, gradient, two Adam moments, the proposal, a storage/master copy, projection scratch.
+  constexpr double kFloatsPerParameter = 8;
+  return 4.0 * (kFloatsPerParameter * params + activations);
+}
+
 std::vector<std::string> model_tensor_names(const ModelConfig& model) {
   std::vector<std::string> names;
   if (model.kind == "two_layer") {

@@ -157,6 +157,11 @@ std::string known_model_kinds();
 // The parameter tensors (trace groups) of a model, in tensor order, from its configuration alone (nothing allocated):
 // what a spec's [evaluation] groups are checked against before any cell runs. Throws ConfigError for an unknown kind.
 std::vector<std::string> model_tensor_names(const ModelConfig& model);
+// About how many bytes one run of `config` holds at its peak (parameters with their gradients, optimizer state,
+// storage copies and recording buffers, plus the activations of one batch), from the configuration alone: what
+// `wbaudit run` checks against this machine's memory before it starts. An estimate (within about 2x), never an
+// allocation; it saturates instead of overflowing.
+double estimate_cell_bytes(const RunConfig& config);
 
 // Runs the cell on the given execution space instance (Kokkos::Serial or Kokkos::OpenMP); the trace is bitwise
 // identical for both and any thread count. progress(t + 1, steps) is called after every step. Throws

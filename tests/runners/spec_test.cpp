@@ -9,6 +9,8 @@
 #include <string>
 
 #include "runners/spec.hpp"
+#include "runners/sweep_run.hpp"
+#include "sim/run.hpp"
 
 namespace {
 
@@ -198,6 +200,34 @@ TEST(SpecLimits, OnlyBoundedRegularFilesAreRead) {
     }
   }
   std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+
+namespace {
+
+TEST(RunSweep, ACellThatCannotFitInMemoryIsRefusedBeforeAnythingIsWritten) {
+  // hidden = 2e9 with input_dim 4: about 1.4e10 parameters, hundreds of GiB with their optimizer state.
+  std::string huge = kBase;
+  huge.replace(huge.find("hidden = 8"), 10, "hidden = 2000000000");
+  const auto spec = parse_sweep_spec(huge + "[grid]\nseed = [1]\n", "huge.toml");
+  wbaudit::runners::RunOptions options;
+  options.out = std::filesystem::temp_directory_path() / ("wbaudit_huge_" + std::to_string(::getpid()));
+  options.progress = false;
+  try {
+    (void)wbaudit::runners::run_sweep(spec, options);
+    FAIL() << "a cell of terabytes was started";
+  } catch (const SpecError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("needs about"), std::string::npos) << what;
+    EXPECT_NE(what.find("GiB"), std::string::npos) << what;
+    EXPECT_NE(what.find("of memory"), std::string::npos) << what;
+  }
+  EXPECT_FALSE(std::filesystem::exists(options.out)) << "the sweep directory was created";
+  // The estimate itself: at least 8 floats per parameter.
+  const auto config = wbaudit::sim::run_config_from_json(spec.cells.front().config);
+  const double params = 4.0 * 2e9 + 2e9 + 2e9 * 2 + 2;
+  EXPECT_GT(wbaudit::sim::estimate_cell_bytes(config), 4.0 * 8 * params * 0.99);
 }
 
 }  // namespace
