@@ -83,7 +83,18 @@ std::string freeze_executable(const fs::path& source, const std::string& source_
   std::error_code ec;
   fs::copy_file(source, temp, fs::copy_options::overwrite_existing, ec);
   if (ec) {
-    throw StoreError("cannot copy the executable " + source.string() + " to " + temp.string() + ": " + ec.message());
+    // Leave nothing behind, and say "no space left" when that is why (a full tmpfs reports EIO from the copy).
+    std::error_code ignored;
+    fs::remove(temp, ignored);
+    std::string why = ec.message();
+    const auto needed = fs::file_size(source, ignored);
+    const auto space = fs::space(target.parent_path(), ignored);
+    if (ec.value() == ENOSPC || (!ignored && space.available < needed)) {
+      why = "no space left on device (the executable is " + std::to_string(needed) + " bytes, " +
+            std::to_string(space.available) + " available)";
+    }
+    throw StoreError("cannot copy the executable " + source.string() + " to " + target.parent_path().string() + ": " +
+                     why);
   }
   fs::permissions(temp, fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec | fs::perms::others_read |
                             fs::perms::others_exec);
