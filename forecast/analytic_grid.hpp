@@ -1,5 +1,5 @@
 #pragma once
-// The analytic grid (DESIGN.md §2, "Reference trace" (b)): the projected round-to-nearest erased fraction for any
+// The analytic grid (docs/science.md §2, "Reference trace" (b)): the projected round-to-nearest erased fraction for any
 // mantissa width M and learning-rate scale s, read from the reference trace's histograms of
 // d = floor(log2|w|) - log2|u|.
 //

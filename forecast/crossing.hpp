@@ -1,5 +1,5 @@
 #pragma once
-// Crossing times of an erased-fraction trajectory, and predicted-vs-measured crossing comparisons (DESIGN.md §2,
+// Crossing times of an erased-fraction trajectory, and predicted-vs-measured crossing comparisons (docs/science.md §2,
 // "Crossing time"). docs/forecasting.md states every rule below with examples.
 //
 // For a trajectory y on recorded steps, threshold theta and burn-in t0:

@@ -3,7 +3,7 @@
 // one step grid. Independent of the sweep directory layout: the caller (runners) reads traces and fills
 // EvaluationCell; everything here works on values in memory.
 //
-// Predictors (DESIGN.md §2): `source` (projection from the predeclared reference trace), `analytic-grid` (the
+// Predictors (docs/science.md §2): `source` (projection from the predeclared reference trace), `analytic-grid` (the
 // histogram projection for the cell's mantissa width and learning-rate scale; optional), `template` (historical,
 // outcome-blind, leave-run-out; template_predictor.hpp), `matched-reference` (privileged: a reference matched to the
 // target's own seed and data order, never a forecast) and `common-time` (post-outcome, descriptive: the mean over

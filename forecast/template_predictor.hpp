@@ -1,6 +1,6 @@
 #pragma once
-// The historical `template` predictor (DESIGN.md §2, "Predictors"): for a scored cell of template class k, the mean
-// at each step of the erased fractions of past target runs in class k.
+// The historical `template` predictor (docs/science.md §2, "Predictors"): for a scored cell of template class k, the
+// mean at each step of the erased fractions of past target runs in class k.
 //
 // Outcome-blind by construction: the template is built only from `history` — the runs the analysis declares
 // historical — and from the scored cell's run id and class, never from its outcome. When the sweep itself provides

@@ -28,7 +28,7 @@ namespace wbaudit::runners {
 namespace fs = std::filesystem;
 namespace {
 
-// The definition of every reported statistic (docs/statistics.md, DESIGN.md section 2); e = forecast - outcome.
+// The definition of every reported statistic (docs/statistics.md, docs/science.md section 2); e = forecast - outcome.
 const std::map<std::string, std::string>& definitions() {
   static const std::map<std::string, std::string> d = {
       {"bias", "mean over cells of mean_t e (forecast - outcome)"},

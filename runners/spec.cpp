@@ -119,7 +119,7 @@ std::vector<std::string> string_list(const json& value, const std::string& path,
 }
 
 // Learning rates set relative to the target format's mantissa width: lr = lr_scale * 2^-(M+1), where erasure
-// begins for |u| ~ 2^-(M+1) |w| (DESIGN.md section 3, study 1).
+// begins for |u| ~ 2^-(M+1) |w| (docs/science.md section 3, study 1).
 void resolve_lr_scale(json& config, const std::string& cell, const Context& ctx) {
   if (!config.contains("optimizer") || !config["optimizer"].is_object() || !config["optimizer"].contains("lr_scale")) {
     return;

@@ -1,5 +1,5 @@
 #pragma once
-// The exact audit of a realized trajectory (DESIGN.md §2 "Exact audit", docs/formats.md): every recorded
+// The exact audit of a realized trajectory (docs/science.md §2 "Exact audit", docs/formats.md): every recorded
 // write-back w[t] -> w[t+1] of every tensor is re-derived with sim::audit_writeback, in slices of coordinates that
 // run in parallel on the host execution space (Kokkos threads), streaming the file chunk by chunk.
 #include <cstdint>

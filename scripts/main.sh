@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The main job from a fresh Debian 12 machine: install what is missing, build (release preset), run the controlled
-# two-layer study (DESIGN.md study 1) as a local sweep and write its report.
+# two-layer study (docs/science.md study 1) as a local sweep and write its report.
 #   scripts/main.sh            reduced grid (72 evaluation cells, shorter runs; a few minutes on 2 cores)
 #   scripts/main.sh --full     the full-length grid
 # Extra arguments after the flags go to `wbaudit run` (e.g. --resume).

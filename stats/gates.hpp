@@ -1,6 +1,6 @@
 #pragma once
 // Preregistered gates: a declared threshold on a named statistic with a direction, judged on the statistic's
-// confidence interval [lower, upper] (DESIGN.md section 2, "Gates"):
+// confidence interval [lower, upper] (docs/science.md section 2, "Gates"):
 //   direction at_most  ("<="): pass when upper <= threshold, fail when lower > threshold
 //   direction at_least (">="): pass when lower >= threshold, fail when upper < threshold
 //   otherwise (the interval straddles the threshold)                 -> inconclusive

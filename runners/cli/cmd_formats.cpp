@@ -1,4 +1,4 @@
-// wbaudit formats [--json]: the built-in number formats and their parameters (DESIGN.md §2, docs/formats.md).
+// wbaudit formats [--json]: the built-in number formats and their parameters (docs/science.md §2, docs/formats.md).
 #include <charconv>
 #include <iostream>
 #include <nlohmann/json.hpp>

@@ -1,5 +1,5 @@
 #pragma once
-// The report of a crossing study (DESIGN.md section 3, study 1): measured vs predicted post-initialization
+// The report of a crossing study (docs/science.md section 3, study 1): measured vs predicted post-initialization
 // crossings of the erased fraction, as Markdown and HTML with gnuplot figures.
 #include <filesystem>
 #include <string>

@@ -19,8 +19,8 @@ struct FloatRow {
   bool has_nan;        // e4m3 "fn": only S.1111.111 is NaN
 };
 
-// DESIGN.md §2: IEEE-like fp32/bf16/fp16/e5m2; OCP e4m3 "fn" (no inf, NaN = S.1111.111, max 448); OCP FP6 e3m2/e2m3
-// and FP4 e2m1 (all codes finite). All have subnormals.
+// docs/science.md §2: IEEE-like fp32/bf16/fp16/e5m2; OCP e4m3 "fn" (no inf, NaN = S.1111.111, max 448); OCP FP6
+// e3m2/e2m3 and FP4 e2m1 (all codes finite). All have subnormals.
 constexpr FloatRow kFloatRows[] = {
     {"fp32", 8, 23, true, true},  {"bf16", 8, 7, true, true},   {"fp16", 5, 10, true, true},
     {"e5m2", 5, 2, true, true},   {"e4m3", 4, 3, false, true},  {"e3m2", 3, 2, false, false},

@@ -41,7 +41,7 @@ FormatSpec format_from_name(std::string_view name);
 std::vector<std::string> known_format_names();
 // Integer format intK (K = 2..8) with the given scale; throws FormatError for K outside 2..8 or a bad scale.
 FormatSpec int_format(int k, float scale);
-// The scale DESIGN.md prescribes for intK: absmax at initialization / level max, rounded so that every
+// The scale docs/science.md prescribes for intK: absmax at initialization / level max, rounded so that every
 // scale * n is exactly representable in fp32 (documented in docs/formats.md).
 float int_scale_for_absmax(int k, double absmax);
 

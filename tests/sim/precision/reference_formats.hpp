@@ -1,5 +1,5 @@
 #pragma once
-// Independent references for the precision tests, written plainly from the format definitions (DESIGN.md §2):
+// Independent references for the precision tests, written plainly from the format definitions (docs/science.md §2):
 // a hand-written parameter table, a decoder from the bit layout, sorted tables of all finite values, and
 // brute-force round-to-nearest-even. Nothing here calls the rounding code under test.
 #include <algorithm>

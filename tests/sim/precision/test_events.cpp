@@ -20,8 +20,8 @@ bool erased_nearest(const FormatParams& p, float w, float u) {
   return u != 0 && writeback_value(p, WritebackPolicy{}, RngKey{}, 0, w, u).value == w;
 }
 
-// Closed form (DESIGN.md §2): erased iff -g-/2 < u < g+/2, or |u| is exactly half the gap in its direction and w's
-// last significand bit (code LSB) is even.
+// Closed form (docs/science.md §2): erased iff -g-/2 < u < g+/2, or |u| is exactly half the gap in its direction and
+// w's last significand bit (code LSB) is even.
 bool erased_closed_form(std::uint32_t code, double g_down, double g_up, double u) {
   if (u == 0) {
     return false;
