@@ -30,4 +30,5 @@ void add_evaluate_command(CLI::App& app);
 void add_worker_command(CLI::App& app);
 void add_audit_command(CLI::App& app);
 void add_import_command(CLI::App& app);
+void add_report_command(CLI::App& app);
 }  // namespace wbaudit::cli

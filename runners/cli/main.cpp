@@ -105,6 +105,7 @@ int main(int argc, char** argv) {
   wbaudit::cli::add_status_command(app);
   wbaudit::cli::add_submit_command(app);
   wbaudit::cli::add_register_command(app);
+  wbaudit::cli::add_report_command(app);
   wbaudit::cli::add_deviate_command(app);
   wbaudit::cli::add_run_cells_command(app);
   wbaudit::cli::add_formats_command(app);

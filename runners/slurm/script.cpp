@@ -184,6 +184,8 @@ std::string render_report_script(const ScriptPaths& p, const SlurmOptions& o) {
     << "sweep=" << shell_quote(p.sweep_dir.string()) << "\n"
     << "export OMP_PROC_BIND=false OMP_NUM_THREADS=\"${SLURM_CPUS_PER_TASK:-1}\"\n"
     << "\"$sweep/bin/wbaudit\" status \"$sweep\"\n"
+    << "# What `wbaudit run` writes after its cells: summary.csv, trajectories.csv, report/ (and the loss report).\n"
+    << "\"$sweep/bin/wbaudit\" report \"$sweep\" || echo \"wbaudit report failed (exit $?)\" >&2\n"
     << "exec \"$sweep/bin/wbaudit\" " << o.report_command << " \"$sweep\"\n";
   return s.str();
 }

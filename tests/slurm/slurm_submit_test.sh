@@ -124,6 +124,9 @@ for c in s["cells"]:
 PY
 ls "$sweep"/slurm/submit-1/logs/*_0.out > /dev/null 2>&1 || fail "no %A_%a logs"
 grep -q "7 done" "$sweep"/slurm/submit-1/logs/report_"$report_job".out || fail "the report job did not run after the array"
+for f in summary.csv trajectories.csv report/report.html report/report.md; do
+  [ -s "$sweep/$f" ] || fail "the report job did not write $f (wbaudit run's outputs)"
+done
 grep -h '"array_job_id"' "$sweep"/cells/*/attempts/*/manifest.json | grep -q "\"$cells_job\"" || fail "manifests lack the array job id"
 if "$wbaudit" status "$sweep" --check --no-scheduler > /dev/null; then fail "status --check passed with a pending cell"; fi
 

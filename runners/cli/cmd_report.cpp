@@ -1,0 +1,38 @@
+// wbaudit report DIR: write everything `wbaudit run` writes after its cells (summary.csv, trajectories.csv, the
+// crossing report and, for language-model sweeps, the loss report) from a sweep directory's canonical traces. The
+// Slurm report job runs it before `evaluate`; it also refreshes a report after `--resume` or hand-repairs.
+#include <iostream>
+
+#include "runners/cli/commands.hpp"
+#include "runners/spec.hpp"
+#include "runners/store.hpp"
+#include "runners/sweep_run.hpp"
+
+namespace wbaudit::cli {
+
+void add_report_command(CLI::App& app) {
+  auto dir = std::make_shared<std::string>();
+  auto quiet = std::make_shared<bool>(false);
+  auto* cmd = app.add_subcommand("report",
+                                 "Write summary.csv, trajectories.csv and the reports of a sweep directory from its "
+                                 "canonical traces (what `wbaudit run` writes after the cells)");
+  cmd->add_option("dir", *dir, "Sweep directory")->required()->check(CLI::ExistingDirectory);
+  cmd->add_flag("-q,--quiet", *quiet, "Print nothing but errors");
+  cmd->footer(
+      "Cells without a canonical complete trace are left out and listed in the report.\n"
+      "Example: wbaudit report runs/decoder_matched");
+  cmd->callback([dir, quiet] {
+    const auto store = runners::SweepStore::open(*dir);
+    const runners::SweepSpec spec = runners::load_sweep_spec(store.spec_path());
+    const runners::SweepOutputs out = runners::write_sweep_outputs(store, spec);
+    if (!*quiet) {
+      std::cout << "crossings: " << out.crossing_summary << "\n";
+      if (!out.loss_headline.empty()) std::cout << out.loss_headline << "\n";
+      std::cout << "summary:   " << out.summary_csv.string() << "\n"
+                << "report:    " << out.report_html.string() << "\n";
+      if (!out.loss_html.empty()) std::cout << "losses:    " << out.loss_html.string() << "\n";
+    }
+  });
+}
+
+}  // namespace wbaudit::cli
