@@ -16,6 +16,7 @@
 #include "forecast/source.hpp"
 #include "runners/identity.hpp"
 #include "runners/registry.hpp"
+#include "runners/report/csv.hpp"
 #include "runners/report/document.hpp"
 #include "runners/report/figure.hpp"
 #include "runners/spec.hpp"
@@ -27,6 +28,8 @@
 namespace wbaudit::runners {
 namespace fs = std::filesystem;
 namespace {
+
+using report::csv_field;
 
 // The definition of every reported statistic (docs/statistics.md, docs/science.md section 2); e = forecast - outcome.
 const std::map<std::string, std::string>& definitions() {
@@ -67,13 +70,6 @@ std::string num(double x, int precision = 6) {
 std::string shown(double x, int precision = 4) {
   if (std::isnan(x)) return "—";
   return num(x, precision);
-}
-
-std::string csv_field(const std::string& text) {
-  if (text.find_first_of(",\"\n") == std::string::npos) return text;
-  std::string out = "\"";
-  for (char c : text) out += c == '"' ? std::string("\"\"") : std::string(1, c);
-  return out + "\"";
 }
 
 std::string join(const std::vector<std::string>& items, const std::string& sep = ", ") {

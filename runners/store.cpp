@@ -545,23 +545,21 @@ AttemptRecord SweepStore::read_attempt(const fs::path& attempt_dir, const std::s
   // The trace must be this cell's run: its own configuration (written by the engine) must be the cell's, so a trace
   // copied from another cell under a rewritten manifest is caught even when every hash matches.
   // Cells whose configuration is not a simulator run (none in a real sweep) have nothing to compare against.
-  std::optional<std::string> expected;
   if (hashes_match && listed.count("trace.h5") && m_index.count(id)) {
+    std::optional<std::string> expected;
     try {
       expected = sim::to_json(sim::run_config_from_json(cell(id).config)).dump();
     } catch (const std::exception&) {
-      expected.reset();
     }
-  }
-  if (expected) {
-    try {
-      const std::string actual = sim::read_trace_config_json(attempt_dir / "trace.h5");
-      if (actual != *expected) {
-        record.reasons.push_back("trace.h5 is the run of another configuration than cell " + id +
-                                 " (its config_json differs from the cell's)");
+    if (expected) {
+      try {
+        if (sim::read_trace_config_json(attempt_dir / "trace.h5") != *expected) {
+          record.reasons.push_back("trace.h5 is the run of another configuration than cell " + id +
+                                   " (its config_json differs from the cell's)");
+        }
+      } catch (const std::exception& e) {
+        record.reasons.push_back("trace.h5 cannot be checked against the cell: " + std::string(e.what()));
       }
-    } catch (const std::exception& e) {
-      record.reasons.push_back("trace.h5 cannot be checked against the cell: " + std::string(e.what()));
     }
   }
   if (m.value("cell_id", std::string()) != id) {

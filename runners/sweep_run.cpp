@@ -18,6 +18,7 @@
 #include "forecast/source.hpp"
 #include "runners/identity.hpp"
 #include "runners/report/crossing_report.hpp"
+#include "runners/report/csv.hpp"
 #include "runners/report/loss_report.hpp"
 #include "runners/sweep_cells.hpp"
 #include "runners/sweep_lock.hpp"
@@ -29,12 +30,8 @@
 namespace wbaudit::runners {
 namespace {
 
-std::string csv_field(const std::string& text) {
-  if (text.find_first_of(",\"\n") == std::string::npos) return text;
-  std::string out = "\"";
-  for (char c : text) out += c == '"' ? std::string("\"\"") : std::string(1, c);
-  return out + "\"";
-}
+using report::csv_field;
+using report::csv_number;
 
 // The skill reports already written into DIR/evaluations/ (by name), for the crossing report's links.
 std::vector<std::string> fs_list_evaluations(const std::filesystem::path& dir) {
@@ -46,13 +43,6 @@ std::vector<std::string> fs_list_evaluations(const std::filesystem::path& dir) {
       names.push_back(entry.path().filename().string());
   std::sort(names.begin(), names.end());
   return names;
-}
-
-std::string number(double x) {
-  if (!std::isfinite(x)) return "";
-  std::ostringstream out;
-  out << std::setprecision(17) << x;
-  return out.str();
 }
 
 std::string format_seconds(double s) {
@@ -200,16 +190,14 @@ ExecSummary run_sweep(const SweepSpec& spec, const RunOptions& options, MPI_Comm
     SweepOutputs outputs = write_sweep_outputs(store, spec);
     if (options.progress) {
       std::cerr << "wbaudit run: " << summary.completed << " run, " << summary.skipped << " already complete, "
-                << summary.failed << " failed in " << format_seconds(summary.wall_seconds) << "\n"
-                << "crossings: " << outputs.crossing_summary << "\n";
-      if (!outputs.loss_headline.empty()) std::cerr << outputs.loss_headline << "\n";
-      std::cerr << "summary:   " << outputs.summary_csv.string() << "\n"
-                << "report:    " << outputs.report_html.string() << "\n";
-      if (!outputs.loss_html.empty()) std::cerr << "losses:    " << outputs.loss_html.string() << "\n";
+                << summary.failed << " failed in " << format_seconds(summary.wall_seconds) << "\n";
+      print_outputs(std::cerr, outputs);
     }
   }
   return summary;
 }
+
+namespace {
 
 // The runs of a sweep as the loss report sees them (runners/report/loss_report.hpp): condition = the grid values
 // except the policy, its SR bits and the seed; policy = the write-back policy's projection name ("fp32" for
@@ -253,6 +241,16 @@ std::vector<report::LossCell> loss_cells(const SweepStore& store, const SweepSpe
     out.push_back(std::move(cell));
   }
   return out;
+}
+
+}  // namespace
+
+void print_outputs(std::ostream& out, const SweepOutputs& outputs) {
+  out << "crossings: " << outputs.crossing_summary << "\n";
+  if (!outputs.loss_headline.empty()) out << outputs.loss_headline << "\n";
+  out << "summary:   " << outputs.summary_csv.string() << "\n"
+      << "report:    " << outputs.report_html.string() << "\n";
+  if (!outputs.loss_html.empty()) out << "losses:    " << outputs.loss_html.string() << "\n";
 }
 
 SweepOutputs write_sweep_outputs(const SweepStore& store, const SweepSpec& spec) {
@@ -351,14 +349,14 @@ SweepOutputs write_sweep_outputs(const SweepStore& store, const SweepSpec& spec)
       }
     }
     csv << "," << forecast::to_string(c.category) << "," << forecast::to_string(c.measured.status) << ","
-        << forecast::to_string(c.predicted.status) << "," << number(rep.rows[i].measured) << ","
-        << number(rep.rows[i].predicted) << "," << number(c.relative_error) << ","
-        << (c.within_tolerance ? "true" : "false") << "," << number(c.measured.value_at_burn_in) << ","
-        << number(c.predicted.value_at_burn_in) << "," << number(cs.measured.back()) << ","
-        << number(cs.predicted.back()) << "\n";
+        << forecast::to_string(c.predicted.status) << "," << csv_number(rep.rows[i].measured) << ","
+        << csv_number(rep.rows[i].predicted) << "," << csv_number(c.relative_error) << ","
+        << (c.within_tolerance ? "true" : "false") << "," << csv_number(c.measured.value_at_burn_in) << ","
+        << csv_number(c.predicted.value_at_burn_in) << "," << csv_number(cs.measured.back()) << ","
+        << csv_number(cs.predicted.back()) << "\n";
     for (std::size_t k = 0; k < cs.steps.size(); ++k) {
-      traj << csv_field(cell.label) << "," << cs.steps[k] << "," << number(cs.measured[k]) << ","
-           << number(cs.predicted[k]) << "\n";
+      traj << csv_field(cell.label) << "," << cs.steps[k] << "," << csv_number(cs.measured[k]) << ","
+           << csv_number(cs.predicted[k]) << "\n";
     }
   }
   outputs.summary_csv = store.dir() / "summary.csv";

@@ -5,6 +5,7 @@
 #include <mpi.h>
 
 #include <filesystem>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -48,5 +49,7 @@ struct SweepOutputs {
 
 // Reads the traces of a sweep directory and writes summary.csv, trajectories.csv and report/.
 SweepOutputs write_sweep_outputs(const SweepStore& store, const SweepSpec& spec);
+// The lines `wbaudit run` and `wbaudit report` print after writing them: crossings, the loss headline, the paths.
+void print_outputs(std::ostream& out, const SweepOutputs& outputs);
 
 }  // namespace wbaudit::runners

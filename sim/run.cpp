@@ -6,6 +6,7 @@
 #include <set>
 #include <string_view>
 
+#include "sim/model/decoder_task.hpp"
 #include "sim/precision/format.hpp"
 #include "sim/precision/policy.hpp"
 #include "sim/precision/writeback.hpp"
@@ -200,17 +201,7 @@ std::vector<std::string> model_tensor_names(const ModelConfig& model) {
   if (model.kind == "two_layer") {
     for (const char* n : kTwoLayerTensorNames) names.emplace_back(n);
   } else if (model.kind == "decoder") {
-    // The order of DecoderModel's tensors (sim/model/decoder.hpp); tests/sim/model/test_decoder.cpp compares them.
-    names.emplace_back("embed.weight");
-    for (int i = 0; i < model.decoder.layers; ++i) {
-      const std::string b = "blocks." + std::to_string(i) + ".";
-      for (const char* t : {"attn_norm.weight", "attn.qkv.weight", "attn.out.weight", "mlp_norm.weight",
-                            "mlp.gate.weight", "mlp.up.weight", "mlp.down.weight"}) {
-        names.push_back(b + t);
-      }
-    }
-    names.emplace_back("final_norm.weight");
-    names.emplace_back("lm_head.weight");
+    for (const auto& [name, dims] : decoder_tensors(decoder_shape(model.decoder))) names.push_back(name);
   } else {
     throw ConfigError("model.kind: unknown model \"" + model.kind + "\" (known: " + known_model_kinds() + ")");
   }

@@ -25,13 +25,7 @@ void add_report_command(CLI::App& app) {
     const auto store = runners::SweepStore::open(*dir);
     const runners::SweepSpec spec = runners::load_sweep_spec(store.spec_path());
     const runners::SweepOutputs out = runners::write_sweep_outputs(store, spec);
-    if (!*quiet) {
-      std::cout << "crossings: " << out.crossing_summary << "\n";
-      if (!out.loss_headline.empty()) std::cout << out.loss_headline << "\n";
-      std::cout << "summary:   " << out.summary_csv.string() << "\n"
-                << "report:    " << out.report_html.string() << "\n";
-      if (!out.loss_html.empty()) std::cout << "losses:    " << out.loss_html.string() << "\n";
-    }
+    if (!*quiet) runners::print_outputs(std::cout, out);
   });
 }
 

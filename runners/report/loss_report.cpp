@@ -7,9 +7,12 @@
 #include <set>
 #include <sstream>
 
+#include "runners/report/csv.hpp"
 #include "runners/report/document.hpp"
 #include "runners/report/figure.hpp"
 #include "runners/store.hpp"
+#include "sim/precision/expected_erasure.hpp"
+#include "sim/precision/policy.hpp"
 #include "stats/error.hpp"
 #include "stats/recovery.hpp"
 
@@ -25,20 +28,6 @@ std::string fixed(double x, int digits = 4) {
   return out.str();
 }
 
-std::string exact(double x) {  // CSV: round-trip precision
-  if (!std::isfinite(x)) return "";
-  std::ostringstream out;
-  out << std::setprecision(17) << x;
-  return out.str();
-}
-
-std::string csv_field(const std::string& s) {
-  if (s.find_first_of(",\"\n") == std::string::npos) return s;
-  std::string out = "\"";
-  for (char c : s) out += c == '"' ? std::string("\"\"") : std::string(1, c);
-  return out + "\"";
-}
-
 std::string with_interval(const std::optional<stats::Interval>& i, int digits = 4) {
   if (!i) return "—";
   return fixed(i->estimate, digits) + " [" + fixed(i->lower, digits) + ", " + fixed(i->upper, digits) + "]";
@@ -48,12 +37,7 @@ std::optional<stats::Interval> mean_interval(const std::vector<double>& values, 
   if (values.size() < 2) return std::nullopt;
   return stats::bootstrap(
       static_cast<std::int64_t>(values.size()),
-      [&](std::span<std::int64_t const> idx) {
-        double s = 0;
-        for (auto i : idx) s += values[static_cast<std::size_t>(i)];
-        return s / static_cast<double>(idx.size());
-      },
-      spec);
+      [&](std::span<std::int64_t const> idx) { return stats::detail::mean_of(values, idx); }, spec);
 }
 
 // Seeds in numeric order when they are numbers, else lexicographic.
@@ -66,10 +50,9 @@ bool seed_less(const std::string& a, const std::string& b) {
   return a < b;
 }
 
+// The same names as the runs' policies (sim::projection_name: "nearest", "stochastic", "stochastic-r8", ...).
 std::string replay_label(const sim::ReplaySeries& r) {
-  std::string label = r.policy;
-  if (r.sr_bits > 0 && r.policy != "nearest") label += "-r" + std::to_string(r.sr_bits);
-  return label;
+  return sim::projection_name(sim::make_policy(r.policy, r.sr_bits));
 }
 
 }  // namespace
@@ -256,31 +239,29 @@ LossStudy analyze_losses(const std::vector<LossCell>& cells, const stats::Bootst
       pairs.push_back({1, 0});
     }
     for (const auto& [i, j] : pairs) {
-      {
-        const auto& num = cond.recoveries[i];
-        const auto& den = cond.recoveries[j];
-        PolicyContrast pc;
-        pc.numerator = num.policy;
-        pc.denominator = den.policy;
-        std::vector<std::string> units;
-        std::vector<double> a, b;
-        for (std::size_t k = 0; k < num.seeds.size(); ++k) {
-          const auto it = std::find(den.seeds.begin(), den.seeds.end(), num.seeds[k]);
-          if (it == den.seeds.end()) continue;
-          const double d = den.values[static_cast<std::size_t>(it - den.seeds.begin())];
-          if (d == 0.0) continue;
-          units.push_back(num.seeds[k]);
-          a.push_back(num.values[k]);
-          b.push_back(d);
-        }
-        if (units.size() >= 2) {
-          pc.ratio = stats::paired_ratio(units, a, b, spec);
-        } else {
-          pc.note = std::to_string(units.size()) + " seed(s) with both recoveries defined (and a nonzero " +
-                    den.policy + " recovery); a paired interval needs at least 2";
-        }
-        cond.contrasts.push_back(std::move(pc));
+      const auto& num = cond.recoveries[i];
+      const auto& den = cond.recoveries[j];
+      PolicyContrast pc;
+      pc.numerator = num.policy;
+      pc.denominator = den.policy;
+      std::vector<std::string> units;
+      std::vector<double> a, b;
+      for (std::size_t k = 0; k < num.seeds.size(); ++k) {
+        const auto it = std::find(den.seeds.begin(), den.seeds.end(), num.seeds[k]);
+        if (it == den.seeds.end()) continue;
+        const double d = den.values[static_cast<std::size_t>(it - den.seeds.begin())];
+        if (d == 0.0) continue;
+        units.push_back(num.seeds[k]);
+        a.push_back(num.values[k]);
+        b.push_back(d);
       }
+      if (units.size() >= 2) {
+        pc.ratio = stats::paired_ratio(units, a, b, spec);
+      } else {
+        pc.note = std::to_string(units.size()) + " seed(s) with both recoveries defined (and a nonzero " + den.policy +
+                  " recovery); a paired interval needs at least 2";
+      }
+      cond.contrasts.push_back(std::move(pc));
     }
     study.conditions.push_back(std::move(cond));
   }
@@ -357,8 +338,9 @@ LossReportFiles write_loss_report(const LossStudy& study, const std::vector<Loss
   for (const auto& c : study.conditions) {
     for (const auto& s : c.seeds) {
       auto row = [&](const std::string& policy, double loss, double recovery) {
-        summary << csv_field(c.condition) << "," << csv_field(s.seed) << "," << policy << "," << exact(loss) << ","
-                << exact(s.fp32) << "," << exact(s.nearest) << "," << exact(s.gap) << "," << exact(recovery) << "\n";
+        summary << csv_field(c.condition) << "," << csv_field(s.seed) << "," << policy << "," << csv_number(loss) << ","
+                << csv_number(s.fp32) << "," << csv_number(s.nearest) << "," << csv_number(s.gap) << ","
+                << csv_number(recovery) << "\n";
       };
       row("fp32", s.fp32, kNaN);
       row("nearest", s.nearest, kNaN);
@@ -368,10 +350,10 @@ LossReportFiles write_loss_report(const LossStudy& study, const std::vector<Loss
   for (const auto& r : study.replays) {
     for (std::size_t k = 0; k < r.checkpoints.size(); ++k) {
       summary << csv_field("replay " + r.cell) << ",checkpoint " << r.checkpoints[k] << ",start,"
-              << exact(k < r.start_loss.size() ? r.start_loss[k] : kNaN) << ",,,,\n";
+              << csv_number(k < r.start_loss.size() ? r.start_loss[k] : kNaN) << ",,,,\n";
       for (const auto& p : r.policies) {
         summary << csv_field("replay " + r.cell) << ",checkpoint " << r.checkpoints[k] << "," << r.format << " "
-                << p.label << "," << exact(k < p.loss.size() ? p.loss[k] : kNaN) << ",,,,\n";
+                << p.label << "," << csv_number(k < p.loss.size() ? p.loss[k] : kNaN) << ",,,,\n";
       }
     }
   }
@@ -386,13 +368,13 @@ LossReportFiles write_loss_report(const LossStudy& study, const std::vector<Loss
     const auto& t = *c.trace;
     for (std::size_t k = 0; k < t.validation_steps.size(); ++k) {
       curves << csv_field(c.name) << "," << c.policy << "," << csv_field(c.seed) << ",validation_loss,"
-             << t.validation_steps[k] << "," << exact(t.validation_loss[k]) << "\n";
+             << t.validation_steps[k] << "," << csv_number(t.validation_loss[k]) << "\n";
     }
     if (t.mode != "target") continue;
     for (const auto& g : t.groups) {
       for (std::size_t k = 0; k < g.erased_fraction.size() && k < t.recorded_steps.size(); ++k) {
         curves << csv_field(c.name) << "," << c.policy << "," << csv_field(c.seed) << ",erased_fraction:" << g.name
-               << "," << t.recorded_steps[k] << "," << exact(g.erased_fraction[k]) << "\n";
+               << "," << t.recorded_steps[k] << "," << csv_number(g.erased_fraction[k]) << "\n";
       }
     }
   }

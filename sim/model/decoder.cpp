@@ -66,6 +66,25 @@ int rotary_dim(const DecoderShape& shape) {
   return 2 * static_cast<int>(std::floor(head_dim * shape.rotary_fraction / 2.0));
 }
 
+std::vector<std::pair<std::string, std::vector<std::int64_t>>> decoder_tensors(const DecoderShape& shape) {
+  const std::int64_t V = shape.vocab, D = shape.width, F = shape.mlp_hidden;
+  std::vector<std::pair<std::string, std::vector<std::int64_t>>> t;
+  t.push_back({"embed.weight", {V, D}});
+  for (int i = 0; i < shape.layers; ++i) {
+    const std::string b = "blocks." + std::to_string(i) + ".";
+    t.push_back({b + "attn_norm.weight", {D}});
+    t.push_back({b + "attn.qkv.weight", {3 * D, D}});
+    t.push_back({b + "attn.out.weight", {D, D}});
+    t.push_back({b + "mlp_norm.weight", {D}});
+    t.push_back({b + "mlp.gate.weight", {F, D}});
+    t.push_back({b + "mlp.up.weight", {F, D}});
+    t.push_back({b + "mlp.down.weight", {D, F}});
+  }
+  t.push_back({"final_norm.weight", {D}});
+  t.push_back({"lm_head.weight", {V, D}});
+  return t;
+}
+
 template <class ExecSpace, class Scalar>
 DecoderModel<ExecSpace, Scalar>::DecoderModel(const DecoderShape& shape, int batch) : m_shape(shape), m_batch(batch) {
   validate(shape);
@@ -76,23 +95,10 @@ DecoderModel<ExecSpace, Scalar>::DecoderModel(const DecoderShape& shape, int bat
   const std::int64_t V = shape.vocab, D = shape.width, F = shape.mlp_hidden, L = shape.layers, S = shape.seq_len;
   m_rows = batch * shape.seq_len;
   m_rotary_dim = rotary_dim(shape);
-  const auto add = [this](std::string name, std::vector<std::int64_t> dims) {
+  for (auto& [name, dims] : decoder_tensors(shape)) {
     m_names.push_back(std::move(name));
     m_shapes.push_back(std::move(dims));
-  };
-  add("embed.weight", {V, D});
-  for (int i = 0; i < shape.layers; ++i) {
-    const std::string b = "blocks." + std::to_string(i) + ".";
-    add(b + "attn_norm.weight", {D});
-    add(b + "attn.qkv.weight", {3 * D, D});
-    add(b + "attn.out.weight", {D, D});
-    add(b + "mlp_norm.weight", {D});
-    add(b + "mlp.gate.weight", {F, D});
-    add(b + "mlp.up.weight", {F, D});
-    add(b + "mlp.down.weight", {D, F});
   }
-  add("final_norm.weight", {D});
-  add("lm_head.weight", {V, D});
   for (int t = 0; t < tensor_count(); ++t) {
     m_params.push_back(Vector("wbaudit::sim::DecoderModel::" + m_names[t], tensor_size(t)));
     m_grads.push_back(Vector("wbaudit::sim::DecoderModel::grad::" + m_names[t], tensor_size(t)));

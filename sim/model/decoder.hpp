@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace wbaudit::sim {
@@ -34,6 +35,10 @@ inline constexpr int attn_norm = 0, attn_qkv = 1, attn_out = 2, mlp_norm = 3, ml
 
 // Rotated dimensions of each head: 2 * floor(head_dim * rotary_fraction / 2).
 int rotary_dim(const DecoderShape& shape);
+
+// The decoder's tensors, names with their shapes, in tensor order (see DecoderModel), from the shape alone: nothing
+// is allocated or validated. DecoderModel is built from this list, and specs are checked against its names.
+std::vector<std::pair<std::string, std::vector<std::int64_t>>> decoder_tensors(const DecoderShape& shape);
 
 template <class ExecSpace, class Scalar = float>  // float for training; double for gradient checks
 class DecoderModel {

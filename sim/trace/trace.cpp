@@ -199,7 +199,11 @@ void write_trace(const std::filesystem::path& path, const Trace& trace) {
   }
 }
 
-Trace read_trace(const std::filesystem::path& path) {
+namespace {
+
+// Opens a trace file read-only and calls read(root, file name); errors name the file.
+template <class Read>
+auto with_trace_file(const std::filesystem::path& path, Read read) {
   const std::string file = path.string();
   H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
   if (!std::filesystem::exists(path)) {
@@ -209,20 +213,18 @@ Trace read_trace(const std::filesystem::path& path) {
     throw TraceFileError(file + ": not an HDF5 file");
   }
   Handle h5(H5Fopen(file.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose, "open file", file);
-  return detail::read_trace_from(h5.get(), file);
+  return read(h5.get(), file);
+}
+
+}  // namespace
+
+Trace read_trace(const std::filesystem::path& path) {
+  return with_trace_file(path, [](hid_t root, const std::string& file) { return detail::read_trace_from(root, file); });
 }
 
 std::string read_trace_config_json(const std::filesystem::path& path) {
-  const std::string file = path.string();
-  H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
-  if (!std::filesystem::exists(path)) {
-    throw TraceFileError(file + ": no such trace file");
-  }
-  if (H5Fis_hdf5(file.c_str()) <= 0) {
-    throw TraceFileError(file + ": not an HDF5 file");
-  }
-  Handle h5(H5Fopen(file.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose, "open file", file);
-  return read_string_attribute(h5.get(), "config_json", file);
+  return with_trace_file(
+      path, [](hid_t root, const std::string& file) { return read_string_attribute(root, "config_json", file); });
 }
 
 namespace detail {
