@@ -8,7 +8,9 @@
 #include <cmath>
 #include <fstream>
 #include <map>
+#include <set>
 #include <sstream>
+#include <tuple>
 
 #include "runners/identity.hpp"
 #include "runners/registry.hpp"
@@ -586,5 +588,101 @@ TEST(EvaluatePolicies, EachTargetIsScoredAgainstTheProjectionOfItsOwnPolicy) {
   for (auto& row : read_csv(dir / "cells.csv"))
     EXPECT_EQ(row["projection"], row["run"].substr(row["run"].rfind('=') + 1));
   for (auto& row : read_csv(run.out / "summary.csv")) EXPECT_EQ(row["projection"], row["policy"]) << row["cell"];
+  fs::remove_all(root);
+}
+
+// Under a drop policy the report states what was kept and dropped.csv lists every dropped cell or step. The missing
+// outcomes are made for real: a `step` schedule with gamma = 1e-30 drives the fp32 learning rate to 0 after two
+// decays (lr * 1e-60 underflows), so from step 40 on every proposal is 0 and erased / nonzero is undefined (NaN) in
+// the cells with that schedule, while the constant-schedule cells stay complete. The expected drops are read from
+// the traces' nonzero counts, not from evaluate.
+TEST(EvaluateMissing, DropPoliciesStateTheCountsAndListEveryDropInDroppedCsv) {
+  const fs::path root = fs::temp_directory_path() / ("wbaudit_evaluate_drop_" + wr::random_uuid());
+  fs::create_directories(root);
+  std::string spec_text = kSpec;
+  spec_text.replace(spec_text.find("[schedule]\nkind = \"constant\"\n"),
+                    std::string("[schedule]\nkind = \"constant\"\n").size(),
+                    "[schedule]\nkind = \"constant\"\nstep_size = 20\ngamma = 1e-30\n");
+  spec_text.replace(spec_text.find("[grid]"), std::string::npos,
+                    "[grid]\n\"target.format\" = [\"bf16\", \"e4m3\"]\n\"optimizer.lr_scale\" = [0.5, 4.0]\n"
+                    "\"schedule.kind\" = [\"constant\", \"step\"]\n"
+                    "[evaluation]\ngroups = [\"layer1.weight\", \"layer2.weight\"]\n");
+  spit(root / "spec.toml", spec_text);
+  wr::SweepSpec spec = wr::load_sweep_spec(root / "spec.toml");
+  wr::RunOptions run;
+  run.out = root / "sweep";
+  run.progress = false;
+  run.report = false;
+  ASSERT_EQ(wr::run_sweep(spec, run).failed, 0u);
+
+  // Independent expectation from the target traces: (cell label, step) pairs with no nonzero proposal.
+  const auto store = wr::SweepStore::open(run.out);
+  std::set<std::string> incomplete_cells, all_cells;
+  std::set<std::int64_t> incomplete_steps;
+  std::vector<std::int64_t> steps;
+  for (const auto& cell : store.cells()) {
+    if (cell.role != "target") continue;
+    const auto t = trace_of(run.out, store, cell.name);
+    steps = t.recorded_steps;
+    for (const char* g : {"layer1.weight", "layer2.weight"}) {
+      const std::string label = cell.name + "/" + g;
+      all_cells.insert(label);
+      const auto& nonzero = t.group(g).nonzero;
+      for (std::size_t k = 0; k < nonzero.size(); ++k) {
+        if (nonzero[k] != 0) continue;
+        incomplete_cells.insert(label);
+        incomplete_steps.insert(t.recorded_steps[k]);
+      }
+    }
+  }
+  ASSERT_EQ(all_cells.size(), 16u);
+  ASSERT_EQ(incomplete_cells.size(), 8u) << "every step-schedule cell should lose its late proposals";
+  ASSERT_FALSE(incomplete_steps.empty());
+  ASSERT_LT(incomplete_steps.size(), steps.size());
+
+  auto evaluate_with = [&](const std::string& policy) {
+    wr::EvaluateOptions options;
+    options.figures = false;
+    options.out = root / ("eval_" + policy);
+    std::ofstream(root / (policy + ".toml"))
+        << "[analysis]\npredictors = [\"source\", \"common-time\"]\nbaselines = [\"common-time\"]\nmissing = \""
+        << policy << "\"\n[bootstrap]\nresamples = 50\nmethod = \"percentile\"\n";
+    options.analysis = root / (policy + ".toml");
+    auto result = wr::evaluate_sweep(run.out, options);
+    auto dir = wr::write_evaluation_report(result, options);
+    std::stringstream md;
+    md << std::ifstream(dir / "report.md").rdbuf();
+    return std::tuple{result, read_csv(dir / "dropped.csv"), md.str()};
+  };
+
+  {
+    auto [result, dropped, md] = evaluate_with("drop_incomplete_cells");
+    std::set<std::string> outcome_dropped;
+    for (auto& row : dropped) {
+      EXPECT_EQ(row["kind"], "cell") << "a cell policy drops no step";
+      if (row["table"] == "outcome") outcome_dropped.insert(row["label"]);
+    }
+    EXPECT_EQ(outcome_dropped, incomplete_cells);
+    EXPECT_EQ(result.kept_cells, all_cells.size() - incomplete_cells.size());
+    EXPECT_EQ(result.kept_steps, steps.size());
+    const std::string expected = "16 x " + std::to_string(steps.size()) +
+                                 " before drop_incomplete_cells; the outcome kept 8 x " + std::to_string(steps.size());
+    EXPECT_NE(md.find(expected), std::string::npos) << expected << "\nnot in\n" << md;
+  }
+  {
+    auto [result, dropped, md] = evaluate_with("drop_incomplete_steps");
+    std::set<std::int64_t> outcome_dropped;
+    for (auto& row : dropped) {
+      EXPECT_EQ(row["kind"], "step") << "a step policy drops no cell";
+      if (row["table"] == "outcome") outcome_dropped.insert(std::stoll(row["label"]));
+    }
+    EXPECT_EQ(outcome_dropped, incomplete_steps);
+    EXPECT_EQ(result.kept_cells, all_cells.size());
+    EXPECT_EQ(result.kept_steps, steps.size() - incomplete_steps.size());
+    const std::string expected = "16 x " + std::to_string(steps.size()) +
+                                 " before drop_incomplete_steps; the outcome kept 16 x " +
+                                 std::to_string(steps.size() - incomplete_steps.size());
+    EXPECT_NE(md.find(expected), std::string::npos) << expected << "\nnot in\n" << md;
+  }
   fs::remove_all(root);
 }
