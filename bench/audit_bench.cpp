@@ -79,7 +79,8 @@ fs::path trajectory(const std::string& policy) {
       for (std::int64_t i = 0; i < kCoordinates; ++i) hu(i) = std::ldexp(uw(rng), -static_cast<int>(rng() % 10) - 3);
       Kokkos::deep_copy(u, hu);
       U.insert(U.end(), hu.data(), hu.data() + kCoordinates);
-      sim::writeback(fmt, sim::make_policy(policy), sim::RngKey{1, static_cast<std::uint64_t>(k), 0}, w, u);
+      sim::writeback(fmt, sim::make_policy(policy),
+                     sim::RngKey{1, static_cast<std::uint64_t>(k), static_cast<std::uint32_t>(t)}, w, u);
     }
     Kokkos::deep_copy(hw, w);
     W.insert(W.end(), hw.data(), hw.data() + kCoordinates);
@@ -118,7 +119,7 @@ void BM_audit(benchmark::State& state, const std::string& policy) {
   runners::TrajectoryAuditOptions options;
   options.format = "e4m3";
   options.policy = sim::make_policy(policy);
-  options.seed = 1;  // the run's seed (RngKey{1, step, 0} above): SR draws are replayed by the fast path
+  options.seed = 1;  // the run's seed (RngKey{1, step, tensor} above): SR draws are replayed by the fast path
   double seconds = 0;
   std::int64_t passes = 0, inconsistent = 0;
   for (auto _ : state) {

@@ -31,6 +31,7 @@ namespace {
 
 // Slices are a fixed number of coordinates, so the work split (and every result) is independent of the thread count.
 constexpr std::int64_t kSlice = 1 << 15;
+constexpr std::size_t kFastBlock = std::size_t{1} << 18;  // 1 MB per array
 
 std::string text(float v) {
   char buf[48];
@@ -69,7 +70,8 @@ struct SliceResult {
 bool audit_chunk_fast(const sim::FormatSpec& fmt, const TrajectoryAuditOptions& options, std::uint32_t tensor_id,
                       std::int64_t step, std::int64_t begin, std::span<const float> w, std::span<const float> u,
                       std::span<const float> w_next, std::vector<float>& quantized, std::vector<float>& nearest,
-                      std::vector<float>& claimed, std::vector<float>& zeros, AuditCounts& counts) {
+                      std::vector<float>& claimed, std::vector<float>& zeros, bool w_known_stored,
+                      AuditCounts& counts) {
   using Space = Kokkos::DefaultHostExecutionSpace;
   using Vector = Kokkos::View<float*, Space::memory_space, Kokkos::MemoryUnmanaged>;
   using ConstVector = Kokkos::View<const float*, Space::memory_space, Kokkos::MemoryUnmanaged>;
@@ -77,40 +79,54 @@ bool audit_chunk_fast(const sim::FormatSpec& fmt, const TrajectoryAuditOptions& 
   if (!nearest_policy && !options.seed) {
     return false;
   }
+  // The chunk goes through in sub-blocks of kFastBlock coordinates, so that the copies, the write-back passes and
+  // the comparison of one sub-block work on data still in cache (a whole 2M-coordinate chunk is 8 MB per array).
   const std::size_t n = w.size();
-  quantized.assign(w.begin(), w.end());
-  nearest.assign(w.begin(), w.end());
-  const ConstVector uv(u.data(), n);
-  sim::WritebackOptions wo;
-  wo.first_coordinate = static_cast<std::uint64_t>(begin);
+  const std::size_t block = std::min<std::size_t>(n, kFastBlock);
+  quantized.resize(block);
+  nearest.resize(block);
+  if (!nearest_policy) claimed.resize(block);
+  if (zeros.size() < block) zeros.assign(block, 0.0f);
   sim::WritebackCounts near_counts, claimed_counts;
-  try {
-    // q(w + 0) == w iff w is a value of the format (the vectorized write-back; quantize is a scalar loop)
-    zeros.assign(n, 0.0f);
-    sim::writeback(Space(), fmt, sim::WritebackPolicy{}, sim::RngKey{0, 0, tensor_id}, Vector(quantized.data(), n),
-                   ConstVector(zeros.data(), n), wo);
-    near_counts = sim::writeback(Space(), fmt, sim::WritebackPolicy{}, sim::RngKey{0, 0, tensor_id},
-                                 Vector(nearest.data(), n), uv, wo);
-    claimed_counts = near_counts;
-    if (!nearest_policy) {
-      claimed.assign(w.begin(), w.end());
-      claimed_counts = sim::writeback(Space(), fmt, options.policy,
-                                      sim::RngKey{*options.seed, static_cast<std::uint64_t>(step), tensor_id},
-                                      Vector(claimed.data(), n), uv, wo);
+  for (std::size_t lo = 0; lo < n; lo += block) {
+    const std::size_t len = std::min(block, n - lo);
+    if (!w_known_stored) std::copy_n(w.data() + lo, len, quantized.data());
+    std::copy_n(w.data() + lo, len, nearest.data());
+    const ConstVector uv(u.data() + lo, len);
+    sim::WritebackOptions wo;
+    wo.first_coordinate = static_cast<std::uint64_t>(begin) + lo;
+    try {
+      // q(w + 0) == w iff w is a value of the format (the vectorized write-back; quantize is a scalar loop)
+      sim::writeback(Space(), fmt, sim::WritebackPolicy{}, sim::RngKey{0, 0, tensor_id}, Vector(quantized.data(), len),
+                     ConstVector(zeros.data(), len), wo);
+      const auto nc = sim::writeback(Space(), fmt, sim::WritebackPolicy{}, sim::RngKey{0, 0, tensor_id},
+                                     Vector(nearest.data(), len), uv, wo);
+      near_counts += nc;
+      if (nearest_policy) {
+        claimed_counts += nc;
+      } else {
+        std::copy_n(w.data() + lo, len, claimed.data());
+        claimed_counts += sim::writeback(Space(), fmt, options.policy,
+                                         sim::RngKey{*options.seed, static_cast<std::uint64_t>(step), tensor_id},
+                                         Vector(claimed.data(), len), uv, wo);
+      }
+    } catch (const sim::NonFiniteError&) {
+      return false;
     }
-  } catch (const sim::NonFiniteError&) {
-    return false;
-  }
-  const float* q = quantized.data();
-  const float* e = nearest_policy ? nearest.data() : claimed.data();
-  const float* wp = w.data();
-  const float* np_ = w_next.data();
-  std::int64_t mismatches = 0;  // NaN compares unequal, so non-finite values also take the slow path
-  Kokkos::parallel_reduce(
-      "wbaudit::runners::audit_trajectory::compare", Kokkos::RangePolicy<Space>(0, static_cast<std::int64_t>(n)),
-      [=](const std::int64_t i, std::int64_t& bad) { bad += !(q[i] == wp[i]) || !(np_[i] == e[i]); }, mismatches);
-  if (mismatches != 0) {
-    return false;
+    const float* q = w_known_stored ? w.data() + lo : quantized.data();
+    const float* e = nearest_policy ? nearest.data() : claimed.data();
+    const float* wp = w.data() + lo;
+    const float* np_ = w_next.data() + lo;
+    std::int64_t mismatches = 0;  // NaN compares unequal, so non-finite values also take the slow path
+    Kokkos::parallel_reduce(
+        "wbaudit::runners::audit_trajectory::compare", Kokkos::RangePolicy<Space>(0, static_cast<std::int64_t>(len)),
+        [=](const std::int64_t i, std::int64_t& bad) {
+          bad += static_cast<std::int64_t>(!(q[i] == wp[i]) | !(np_[i] == e[i]));
+        },
+        mismatches);
+    if (mismatches != 0) {
+      return false;
+    }
   }
   counts.nonzero = claimed_counts.nonzero;
   counts.erased = claimed_counts.erased;
@@ -185,9 +201,16 @@ TrajectoryAudit audit_trajectory(TrajectorySource& source, const TrajectoryAudit
   for (std::size_t t = 0; t < n_tensors; ++t) {
     const TrajectoryTensor& info = source.tensors[t];
     const sim::FormatParams params = sim::format_params(formats[t]);
+    // Without w_next, w[t+1] is row k + 1 of w itself: once the fast path has found row k + 1 equal, coordinate by
+    // coordinate, to the write-back's output (a stored value of the format by construction), that row needs no
+    // second representability check as the next step's w[t]. One flag per chunk of this tensor.
+    std::vector<char> next_row_stored(static_cast<std::size_t>((info.size + options.chunk - 1) / options.chunk), 0);
     for (std::size_t k = 0; k < T; ++k) {
       const std::int64_t step = source.steps[k];
       for (std::int64_t begin = 0; begin < info.size; begin += options.chunk) {
+        char& row_stored = next_row_stored[static_cast<std::size_t>(begin / options.chunk)];
+        const bool w_known_stored = !info.has_w_next && k > 0 && row_stored;
+        row_stored = 0;
         const std::int64_t count = std::min(options.chunk, info.size - begin);
         w.resize(static_cast<std::size_t>(count));
         u.resize(w.size());
@@ -198,7 +221,8 @@ TrajectoryAudit audit_trajectory(TrajectorySource& source, const TrajectoryAudit
         audit.bytes_read += count * 12;
         AuditCounts fast;
         if (audit_chunk_fast(formats[t], options, info.tensor_id, step, begin, w, u, w_next, quantized, nearest,
-                             claimed, zeros, fast)) {
+                             claimed, zeros, w_known_stored, fast)) {
+          row_stored = 1;
           audit.counts[t][k] += fast;
           audit.coordinates += count;
           audit.read_seconds += std::chrono::duration<double>(t1 - t0).count();
