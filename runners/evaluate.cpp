@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <ctime>
@@ -1575,7 +1576,10 @@ fs::path write_evaluation_report(EvaluationResult& r, const EvaluateOptions& opt
 
     if (r.registration_sha256 || !r.cohort_verdict.empty()) {
       doc.heading("Cohort");
-      for (auto& st : r.cohort_statements) doc.paragraph(st + ".");
+      for (auto st : r.cohort_statements) {
+        st[0] = char(std::toupper(static_cast<unsigned char>(st[0])));
+        doc.paragraph(st + ".");
+      }
       if (!r.cohort_verdict.empty()) doc.paragraph("Verdict (" + r.standing + "): " + r.cohort_verdict + ".");
       std::vector<std::vector<std::string>> rows;
       for (auto& c : r.cohort)

@@ -323,6 +323,16 @@ method = "percentile"
       EXPECT_DOUBLE_EQ(T(i, k), (m1[std::size_t(k)] + m2[std::size_t(k)]) / 2) << i << "," << k;
     }
   }
+  // The effective analysis keeps the declared sweeps and repeats word for word.
+  for (const char* key : {"sweep = \"../ref\"", "history = \"sweep\"", "history_sweep = \"../hist\""})
+    EXPECT_NE(a.effective_analysis.find(key), std::string::npos) << key << " not in\n" << a.effective_analysis;
+  {
+    wr::EvaluateOptions again_options = options;
+    again_options.analysis = write("effective.toml", a.effective_analysis);
+    const auto again = wr::evaluate_sweep(root / "study/t1", again_options);
+    EXPECT_EQ(again.effective_analysis, a.effective_analysis);
+    EXPECT_TRUE((table(again, "template").array() == table(a, "template").array()).all());
+  }
   EXPECT_NE(a.template_history.find("2 canonical target runs"), std::string::npos) << a.template_history;
   EXPECT_NE(a.source_reference.find("../ref"), std::string::npos) << a.source_reference;
 
