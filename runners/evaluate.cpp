@@ -1461,6 +1461,38 @@ fs::path write_evaluation_report(EvaluationResult& r, const EvaluateOptions& opt
                              "factor of the grid)."});
         }
       }
+      // The cohort: which target cells are canonical, required, named by a deviation, and enter the verdict.
+      if (!r.cohort.empty() && (r.registration_sha256 || !r.cohort_verdict.empty())) {
+        report::Figure fig;
+        fig.title = "Cohort (" + r.standing + ")";
+        fig.width = 1000;
+        fig.height = std::max(240, 80 + 28 * int(r.cohort.size()));
+        report::Series yes("yes", {}, {}, "points pt 7 ps 1.6 lc rgb '#1b7837'");
+        report::Series no("no", {}, {}, "points pt 6 ps 1.6 lc rgb '#b2182b'");
+        std::string ytics = "set ytics (";
+        for (std::size_t i = 0; i < r.cohort.size(); ++i) {
+          const auto& c = r.cohort[i];
+          const double y = double(r.cohort.size() - 1 - i);
+          const bool flags[4] = {c.canonical, c.in_cohort, !c.deviation.empty(), c.can_enter};
+          for (int k = 0; k < 4; ++k) {
+            auto& s = flags[k] ? yes : no;
+            s.x.push_back(k);
+            s.y.push_back(y);
+          }
+          ytics += (i ? ", " : "") + std::string("'") + c.cell + "' " + num(y);
+        }
+        fig.series = {yes, no};
+        fig.extra = {"set xtics ('canonical' 0, 'required' 1, 'deviation' 2, 'in the verdict' 3)",
+                     ytics + ")",
+                     "set xrange [-0.5:3.5]",
+                     "set yrange [-0.7:" + num(double(r.cohort.size()) - 0.3) + "]",
+                     "set key below horizontal",
+                     "set grid"};
+        report::render(fig, tmp / "figures", "cohort");
+        figures.push_back({"cohort",
+                           "Every target cell of the sweep: canonical or not, required by this analysis "
+                           "(its cohort), named by a deviation, entering the verdict (cohort.csv)."});
+      }
     }
 
     // The report: one document rendered as Markdown and HTML.
