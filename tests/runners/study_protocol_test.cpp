@@ -395,3 +395,31 @@ TEST_F(StudyProtocol, RegistrationAfterOutcomesDeviationsOfUnknownCellsAndUnmatc
 }
 
 }  // namespace
+
+namespace {
+
+TEST(StudyAnalysisSpec, DeclaredSweepsAndCohortsAreCheckedWithFileLineAndKey) {
+  auto refused = [](const std::string& text, const std::string& needle) {
+    try {
+      (void)wr::parse_analysis_spec(text, "a.toml");
+      ADD_FAILURE() << "accepted:\n" << text;
+    } catch (const wr::AnalysisError& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+      EXPECT_EQ(std::string(e.what()).rfind("a.toml:", 0), 0u) << e.what();
+    }
+  };
+  refused("[template]\nhistory = \"sweep\"\n", "template.history_sweep: required with history = \"sweep\"");
+  refused("[template]\nhistory = \"leave-run-out\"\nhistory_sweep = \"../h\"\n", "contradicts template.history_sweep");
+  refused("[template]\nhistory_sweep = \"\"\n", "template.history_sweep: empty path");
+  refused("[source]\nsweep = \"\"\n", "source.sweep: empty path");
+  refused("[analysis]\nscored_runs = []\n", "analysis.scored_runs: empty");
+  refused("[template]\nhistory = \"earlier\"\n", "unknown history \"earlier\"");
+  const auto ok = wr::parse_analysis_spec(
+      "[analysis]\nscored_runs = [\"target/a*\"]\n[source]\nsweep = \"../r\"\n[template]\nhistory_sweep = \"../h\"\n",
+      "b.toml");
+  EXPECT_EQ(ok.history_sweep, "../h");
+  EXPECT_EQ(ok.source_sweep, "../r");
+  EXPECT_EQ(ok.scored_runs, std::vector<std::string>{"target/a*"});
+}
+
+}  // namespace
