@@ -153,7 +153,8 @@ AnalysisSpec parse_analysis_spec(const std::string& text, const std::filesystem:
   if (const auto* node = root.get("analysis")) {
     const auto& a = r.table(*node, "analysis");
     r.only(a, "analysis.",
-           {"name", "description", "outcome", "predictors", "baselines", "groups", "missing", "required_cells"});
+           {"name", "description", "outcome", "predictors", "baselines", "groups", "missing", "required_cells",
+            "scored_runs"});
     if (const auto* n = a.get("name")) spec.name = r.string(*n, "analysis.name");
     if (const auto* n = a.get("description")) spec.description = r.string(*n, "analysis.description");
     if (const auto* n = a.get("outcome")) {
@@ -179,6 +180,10 @@ AnalysisSpec parse_analysis_spec(const std::string& text, const std::filesystem:
       }
     }
     if (const auto* n = a.get("groups")) spec.groups = r.strings(*n, "analysis.groups");
+    if (const auto* n = a.get("scored_runs")) {
+      spec.scored_runs = r.strings(*n, "analysis.scored_runs");
+      if (spec.scored_runs.empty()) r.fail(n, "analysis.scored_runs", "empty: no run would be scored");
+    }
     if (const auto* n = a.get("missing")) {
       try {
         spec.missing = stats::missing_policy_from_name(r.string(*n, "analysis.missing"));
@@ -204,7 +209,7 @@ AnalysisSpec parse_analysis_spec(const std::string& text, const std::filesystem:
 
   if (const auto* node = root.get("source")) {
     const auto& s = r.table(*node, "source");
-    r.only(s, "source.", {"reference", "overrides"});
+    r.only(s, "source.", {"reference", "overrides", "sweep"});
     if (const auto* n = s.get("reference")) {
       auto v = r.string(*n, "source.reference");
       if (v != "declared" && v != "overrides")
@@ -214,22 +219,38 @@ AnalysisSpec parse_analysis_spec(const std::string& text, const std::filesystem:
       spec.source_overrides = to_json(r.table(*n, "source.overrides"), "source.overrides", r);
       if (spec.source_overrides.empty()) r.fail(n, "source.overrides", "empty table");
     }
+    if (const auto* n = s.get("sweep")) {
+      spec.source_sweep = r.string(*n, "source.sweep");
+      if (spec.source_sweep.empty()) r.fail(n, "source.sweep", "empty path");
+    }
   }
 
   if (const auto* node = root.get("template")) {
     const auto& t = r.table(*node, "template");
-    r.only(t, "template.", {"class", "history", "history_cells", "missing_class"});
+    r.only(t, "template.", {"class", "history", "history_sweep", "history_cells", "missing_class"});
     if (const auto* n = t.get("class")) {
       spec.template_class = r.strings(*n, "template.class");
       if (spec.template_class.empty()) r.fail(n, "template.class", "empty class definition");
     }
-    if (const auto* n = t.get("history")) {
-      auto v = r.string(*n, "template.history");
-      if (v != "leave-run-out")
-        r.fail(n, "template.history",
-               "unknown history \"" + v +
-                   "\" (known: leave-run-out: the sweep's own target runs, each scored run "
-                   "left out of its template)");
+    std::string history = "leave-run-out";
+    const toml::node* history_node = t.get("history");
+    if (history_node) {
+      history = r.string(*history_node, "template.history");
+      if (history != "leave-run-out" && history != "sweep")
+        r.fail(history_node, "template.history",
+               "unknown history \"" + history +
+                   "\" (known: leave-run-out: the sweep's own target runs, each scored run left out of its "
+                   "template; sweep: the target runs of template.history_sweep)");
+    }
+    if (const auto* n = t.get("history_sweep")) {
+      spec.history_sweep = r.string(*n, "template.history_sweep");
+      if (spec.history_sweep.empty()) r.fail(n, "template.history_sweep", "empty path");
+      if (history_node && history != "sweep")
+        r.fail(history_node, "template.history",
+               "\"" + history + "\" contradicts template.history_sweep (use history = \"sweep\")");
+    } else if (history == "sweep") {
+      r.fail(history_node, "template.history_sweep",
+             "required with history = \"sweep\" (the directory of the sweep whose target runs are the history)");
     }
     if (const auto* n = t.get("history_cells")) {
       spec.history_cells = r.strings(*n, "template.history_cells");
@@ -425,13 +446,22 @@ std::string effective_analysis_toml(const AnalysisSpec& spec, const std::vector<
     << "\noutcome = " << toml_string(spec.outcome) << "\npredictors = " << toml_strings(spec.predictors)
     << "\nbaselines = " << toml_strings(spec.baselines) << "\ngroups = " << toml_strings(groups)
     << "\nmissing = " << toml_string(std::string(stats::to_string(spec.missing))) << "\n";
+  if (!spec.scored_runs.empty()) t << "scored_runs = " << toml_strings(spec.scored_runs) << "\n";
   t << "\n[source]\nreference = " << toml_string(spec.source_overrides.empty() ? "declared" : "overrides") << "\n";
   if (!spec.source_overrides.empty()) t << "overrides = " << toml_value(spec.source_overrides) << "\n";
-  t << "\n[template]\nclass = " << toml_strings(spec.template_class) << "\nhistory = \"leave-run-out\"\n";
+  if (!spec.source_sweep.empty()) t << "sweep = " << toml_string(spec.source_sweep) << "\n";
+  t << "\n[template]\nclass = " << toml_strings(spec.template_class) << "\n";
+  if (spec.history_sweep.empty()) {
+    t << "history = \"leave-run-out\"\n";
+  } else {
+    t << "history = \"sweep\"\nhistory_sweep = " << toml_string(spec.history_sweep) << "\n";
+  }
   if (!spec.history_cells.empty()) {
     t << "history_cells = " << toml_strings(spec.history_cells) << "\n";
   } else {
-    t << "# history_cells: not declared, so every target run is historical (leave-run-out)\n";
+    t << "# history_cells: not declared, so every target run "
+      << (spec.history_sweep.empty() ? "" : "of the history sweep ") << "is historical"
+      << (spec.history_sweep.empty() ? " (leave-run-out)" : "") << "\n";
   }
   t << "missing_class = " << (spec.template_missing_inconclusive ? "\"inconclusive\"" : "\"error\"") << "\n";
   t << "\n[bootstrap]\nresamples = " << spec.bootstrap.resamples << "\nseed = " << spec.bootstrap.seed

@@ -55,10 +55,18 @@ struct AnalysisSpec {
   // `source`: the target's declared fp32 reference, or the reference whose configuration is the declared
   // reference's with these keys (dotted paths) replaced, e.g. {"seed": 8} (a predeclared trace of another seed).
   nlohmann::json source_overrides = nlohmann::json::object();
+  // `[source] sweep`: the source reference is a reference run of this other sweep directory (relative paths are
+  // relative to the evaluated sweep directory), chosen by the declared configuration with source_overrides; empty:
+  // this sweep's own references.
+  std::string source_sweep;
 
   // Template class keys: "format", "group", "policy", or a dotted configuration path ("optimizer.lr_scale").
   std::vector<std::string> template_class = {"format", "group"};
-  std::vector<std::string> history_cells;      // target-cell name patterns declared historical; empty: every target
+  std::vector<std::string> history_cells;  // target-cell name patterns declared historical; empty: every target
+  // `[template] history = "sweep"`: the history is the canonical target runs of this other sweep directory (an
+  // earlier sweep, e.g. at other seeds; relative to the evaluated sweep directory), never the scored runs; empty:
+  // leave-run-out over this sweep's own target runs. history_cells then selects among that sweep's targets.
+  std::string history_sweep;
   bool template_missing_inconclusive = false;  // a class without history: error (default) or inconclusive
 
   stats::BootstrapSpec bootstrap;
@@ -69,6 +77,9 @@ struct AnalysisSpec {
   std::optional<double> tolerance;
   std::optional<std::int64_t> min_group_size;
 
+  // `[analysis] scored_runs`: target-run name patterns scored (a cohort of the sweep); empty: every target run.
+  // Runs outside it are neither scored nor history; a pattern must match a target run of the sweep.
+  std::vector<std::string> scored_runs;
   bool required_declared = false;           // required_cells given (else: every target cell)
   std::vector<std::string> required_cells;  // name patterns
   std::vector<GateSpec> gates;

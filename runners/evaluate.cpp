@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <ctime>
@@ -122,6 +123,12 @@ void flatten(const nlohmann::json& j, const std::string& prefix, std::map<std::s
 
 std::string value_text(const nlohmann::json& v) {
   return v.is_string() ? v.get<std::string>() : v.dump();
+}
+
+// A sweep directory an analysis names ([source] sweep, [template] history_sweep): relative to the evaluated one.
+fs::path other_sweep_dir(const fs::path& sweep_dir, const std::string& given) {
+  const fs::path p(given);
+  return p.is_absolute() ? p : (sweep_dir / p).lexically_normal();
 }
 
 bool matches_any(const std::vector<std::string>& patterns, const std::string& name) {
@@ -333,15 +340,56 @@ EvaluationResult evaluate_sweep(const fs::path& sweep_dir, const EvaluateOptions
   // Evaluation cells from canonical complete traces.
   TraceCache cache(store);
   SweepEvaluationCells read = read_sweep_evaluation_cells(store, spec, cache, analysis.groups);
+  if (!analysis.scored_runs.empty()) {
+    // A declared cohort: only its target runs are scored (and serve as leave-run-out history).
+    for (auto& pattern : analysis.scored_runs) {
+      bool matched = false;
+      for (auto& c : store.cells())
+        matched = matched || (c.role == "target" && ::fnmatch(pattern.c_str(), c.name.c_str(), 0) == 0);
+      if (!matched)
+        throw AnalysisError(analysis.path.string() + ": analysis.scored_runs: \"" + pattern +
+                            "\" matches no target run of the sweep " + sweep_dir.string());
+    }
+    std::erase_if(read.cells,
+                  [&](const SweepEvaluationCell& c) { return !matches_any(analysis.scored_runs, c.target->name); });
+    std::vector<std::string> missing, names;
+    for (std::size_t k = 0; k < read.missing_names.size(); ++k) {
+      if (!matches_any(analysis.scored_runs, read.missing_names[k])) continue;
+      missing.push_back(read.missing[k]);
+      names.push_back(read.missing_names[k]);
+    }
+    read.missing = missing;
+    read.missing_names = names;
+  }
   result.missing_targets = read.missing;
 
-  // `source`: the declared reference, or the reference with the declared one's configuration and the overrides.
+  // `source`: the declared reference, or the reference with the declared one's configuration and the overrides
+  // (of this sweep, or of the sweep directory [source] sweep names).
+  std::optional<SweepStore> source_store;
+  std::optional<TraceCache> source_cache_own;
+  if (!analysis.source_sweep.empty()) {
+    const fs::path dir = other_sweep_dir(sweep_dir, analysis.source_sweep);
+    try {
+      source_store.emplace(SweepStore::open(dir));
+    } catch (const std::exception& e) {
+      throw AnalysisError(analysis.path.string() + ": source.sweep: \"" + analysis.source_sweep +
+                          "\" is not a readable sweep directory (" + dir.string() + "): " + e.what());
+    }
+    source_cache_own.emplace(*source_store);
+  }
+  const SweepStore& sstore = source_store ? *source_store : store;
+  TraceCache& scache = source_cache_own ? *source_cache_own : cache;
   std::map<std::string, const StoredCell*> source_of;  // by target name
-  if (analysis.source_overrides.empty()) {
+  if (analysis.source_overrides.empty() && analysis.source_sweep.empty()) {
     result.source_reference = "each target's declared fp32 reference (same seed, init and data order)";
   } else {
-    result.source_reference = "the fp32 reference with the declared one's configuration and " +
-                              analysis.source_overrides.dump() + " (a predeclared trace, not matched)";
+    result.source_reference =
+        "the fp32 reference with the declared one's configuration" +
+        (analysis.source_overrides.empty() ? std::string() : " and " + analysis.source_overrides.dump()) +
+        (analysis.source_sweep.empty()
+             ? std::string()
+             : " from the sweep " + analysis.source_sweep + " (" + sstore.dir().string() + ")") +
+        " (a predeclared trace, not matched)";
     std::map<std::string, nlohmann::json> overrides;
     flatten(analysis.source_overrides, "", overrides);
     for (auto& c : read.cells) {
@@ -349,11 +397,14 @@ EvaluationResult evaluate_sweep(const fs::path& sweep_dir, const EvaluateOptions
       nlohmann::json wanted = c.reference->config;
       for (auto& [path, value] : overrides) set_json_path(wanted, path, value);
       const StoredCell* found = nullptr;
-      for (auto& s : store.cells())
+      for (auto& s : sstore.cells())
         if (s.role == "reference" && s.config == wanted) found = &s;
       if (!found)
-        throw AnalysisError(analysis.path.string() + ": source.overrides: no reference run of the sweep has " +
-                            c.reference->name + "'s configuration with " + analysis.source_overrides.dump() +
+        throw AnalysisError(analysis.path.string() + ": " +
+                            (analysis.source_overrides.empty() ? "source.sweep" : "source.overrides") +
+                            ": no reference run of the sweep " + sstore.dir().string() + " has " + c.reference->name +
+                            "'s configuration" +
+                            (analysis.source_overrides.empty() ? "" : " with " + analysis.source_overrides.dump()) +
                             " (needed by " + c.target->name + ")");
       source_of[c.target->name] = found;
     }
@@ -364,9 +415,9 @@ EvaluationResult evaluate_sweep(const fs::path& sweep_dir, const EvaluateOptions
   std::map<std::string, std::string> extra_missing;
   for (auto& c : read.cells) {
     auto it = source_of.find(c.target->name);
-    if (it != source_of.end() && !cache.trace(it->second->id)) {
+    if (it != source_of.end() && !scache.trace(it->second->id)) {
       extra_missing[c.target->name] =
-          "its source reference " + it->second->name + " is incomplete (" + cache.problem(it->second->id) + ")";
+          "its source reference " + it->second->name + " is incomplete (" + scache.problem(it->second->id) + ")";
       continue;
     }
     cells.push_back(c);
@@ -399,6 +450,91 @@ EvaluationResult evaluate_sweep(const fs::path& sweep_dir, const EvaluateOptions
     result.required.push_back(st);
   }
 
+  // The cohort table: every target cell, canonical or not, in this analysis' cohort (its required cells) or not,
+  // and named by a deviation (a recovered cell) or not.
+  {
+    const auto deviations = read_deviations(sweep_dir);
+    auto named_by = [&](const StoredCell& c) -> std::string {
+      for (auto& d : deviations)
+        for (auto& n : d.cells)
+          if (n == c.name || n == c.id) return d.when + " by " + d.who + ": " + d.what;
+      return "";
+    };
+    auto state_of = [&](const StoredCell& c, std::string& reason) {
+      auto status = store.cell_status(c.id);
+      if (status.state == CellState::done) return true;
+      reason = status.state == CellState::pending ? std::string("missing") : to_string(status.state);
+      if (!status.reasons.empty()) reason += ": " + status.reasons.front();
+      return false;
+    };
+    std::size_t incomplete = 0;
+    std::vector<std::string> not_canonical;
+    for (auto& c : store.cells()) {
+      if (c.role != "target") continue;
+      CohortRow row;
+      row.cell = c.name;
+      row.canonical = state_of(c, row.reason);
+      row.in_cohort = std::find(required.begin(), required.end(), c.name) != required.end();
+      row.deviation = named_by(c);
+      row.can_enter = row.canonical && row.in_cohort;
+      if (row.in_cohort && !row.canonical) {
+        ++incomplete;
+        not_canonical.push_back(c.name);
+      }
+      result.cohort.push_back(row);
+    }
+    result.cohort_statements.push_back(
+        "this analysis' cohort (its " + std::to_string(required.size()) + " required cells) is " +
+        (incomplete == 0
+             ? std::string("complete: every one is canonical")
+             : "incomplete: " + std::to_string(incomplete) + " not canonical (" + join(not_canonical) + ")"));
+    for (const auto& reg : registrations(sweep_dir)) {
+      if (registration && reg.sha256 == registration->sha256) continue;
+      std::vector<std::string> bad;
+      for (auto& name : reg.outcome_cells) {
+        const StoredCell* c = store.find_by_name(name);
+        std::string reason;
+        if (!c || !state_of(*c, reason)) bad.push_back(name);
+      }
+      result.cohort_statements.push_back(
+          "the " + std::string(reg.retrospective ? "retrospective" : "prospective") + " registration " +
+          reg.sha256.substr(0, 12) + " (" + reg.registered + ") requires " + std::to_string(reg.outcome_cells.size()) +
+          " cells: " + (bad.empty() ? std::string("complete") : "incomplete, not canonical: " + join(bad)));
+    }
+    std::vector<std::string> barred;
+    for (auto& row : result.cohort) {
+      if (row.deviation.empty()) continue;
+      std::string why =
+          row.can_enter ? "can enter the cohort (canonical and required)"
+          : !row.in_cohort && !row.canonical
+              ? "cannot enter the cohort: it is not among its cells, and it is not canonical (" + row.reason + ")"
+          : !row.in_cohort ? "cannot enter the cohort: it is not among its cells"
+                           : "cannot enter the cohort: it is not canonical (" + row.reason + ")";
+      result.cohort_statements.push_back("recovered cell " + row.cell + " (deviation " + row.deviation + ") " + why);
+      if (!row.can_enter) barred.push_back(row.cell);
+    }
+    bool any_deviated = false;
+    for (auto& row : result.cohort) any_deviated = any_deviated || !row.deviation.empty();
+    if (any_deviated) {
+      if (!barred.empty()) {
+        bool disjoint = true;
+        for (auto& row : result.cohort)
+          if (!row.deviation.empty() && row.in_cohort) disjoint = false;
+        result.cohort_verdict =
+            "negative: the recovered cell" + std::string(barred.size() > 1 ? "s " : " ") + join(barred) +
+            (barred.size() > 1 ? " cannot" : " cannot") + " enter this analysis' cohort" +
+            (disjoint && incomplete == 0 ? " (the complete cohort is disjoint from it)" : "") +
+            ", so the outcome of the protocol's full design is not recovered: the gates below speak for the " +
+            std::to_string(required.size()) + " cohort cells only" +
+            (incomplete == 0 ? "" : ", and with the cohort incomplete they are inconclusive");
+      } else {
+        result.cohort_verdict =
+            "the recovered cells enter the cohort (canonical and required); the verdicts follow the gates, labelled " +
+            result.standing;
+      }
+    }
+  }
+
   if (cells.empty())
     throw AnalysisError("no evaluation cell in " + sweep_dir.string() + ": no target run has a canonical complete " +
                         "trace with its reference (" + join(result.missing_targets, "; ") + ")");
@@ -428,9 +564,71 @@ EvaluationResult evaluate_sweep(const fs::path& sweep_dir, const EvaluateOptions
     return out;
   };
   std::vector<forecast::HistoryRun> history;
-  for (auto& c : cells) {
-    if (!analysis.history_cells.empty() && !matches_any(analysis.history_cells, c.target->name)) continue;
-    history.push_back({c.target->name, class_of(c), forecast::measured_series(*c.target_trace, c.group)});
+  // Kept alive for the history's traces: the history sweep's store, spec, traces and cells.
+  std::optional<SweepStore> history_store;
+  std::optional<TraceCache> history_cache;
+  std::optional<SweepEvaluationCells> history_read;
+  if (analysis.history_sweep.empty()) {
+    for (auto& c : cells) {
+      if (!analysis.history_cells.empty() && !matches_any(analysis.history_cells, c.target->name)) continue;
+      history.push_back({c.target->name, class_of(c), forecast::measured_series(*c.target_trace, c.group)});
+    }
+    result.template_history =
+        "the sweep's target runs" +
+        (analysis.history_cells.empty() ? std::string() : " matching " + join(analysis.history_cells)) +
+        ", leave-run-out (outcome-blind)";
+  } else {
+    // An earlier sweep: its canonical target runs are the history. Never the scored outcomes: a history run with the
+    // configuration (cell id) of a scored target run would be that outcome itself, and is refused.
+    const fs::path dir = other_sweep_dir(sweep_dir, analysis.history_sweep);
+    const std::string where = analysis.path.string() + ": template.history_sweep: \"" + analysis.history_sweep + "\"";
+    try {
+      history_store.emplace(SweepStore::open(dir));
+    } catch (const std::exception& e) {
+      throw AnalysisError(where + " is not a readable sweep directory (" + dir.string() + "): " + e.what());
+    }
+    const SweepSpec history_spec = load_sweep_spec(history_store->spec_path());
+    history_cache.emplace(*history_store);
+    std::vector<std::string> groups = analysis.groups.empty() ? spec.evaluation.groups : analysis.groups;
+    if (groups.empty())
+      for (auto& c : cells)
+        if (std::find(groups.begin(), groups.end(), c.group) == groups.end()) groups.push_back(c.group);
+    history_read.emplace(read_sweep_evaluation_cells(*history_store, history_spec, *history_cache, groups));
+    std::set<std::string> scored_ids;
+    for (auto& c : store.cells())
+      if (c.role == "target") scored_ids.insert(c.id);
+    std::set<std::string> runs_used;
+    for (auto& h : history_read->cells) {
+      if (!analysis.history_cells.empty() && !matches_any(analysis.history_cells, h.target->name)) continue;
+      if (scored_ids.contains(h.target->id))
+        throw AnalysisError(where + ": its run " + h.target->name + " has the configuration (cell id " +
+                            h.target->id.substr(0, 12) + ") of a target run of the scored sweep " + sweep_dir.string() +
+                            ": the history must not contain the outcomes being scored");
+      // Prefixed, so that leave-run-out (by run id) never matches a scored run of the same name.
+      history.push_back({analysis.history_sweep + ":" + h.target->name, class_of(h),
+                         forecast::measured_series(*h.target_trace, h.group)});
+      runs_used.insert(h.target->name);
+    }
+    std::set<std::string> known_classes;
+    for (auto& h : history) known_classes.insert(h.template_class);
+    if (!analysis.template_missing_inconclusive) {
+      for (auto& c : cells) {
+        const std::string k = class_of(c);
+        if (known_classes.contains(k)) continue;
+        throw AnalysisError(
+            where + " (" + dir.string() + ") has no canonical target run of the template class \"" + k +
+            "\" (needed by " + c.target->name + "; its classes: " +
+            (known_classes.empty() ? std::string("none") : join({known_classes.begin(), known_classes.end()})) +
+            (history_read->missing.empty() ? std::string() : "; its runs left out: " + join(history_read->missing)) +
+            "); add such runs to the history, or declare template.missing_class = \"inconclusive\"");
+      }
+    }
+    result.template_history =
+        "the " + std::to_string(runs_used.size()) + " canonical target runs of the sweep " + analysis.history_sweep +
+        " (" + dir.string() + ")" +
+        (analysis.history_cells.empty() ? std::string() : " matching " + join(analysis.history_cells)) +
+        ", never the scored runs (outcome-blind)" +
+        (history_read->missing.empty() ? std::string() : "; left out: " + join(history_read->missing));
   }
 
   auto has = [&](const std::string& p) {
@@ -446,7 +644,7 @@ EvaluationResult evaluate_sweep(const fs::path& sweep_dir, const EvaluateOptions
     e.template_class = class_of(c);
     e.outcome = forecast::measured_series(*c.target_trace, c.group);
     auto src = source_of.find(c.target->name);
-    e.reference = src == source_of.end() ? c.reference_trace : cache.trace(src->second->id);
+    e.reference = src == source_of.end() ? c.reference_trace : scache.trace(src->second->id);
     if (has("matched-reference")) e.matched_reference = c.reference_trace;
     const auto* lr_t = json_path(c.target->config, "optimizer.lr");
     const StoredCell* src_cell = src == source_of.end() ? c.reference : src->second;
@@ -489,6 +687,9 @@ EvaluationResult evaluate_sweep(const fs::path& sweep_dir, const EvaluateOptions
   result.tables = tables.predictors;
   std::vector<std::string> unit_of_cell;
   if (analysis.unit == BootstrapUnit::run) unit_of_cell = result.runs;
+  result.resampling_units = analysis.unit == BootstrapUnit::run
+                                ? std::set<std::string>(result.runs.begin(), result.runs.end()).size()
+                                : result.cells.size();
   const auto& boot = analysis.bootstrap;
   const auto policy = analysis.missing;
 
@@ -950,6 +1151,16 @@ fs::path write_evaluation_report(EvaluationResult& r, const EvaluateOptions& opt
       }
       write_text(tmp / "gates.csv", csv.str());
     }
+    // cohort.csv: every target cell, its identity, whether the analysis requires it, the deviation naming it.
+    {
+      std::ostringstream csv;
+      csv << "cell,canonical,reason,in_cohort,deviation,enters_verdict\n";
+      for (auto& c : r.cohort)
+        csv << csv_field(c.cell) << "," << (c.canonical ? "true" : "false") << "," << csv_field(c.reason) << ","
+            << (c.in_cohort ? "true" : "false") << "," << csv_field(c.deviation) << ","
+            << (c.can_enter ? "true" : "false") << "\n";
+      write_text(tmp / "cohort.csv", csv.str());
+    }
     // decomposition.csv
     {
       std::ostringstream csv;
@@ -1250,6 +1461,38 @@ fs::path write_evaluation_report(EvaluationResult& r, const EvaluateOptions& opt
                              "factor of the grid)."});
         }
       }
+      // The cohort: which target cells are canonical, required, named by a deviation, and enter the verdict.
+      if (!r.cohort.empty() && (r.registration_sha256 || !r.cohort_verdict.empty())) {
+        report::Figure fig;
+        fig.title = "Cohort (" + r.standing + ")";
+        fig.width = 1000;
+        fig.height = std::max(240, 80 + 28 * int(r.cohort.size()));
+        report::Series yes("yes", {}, {}, "points pt 7 ps 1.6 lc rgb '#1b7837'");
+        report::Series no("no", {}, {}, "points pt 6 ps 1.6 lc rgb '#b2182b'");
+        std::string ytics = "set ytics (";
+        for (std::size_t i = 0; i < r.cohort.size(); ++i) {
+          const auto& c = r.cohort[i];
+          const double y = double(r.cohort.size() - 1 - i);
+          const bool flags[4] = {c.canonical, c.in_cohort, !c.deviation.empty(), c.can_enter};
+          for (int k = 0; k < 4; ++k) {
+            auto& s = flags[k] ? yes : no;
+            s.x.push_back(k);
+            s.y.push_back(y);
+          }
+          ytics += (i ? ", " : "") + std::string("'") + c.cell + "' " + num(y);
+        }
+        fig.series = {yes, no};
+        fig.extra = {"set xtics ('canonical' 0, 'required' 1, 'deviation' 2, 'in the verdict' 3)",
+                     ytics + ")",
+                     "set xrange [-0.5:3.5]",
+                     "set yrange [-0.7:" + num(double(r.cohort.size()) - 0.3) + "]",
+                     "set key below horizontal",
+                     "set grid"};
+        report::render(fig, tmp / "figures", "cohort");
+        figures.push_back({"cohort",
+                           "Every target cell of the sweep: canonical or not, required by this analysis "
+                           "(its cohort), named by a deviation, entering the verdict (cohort.csv)."});
+      }
     }
 
     // The report: one document rendered as Markdown and HTML.
@@ -1272,12 +1515,15 @@ fs::path write_evaluation_report(EvaluationResult& r, const EvaluateOptions& opt
         {"cells x steps", cells_steps},
         {"source", r.source_reference},
         {"source projection", projection_summary(r)},
-        {"template", "class " + join(r.analysis.template_class, "/") + ", history: the sweep's target runs" +
-                         (r.analysis.history_cells.empty() ? "" : " matching " + join(r.analysis.history_cells)) +
-                         ", leave-run-out (outcome-blind)"},
-        {"bootstrap", std::to_string(boot.resamples) + " resamples, " + std::string(stats::to_string(boot.method)) +
-                          ", seed " + std::to_string(boot.seed) + ", confidence " + num(boot.confidence) + ", unit " +
-                          (r.analysis.unit == BootstrapUnit::run ? "run" : "cell")},
+        {"template", "class " + join(r.analysis.template_class, "/") + ", history: " + r.template_history},
+        {"bootstrap",
+         std::to_string(boot.resamples) + " resamples, " + std::string(stats::to_string(boot.method)) + ", seed " +
+             std::to_string(boot.seed) + ", confidence " + num(boot.confidence) + ", unit " +
+             (r.analysis.unit == BootstrapUnit::run ? "run" : "cell") + "; n = " + std::to_string(r.resampling_units) +
+             (r.analysis.unit == BootstrapUnit::run ? " target runs (training runs, not layer cells)" : " cells") +
+             (r.resampling_units < 10 ? ": with so few units an interval may be wide, and a gate whose "
+                                        "interval straddles its threshold is inconclusive, never a pass"
+                                      : "")},
         {"crossing settings", crossing_settings(r)},
         {"missing values", std::string(stats::to_string(r.analysis.missing))},
         {"target runs left out", r.missing_targets.empty() ? "none" : join(r.missing_targets, "; ")},
@@ -1286,6 +1532,7 @@ fs::path write_evaluation_report(EvaluationResult& r, const EvaluateOptions& opt
         {"statistics.csv", "statistics.csv"},
         {"cells.csv", "cells.csv"},
         {"gates.csv", "gates.csv"},
+        {"cohort.csv", "cohort.csv"},
         {"decomposition.csv", "decomposition.csv"},
         {"crossings.csv", "crossings.csv"},
         {"series.csv", "series.csv"},
@@ -1315,6 +1562,63 @@ fs::path write_evaluation_report(EvaluationResult& r, const EvaluateOptions& opt
       }
       if (rows.empty()) rows.push_back({"(no gates declared)", "", "", "", "", "", "", ""});
       doc.table({"gate", "statistic", "predictor", "rule", "verdict", "estimate", "CI", "reasons"}, rows);
+    }
+
+    doc.heading("At a glance");
+    {
+      // Is accuracy shared time or source-specific transfer? rmse_macro of every predictor side by side, skill, the
+      // common-time share of the outcome and the directional result of each forecast predictor.
+      auto stat_cell = [&](const PredictorEvaluation& p, const std::string& s, double est) {
+        if (!p.unavailable.empty()) return std::string("not scored");
+        std::string out = shown(est);
+        if (auto it = p.intervals.find(s); it != p.intervals.end()) out += " " + ci_text(&it->second);
+        return out;
+      };
+      std::vector<std::vector<std::string>> rows;
+      for (auto& p : r.predictors) {
+        std::string skill;
+        for (auto& b : r.analysis.baselines) {
+          if (b == p.name || !p.unavailable.empty()) continue;
+          auto it = p.skill.find(b);
+          skill += (skill.empty() ? "" : "; ") + b + ": " +
+                   stat_cell(p, baseline_key(b), it == p.skill.end() ? NAN : it->second);
+        }
+        std::string directional = "—";
+        if (p.unavailable.empty()) {
+          const auto& d = p.directional;
+          directional = "anomaly correlation " +
+                        stat_cell(p, "anomaly_correlation", d.anomaly_correlation.value_or(NAN)) + "; signs " +
+                        std::to_string(d.n_sign_agree) + "/" + std::to_string(d.n_directional) +
+                        " (binomial p = " + num(d.binomial_p_value, 3) + ")";
+        }
+        rows.push_back({p.name, predictor_label(p), stat_cell(p, "rmse_macro", p.metrics.rmse_macro),
+                        skill.empty() ? "—" : skill, directional});
+      }
+      doc.table({"predictor", "label", "rmse_macro", "skill", "directional specificity"}, rows);
+      const auto& d = r.outcome_decomposition;
+      std::string share = d ? shown(d->share_time) : std::string("undefined");
+      if (auto it = r.outcome_intervals.find("share_time"); it != r.outcome_intervals.end())
+        share += " " + ci_text(&it->second);
+      doc.paragraph("Common time: share_time of the outcome = " + share +
+                    " (SS_time / SS_total of y = mu + a_t + b_c + e). A large share with a good rmse_macro and skill "
+                    "but a directional result near chance means the accuracy comes from the shared time course, "
+                    "not from source-specific transfer. Bootstrap units: n = " +
+                    std::to_string(r.resampling_units) + ".");
+    }
+
+    if (r.registration_sha256 || !r.cohort_verdict.empty()) {
+      doc.heading("Cohort");
+      for (auto st : r.cohort_statements) {
+        st[0] = char(std::toupper(static_cast<unsigned char>(st[0])));
+        doc.paragraph(st + ".");
+      }
+      if (!r.cohort_verdict.empty()) doc.paragraph("Verdict (" + r.standing + "): " + r.cohort_verdict + ".");
+      std::vector<std::vector<std::string>> rows;
+      for (auto& c : r.cohort)
+        rows.push_back({c.cell, c.canonical ? "canonical" : "not canonical", c.canonical ? "—" : c.reason,
+                        c.in_cohort ? "yes" : "no", c.deviation.empty() ? "—" : c.deviation,
+                        c.can_enter ? "enters" : "left out"});
+      doc.table({"cell", "identity", "why not canonical", "required (cohort)", "deviation", "in the verdict"}, rows);
     }
 
     // Notes are footnoted once each, so a reason shared by many rows is written once.

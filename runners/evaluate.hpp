@@ -71,6 +71,17 @@ struct GateEvaluation {
   bool has_interval = false;
 };
 
+// One target cell of the sweep in the cohort table: canonical or not (and why), whether this analysis requires it
+// (its cohort), and whether a recorded deviation names it (a recovered cell).
+struct CohortRow {
+  std::string cell;
+  bool canonical = false;
+  std::string reason;  // why not canonical ("missing", "noncanonical: ...")
+  bool in_cohort = false;
+  std::string deviation;   // the deviation naming it ("" when none)
+  bool can_enter = false;  // canonical and in the cohort
+};
+
 struct EvaluationResult {
   std::filesystem::path sweep_dir;
   std::filesystem::path report_dir;  // set by write_evaluation_report
@@ -91,6 +102,7 @@ struct EvaluationResult {
   stats::CellTable outcome;
   std::vector<forecast::PredictorTable> tables;  // as built (NaN rows for classes without history)
   std::string source_reference;                  // how `source` was chosen, in words
+  std::string template_history;                  // which runs the template's history is, in words
   std::optional<stats::Decomposition> outcome_decomposition;
   std::map<std::string, stats::Interval> outcome_intervals;  // share_time/cell/residual
   std::map<std::string, std::string> outcome_undefined;
@@ -98,6 +110,12 @@ struct EvaluationResult {
   std::vector<stats::CellStatus> required;   // every required cell with its state
   std::vector<std::string> missing_targets;  // "name (reason)"
   std::vector<GateEvaluation> gates;
+  std::vector<CohortRow> cohort;               // every target cell of the sweep
+  std::vector<std::string> cohort_statements;  // which cohort is complete, each registration's, each recovered cell
+  // Set when a deviation names a cell: "negative: ..." when a recovered cell cannot enter this analysis' complete
+  // cohort (the registered claim over it stays unestablished), else how the verdicts follow the gates.
+  std::string cohort_verdict;
+  std::size_t resampling_units = 0;  // distinct bootstrap units (target runs, or cells under unit = cell)
   forecast::CrossingOptions crossing_options;
   std::string burn_in_how;                // "default: 0.5% of the 1000 steps ..." or where it was declared
   std::vector<std::int64_t> group_sizes;  // per row: coordinates of the cell's group

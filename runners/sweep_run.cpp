@@ -1,5 +1,7 @@
 #include "runners/sweep_run.hpp"
 
+#include <fnmatch.h>
+
 #include <unistd.h>
 
 #include <algorithm>
@@ -114,6 +116,23 @@ ExecSummary run_sweep(const SweepSpec& spec, const RunOptions& options, MPI_Comm
     MPI_Comm_rank(comm, &rank);
     MPI_Comm_size(comm, &ranks);
   }
+  // Cell patterns are checked before anything is written.
+  std::vector<std::string> only_ids;
+  for (const auto& pattern : options.only) {
+    bool matched = false;
+    for (const auto& cell : spec.cells) {
+      if (::fnmatch(pattern.c_str(), cell.name.c_str(), 0) != 0) continue;
+      matched = true;
+      const std::string id = cell_id(cell.config);
+      if (std::find(only_ids.begin(), only_ids.end(), id) == only_ids.end()) only_ids.push_back(id);
+    }
+    if (!matched) {
+      std::string names;
+      for (const auto& cell : spec.cells) names += (names.empty() ? "" : ", ") + cell.name;
+      throw SpecError(spec.path.string() + ": --cells \"" + pattern +
+                      "\" matches no cell of the sweep (its cells: " + names + ")");
+    }
+  }
   // Refuse before anything is written a cell that cannot fit in this machine's memory with the cells that run
   // beside it (local worker processes; one cell per rank under MPI).
   {
@@ -184,9 +203,27 @@ ExecSummary run_sweep(const SweepSpec& spec, const RunOptions& options, MPI_Comm
     }
     std::cerr << "\n";
   }
-  ExecSummary summary = execute_sweep(store, tasks_of(store), simulator_cell_fn(), exec);
+  if (options.create_only) {
+    if (options.progress && rank == 0)
+      std::cerr << "wbaudit run: created " << options.out.string() << " (" << store.cells().size()
+                << " cells, none run: --create-only)\n";
+    return ExecSummary{};
+  }
+  ExecSummary summary = execute_sweep(store, options.only.empty() ? tasks_of(store) : tasks_of(store, only_ids),
+                                      simulator_cell_fn(), exec);
 
-  if (options.report && rank == 0) {
+  bool any_target_done = false;
+  if (options.report && rank == 0)
+    for (const auto& st : store.status())
+      any_target_done = any_target_done || (st.cell->role == "target" && !st.needs_run());
+  if (options.report && rank == 0 && !any_target_done) {
+    // E.g. `--cells 'reference/*'`: nothing to compare yet.
+    if (options.progress)
+      std::cerr << "wbaudit run: " << summary.completed << " run, " << summary.skipped << " already complete, "
+                << summary.failed << " failed in " << format_seconds(summary.wall_seconds)
+                << "; no target run is complete, so no summary or report yet (`wbaudit report " << options.out.string()
+                << "` once one is)\n";
+  } else if (options.report && rank == 0) {
     SweepOutputs outputs = write_sweep_outputs(store, spec);
     if (options.progress) {
       std::cerr << "wbaudit run: " << summary.completed << " run, " << summary.skipped << " already complete, "

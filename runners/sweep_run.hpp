@@ -24,6 +24,11 @@ struct RunOptions {
   // worker_threads Kokkos threads; 1 runs every cell in this process. Ignored under MPI.
   int jobs = 1;
   int worker_threads = 1;
+  // Run only the cells whose names match one of these shell patterns (each must match a cell); empty: every cell.
+  // The others stay pending (a later `--resume` runs them).
+  std::vector<std::string> only;
+  // Create (or check) the sweep directory and run nothing: e.g. to register an analysis before any outcome exists.
+  bool create_only = false;
 };
 
 // The cells of a spec as stored in a sweep directory (ids are filled in by SweepStore::create).

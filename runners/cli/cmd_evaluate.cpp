@@ -54,6 +54,8 @@ void add_evaluate_command(CLI::App& app) {
       for (const auto& [b, s] : p.skill) std::cout << ", skill_vs_" << b << " " << s;
       std::cout << "\n";
     }
+    std::cout << "  bootstrap units: n = " << result.resampling_units << "\n";
+    if (!result.cohort_verdict.empty()) std::cout << "cohort: " << result.cohort_verdict << "\n";
     std::cout << runners::gate_summary(result) << "report: " << (dir / "report.html").string() << "\n";
     if (args->check) {
       const int status = runners::gate_check_status(result);

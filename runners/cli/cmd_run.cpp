@@ -18,6 +18,8 @@ void add_run_command(CLI::App& app) {
     bool resume = false;
     bool no_report = false;
     bool quiet = false;
+    bool create_only = false;
+    std::vector<std::string> cells;
     int jobs = 0;  // set only with --jobs
   };
   auto args = std::make_shared<Args>();
@@ -47,6 +49,13 @@ void add_run_command(CLI::App& app) {
             return "the number of worker processes must be at least 1, not " + value;
           },
           "N>=1"));
+  cmd->add_option("--cells", args->cells,
+                  "Run only the cells whose names match these shell patterns (comma-separated or repeated), e.g. "
+                  "'reference/*'; the others stay pending for a later --resume")
+      ->delimiter(',');
+  cmd->add_flag("--create-only", args->create_only,
+                "Create the sweep directory (frozen spec and executable) and run nothing, e.g. to register an "
+                "analysis with `wbaudit register` before any outcome exists");
   cmd->add_flag("--no-report", args->no_report, "Skip summary.csv and the report");
   cmd->add_flag("--quiet,-q", args->quiet, "No progress output");
   cmd->footer(
@@ -61,6 +70,8 @@ void add_run_command(CLI::App& app) {
     options.resume = args->resume;
     options.report = !args->no_report;
     options.progress = !args->quiet;
+    options.only = args->cells;
+    options.create_only = args->create_only;
     const int threads = std::max(1, Kokkos::DefaultHostExecutionSpace::concurrency());
     options.jobs = cmd->count("--jobs") > 0 ? args->jobs : threads;
     options.worker_threads = std::max(1, threads / options.jobs);
