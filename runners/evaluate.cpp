@@ -13,8 +13,10 @@
 #include <set>
 #include <sstream>
 
+#include "forecast/crossing.hpp"
 #include "forecast/error.hpp"
 #include "forecast/source.hpp"
+#include "runners/external_run.hpp"
 #include "runners/identity.hpp"
 #include "runners/registry.hpp"
 #include "runners/report/csv.hpp"
@@ -268,8 +270,18 @@ EvaluationResult evaluate_sweep(const fs::path& sweep_dir, const EvaluateOptions
   const auto start = std::chrono::steady_clock::now();
   EvaluationResult result;
   result.sweep_dir = sweep_dir;
-  const SweepStore store = SweepStore::open(sweep_dir);
-  const SweepSpec spec = load_sweep_spec(store.spec_path());
+  // A directory without sweep.json that holds external runs (wbaudit import): its external runs are scored,
+  // exploratory and never canonical. Otherwise the sweep's canonical cells (external runs beside them are not scored).
+  const bool external_only = !fs::exists(sweep_dir / "sweep.json") && fs::is_directory(sweep_dir / "external");
+  std::optional<SweepStore> store_holder;
+  if (!external_only) store_holder.emplace(SweepStore::open(sweep_dir));
+  const SweepStore* const store = store_holder ? &*store_holder : nullptr;
+  SweepSpec spec;
+  if (store) {
+    spec = load_sweep_spec(store->spec_path());
+  } else {
+    spec.name = fs::absolute(sweep_dir).lexically_normal().filename().string() + " (external runs)";
+  }
   result.sweep_name = spec.name;
 
   // The analysis: given, else the sweep's registration, else the default.
@@ -299,9 +311,12 @@ EvaluationResult evaluate_sweep(const fs::path& sweep_dir, const EvaluateOptions
   if (registration) {
     required = registration->outcome_cells;
   } else if (analysis.required_declared) {
+    if (!store)
+      throw AnalysisError(analysis.path.string() + ": required_cells: " + sweep_dir.string() +
+                          " holds only external runs, which are never canonical and cannot be required cells");
     for (auto& pattern : analysis.required_cells) {
       bool matched = false;
-      for (auto& c : store.cells()) {
+      for (auto& c : store->cells()) {
         if (::fnmatch(pattern.c_str(), c.name.c_str(), 0) != 0) continue;
         matched = true;
         if (std::find(required.begin(), required.end(), c.name) == required.end()) required.push_back(c.name);
@@ -310,8 +325,8 @@ EvaluationResult evaluate_sweep(const fs::path& sweep_dir, const EvaluateOptions
         throw AnalysisError(analysis.path.string() + ": required_cells: \"" + pattern +
                             "\" matches no cell of the sweep " + sweep_dir.string());
     }
-  } else {
-    for (auto& c : store.cells())
+  } else if (store) {
+    for (auto& c : store->cells())
       if (c.role == "target") required.push_back(c.name);
   }
 
@@ -337,14 +352,27 @@ EvaluationResult evaluate_sweep(const fs::path& sweep_dir, const EvaluateOptions
                                       (d.cells.empty() ? "" : "; cells: " + join(d.cells)));
   }
 
-  // Evaluation cells from canonical complete traces.
-  TraceCache cache(store);
-  SweepEvaluationCells read = read_sweep_evaluation_cells(store, spec, cache, analysis.groups);
+  // Evaluation cells from canonical complete traces (or, without a sweep, from the external runs).
+  std::optional<TraceCache> cache_holder;
+  std::optional<ExternalEvaluationCells> external;
+  SweepEvaluationCells read;
+  if (store) {
+    cache_holder.emplace(*store);
+    read = read_sweep_evaluation_cells(*store, spec, *cache_holder, analysis.groups);
+  } else {
+    if (!analysis.scored_runs.empty() || !analysis.source_sweep.empty() || !analysis.source_overrides.empty())
+      throw AnalysisError(analysis.path.string() + ": analysis.scored_runs, source.sweep and source.overrides " +
+                          "need a sweep; " + sweep_dir.string() + " holds only external runs");
+    external.emplace(read_external_evaluation_cells(sweep_dir, analysis.groups, options.external_reference));
+    read = std::move(external->cells);
+    result.standing = "exploratory: external runs (wbaudit import), never canonical";
+    for (auto& p : external->provenance) result.standing_reasons.push_back(p);
+  }
   if (!analysis.scored_runs.empty()) {
     // A declared cohort: only its target runs are scored (and serve as leave-run-out history).
     for (auto& pattern : analysis.scored_runs) {
       bool matched = false;
-      for (auto& c : store.cells())
+      for (auto& c : store->cells())
         matched = matched || (c.role == "target" && ::fnmatch(pattern.c_str(), c.name.c_str(), 0) == 0);
       if (!matched)
         throw AnalysisError(analysis.path.string() + ": analysis.scored_runs: \"" + pattern +
@@ -377,10 +405,13 @@ EvaluationResult evaluate_sweep(const fs::path& sweep_dir, const EvaluateOptions
     }
     source_cache_own.emplace(*source_store);
   }
-  const SweepStore& sstore = source_store ? *source_store : store;
-  TraceCache& scache = source_cache_own ? *source_cache_own : cache;
+  const SweepStore* sstore = source_store ? &*source_store : store;  // null only without a sweep (no source_of)
+  TraceCache* scache = source_cache_own ? &*source_cache_own : cache_holder ? &*cache_holder : nullptr;
   std::map<std::string, const StoredCell*> source_of;  // by target name
-  if (analysis.source_overrides.empty() && analysis.source_sweep.empty()) {
+  if (external) {
+    result.source_reference = "the external reference run " + external->reference +
+                              " (imported; its seed, init and data order are whatever its training script used)";
+  } else if (analysis.source_overrides.empty() && analysis.source_sweep.empty()) {
     result.source_reference = "each target's declared fp32 reference (same seed, init and data order)";
   } else {
     result.source_reference =
@@ -388,7 +419,7 @@ EvaluationResult evaluate_sweep(const fs::path& sweep_dir, const EvaluateOptions
         (analysis.source_overrides.empty() ? std::string() : " and " + analysis.source_overrides.dump()) +
         (analysis.source_sweep.empty()
              ? std::string()
-             : " from the sweep " + analysis.source_sweep + " (" + sstore.dir().string() + ")") +
+             : " from the sweep " + analysis.source_sweep + " (" + sstore->dir().string() + ")") +
         " (a predeclared trace, not matched)";
     std::map<std::string, nlohmann::json> overrides;
     flatten(analysis.source_overrides, "", overrides);
@@ -397,12 +428,12 @@ EvaluationResult evaluate_sweep(const fs::path& sweep_dir, const EvaluateOptions
       nlohmann::json wanted = c.reference->config;
       for (auto& [path, value] : overrides) set_json_path(wanted, path, value);
       const StoredCell* found = nullptr;
-      for (auto& s : sstore.cells())
+      for (auto& s : sstore->cells())
         if (s.role == "reference" && s.config == wanted) found = &s;
       if (!found)
         throw AnalysisError(analysis.path.string() + ": " +
                             (analysis.source_overrides.empty() ? "source.sweep" : "source.overrides") +
-                            ": no reference run of the sweep " + sstore.dir().string() + " has " + c.reference->name +
+                            ": no reference run of the sweep " + sstore->dir().string() + " has " + c.reference->name +
                             "'s configuration" +
                             (analysis.source_overrides.empty() ? "" : " with " + analysis.source_overrides.dump()) +
                             " (needed by " + c.target->name + ")");
@@ -415,9 +446,9 @@ EvaluationResult evaluate_sweep(const fs::path& sweep_dir, const EvaluateOptions
   std::map<std::string, std::string> extra_missing;
   for (auto& c : read.cells) {
     auto it = source_of.find(c.target->name);
-    if (it != source_of.end() && !scache.trace(it->second->id)) {
+    if (it != source_of.end() && !scache->trace(it->second->id)) {
       extra_missing[c.target->name] =
-          "its source reference " + it->second->name + " is incomplete (" + scache.problem(it->second->id) + ")";
+          "its source reference " + it->second->name + " is incomplete (" + scache->problem(it->second->id) + ")";
       continue;
     }
     cells.push_back(c);
@@ -431,11 +462,11 @@ EvaluationResult evaluate_sweep(const fs::path& sweep_dir, const EvaluateOptions
   for (auto& name : required) {
     stats::CellStatus st;
     st.cell = name;
-    const StoredCell* stored = store.find_by_name(name);
+    const StoredCell* stored = store ? store->find_by_name(name) : nullptr;
     if (!stored) {
       st.reason = "not a cell of this sweep";
     } else {
-      auto status = store.cell_status(stored->id);
+      auto status = store->cell_status(stored->id);
       st.present = status.state != CellState::pending || !status.attempts.empty();
       st.canonical = status.state == CellState::done;
       if (!st.canonical) {
@@ -451,8 +482,8 @@ EvaluationResult evaluate_sweep(const fs::path& sweep_dir, const EvaluateOptions
   }
 
   // The cohort table: every target cell, canonical or not, in this analysis' cohort (its required cells) or not,
-  // and named by a deviation (a recovered cell) or not.
-  {
+  // and named by a deviation (a recovered cell) or not. (None without a sweep.)
+  if (store) {
     const auto deviations = read_deviations(sweep_dir);
     auto named_by = [&](const StoredCell& c) -> std::string {
       for (auto& d : deviations)
@@ -461,7 +492,7 @@ EvaluationResult evaluate_sweep(const fs::path& sweep_dir, const EvaluateOptions
       return "";
     };
     auto state_of = [&](const StoredCell& c, std::string& reason) {
-      auto status = store.cell_status(c.id);
+      auto status = store->cell_status(c.id);
       if (status.state == CellState::done) return true;
       reason = status.state == CellState::pending ? std::string("missing") : to_string(status.state);
       if (!status.reasons.empty()) reason += ": " + status.reasons.front();
@@ -469,7 +500,7 @@ EvaluationResult evaluate_sweep(const fs::path& sweep_dir, const EvaluateOptions
     };
     std::size_t incomplete = 0;
     std::vector<std::string> not_canonical;
-    for (auto& c : store.cells()) {
+    for (auto& c : store->cells()) {
       if (c.role != "target") continue;
       CohortRow row;
       row.cell = c.name;
@@ -492,7 +523,7 @@ EvaluationResult evaluate_sweep(const fs::path& sweep_dir, const EvaluateOptions
       if (registration && reg.sha256 == registration->sha256) continue;
       std::vector<std::string> bad;
       for (auto& name : reg.outcome_cells) {
-        const StoredCell* c = store.find_by_name(name);
+        const StoredCell* c = store->find_by_name(name);
         std::string reason;
         if (!c || !state_of(*c, reason)) bad.push_back(name);
       }
@@ -595,8 +626,12 @@ EvaluationResult evaluate_sweep(const fs::path& sweep_dir, const EvaluateOptions
         if (std::find(groups.begin(), groups.end(), c.group) == groups.end()) groups.push_back(c.group);
     history_read.emplace(read_sweep_evaluation_cells(*history_store, history_spec, *history_cache, groups));
     std::set<std::string> scored_ids;
-    for (auto& c : store.cells())
-      if (c.role == "target") scored_ids.insert(c.id);
+    if (store) {
+      for (auto& c : store->cells())
+        if (c.role == "target") scored_ids.insert(c.id);
+    } else {
+      for (auto& c : cells) scored_ids.insert(c.target->id);
+    }
     std::set<std::string> runs_used;
     for (auto& h : history_read->cells) {
       if (!analysis.history_cells.empty() && !matches_any(analysis.history_cells, h.target->name)) continue;
@@ -644,7 +679,7 @@ EvaluationResult evaluate_sweep(const fs::path& sweep_dir, const EvaluateOptions
     e.template_class = class_of(c);
     e.outcome = forecast::measured_series(*c.target_trace, c.group);
     auto src = source_of.find(c.target->name);
-    e.reference = src == source_of.end() ? c.reference_trace : scache.trace(src->second->id);
+    e.reference = src == source_of.end() ? c.reference_trace : scache->trace(src->second->id);
     if (has("matched-reference")) e.matched_reference = c.reference_trace;
     const auto* lr_t = json_path(c.target->config, "optimizer.lr");
     const StoredCell* src_cell = src == source_of.end() ? c.reference : src->second;
@@ -703,7 +738,15 @@ EvaluationResult evaluate_sweep(const fs::path& sweep_dir, const EvaluateOptions
   }
 
   result.crossing_options.threshold = analysis.threshold.value_or(spec.evaluation.threshold);
-  const BurnIn burn_in = crossing_burn_in(spec, analysis.burn_in, "declared in the analysis' [crossing]");
+  BurnIn burn_in = crossing_burn_in(spec, analysis.burn_in, "declared in the analysis' [crossing]");
+  if (!store && !analysis.burn_in) {
+    // External runs: no spec, so the shortest imported target run's length.
+    std::int64_t steps = -1;
+    for (auto& c : cells) steps = steps < 0 ? c.target_trace->steps : std::min(steps, c.target_trace->steps);
+    burn_in = {forecast::default_burn_in(steps), "default: 0.5% (" + std::to_string(forecast::kDefaultBurnInPerMille) +
+                                                     " per mille) of the " + std::to_string(steps) +
+                                                     " steps of the shortest external target run"};
+  }
   result.crossing_options.burn_in = burn_in.steps;
   result.burn_in_how = burn_in.how;
   result.crossing_options.min_group_size = analysis.min_group_size.value_or(spec.evaluation.min_group_size);

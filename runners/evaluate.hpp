@@ -29,6 +29,7 @@ struct EvaluateOptions {
   std::optional<std::filesystem::path> analysis;  // --analysis; unset: the registered analysis, else the default
   std::filesystem::path out;                      // report directory; empty: DIR/evaluations/<UTC time>-<hash>
   bool figures = true;                            // render the gnuplot figures
+  std::string external_reference;  // a directory of external runs only: the reference run (empty: the only one)
 };
 
 struct PredictorEvaluation {

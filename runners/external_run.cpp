@@ -6,12 +6,14 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <memory>
 #include <sstream>
 
 #include "forecast/alignment.hpp"
 #include "forecast/source.hpp"
 #include "runners/identity.hpp"
 #include "runners/store.hpp"
+#include "sim/precision/expected_erasure.hpp"
 #include "sim/trace/trace.hpp"
 
 namespace wbaudit::runners {
@@ -247,6 +249,101 @@ fs::path write_external_report(const fs::path& sweep_dir, const ExternalComparis
   write_file_atomic(sweep_dir / "external" / "crossings.csv", csv.str());
   write_file_atomic(sweep_dir / "external" / "report.md", md.str());
   return sweep_dir / "external" / "report.md";
+}
+
+}  // namespace wbaudit::runners
+
+namespace wbaudit::runners {
+
+ExternalEvaluationCells read_external_evaluation_cells(const fs::path& dir, const std::vector<std::string>& groups,
+                                                       const std::string& reference) {
+  ExternalEvaluationCells out;
+  const std::vector<ExternalRun> runs = external_runs(dir);
+  std::vector<const ExternalRun*> refs;
+  for (const auto& r : runs)
+    if (r.intact && r.manifest.value("role", std::string()) == "reference" &&
+        (reference.empty() || r.name == reference))
+      refs.push_back(&r);
+  if (refs.size() != 1) {
+    std::string list;
+    for (const auto& r : runs)
+      if (r.manifest.value("role", std::string()) == "reference")
+        list += (list.empty() ? "" : ", ") + r.name + (r.intact ? "" : " (" + r.problem + ")");
+    throw StoreError("evaluate: " + dir.string() + " has no sweep.json, so its external runs are evaluated, but " +
+                     (reference.empty() ? std::to_string(refs.size()) + " intact external reference runs are there"
+                                        : "no intact external reference run is named \"" + reference + "\"") +
+                     (list.empty() ? std::string() : " (references: " + list + ")") +
+                     (refs.size() > 1 ? "; choose one with --external-reference" : "; import one with wbaudit import"));
+  }
+  auto stored = [&](const ExternalRun& r, const sim::Trace& t, const std::string& role, const std::string& ref) {
+    auto cell = std::make_unique<StoredCell>();
+    cell->id = r.manifest.value("/files/trace.h5"_json_pointer, std::string());
+    cell->name = "external/" + r.name;
+    cell->role = role;
+    cell->reference = ref;
+    try {
+      cell->config = nlohmann::json::parse(t.config_json);
+    } catch (const nlohmann::json::exception&) {
+      cell->config = nlohmann::json::object();
+    }
+    out.provenance.push_back(r.name + ": " + r.manifest.value("noncanonical_reason", std::string("external run")));
+    out.runs.push_back(std::move(cell));
+    return out.runs.back().get();
+  };
+  const ExternalRun& ref = *refs.front();
+  out.reference = ref.name;
+  auto ref_trace = std::make_shared<const sim::Trace>(sim::read_trace(ref.dir / "trace.h5"));
+  const StoredCell* ref_cell = stored(ref, *ref_trace, "reference", "");
+  for (const auto& r : runs) {
+    if (r.manifest.value("role", std::string()) != "target") continue;
+    if (!r.intact) {
+      out.cells.missing.push_back("external/" + r.name + " (" + r.problem + ")");
+      out.cells.missing_names.push_back("external/" + r.name);
+      continue;
+    }
+    auto trace = std::make_shared<const sim::Trace>(sim::read_trace(r.dir / "trace.h5"));
+    const StoredCell* target = stored(r, *trace, "target", ref_cell->name);
+    std::vector<std::string> names = groups;
+    if (names.empty())
+      for (auto& g : trace->groups) names.push_back(g.name);
+    for (const auto& group : names) {
+      auto has = [&](const sim::Trace& t) {
+        return std::any_of(t.groups.begin(), t.groups.end(), [&](const auto& g) { return g.name == group; });
+      };
+      if (!has(*trace)) throw StoreError("external target " + r.name + " has no parameter group \"" + group + "\"");
+      if (!has(*ref_trace))
+        throw StoreError("external reference " + ref.name + " has no parameter group \"" + group + "\"");
+      const auto& g = ref_trace->group(group);
+      if (!g.projected.contains(trace->format))
+        throw StoreError("external reference " + ref.name + " has no projection for format " + trace->format +
+                         " (record it with that format among the reference's formats)");
+      SweepEvaluationCell cell;
+      cell.label = target->name + "/" + group;
+      cell.target = target;
+      cell.reference = ref_cell;
+      cell.group = group;
+      cell.format = trace->format;
+      cell.policy = trace->policy;
+      if (trace->policy != "nearest") {
+        const int bits = r.manifest.value("sr_bits", 0);
+        const std::string wanted = sim::projection_name(sim::make_policy(trace->policy, bits));
+        if (g.projected.at(trace->format).expected.contains(wanted)) {
+          cell.projection = wanted;
+        } else {
+          cell.projection_note =
+              "external reference " + ref.name + " has no " + wanted + " projection; scored against nearest";
+        }
+      }
+      cell.params = nlohmann::json::object();
+      cell.target_trace = trace;
+      cell.reference_trace = ref_trace;
+      out.cells.cells.push_back(std::move(cell));
+    }
+  }
+  if (out.cells.cells.empty())
+    throw StoreError("evaluate: " + dir.string() + ": no intact external target run to score" +
+                     (out.cells.missing.empty() ? std::string() : " (left out: " + out.cells.missing.front() + ")"));
+  return out;
 }
 
 }  // namespace wbaudit::runners

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "forecast/crossing.hpp"
+#include "runners/sweep_cells.hpp"
 
 namespace wbaudit::runners {
 
@@ -65,5 +66,26 @@ ExternalComparison compare_external_runs(const std::filesystem::path& sweep_dir,
 
 // Writes DIR/external/report.md and DIR/external/crossings.csv (atomically); returns the report's path.
 std::filesystem::path write_external_report(const std::filesystem::path& sweep_dir, const ExternalComparison& c);
+
+}  // namespace wbaudit::runners
+
+namespace wbaudit::runners {
+
+// External runs as evaluation cells for `wbaudit evaluate` of a directory that holds only external runs (no
+// sweep.json): every intact external target run x parameter group (`groups`, else every group of the target), each
+// paired with one external reference run (`reference`, else the only intact one: StoreError when there are none or
+// several, listing them). Each run is represented by a StoredCell named "external/<name>" (id: the trace's SHA-256,
+// config: the trace's config_json) owned by the result; the projection follows the target's policy as for sweep
+// cells. Runs that are not intact are listed in `cells.missing` with the reason. Never canonical: the caller labels
+// the evaluation exploratory.
+struct ExternalEvaluationCells {
+  std::vector<std::unique_ptr<StoredCell>> runs;  // owns what cells point to
+  SweepEvaluationCells cells;
+  std::string reference;                // the reference run's name
+  std::vector<std::string> provenance;  // "name: noncanonical_reason", every run used
+};
+ExternalEvaluationCells read_external_evaluation_cells(const std::filesystem::path& dir,
+                                                       const std::vector<std::string>& groups,
+                                                       const std::string& reference = {});
 
 }  // namespace wbaudit::runners

@@ -4,7 +4,8 @@
   1. fp32 with ReferenceRecorder            -> OUT/reference/trace.h5  (projected e4m3/e5m2/bf16 events)
   2. persistent-native e4m3 (PersistentNative, same init and data order)
                                             -> OUT/e4m3/trace.h5 and OUT/e4m3/trajectory.h5
-  3. wbaudit audit of that trajectory, wbaudit import of both traces and the forecast-vs-measured report.
+  3. wbaudit audit of that trajectory, wbaudit import of both traces, the forecast-vs-measured report and
+     wbaudit evaluate of the imported runs (OUT/evaluation: skill vs common time, crossings; exploratory).
 
 Run from the repository root after the build (see docs/python.md):
     PYTHONPATH=build/release/python /usr/bin/python3 examples/pytorch/train_gpt.py --out runs/pytorch
@@ -142,6 +143,11 @@ def main():
     subprocess.run([args.wbaudit, "import", f"{args.out}/sweep", f"{args.out}/reference/trace.h5",
                     f"{args.out}/e4m3/trace.h5", "--name", "gpt-fp32-reference", "--name", "gpt-e4m3-nearest",
                     "--report"], check=True)
+    # The skill report of the imported runs (exploratory, never canonical): one run per format, so the bootstrap
+    # resamples parameter tensors (unit "cell"), and the baseline is common time.
+    subprocess.run([args.wbaudit, "evaluate", f"{args.out}/sweep", "--analysis",
+                    os.path.join(os.path.dirname(os.path.abspath(__file__)), "analysis.toml"), "--out",
+                    f"{args.out}/evaluation"], check=True)
 
 
 if __name__ == "__main__":

@@ -13,12 +13,20 @@ void add_evaluate_command(CLI::App& app) {
     std::string out;
     bool no_figures = false;
     bool check = false;
+    std::string external_reference;
   };
   auto args = std::make_shared<Args>();
   auto* cmd = app.add_subcommand("evaluate",
                                  "Skill report of a sweep: predictors vs templates and common time, directional "
                                  "specificity, decomposition, gates, crossings (Markdown + HTML + CSV + figures)");
-  cmd->add_option("sweep", args->sweep, "Sweep directory")->required()->check(CLI::ExistingDirectory);
+  cmd->add_option("sweep", args->sweep,
+                  "Sweep directory; or a directory of external runs only (wbaudit import into a directory without "
+                  "sweep.json), whose imported target runs are then scored against its external reference: "
+                  "exploratory, never canonical")
+      ->required()
+      ->check(CLI::ExistingDirectory);
+  cmd->add_option("--external-reference", args->external_reference,
+                  "Directory of external runs: the reference run to forecast from (default: the only one)");
   cmd->add_option("--analysis", args->analysis,
                   "Analysis spec (TOML; default: the sweep's registered analysis, else the built-in default)")
       ->check(CLI::ExistingFile);
@@ -37,6 +45,7 @@ void add_evaluate_command(CLI::App& app) {
       "Example: wbaudit evaluate runs/grid --analysis examples/two_layer_analysis.toml");
   cmd->callback([args] {
     runners::EvaluateOptions options;
+    options.external_reference = args->external_reference;
     if (!args->analysis.empty()) options.analysis = args->analysis;
     options.out = args->out;
     options.figures = !args->no_figures;
