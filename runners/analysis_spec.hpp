@@ -55,6 +55,10 @@ struct AnalysisSpec {
   // `source`: the target's declared fp32 reference, or the reference whose configuration is the declared
   // reference's with these keys (dotted paths) replaced, e.g. {"seed": 8} (a predeclared trace of another seed).
   nlohmann::json source_overrides = nlohmann::json::object();
+  // [source] method: "projection" (default: the exact projection the reference recorded) or "analytic-grid" (the
+  // analytic grid across the exponent range from the reference's joint histogram, at the cell's lr scale;
+  // forecast::analytic_series, docs/forecasting.md).
+  std::string source_method = "projection";
 
   // Template class keys: "format", "group", "policy", or a dotted configuration path ("optimizer.lr_scale").
   std::vector<std::string> template_class = {"format", "group"};
