@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "forecast/joint_grid.hpp"
+#include "forecast/tables.hpp"
 #include "sim/run.hpp"
 
 namespace wbaudit::forecast {
@@ -104,6 +105,40 @@ TEST(JointGridReference, WithinTargetOnRealTraces) {
     std::printf("  %-5s points %5ld  max %.3e  rms %.3e  (target %.3f)\n", f.c_str(), s.n, s.max,
                 std::sqrt(s.sum2 / static_cast<double>(s.n)), target_of(f));
   }
+}
+
+// The source predictor with SourceMethod::analytic_grid is analytic_series at the cell's format and lr scale; the
+// default method stays the exact projection. At s = 2 the two differ, so a wrong wiring shows.
+TEST(JointGridReference, SourceMethodAnalyticGrid) {
+  auto ref = std::make_shared<const sim::Trace>(sim::run_cell(decoder()));
+  std::vector<EvaluationCell> cells;
+  for (const char* group : {"blocks.0.mlp.up.weight", "blocks.0.attn.qkv.weight"}) {
+    EvaluationCell c;
+    c.run_id = "t";
+    c.group = find_group(*ref, group).name;
+    c.format = "bf16";
+    c.template_class = "bf16/" + c.group;
+    c.outcome = Series{ref->recorded_steps, std::vector<double>(ref->recorded_steps.size(), 0.5)};
+    c.reference = ref;
+    c.lr_scale = 2.0;
+    cells.push_back(c);
+  }
+  TableOptions options;
+  options.template_mean = false;
+  const auto exact = build_evaluation_tables(cells, {}, options);
+  options.source_method = TableOptions::SourceMethod::analytic_grid;
+  const auto grid = build_evaluation_tables(cells, {}, options);
+  bool differs = false;
+  for (std::size_t r = 0; r < cells.size(); ++r) {
+    const Series a = analytic_series(*ref, cells[r].group, "bf16", 2.0);
+    const Series p = projected_series(*ref, cells[r].group, "bf16");
+    for (std::size_t t = 0; t < a.values.size(); ++t) {
+      EXPECT_EQ(grid.predictor("source").table.values(r, t), a.values[t]);
+      EXPECT_EQ(exact.predictor("source").table.values(r, t), p.values[t]);
+      differs = differs || a.values[t] != p.values[t];
+    }
+  }
+  EXPECT_TRUE(differs) << "s = 2 should move the grid away from the s = 1 projection";
 }
 
 }  // namespace
