@@ -9,7 +9,9 @@
 
 #include "forecast/analytic_grid.hpp"
 #include "forecast/crossing.hpp"
+#include "forecast/joint_grid.hpp"
 #include "forecast/tables.hpp"
+#include "sim/run.hpp"
 
 namespace {
 
@@ -110,3 +112,76 @@ void BM_BuildEvaluationTables(benchmark::State& state) {
 BENCHMARK(BM_BuildEvaluationTables)->Unit(benchmark::kMillisecond);
 
 }  // namespace
+
+// ---- The analytic grid across the exponent range (issue target: 8 formats x 16 lr scales from one decoder
+// reference trace in <= 1 s) ----
+namespace grid_bench {
+using namespace wbaudit;
+
+const sim::Trace& decoder_reference() {
+  static const sim::Trace trace = [] {
+    sim::RunConfig c;  // examples/decoder_matched.toml's model, 200 steps, 40 log-spaced records
+    c.mode = sim::RunMode::reference;
+    c.seed = 1;
+    c.steps = 200;
+    c.model.kind = "decoder";
+    c.model.decoder = sim::DecoderConfig{};
+    c.model.decoder.vocab = 32;
+    c.model.decoder.width = 64;
+    c.model.decoder.heads = 4;
+    c.model.decoder.layers = 2;
+    c.model.decoder.mlp_hidden = 160;
+    c.model.decoder.seq_len = 64;
+    c.model.decoder.rotary_fraction = 0.5;
+    c.model.decoder.parallel_residual = true;
+    c.model.decoder.init_std = 0.05;
+    c.data.batch = 16;
+    c.data.source = "markov";
+    c.data.markov_order = 2;
+    c.data.markov_branching = 3;
+    c.optimizer.kind = sim::OptimizerKind::adam;
+    c.optimizer.lr = 3e-3;
+    c.record = sim::RecordConfig{sim::RecordKind::log, 10, 40};
+    c.project_formats = {"e4m3"};
+    return sim::run_cell(c);
+  }();
+  return trace;
+}
+
+const std::vector<std::string> kFormats = {"bf16", "fp16", "e5m2", "e4m3", "e3m2", "e2m3", "e2m1", "int4"};
+
+std::vector<double> scales() {
+  std::vector<double> s;
+  for (int k = 0; k < 16; ++k) s.push_back(std::exp2(-4.0 + 0.5 * k));  // 2^-4 .. 2^3.5, half of them not powers of 2
+  return s;
+}
+
+// Baseline: one pass over every (key, count) pair of the trace.
+void BM_Baseline_ReadJointPairs(benchmark::State& state) {
+  const sim::Trace& t = decoder_reference();
+  for (auto _ : state) {
+    std::int64_t sum = 0;
+    for (const auto& g : t.groups) {
+      for (std::size_t i = 0; i < g.joint_keys.size(); ++i)
+        sum += g.joint_counts[i] ^ static_cast<std::int64_t>(g.joint_keys[i]);
+    }
+    benchmark::DoNotOptimize(sum);
+  }
+}
+BENCHMARK(BM_Baseline_ReadJointPairs)->Unit(benchmark::kMillisecond);
+
+void BM_FormatGrid_8Formats16Scales_Decoder(benchmark::State& state) {
+  const sim::Trace& t = decoder_reference();
+  const auto s = scales();
+  std::int64_t pairs = 0;
+  for (const auto& g : t.groups) pairs += static_cast<std::int64_t>(g.joint_keys.size());
+  for (auto _ : state) {
+    for (const auto& g : t.groups) benchmark::DoNotOptimize(forecast::format_grid(t, g.name, kFormats, s));
+  }
+  state.counters["groups"] = static_cast<double>(t.groups.size());
+  state.counters["steps"] = static_cast<double>(t.recorded_steps.size());
+  state.counters["pairs"] = static_cast<double>(pairs);
+}
+BENCHMARK(BM_FormatGrid_8Formats16Scales_Decoder)->Unit(benchmark::kMillisecond);
+
+}  // namespace grid_bench

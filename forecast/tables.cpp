@@ -6,6 +6,7 @@
 
 #include "forecast/analytic_grid.hpp"
 #include "forecast/error.hpp"
+#include "forecast/joint_grid.hpp"
 #include "sim/precision/format.hpp"
 
 namespace wbaudit::forecast {
@@ -53,7 +54,8 @@ int mantissa_width(const EvaluationCell& c) {
 }
 
 PredictorTable projection_table(PredictorKind kind, const std::vector<EvaluationCell>& cells,
-                                const std::vector<std::int64_t>& grid, OutOfRange policy) {
+                                const std::vector<std::int64_t>& grid, OutOfRange policy,
+                                TableOptions::SourceMethod method = TableOptions::SourceMethod::projection) {
   PredictorTable p;
   p.kind = kind;
   p.name = predictor_name(kind);
@@ -68,6 +70,8 @@ PredictorTable projection_table(PredictorKind kind, const std::vector<Evaluation
       if (kind == PredictorKind::analytic_grid) {
         s.steps = trace->recorded_steps;
         s.values = analytic_erased_fraction(*trace, find_group(*trace, c.group), mantissa_width(c), c.lr_scale);
+      } else if (kind == PredictorKind::source && method == TableOptions::SourceMethod::analytic_grid) {
+        s = analytic_series(*trace, c.group, c.format, c.lr_scale);
       } else {
         s = projected_series(*trace, c.group, c.format, c.projection);
       }
@@ -167,7 +171,8 @@ EvaluationTables build_evaluation_tables(const std::vector<EvaluationCell>& cell
   }
 
   if (options.source) {
-    out.predictors.push_back(projection_table(PredictorKind::source, cells, grid, options.out_of_range));
+    out.predictors.push_back(
+        projection_table(PredictorKind::source, cells, grid, options.out_of_range, options.source_method));
   }
   if (options.analytic_grid) {
     out.predictors.push_back(projection_table(PredictorKind::analytic_grid, cells, grid, options.out_of_range));

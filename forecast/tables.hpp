@@ -54,8 +54,12 @@ struct TableOptions {
   std::vector<std::int64_t> grid;               // empty: the steps common to every cell's outcome
   OutOfRange out_of_range = OutOfRange::error;  // series not covering the grid
   bool source = true;                           // requires every cell's reference
-  bool analytic_grid = false;                   // requires every cell's reference and a floating format
-  bool template_mean = true;                    // requires history for every class (or missing_class = missing)
+  // How `source` reads the reference: the exact projection the trace recorded (default), or the analytic grid across
+  // the exponent range (forecast/joint_grid.hpp: analytic_series at the cell's format and lr_scale; needs a schema-2
+  // reference with the joint histogram; round-to-nearest only).
+  enum class SourceMethod { projection, analytic_grid } source_method = SourceMethod::projection;
+  bool analytic_grid = false;  // requires every cell's reference and a floating format
+  bool template_mean = true;   // requires history for every class (or missing_class = missing)
   MissingClass missing_class = MissingClass::error;
   bool common_time = true;
   // matched-reference is built when any cell has one; then every cell must.

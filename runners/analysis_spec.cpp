@@ -209,7 +209,12 @@ AnalysisSpec parse_analysis_spec(const std::string& text, const std::filesystem:
 
   if (const auto* node = root.get("source")) {
     const auto& s = r.table(*node, "source");
-    r.only(s, "source.", {"reference", "overrides", "sweep"});
+    r.only(s, "source.", {"reference", "overrides", "sweep", "method"});
+    if (const auto* n = s.get("method")) {
+      spec.source_method = r.string(*n, "source.method");
+      if (spec.source_method != "projection" && spec.source_method != "analytic-grid")
+        r.fail(n, "source.method", "unknown value \"" + spec.source_method + "\" (known: projection, analytic-grid)");
+    }
     if (const auto* n = s.get("reference")) {
       auto v = r.string(*n, "source.reference");
       if (v != "declared" && v != "overrides")
@@ -450,6 +455,7 @@ std::string effective_analysis_toml(const AnalysisSpec& spec, const std::vector<
   t << "\n[source]\nreference = " << toml_string(spec.source_overrides.empty() ? "declared" : "overrides") << "\n";
   if (!spec.source_overrides.empty()) t << "overrides = " << toml_value(spec.source_overrides) << "\n";
   if (!spec.source_sweep.empty()) t << "sweep = " << toml_string(spec.source_sweep) << "\n";
+  if (spec.source_method != "projection") t << "method = " << toml_string(spec.source_method) << "\n";
   t << "\n[template]\nclass = " << toml_strings(spec.template_class) << "\n";
   if (spec.history_sweep.empty()) {
     t << "history = \"leave-run-out\"\n";

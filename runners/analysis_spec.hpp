@@ -59,6 +59,10 @@ struct AnalysisSpec {
   // relative to the evaluated sweep directory), chosen by the declared configuration with source_overrides; empty:
   // this sweep's own references.
   std::string source_sweep;
+  // [source] method: "projection" (default: the exact projection the reference recorded) or "analytic-grid" (the
+  // analytic grid across the exponent range from the reference's joint histogram, at the cell's lr scale;
+  // forecast::analytic_series, docs/forecasting.md).
+  std::string source_method = "projection";
 
   // Template class keys: "format", "group", "policy", or a dotted configuration path ("optimizer.lr_scale").
   std::vector<std::string> template_class = {"format", "group"};

@@ -701,6 +701,10 @@ EvaluationResult evaluate_sweep(const fs::path& sweep_dir, const EvaluateOptions
 
   forecast::TableOptions topt;
   topt.source = has("source");
+  if (analysis.source_method == "analytic-grid") {
+    topt.source_method = forecast::TableOptions::SourceMethod::analytic_grid;
+  }
+  result.source_method = analysis.source_method;
   topt.analytic_grid = has("analytic-grid");
   topt.template_mean = has("template");
   topt.common_time = has("common-time");
@@ -1031,6 +1035,10 @@ std::vector<Row> statistic_rows(const EvaluationResult& r) {
 
 // Which projection `source` (and matched-reference) read per cell: the one of the target's write-back policy.
 std::string projection_summary(const EvaluationResult& r) {
+  if (r.source_method == "analytic-grid") {
+    return "analytic grid for every cell ([source] method = \"analytic-grid\": the reference's joint (|w|, |u|) "
+           "histogram at the target's format and learning-rate scale, round-to-nearest; docs/forecasting.md)";
+  }
   std::map<std::string, int> counts;
   for (auto& p : r.projections) ++counts[p];
   std::string out;

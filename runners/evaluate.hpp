@@ -98,6 +98,7 @@ struct EvaluationResult {
   std::vector<std::string> groups;  // per row
   std::vector<std::string> formats;
   std::vector<std::string> projections;       // per row: the reference projection `source` uses (target's policy)
+  std::string source_method = "projection";   // [source] method of the analysis ("analytic-grid": joint grid)
   std::vector<std::string> projection_notes;  // "cell: why nearest stands in for the target's policy"
   std::vector<std::int64_t> steps;
   stats::CellTable outcome;

@@ -15,6 +15,7 @@
 #include "sim/precision/policy.hpp"
 #include "sim/precision/writeback.hpp"
 #include "sim/trace/expected_projection.hpp"
+#include "sim/trace/joint_recording.hpp"
 
 namespace wbaudit::sim {
 
@@ -106,6 +107,13 @@ Training<ExecSpace>::Training(const ExecSpace& space, const RunConfig& config)
     if (reference) {
       m_bin_index.emplace_back(Kokkos::view_alloc(space, Kokkos::WithoutInitializing, "wbaudit::sim::Training::bin"),
                                sizes[t]);
+      m_joint_key.emplace_back(Kokkos::view_alloc(space, Kokkos::WithoutInitializing, "wbaudit::sim::Training::key"),
+                               sizes[t]);
+      double absmax = 0;
+      for (float v : init) absmax = std::max(absmax, std::fabs(static_cast<double>(v)));
+      g.init_absmax = absmax;
+      g.joint_offsets.reserve(n_rec + 1);
+      g.joint_offsets.push_back(0);
       for (const std::string& name : config.project_formats) {
         m_project_formats[t].push_back(tensor_format(name, init));
         g.projected[name];
@@ -230,6 +238,7 @@ void Training<ExecSpace>::step(const RunHooks& hooks) {
         }
         g.nonzero.push_back(nonzero);
         g.zero_weight.push_back(zero_weight);
+        record_joint_histogram(space, m_trace.joint, Kokkos::View<const float*, memory_space>(w), u, m_joint_key[t], g);
         // Non-finite values were rejected above, so project_erasure sees finite inputs only.
         for (std::size_t f = 0; f < m_project_formats[t].size(); ++f) {
           const WritebackCounts c =

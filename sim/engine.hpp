@@ -70,9 +70,10 @@ class Training {
   std::int64_t m_step = 0;
   Trace m_trace;
   std::vector<Kokkos::View<float*, memory_space>> m_proposals, m_masters;
-  std::vector<Kokkos::View<int*, memory_space>> m_bin_index;  // reference: histogram bin of each coordinate
-  std::vector<FormatSpec> m_target_formats;                   // target: per tensor
-  std::vector<std::vector<FormatSpec>> m_project_formats;     // reference: per tensor, per declared format
+  std::vector<Kokkos::View<int*, memory_space>> m_bin_index;            // reference: histogram bin of each coordinate
+  std::vector<Kokkos::View<std::uint64_t*, memory_space>> m_joint_key;  // reference: joint-histogram key
+  std::vector<FormatSpec> m_target_formats;                             // target: per tensor
+  std::vector<std::vector<FormatSpec>> m_project_formats;               // reference: per tensor, per declared format
 };
 
 }  // namespace wbaudit::sim

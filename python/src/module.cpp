@@ -423,8 +423,10 @@ Trace trace_from_dict(const py::dict& d) {
     }
     return d[key];
   };
-  if (d.contains("schema") && d["schema"].cast<std::string>() != kTraceSchema) {
-    throw py::value_error("write_trace: schema " + d["schema"].cast<std::string>() + " is not " + kTraceSchema);
+  if (d.contains("schema") && d["schema"].cast<std::string>() != kTraceSchema &&
+      d["schema"].cast<std::string>() != kTraceSchemaV1) {
+    throw py::value_error("write_trace: schema " + d["schema"].cast<std::string>() + " is not " + kTraceSchema +
+                          " (or " + kTraceSchemaV1 + ")");
   }
   t.mode = need("mode").cast<std::string>();
   if (t.mode != "reference" && t.mode != "target") {
@@ -535,7 +537,7 @@ PYBIND11_MODULE(_core, m) {
         "outcomes must equal the replayed draws of (seed, step, tensor_id).");
   m.def(
       "read_trace", [](const std::string& path) { return trace_to_dict(read_trace(path)); }, py::arg("path"),
-      "read_trace(path) -> dict\n\nReads a trace.h5 (schema wbaudit.trace/1) into a dict of the fields of "
+      "read_trace(path) -> dict\n\nReads a trace.h5 (schema wbaudit.trace/2 or /1) into a dict of the fields of "
       "docs/trace-format.md; groups[name] holds the per-group arrays. Raises RuntimeError naming the file and the "
       "missing dataset for anything else.");
   m.def(

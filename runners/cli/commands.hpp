@@ -31,4 +31,5 @@ void add_worker_command(CLI::App& app);
 void add_audit_command(CLI::App& app);
 void add_import_command(CLI::App& app);
 void add_report_command(CLI::App& app);
+void add_grid_command(CLI::App& app);
 }  // namespace wbaudit::cli

@@ -114,6 +114,7 @@ int main(int argc, char** argv) {
   wbaudit::cli::add_worker_command(app);
   wbaudit::cli::add_audit_command(app);
   wbaudit::cli::add_import_command(app);
+  wbaudit::cli::add_grid_command(app);
 
   try {
     app.parse(argc, argv);

@@ -44,6 +44,10 @@ void write_trace_to(hid_t root, const Trace& trace, const std::string& file) {
   write_scalar_attribute<double>(root, "histogram_d_min", trace.histogram.d_min, file);
   write_scalar_attribute<double>(root, "histogram_bin_width", trace.histogram.bin_width, file);
   write_scalar_attribute<std::int64_t>(root, "histogram_bins", trace.histogram.bins, file);
+  if (std::any_of(trace.groups.begin(), trace.groups.end(), [](const GroupTrace& g) { return g.has_joint(); })) {
+    write_scalar_attribute<std::int64_t>(root, "joint_w_bits", trace.joint.w_bits, file);
+    write_scalar_attribute<std::int64_t>(root, "joint_u_bits", trace.joint.u_bits, file);
+  }
   write_vector(root, "recorded_steps", trace.recorded_steps, file);
   write_vector(root, "loss", trace.loss, file);
   write_vector(root, "learning_rate", trace.learning_rate, file);
@@ -77,6 +81,19 @@ void write_trace_to(hid_t root, const Trace& trace, const std::string& file) {
                              std::to_string(trace.histogram.bins) + " bins");
       }
       write_dataset(gh.get(), "ratio_histogram", g.ratio_histogram, {g.ratio_histogram.size() / bins, bins}, file);
+      if (g.has_joint()) {
+        if (g.joint_keys.size() != g.joint_counts.size() ||
+            static_cast<std::size_t>(g.joint_offsets.back()) != g.joint_keys.size()) {
+          throw TraceFileError(file + ": group " + g.name + ": joint histogram has " +
+                               std::to_string(g.joint_keys.size()) + " keys, " + std::to_string(g.joint_counts.size()) +
+                               " counts and last offset " + std::to_string(g.joint_offsets.back()));
+        }
+        Handle jh = create_group(gh.get(), "joint", file);
+        write_scalar_attribute<double>(jh.get(), "init_absmax", g.init_absmax, file);
+        write_vector(jh.get(), "offsets", g.joint_offsets, file);
+        write_compressed_vector(jh.get(), "keys", g.joint_keys, file);
+        write_compressed_vector(jh.get(), "counts", g.joint_counts, file);
+      }
       Handle projected = create_group(gh.get(), "projected", file);
       for (const auto& [format, series] : g.projected) {
         Handle fh = create_group(projected.get(), format, file);
@@ -232,8 +249,9 @@ namespace detail {
 Trace read_trace_from(hid_t root, const std::string& file) {
   Trace trace;
   trace.schema = read_string_attribute(root, "schema", file);
-  if (trace.schema != kTraceSchema) {
-    throw TraceFileError(file + ": unsupported trace schema \"" + trace.schema + "\" (expected " + kTraceSchema + ")");
+  if (trace.schema != kTraceSchema && trace.schema != kTraceSchemaV1) {
+    throw TraceFileError(file + ": unsupported trace schema \"" + trace.schema + "\" (expected " + kTraceSchema +
+                         " or " + kTraceSchemaV1 + ")");
   }
   trace.mode = read_string_attribute(root, "mode", file);
   trace.format = read_string_attribute(root, "format", file);
@@ -244,6 +262,10 @@ Trace read_trace_from(hid_t root, const std::string& file) {
   trace.histogram.d_min = read_scalar_attribute<double>(root, "histogram_d_min", file);
   trace.histogram.bin_width = read_scalar_attribute<double>(root, "histogram_bin_width", file);
   trace.histogram.bins = static_cast<int>(read_scalar_attribute<std::int64_t>(root, "histogram_bins", file));
+  if (H5Aexists(root, "joint_w_bits") > 0) {
+    trace.joint.w_bits = static_cast<int>(read_scalar_attribute<std::int64_t>(root, "joint_w_bits", file));
+    trace.joint.u_bits = static_cast<int>(read_scalar_attribute<std::int64_t>(root, "joint_u_bits", file));
+  }
   trace.recorded_steps = read_dataset<std::int64_t>(root, "recorded_steps", "/", file);
   trace.loss = read_dataset<double>(root, "loss", "/", file);
   trace.learning_rate = read_dataset<double>(root, "learning_rate", "/", file);
@@ -271,6 +293,20 @@ Trace read_trace_from(hid_t root, const std::string& file) {
     g.erased_fraction = read_optional<double>(gh.get(), "erased_fraction", where, file);
     g.zero_weight = read_optional<std::int64_t>(gh.get(), "zero_weight", where, file);
     g.ratio_histogram = read_optional<std::int64_t>(gh.get(), "ratio_histogram", where, file);
+    if (has_link(gh.get(), "joint")) {
+      Handle jh = open_group(gh.get(), "joint", file);
+      const std::string jwhere = where + "joint/";
+      g.init_absmax = read_scalar_attribute<double>(jh.get(), "init_absmax", file);
+      g.joint_offsets = read_dataset<std::int64_t>(jh.get(), "offsets", jwhere, file);
+      g.joint_keys = read_dataset<std::uint64_t>(jh.get(), "keys", jwhere, file);
+      g.joint_counts = read_dataset<std::int64_t>(jh.get(), "counts", jwhere, file);
+      if (g.joint_offsets.empty() || g.joint_keys.size() != g.joint_counts.size() ||
+          static_cast<std::size_t>(g.joint_offsets.back()) != g.joint_keys.size()) {
+        throw TraceFileError(file + ": " + jwhere + ": " + std::to_string(g.joint_keys.size()) + " keys, " +
+                             std::to_string(g.joint_counts.size()) + " counts, " +
+                             std::to_string(g.joint_offsets.size()) + " offsets (inconsistent)");
+      }
+    }
     if (has_link(gh.get(), "projected")) {
       Handle projected = open_group(gh.get(), "projected", file);
       H5G_info_t info;

@@ -9,9 +9,14 @@
 #include <string>
 #include <vector>
 
+#include "sim/trace/joint_histogram.hpp"
+
 namespace wbaudit::sim {
 
-inline constexpr const char* kTraceSchema = "wbaudit.trace/1";
+// Schema 2 adds the joint (|w|, |u|) histogram of reference traces (/groups/<g>/joint, for the analytic grid across
+// the exponent range); every dataset of schema 1 is unchanged, and schema-1 files are still read (without it).
+inline constexpr const char* kTraceSchema = "wbaudit.trace/2";
+inline constexpr const char* kTraceSchemaV1 = "wbaudit.trace/1";
 
 // Histogram of d = floor(log2|w|) - log2|u| over coordinates with u != 0 and w != 0, in bins of 1/8 binade:
 // bin b covers [d_min + b/8, d_min + (b+1)/8); the first and last bins also hold everything beyond them.
@@ -46,6 +51,13 @@ struct GroupTrace {
   std::map<std::string, ProjectedSeries> projected;  // reference mode, keyed by format name
   std::vector<std::int64_t> zero_weight;             // [T] reference mode: coordinates with u != 0 and w == 0
   std::vector<std::int64_t> ratio_histogram;         // [T * bins] reference mode, row-major by step
+  // Reference mode, schema 2 (joint_histogram.hpp): step t's sorted (key, count) pairs are entries
+  // [joint_offsets[t], joint_offsets[t + 1]) of joint_keys / joint_counts; empty when the trace has none.
+  std::vector<std::int64_t> joint_offsets;  // [T + 1]
+  std::vector<std::uint64_t> joint_keys;
+  std::vector<std::int64_t> joint_counts;
+  double init_absmax = std::numeric_limits<double>::quiet_NaN();  // max |w| at initialization (intK scales)
+  bool has_joint() const { return !joint_offsets.empty(); }
 };
 
 // Study 6 (checkpoint replay): one write-back policy's replays, from every checkpoint of the run, for the same
@@ -69,6 +81,7 @@ struct Trace {
   std::vector<double> loss;                  // [T] training loss at w[t]
   std::vector<double> learning_rate;         // [T] scheduled learning rate at step t
   RatioHistogramLayout histogram;
+  JointHistogramLayout joint;  // written only when some group has a joint histogram
   std::vector<GroupTrace> groups;
 
   // Validation (models with a held-out stream; empty otherwise and then absent from the file).

@@ -176,7 +176,7 @@ def test_trace_round_trip(tmp_path):
     path = tmp_path / "trace.h5"
     wbaudit.write_trace(str(path), trace)
     back = wbaudit.read_trace(str(path))
-    assert back["schema"] == "wbaudit.trace/1" and back["mode"] == "target"
+    assert back["schema"] == "wbaudit.trace/2" and back["mode"] == "target"
     assert list(back["groups"]["fc.weight"]["erased"]) == [2, 3]
     with pytest.raises(RuntimeError, match="other.h5: unsupported trace schema \"someone.else/1\""):
         import h5py

@@ -521,6 +521,11 @@ TEST(AnalysisSpec, BadInputIsRefusedWithFileLineAndKey) {
                     "\"<=\"\nthreshold = nan\n")
                 .find("non-finite"),
             std::string::npos);
+  // [source] method: the two known values; anything else names the file, line and key.
+  EXPECT_NE(message("[source]\nmethod = \"grid\"\n").find("b.toml:2: source.method: unknown value \"grid\""),
+            std::string::npos);
+  EXPECT_EQ(wr::parse_analysis_spec("[source]\nmethod = \"analytic-grid\"\n", "m.toml").source_method, "analytic-grid");
+  EXPECT_EQ(wr::parse_analysis_spec("[source]\nreference = \"declared\"\n", "m.toml").source_method, "projection");
   // [gates.NAME] tables are accepted too.
   auto spec = wr::parse_analysis_spec(
       "[gates.acc]\nstatistic = \"rmse_macro\"\npredictor = \"source\"\ncomparator = \"<=\"\nthreshold = 0.1\n",

@@ -142,6 +142,26 @@ inline void write_dataset(hid_t loc, const char* name, const std::vector<T>& dat
   }
 }
 
+// A 1-D dataset stored chunked and deflated (shuffle + deflate level 6): for the large sparse datasets.
+template <class T>
+inline void write_compressed_vector(hid_t loc, const char* name, const std::vector<T>& data, const std::string& file) {
+  if (data.empty()) {
+    write_dataset(loc, name, data, {0}, file);
+    return;
+  }
+  const hsize_t n = data.size();
+  Handle space(H5Screate_simple(1, &n, nullptr), H5Sclose, "H5Screate_simple", file);
+  Handle dcpl(untimed_plist(H5P_DATASET_CREATE), H5Pclose, "creation property list", file);
+  const hsize_t chunk = n < 65536 ? n : 65536;
+  check(H5Pset_chunk(dcpl.get(), 1, &chunk), std::string("chunk dataset ") + name, file);
+  check(H5Pset_shuffle(dcpl.get()), std::string("shuffle filter for ") + name, file);
+  check(H5Pset_deflate(dcpl.get(), 6), std::string("deflate filter for ") + name, file);
+  Handle set(H5Dcreate2(loc, name, file_type<T>(), space.get(), H5P_DEFAULT, dcpl.get(), H5P_DEFAULT), H5Dclose,
+             std::string("create dataset ") + name, file);
+  check(H5Dwrite(set.get(), native_type<T>(), H5S_ALL, H5S_ALL, H5P_DEFAULT, data.data()),
+        std::string("write dataset ") + name, file);
+}
+
 template <class T>
 inline void write_vector(hid_t loc, const char* name, const std::vector<T>& data, const std::string& file) {
   write_dataset(loc, name, data, {static_cast<hsize_t>(data.size())}, file);

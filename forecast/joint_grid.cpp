@@ -1,0 +1,334 @@
+#include "forecast/joint_grid.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "forecast/error.hpp"
+#include "sim/trace/joint_histogram.hpp"
+
+namespace wbaudit::forecast {
+
+namespace {
+constexpr double kInf = std::numeric_limits<double>::infinity();
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+// Nearest rounding of a magnitude into a format, written from the format's definition (docs/formats.md), not with
+// sim/precision's kernels: values of a binade e >= emin are multiples of 2^(e - M), below min normal multiples of
+// the smallest subnormal 2^(emin - M); everything at or above max finite saturates to it; ties to the even level.
+// intK: multiples of the scale up to int_max_level * scale.
+struct Rounder {
+  bool integer = false;
+  int man_bits = 0;
+  int emin = 0;
+  double max_finite = 0;
+  double min_sub = 0;
+  double scale = 1;
+
+  explicit Rounder(const sim::FormatSpec& f) {
+    integer = f.kind == sim::FormatKind::integer;
+    max_finite = f.max_finite;
+    if (integer) {
+      scale = static_cast<double>(f.int_scale);
+      if (!(scale > 0) || !std::isfinite(scale)) {
+        throw ForecastError("analytic grid: format \"" + std::string(f.name) + "\" has scale " + std::to_string(scale));
+      }
+    } else {
+      if (!f.subnormals) {
+        throw ForecastError("analytic grid: format \"" + std::string(f.name) +
+                            "\" has no subnormals (sim/precision rounds every format with them)");
+      }
+      man_bits = f.man_bits;
+      emin = 1 - f.bias;
+      min_sub = std::ldexp(1.0, emin - man_bits);
+    }
+  }
+  // The spacing of the grid at and above v (v representable, v < max finite).
+  double unit(double v) const {
+    if (integer) return scale;
+    if (v == 0) return min_sub;
+    return std::ldexp(1.0, std::max(std::ilogb(v), emin) - man_bits);
+  }
+  double round(double v) const {
+    if (v >= max_finite) return max_finite;
+    if (integer) return std::min(std::nearbyint(v / scale) * scale, max_finite);
+    const double g = unit(v);
+    return std::min(std::nearbyint(v / g) * g, max_finite);
+  }
+  double gap_toward(double v) const {
+    if (integer || v == 0) return unit(v);
+    const int e = std::ilogb(v);
+    const double g = unit(v);
+    return (e > emin && v == std::ldexp(1.0, e)) ? g / 2 : g;  // binade edge: half the gap below 2^e
+  }
+  double gap_away(double v) const { return v >= max_finite ? kInf : unit(v); }
+  // At a tie the even level wins: an update of exactly half a gap is erased iff v's level is even.
+  double tie_weight(double v) const { return std::fmod(v / unit(v), 2.0) == 0 ? 1.0 : 0.0; }
+};
+
+struct Piece {
+  double share = 1;
+  double gap_toward = 0;
+  double gap_away = 0;
+  double tie = 0;  // weight of an update of exactly half a gap
+};
+
+Piece piece_of(const Rounder& r, double share, double wq) {
+  return Piece{share, r.gap_toward(wq), r.gap_away(wq), r.tie_weight(wq)};
+}
+
+// The q(w) profile of a w bin: one piece when every w of the bin rounds to the same value, else the shares
+// (uniform in w) rounding to the special values 0, powers of two and max finite, and the rest with the binade's
+// gap on both sides and ties weighted 1/2 (their levels alternate).
+void pieces_of(const Rounder& r, double lo, double hi, bool point, std::vector<Piece>& out) {
+  out.clear();
+  if (point) {
+    out.push_back(piece_of(r, 1, r.round(lo)));
+    return;
+  }
+  const double eps = (hi - lo) * 0x1p-30;
+  const double a = r.round(lo + eps), b = r.round(hi - eps);
+  if (a == b) {
+    out.push_back(piece_of(r, 1, a));
+    return;
+  }
+  double special[64];
+  int n = 0;
+  special[n++] = 0;
+  special[n++] = r.max_finite;
+  if (!r.integer) {
+    const int k0 = a > 0 ? std::ilogb(a) : std::ilogb(r.min_sub), k1 = std::ilogb(b) + 1;
+    for (int k = k0; k <= k1 && n < 64; ++k) special[n++] = std::ldexp(1.0, k);
+  }
+  std::sort(special, special + n);
+  n = static_cast<int>(std::unique(special, special + n) - special);
+  double rest = 1;
+  for (int i = 0; i < n; ++i) {
+    const double v = special[i];
+    if (v < a || v > b) continue;
+    const double from = v == 0 ? 0.0 : v - r.gap_toward(v) / 2;
+    const double to = v >= r.max_finite ? kInf : v + r.gap_away(v) / 2;
+    const double share = std::max(0.0, std::min(hi, to) - std::max(lo, from)) / (hi - lo);
+    if (share > 0) {
+      out.push_back(piece_of(r, share, v));
+      rest -= share;
+    }
+  }
+  if (rest > 1e-12) {
+    const double g = r.unit(0.5 * (lo + hi));
+    out.push_back(Piece{rest, g, g, 0.5});
+  }
+}
+
+// The |u| entries of one w bin and one direction, in increasing order (a point bin sorts before the interval above
+// it), with prefix counts.
+struct UCdf {
+  std::vector<double> lo, hi;
+  std::vector<char> point;
+  std::vector<double> count;
+  std::vector<double> cum{0.0};
+
+  void add(double l, double h, bool p, double c) {
+    lo.push_back(l);
+    hi.push_back(h);
+    point.push_back(p);
+    count.push_back(c);
+    cum.push_back(cum.back() + c);
+  }
+  double total() const { return cum.back(); }
+  // Count with |u| < t, plus `tie` times the count with |u| == t (uniform within an interval bin).
+  double below(double t, double tie) const {
+    if (t == kInf) return total();
+    const std::size_t idx = static_cast<std::size_t>(std::lower_bound(lo.begin(), lo.end(), t) - lo.begin());
+    double c = cum[idx];
+    if (idx > 0 && !point[idx - 1] && hi[idx - 1] > t) {
+      c -= count[idx - 1] * (hi[idx - 1] - t) / (hi[idx - 1] - lo[idx - 1]);
+    }
+    if (idx < lo.size() && point[idx] && lo[idx] == t) c += tie * count[idx];
+    return c;
+  }
+};
+
+struct WBin {
+  double lo = 0, hi = 0;
+  bool point = false;
+  UCdf dir[2];  // [0] away from zero (or w == 0), [1] toward zero
+};
+
+std::vector<WBin> parse(const sim::JointHistogramLayout& layout, std::span<const std::uint64_t> keys,
+                        std::span<const std::int64_t> counts, double& total) {
+  if (keys.size() != counts.size()) {
+    throw ForecastError("analytic grid: " + std::to_string(keys.size()) + " keys but " + std::to_string(counts.size()) +
+                        " counts");
+  }
+  if (layout.w_bits < 0 || layout.w_bits > 12 || layout.u_bits < 0 || layout.u_bits > 12) {
+    throw ForecastError("analytic grid: joint histogram layout w_bits " + std::to_string(layout.w_bits) + ", u_bits " +
+                        std::to_string(layout.u_bits) + " (expected 0..12)");
+  }
+  std::vector<WBin> bins;
+  total = 0;
+  const int wshift = 11 + layout.u_bits;
+  std::uint64_t current = ~std::uint64_t{0};
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    if (i > 0 && keys[i] <= keys[i - 1]) {
+      throw ForecastError("analytic grid: joint histogram keys not strictly increasing at entry " + std::to_string(i));
+    }
+    if (counts[i] <= 0) {
+      throw ForecastError("analytic grid: joint histogram count " + std::to_string(counts[i]) + " at entry " +
+                          std::to_string(i));
+    }
+    const sim::JointBin b = sim::decode_joint_key(layout.w_bits, layout.u_bits, keys[i]);
+    if ((keys[i] >> wshift) != current) {
+      current = keys[i] >> wshift;
+      WBin w;
+      sim::joint_bin_range(layout.w_bits, b.w_code, w.lo, w.hi);
+      w.point = !b.w_sticky;
+      bins.push_back(std::move(w));
+    }
+    double ulo, uhi;
+    sim::joint_bin_range(layout.u_bits, b.u_code, ulo, uhi);
+    bins.back().dir[b.toward ? 1 : 0].add(ulo, uhi, !b.u_sticky, static_cast<double>(counts[i]));
+    total += static_cast<double>(counts[i]);
+  }
+  return bins;
+}
+
+void check_scale(double s) {
+  if (!(s > 0) || !std::isfinite(s)) {
+    throw ForecastError("analytic grid: learning-rate scale " + std::to_string(s) + " (must be finite and > 0)");
+  }
+}
+
+// Erased counts of one step for every scale, given the format's pieces per w bin.
+void erased_for_scales(const std::vector<WBin>& bins, const Rounder& r, std::span<const double> scales,
+                       std::vector<Piece>& pieces, double* out) {
+  for (std::size_t k = 0; k < scales.size(); ++k) out[k] = 0;
+  for (const WBin& w : bins) {
+    pieces_of(r, w.lo, w.hi, w.point, pieces);
+    for (const Piece& p : pieces) {
+      for (std::size_t k = 0; k < scales.size(); ++k) {
+        const double s2 = 2 * scales[k];
+        out[k] += p.share * (w.dir[0].below(p.gap_away / s2, p.tie) + w.dir[1].below(p.gap_toward / s2, p.tie));
+      }
+    }
+  }
+}
+
+}  // namespace
+
+sim::FormatSpec grid_format(const sim::GroupTrace& group, std::string_view name) {
+  sim::FormatSpec f;
+  try {
+    f = sim::format_from_name(name);
+    if (f.kind == sim::FormatKind::integer) {
+      const int k = std::stoi(std::string(name.substr(3)));
+      f = sim::int_format(k, sim::int_scale_for_absmax(k, group.init_absmax));
+    }
+  } catch (const sim::FormatError& e) {
+    throw ForecastError("analytic grid: group \"" + group.name + "\" format \"" + std::string(name) +
+                        "\": " + e.what());
+  }
+  return f;
+}
+
+double joint_erased_count(const sim::JointHistogramLayout& layout, std::span<const std::uint64_t> keys,
+                          std::span<const std::int64_t> counts, const sim::FormatSpec& format, double lr_scale) {
+  check_scale(lr_scale);
+  const Rounder r(format);
+  double total = 0;
+  const auto bins = parse(layout, keys, counts, total);
+  std::vector<Piece> pieces;
+  double out = 0;
+  erased_for_scales(bins, r, std::span<const double>(&lr_scale, 1), pieces, &out);
+  return out;
+}
+
+void joint_pairs(const sim::JointHistogramLayout& layout, std::span<const float> w, std::span<const float> u,
+                 std::vector<std::uint64_t>& keys, std::vector<std::int64_t>& counts) {
+  if (w.size() != u.size()) throw ForecastError("joint_pairs: w and u differ in length");
+  std::vector<std::uint64_t> all;
+  all.reserve(w.size());
+  for (std::size_t i = 0; i < w.size(); ++i) {
+    if (u[i] != 0.0f) all.push_back(sim::joint_key(layout.w_bits, layout.u_bits, w[i], u[i]));
+  }
+  std::sort(all.begin(), all.end());
+  keys.clear();
+  counts.clear();
+  for (std::size_t i = 0; i < all.size();) {
+    std::size_t j = i;
+    while (j < all.size() && all[j] == all[i]) ++j;
+    keys.push_back(all[i]);
+    counts.push_back(static_cast<std::int64_t>(j - i));
+    i = j;
+  }
+}
+
+void require_joint_histogram(const sim::Trace& reference, const sim::GroupTrace& group) {
+  if (reference.mode != "reference") {
+    throw ForecastError("analytic grid: the trace is a \"" + reference.mode +
+                        "\" trace; the grid needs an fp32 reference trace (mode = \"reference\")");
+  }
+  if (!group.has_joint()) {
+    throw ForecastError("analytic grid: group \"" + group.name + "\" of this " + reference.schema +
+                        " trace has no joint (|w|, |u|) histogram; regenerate the reference with this wbaudit "
+                        "(schema " +
+                        sim::kTraceSchema +
+                        "): `wbaudit run SPEC --resume` after removing the reference's run directory, or a fresh "
+                        "`wbaudit run SPEC -o NEWDIR`");
+  }
+  if (group.joint_offsets.size() != reference.recorded_steps.size() + 1) {
+    throw ForecastError("analytic grid: group \"" + group.name + "\" joint histogram has " +
+                        std::to_string(group.joint_offsets.size()) + " offsets for " +
+                        std::to_string(reference.recorded_steps.size()) + " recorded steps");
+  }
+}
+
+FormatGrid format_grid(const sim::Trace& reference, std::string_view group, std::span<const std::string> formats,
+                       std::span<const double> lr_scales) {
+  if (formats.empty() || lr_scales.empty()) throw ForecastError("format_grid: empty format or learning-rate list");
+  for (double s : lr_scales) check_scale(s);
+  const sim::GroupTrace& g = find_group(reference, group);
+  require_joint_histogram(reference, g);
+  std::vector<Rounder> rounders;
+  for (const auto& name : formats) rounders.emplace_back(grid_format(g, name));
+  FormatGrid grid;
+  grid.group = g.name;
+  grid.formats.assign(formats.begin(), formats.end());
+  grid.lr_scales.assign(lr_scales.begin(), lr_scales.end());
+  grid.steps = reference.recorded_steps;
+  const std::size_t T = grid.steps.size(), S = lr_scales.size();
+  grid.values.assign(formats.size() * S * T, kNaN);
+  std::vector<Piece> pieces;
+  std::vector<double> erased(S);
+  for (std::size_t t = 0; t < T; ++t) {
+    const auto begin = static_cast<std::size_t>(g.joint_offsets[t]);
+    const auto end = static_cast<std::size_t>(g.joint_offsets[t + 1]);
+    if (end < begin || end > g.joint_keys.size()) {
+      throw ForecastError("analytic grid: group \"" + g.name + "\" step " + std::to_string(grid.steps[t]) +
+                          ": joint offsets out of order");
+    }
+    double total = 0;
+    const auto bins = parse(reference.joint, std::span<const std::uint64_t>(g.joint_keys).subspan(begin, end - begin),
+                            std::span<const std::int64_t>(g.joint_counts).subspan(begin, end - begin), total);
+    if (t < g.nonzero.size() && static_cast<double>(g.nonzero[t]) != total) {
+      throw ForecastError("analytic grid: group \"" + g.name + "\" step " + std::to_string(grid.steps[t]) +
+                          ": joint histogram holds " + std::to_string(total) + " proposals but nonzero is " +
+                          std::to_string(g.nonzero[t]));
+    }
+    if (total == 0) continue;
+    for (std::size_t f = 0; f < formats.size(); ++f) {
+      erased_for_scales(bins, rounders[f], lr_scales, pieces, erased.data());
+      for (std::size_t s = 0; s < S; ++s) grid.values[(f * S + s) * T + t] = erased[s] / total;
+    }
+  }
+  return grid;
+}
+
+Series analytic_series(const sim::Trace& reference, std::string_view group, std::string_view format, double lr_scale) {
+  const std::string name(format);
+  const FormatGrid grid =
+      format_grid(reference, group, std::span<const std::string>(&name, 1), std::span<const double>(&lr_scale, 1));
+  return Series{grid.steps, grid.values};
+}
+
+}  // namespace wbaudit::forecast

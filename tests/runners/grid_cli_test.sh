@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# `wbaudit grid` end to end on a reference trace of examples/tiny.toml: table, grid.csv, grid_summary.csv and heat
+# maps written; at s = 1 the e4m3 column equals the trace's exact projected/e4m3/fraction (read independently with
+# h5py); bad input (unknown step, target trace, schema-1 trace without the joint histogram, bad scale) is a clear
+# error with non-zero exit and no CSV written.
+set -euo pipefail
+wbaudit=$1
+src=$2
+py=/usr/bin/python3
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+"$wbaudit" run "$src/examples/tiny.toml" --out "$work/t" --kokkos-threads=1 --jobs 1 --quiet --no-report || fail "run"
+ref="" target=""
+for f in "$work"/t/cells/*/attempts/*/trace.h5; do
+  mode=$($py -c "import h5py,sys; print(h5py.File(sys.argv[1],'r').attrs['mode'])" "$f")
+  if [ "$mode" = reference ] && [ -z "$ref" ]; then ref=$f; fi
+  if [ "$mode" = target ] && [ -z "$target" ]; then target=$f; fi
+done
+[ -n "$ref" ] && [ -n "$target" ] || fail "no reference or target trace"
+
+"$wbaudit" grid "$ref" --formats bf16,e4m3,int4 --lr-scales 0.5,1,3 --groups layer1.weight -o "$work/g" > "$work/out" \
+  || { cat "$work/out"; fail "grid"; }
+grep -q "e4m3" "$work/out" || fail "table lacks e4m3"
+for f in grid.csv grid_summary.csv grid_layer1.weight.svg grid_layer1.weight.png; do
+  [ -s "$work/g/$f" ] || fail "missing $f"
+done
+steps=$($py -c "import h5py,sys; print(len(h5py.File(sys.argv[1],'r')['recorded_steps']))" "$ref")
+rows=$(($(wc -l < "$work/g/grid.csv") - 1))
+[ "$rows" -eq $((9 * steps)) ] || fail "grid.csv has $rows rows, expected $((9 * steps))"
+rows=$(($(wc -l < "$work/g/grid_summary.csv") - 1))
+[ "$rows" -eq 9 ] || fail "grid_summary.csv has $rows rows, expected 9"
+$py - "$ref" "$work/g/grid.csv" <<'PY' || fail "grid at s = 1 differs from the exact projection"
+import csv, math, sys, h5py
+f = h5py.File(sys.argv[1], "r")
+exact = dict(zip(f["recorded_steps"][:], f["groups/layer1.weight/projected/e4m3/fraction"][:]))
+n = 0
+for r in csv.DictReader(open(sys.argv[2])):
+    if r["format"] == "e4m3" and float(r["lr_scale"]) == 1.0:
+        e = exact[int(r["step"])]
+        if math.isnan(e):
+            assert r["erased_fraction"] == "", r
+        else:
+            assert abs(float(r["erased_fraction"]) - e) <= 1e-12, (r, e)
+        n += 1
+assert n == len(exact), n
+PY
+
+# One step; the summary then covers it alone.
+step=$($py -c "import h5py,sys; print(h5py.File(sys.argv[1],'r')['recorded_steps'][2])" "$ref")
+"$wbaudit" grid "$ref" --formats e2m1 --lr-scales 1 --groups layer2.weight --step "$step" --no-figure -o "$work/g1" \
+  > /dev/null || fail "--step"
+[ "$(($(wc -l < "$work/g1/grid.csv") - 1))" -eq 1 ] || fail "--step: expected 1 row"
+
+expect_error() {  # expect_error PATTERN ARGS...: non-zero exit, message matches, no grid.csv in the output dir
+  local pattern=$1; shift
+  rm -rf "$work/bad"
+  if "$wbaudit" grid "$@" -o "$work/bad" > "$work/bad.out" 2>&1; then fail "accepted: $*"; fi
+  grep -q -- "$pattern" "$work/bad.out" || { cat "$work/bad.out"; fail "message for $* lacks '$pattern'"; }
+  [ ! -e "$work/bad/grid.csv" ] || fail "grid.csv written despite the error: $*"
+}
+expect_error "not a recorded step" "$ref" --step 99999
+expect_error "reference" "$target"
+expect_error "learning-rate scale" "$ref" --lr-scales 0
+expect_error "unknown" "$ref" --formats e9m9
+cp "$ref" "$work/old.h5"
+$py - "$work/old.h5" <<'PY'
+import sys, h5py
+with h5py.File(sys.argv[1], "r+") as f:
+    f.attrs["schema"] = "wbaudit.trace/1"
+    for g in f["groups"].values():
+        del g["joint"]
+PY
+expect_error "regenerate" "$work/old.h5"
+echo "grid CLI OK"
