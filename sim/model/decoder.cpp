@@ -9,6 +9,7 @@
 #include "sim/data/gaussian_stream.hpp"
 #include "sim/model/detail/blas.hpp"
 #include "sim/model/detail/exp.hpp"
+#include "sim/model/detail/lane_sum.hpp"
 #include "sim/model/detail/rope.hpp"
 
 namespace wbaudit::sim {
@@ -243,20 +244,17 @@ using detail::Op;
 template <class ExecSpace, class Scalar>
 void rmsnorm_forward(const ExecSpace& space, int rows, int width, double eps, const Scalar* x, const Scalar* g,
                      Scalar* y, Scalar* rstd) {
-  Kokkos::parallel_for("wbaudit::sim::DecoderModel::rmsnorm_forward", Kokkos::RangePolicy<ExecSpace>(space, 0, rows),
-                       [=](const int r) {
-                         const Scalar* xr = x + static_cast<std::ptrdiff_t>(r) * width;
-                         Scalar* yr = y + static_cast<std::ptrdiff_t>(r) * width;
-                         double ss = 0.0;
-                         for (int j = 0; j < width; ++j) {
-                           ss += static_cast<double>(xr[j]) * xr[j];
-                         }
-                         const Scalar inv = static_cast<Scalar>(1.0 / std::sqrt(ss / width + eps));
-                         rstd[r] = inv;
-                         for (int j = 0; j < width; ++j) {
-                           yr[j] = xr[j] * inv * g[j];
-                         }
-                       });
+  Kokkos::parallel_for(
+      "wbaudit::sim::DecoderModel::rmsnorm_forward", Kokkos::RangePolicy<ExecSpace>(space, 0, rows), [=](const int r) {
+        const Scalar* xr = x + static_cast<std::ptrdiff_t>(r) * width;
+        Scalar* yr = y + static_cast<std::ptrdiff_t>(r) * width;
+        const double ss = detail::lane_sum<double>(width, [=](int j) { return static_cast<double>(xr[j]) * xr[j]; });
+        const Scalar inv = static_cast<Scalar>(1.0 / std::sqrt(ss / width + eps));
+        rstd[r] = inv;
+        for (int j = 0; j < width; ++j) {
+          yr[j] = xr[j] * inv * g[j];
+        }
+      });
 }
 
 // With a = g * dy: dx = rstd * a - x * rstd^3 * mean(a * x), written as out = residual + dx (residual may be null or
@@ -264,21 +262,19 @@ void rmsnorm_forward(const ExecSpace& space, int rows, int width, double eps, co
 template <class ExecSpace, class Scalar>
 void rmsnorm_backward(const ExecSpace& space, int rows, int width, const Scalar* dy, const Scalar* x,
                       const Scalar* rstd, const Scalar* g, const Scalar* residual, Scalar* out) {
-  Kokkos::parallel_for("wbaudit::sim::DecoderModel::rmsnorm_backward", Kokkos::RangePolicy<ExecSpace>(space, 0, rows),
-                       [=](const int r) {
-                         const std::ptrdiff_t o = static_cast<std::ptrdiff_t>(r) * width;
-                         double dot = 0.0;
-                         for (int j = 0; j < width; ++j) {
-                           dot += static_cast<double>(g[j] * dy[o + j]) * x[o + j];
-                         }
-                         const double inv = rstd[r];
-                         const Scalar coef = static_cast<Scalar>(inv * inv * inv * dot / width);
-                         const Scalar s = rstd[r];
-                         for (int j = 0; j < width; ++j) {
-                           const Scalar dx = s * (g[j] * dy[o + j]) - x[o + j] * coef;
-                           out[o + j] = residual ? residual[o + j] + dx : dx;
-                         }
-                       });
+  Kokkos::parallel_for(
+      "wbaudit::sim::DecoderModel::rmsnorm_backward", Kokkos::RangePolicy<ExecSpace>(space, 0, rows), [=](const int r) {
+        const std::ptrdiff_t o = static_cast<std::ptrdiff_t>(r) * width;
+        const double dot =
+            detail::lane_sum<double>(width, [=](int j) { return static_cast<double>(g[j] * dy[o + j]) * x[o + j]; });
+        const double inv = rstd[r];
+        const Scalar coef = static_cast<Scalar>(inv * inv * inv * dot / width);
+        const Scalar s = rstd[r];
+        for (int j = 0; j < width; ++j) {
+          const Scalar dx = s * (g[j] * dy[o + j]) - x[o + j] * coef;
+          out[o + j] = residual ? residual[o + j] + dx : dx;
+        }
+      });
 }
 
 // dg_j = sum_r dy[r, j] * x[r, j] * rstd[r], rows summed in order in double; one work item per block of 16 columns.
@@ -388,17 +384,11 @@ double DecoderModel<ExecSpace, Scalar>::forward(const ExecSpace& space, Tokens t
                            detail::gemm(Op::none, Op::transpose, S, S, hd, scale, q, 3 * D, k, 3 * D, Scalar(0), p, S);
                            for (int i = 0; i < S; ++i) {  // causal softmax of row i over keys 0..i, max subtracted
                              Scalar* pr = p + std::ptrdiff_t(i) * S;
-                             Scalar mx = pr[0];
-                             for (int j = 1; j <= i; ++j) {
-                               mx = pr[j] > mx ? pr[j] : mx;
-                             }
+                             const Scalar mx = detail::lane_max(pr, i + 1);
                              for (int j = 0; j <= i; ++j) {
                                pr[j] = detail::kernel_exp(pr[j] - mx);
                              }
-                             Scalar sum = 0;
-                             for (int j = 0; j <= i; ++j) {
-                               sum += pr[j];
-                             }
+                             const Scalar sum = detail::lane_sum<Scalar>(i + 1, [=](int j) { return pr[j]; });
                              const Scalar inv = Scalar(1) / sum;
                              for (int j = 0; j <= i; ++j) {
                                pr[j] *= inv;
@@ -460,10 +450,7 @@ double DecoderModel<ExecSpace, Scalar>::forward(const ExecSpace& space, Tokens t
                        Kokkos::RangePolicy<ExecSpace>(space, 0, T), [=](const int r) {
                          Scalar* lr = logits + std::ptrdiff_t(r) * V;
                          const std::int32_t target = tok[(r / S) * (S + 1) + r % S + 1];
-                         Scalar mx = lr[0];
-                         for (int j = 1; j < V; ++j) {
-                           mx = lr[j] > mx ? lr[j] : mx;
-                         }
+                         const Scalar mx = detail::lane_max(lr, V);
                          const double target_logit = lr[target];
                          // exp(l - max) in chunks (a vectorized loop), summed in column order in double.
                          constexpr int kChunk = 64;
@@ -603,10 +590,7 @@ void DecoderModel<ExecSpace, Scalar>::backward(const ExecSpace& space, Tokens to
           for (int i = 0; i < S; ++i) {  // softmax backward: dS = P * (dP - sum_j P dP)
             const Scalar* pr = p + std::ptrdiff_t(i) * S;
             Scalar* dr = ds + std::ptrdiff_t(i) * S;
-            Scalar dot = 0;
-            for (int j = 0; j <= i; ++j) {
-              dot += pr[j] * dr[j];
-            }
+            const Scalar dot = detail::lane_sum<Scalar>(i + 1, [=](int j) { return pr[j] * dr[j]; });
             for (int j = 0; j <= i; ++j) {
               dr[j] = pr[j] * (dr[j] - dot);
             }
