@@ -74,6 +74,9 @@ void step(benchmark::State& state, const Case& c, bool with_optimizer = false) {
   for (const std::int64_t n : sizes) {
     proposals.emplace_back("proposal", n);
   }
+  // One untimed step first (bench/decoder_torch_bench.py warms torch up too): the first touch of the activation and
+  // gradient buffers (allocated uninitialized) is page faults, not the step.
+  model.loss_and_gradient(space, tokens);
   std::int64_t t = 0;
   for (auto _ : state) {
     benchmark::DoNotOptimize(model.loss_and_gradient(space, tokens));

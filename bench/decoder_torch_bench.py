@@ -18,8 +18,11 @@ products ran on 2 cores).
 Rounds interleave the two sides so that load from other processes hits both; the script prints every round and the
 median ratio (wbaudit tokens/s over torch tokens/s, >= 1.0: wbaudit at least as fast) with its min..max spread.
 
+With --cpu-time (one thread) both sides are timed in CPU time of their one thread (Google Benchmark's cpu_time,
+torch's time.process_time), which other processes on a shared machine disturb far less than wall time.
+
 Usage: /usr/bin/python3 bench/decoder_torch_bench.py build/release/bench/wbaudit_decoder_bench [--rounds N]
-       [--unpinned]
+       [--threads 1 2] [--unpinned] [--cpu-time]
 """
 
 import argparse
@@ -39,7 +42,7 @@ BATCH = 16
 TOKENS = BATCH * CFG["seq_len"]
 
 
-def torch_worker(threads, timings, steps):
+def torch_worker(threads, timings, steps, cpu_time=False):
     """Runs in a fresh interpreter: prints JSON {fwd_bwd, train} tokens/s, medians of `timings` x `steps` steps."""
     import torch
 
@@ -62,32 +65,34 @@ def torch_worker(threads, timings, steps):
         fwd_bwd()
         adam.step()
 
+    clock = time.process_time if cpu_time else time.perf_counter
     result = {"params": sum(p.numel() for p in model.parameters()), "torch": torch.__version__}
     for name, fn in (("fwd_bwd", fwd_bwd), ("train", train)):
         for _ in range(3):  # warm-up
             fn()
         times = []
         for _ in range(timings):
-            start = time.perf_counter()
+            start = clock()
             for _ in range(steps):
                 fn()
-            times.append((time.perf_counter() - start) / steps)
+            times.append((clock() - start) / steps)
         result[name] = TOKENS / statistics.median(times)
     print(json.dumps(result))
 
 
-def torch_tokens_per_s(threads, pin_blas):
+def torch_tokens_per_s(threads, pin_blas, cpu_time=False):
     env = dict(os.environ, OMP_NUM_THREADS=str(threads))
     if pin_blas:
         env["OPENBLAS_NUM_THREADS"] = str(threads)
     else:
         env.pop("OPENBLAS_NUM_THREADS", None)
-    out = subprocess.run([sys.executable, __file__, "--torch-worker", str(threads)], check=True, capture_output=True,
+    out = subprocess.run([sys.executable, __file__, "--torch-worker", str(threads)] + (["--cpu-time"] if cpu_time else []),
+                         check=True, capture_output=True,
                          text=True, env=env)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def wbaudit_tokens_per_s(binary, threads):
+def wbaudit_tokens_per_s(binary, threads, cpu_time=False):
     suffix = "threads:1" if threads == 1 else "threads:N"
     names = {"fwd_bwd": f"DecoderStep/1M/{suffix}/real_time", "train": f"DecoderTrainStep/1M/{suffix}/real_time"}
     with tempfile.TemporaryDirectory() as tmp:
@@ -97,7 +102,10 @@ def wbaudit_tokens_per_s(binary, threads):
              f"--benchmark_out={out}", "--benchmark_out_format=json", "--benchmark_min_time=1"],
             check=True, capture_output=True, text=True, env=dict(os.environ, OMP_PROC_BIND="false"))
         runs = {r["name"]: r for r in json.loads(out.read_text())["benchmarks"]}
-    result = {key: runs[name]["tokens_per_s"] for key, name in names.items()}
+    if cpu_time:  # Google Benchmark's cpu_time: per iteration, in time_unit (ms here)
+        result = {key: TOKENS / (runs[name]["cpu_time"] * 1e-3) for key, name in names.items()}
+    else:
+        result = {key: runs[name]["tokens_per_s"] for key, name in names.items()}
     result["GFLOP_per_s"] = runs[names["fwd_bwd"]]["GFLOP_per_s"]
     return result
 
@@ -110,22 +118,27 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("binary", nargs="?", help="path of wbaudit_decoder_bench")
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--threads", type=int, nargs="+", default=[1, 2], help="thread counts (default 1 2)")
     parser.add_argument("--unpinned", action="store_true", help="also time torch with OpenBLAS threads unpinned")
+    parser.add_argument("--cpu-time", action="store_true",
+                        help="tokens per second of CPU time instead of wall time (1 thread only; for a loaded machine)")
     parser.add_argument("--torch-worker", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.torch_worker:
-        torch_worker(args.torch_worker, timings=5, steps=5)
+        torch_worker(args.torch_worker, timings=5, steps=5, cpu_time=args.cpu_time)
         return
+    if args.cpu_time and (args.threads != [1] or args.unpinned):
+        parser.error("--cpu-time measures one thread: use it with --threads 1 and without --unpinned")
     if not args.binary:
         parser.error("the path of wbaudit_decoder_bench is required")
     print(f"shape {CFG}, batch {BATCH}; uptime: {os.getloadavg()}")
     variants = [("pinned", True)] + ([("unpinned", False)] if args.unpinned else [])
     ratios = {}
     for r in range(args.rounds):
-        for threads in (1, 2):
-            ours = wbaudit_tokens_per_s(args.binary, threads)
+        for threads in args.threads:
+            ours = wbaudit_tokens_per_s(args.binary, threads, args.cpu_time)
             for label, pin in variants:
-                theirs = torch_tokens_per_s(threads, pin)
+                theirs = torch_tokens_per_s(threads, pin, args.cpu_time)
                 for work in ("fwd_bwd", "train"):
                     ratio = ours[work] / theirs[work]
                     ratios.setdefault((threads, label, work), []).append(ratio)
