@@ -8,6 +8,8 @@
 
 #include "sim/data/gaussian_stream.hpp"
 #include "sim/model/detail/blas.hpp"
+#include "sim/model/detail/exp.hpp"
+#include "sim/model/detail/lane_sum.hpp"
 #include "sim/model/detail/rope.hpp"
 
 namespace wbaudit::sim {
@@ -235,26 +237,24 @@ void DecoderModel<ExecSpace, Scalar>::check_tokens(Tokens tokens) const {
 namespace {
 
 using detail::gemm_blocked;
+using detail::gemm_parallel;
 using detail::Op;
 
 // y = x / sqrt(mean(x^2) + eps) * g per row; mean accumulated in double, the reciprocal root rounded once.
 template <class ExecSpace, class Scalar>
 void rmsnorm_forward(const ExecSpace& space, int rows, int width, double eps, const Scalar* x, const Scalar* g,
                      Scalar* y, Scalar* rstd) {
-  Kokkos::parallel_for("wbaudit::sim::DecoderModel::rmsnorm_forward", Kokkos::RangePolicy<ExecSpace>(space, 0, rows),
-                       [=](const int r) {
-                         const Scalar* xr = x + static_cast<std::ptrdiff_t>(r) * width;
-                         Scalar* yr = y + static_cast<std::ptrdiff_t>(r) * width;
-                         double ss = 0.0;
-                         for (int j = 0; j < width; ++j) {
-                           ss += static_cast<double>(xr[j]) * xr[j];
-                         }
-                         const Scalar inv = static_cast<Scalar>(1.0 / std::sqrt(ss / width + eps));
-                         rstd[r] = inv;
-                         for (int j = 0; j < width; ++j) {
-                           yr[j] = xr[j] * inv * g[j];
-                         }
-                       });
+  Kokkos::parallel_for(
+      "wbaudit::sim::DecoderModel::rmsnorm_forward", Kokkos::RangePolicy<ExecSpace>(space, 0, rows), [=](const int r) {
+        const Scalar* xr = x + static_cast<std::ptrdiff_t>(r) * width;
+        Scalar* yr = y + static_cast<std::ptrdiff_t>(r) * width;
+        const double ss = detail::lane_sum<double>(width, [=](int j) { return static_cast<double>(xr[j]) * xr[j]; });
+        const Scalar inv = static_cast<Scalar>(1.0 / std::sqrt(ss / width + eps));
+        rstd[r] = inv;
+        for (int j = 0; j < width; ++j) {
+          yr[j] = xr[j] * inv * g[j];
+        }
+      });
 }
 
 // With a = g * dy: dx = rstd * a - x * rstd^3 * mean(a * x), written as out = residual + dx (residual may be null or
@@ -262,21 +262,19 @@ void rmsnorm_forward(const ExecSpace& space, int rows, int width, double eps, co
 template <class ExecSpace, class Scalar>
 void rmsnorm_backward(const ExecSpace& space, int rows, int width, const Scalar* dy, const Scalar* x,
                       const Scalar* rstd, const Scalar* g, const Scalar* residual, Scalar* out) {
-  Kokkos::parallel_for("wbaudit::sim::DecoderModel::rmsnorm_backward", Kokkos::RangePolicy<ExecSpace>(space, 0, rows),
-                       [=](const int r) {
-                         const std::ptrdiff_t o = static_cast<std::ptrdiff_t>(r) * width;
-                         double dot = 0.0;
-                         for (int j = 0; j < width; ++j) {
-                           dot += static_cast<double>(g[j] * dy[o + j]) * x[o + j];
-                         }
-                         const double inv = rstd[r];
-                         const Scalar coef = static_cast<Scalar>(inv * inv * inv * dot / width);
-                         const Scalar s = rstd[r];
-                         for (int j = 0; j < width; ++j) {
-                           const Scalar dx = s * (g[j] * dy[o + j]) - x[o + j] * coef;
-                           out[o + j] = residual ? residual[o + j] + dx : dx;
-                         }
-                       });
+  Kokkos::parallel_for(
+      "wbaudit::sim::DecoderModel::rmsnorm_backward", Kokkos::RangePolicy<ExecSpace>(space, 0, rows), [=](const int r) {
+        const std::ptrdiff_t o = static_cast<std::ptrdiff_t>(r) * width;
+        const double dot =
+            detail::lane_sum<double>(width, [=](int j) { return static_cast<double>(g[j] * dy[o + j]) * x[o + j]; });
+        const double inv = rstd[r];
+        const Scalar coef = static_cast<Scalar>(inv * inv * inv * dot / width);
+        const Scalar s = rstd[r];
+        for (int j = 0; j < width; ++j) {
+          const Scalar dx = s * (g[j] * dy[o + j]) - x[o + j] * coef;
+          out[o + j] = residual ? residual[o + j] + dx : dx;
+        }
+      });
 }
 
 // dg_j = sum_r dy[r, j] * x[r, j] * rstd[r], rows summed in order in double; one work item per block of 16 columns.
@@ -303,9 +301,16 @@ void rmsnorm_gain_gradient(const ExecSpace& space, int rows, int width, const Sc
                        });
 }
 
+// SiLU kernels work on chunks of a row: sigmoid of the chunk into a local array first, then the products. GCC
+// vectorizes both loops; fused into one loop (exp, then g * s * u) it vectorizes too but runs 2.3x slower per element
+// (measured: 3.7 ns vs 1.6 ns per element, exp_poly with SSE2).
+constexpr int kSiluChunk = 64;
+
 template <class Scalar>
-KOKKOS_INLINE_FUNCTION Scalar sigmoid(Scalar z) {
-  return Scalar(1) / (Scalar(1) + std::exp(-z));
+KOKKOS_INLINE_FUNCTION void sigmoid_chunk(const Scalar* z, Scalar* s, int n) {
+  for (int j = 0; j < n; ++j) {
+    s[j] = Scalar(1) / (Scalar(1) + detail::kernel_exp(-z[j]));
+  }
 }
 
 }  // namespace
@@ -379,15 +384,11 @@ double DecoderModel<ExecSpace, Scalar>::forward(const ExecSpace& space, Tokens t
                            detail::gemm(Op::none, Op::transpose, S, S, hd, scale, q, 3 * D, k, 3 * D, Scalar(0), p, S);
                            for (int i = 0; i < S; ++i) {  // causal softmax of row i over keys 0..i, max subtracted
                              Scalar* pr = p + std::ptrdiff_t(i) * S;
-                             Scalar mx = pr[0];
-                             for (int j = 1; j <= i; ++j) {
-                               mx = pr[j] > mx ? pr[j] : mx;
-                             }
-                             Scalar sum = 0;
+                             const Scalar mx = detail::lane_max(pr, i + 1);
                              for (int j = 0; j <= i; ++j) {
-                               pr[j] = std::exp(pr[j] - mx);
-                               sum += pr[j];
+                               pr[j] = detail::kernel_exp(pr[j] - mx);
                              }
+                             const Scalar sum = detail::lane_sum<Scalar>(i + 1, [=](int j) { return pr[j]; });
                              const Scalar inv = Scalar(1) / sum;
                              for (int j = 0; j <= i; ++j) {
                                pr[j] *= inv;
@@ -407,12 +408,25 @@ double DecoderModel<ExecSpace, Scalar>::forward(const ExecSpace& space, Tokens t
                  attn, D, w_out, D, Scalar(1), after_attn, D);
     const Scalar* mlp_in = m_shape.parallel_residual ? x : after_attn;
     rmsnorm_forward(space, T, D, eps, mlp_in, w_g2, n2, rstd2);
-    gemm_blocked(space, "wbaudit::sim::DecoderModel::forward::gate", Op::none, Op::transpose, T, F, D, Scalar(1), n2, D,
-                 w_gate, D, Scalar(0), gate, F);
-    gemm_blocked(space, "wbaudit::sim::DecoderModel::forward::up", Op::none, Op::transpose, T, F, D, Scalar(1), n2, D,
-                 w_up, D, Scalar(0), up, F);
-    Kokkos::parallel_for("wbaudit::sim::DecoderModel::forward::swiglu", Kokkos::RangePolicy<ExecSpace>(space, 0, TF),
-                         [=](const std::ptrdiff_t i) { hidden[i] = gate[i] * sigmoid(gate[i]) * up[i]; });
+    gemm_parallel<ExecSpace, Scalar>(
+        space, "wbaudit::sim::DecoderModel::forward::gate_up",
+        {{Op::none, Op::transpose, T, F, D, Scalar(1), n2, D, w_gate, D, Scalar(0), gate, F},
+         {Op::none, Op::transpose, T, F, D, Scalar(1), n2, D, w_up, D, Scalar(0), up, F}});
+    Kokkos::parallel_for("wbaudit::sim::DecoderModel::forward::swiglu", Kokkos::RangePolicy<ExecSpace>(space, 0, T),
+                         [=](const int r) {
+                           Scalar s[kSiluChunk];
+                           for (int j0 = 0; j0 < F; j0 += kSiluChunk) {
+                             const int n = F - j0 < kSiluChunk ? F - j0 : kSiluChunk;
+                             const std::ptrdiff_t o = std::ptrdiff_t(r) * F + j0;
+                             const Scalar* g = gate + o;
+                             const Scalar* u = up + o;
+                             Scalar* h = hidden + o;
+                             sigmoid_chunk(g, s, n);
+                             for (int j = 0; j < n; ++j) {
+                               h[j] = g[j] * s[j] * u[j];
+                             }
+                           }
+                         });
     if (!m_shape.parallel_residual) {
       Kokkos::parallel_for("wbaudit::sim::DecoderModel::forward::residual",
                            Kokkos::RangePolicy<ExecSpace>(space, 0, TD),
@@ -436,17 +450,24 @@ double DecoderModel<ExecSpace, Scalar>::forward(const ExecSpace& space, Tokens t
                        Kokkos::RangePolicy<ExecSpace>(space, 0, T), [=](const int r) {
                          Scalar* lr = logits + std::ptrdiff_t(r) * V;
                          const std::int32_t target = tok[(r / S) * (S + 1) + r % S + 1];
-                         Scalar mx = lr[0];
-                         for (int j = 1; j < V; ++j) {
-                           mx = lr[j] > mx ? lr[j] : mx;
-                         }
+                         const Scalar mx = detail::lane_max(lr, V);
                          const double target_logit = lr[target];
+                         // exp(l - max) in chunks (a vectorized loop), summed in column order in double.
+                         constexpr int kChunk = 64;
+                         Scalar e[kChunk];
                          double sum = 0.0;
-                         for (int j = 0; j < V; ++j) {
-                           const Scalar e = std::exp(lr[j] - mx);
-                           sum += e;
+                         for (int j0 = 0; j0 < V; j0 += kChunk) {
+                           const int n = V - j0 < kChunk ? V - j0 : kChunk;
+                           for (int j = 0; j < n; ++j) {
+                             e[j] = detail::kernel_exp(lr[j0 + j] - mx);
+                           }
+                           for (int j = 0; j < n; ++j) {
+                             sum += e[j];
+                           }
                            if (with_gradient) {
-                             lr[j] = e;
+                             for (int j = 0; j < n; ++j) {
+                               lr[j0 + j] = e[j];
+                             }
                            }
                          }
                          row_loss[r] = static_cast<double>(mx) + std::log(sum) - target_logit;
@@ -477,10 +498,11 @@ void DecoderModel<ExecSpace, Scalar>::backward(const ExecSpace& space, Tokens to
   Scalar* dx_other = m_dx_other.data();
   Scalar* dn = m_dn.data();
 
-  gemm_blocked(space, "wbaudit::sim::DecoderModel::backward::lm_head_weight", Op::transpose, Op::none, V, D, T,
-               Scalar(1), dlogits, V, m_nf.data(), D, Scalar(0), m_grads[nt - 1].data(), D);
-  gemm_blocked(space, "wbaudit::sim::DecoderModel::backward::lm_head_input", Op::none, Op::none, T, D, V, Scalar(1),
-               dlogits, V, m_params[nt - 1].data(), D, Scalar(0), dn, D);
+  // Each layer's weight and input gradients are independent products: one launch each (detail::gemm_parallel).
+  gemm_parallel<ExecSpace, Scalar>(
+      space, "wbaudit::sim::DecoderModel::backward::lm_head",
+      {{Op::transpose, Op::none, V, D, T, Scalar(1), dlogits, V, m_nf.data(), D, Scalar(0), m_grads[nt - 1].data(), D},
+       {Op::none, Op::none, T, D, V, Scalar(1), dlogits, V, m_params[nt - 1].data(), D, Scalar(0), dn, D}});
   const Scalar* x_final = m_x.data() + L * TD;
   rmsnorm_gain_gradient(space, T, D, dn, x_final, m_rstdf.data(), m_grads[nt - 2].data());
   rmsnorm_backward(space, T, D, dn, x_final, m_rstdf.data(), m_params[nt - 2].data(),
@@ -503,28 +525,36 @@ void DecoderModel<ExecSpace, Scalar>::backward(const ExecSpace& space, Tokens to
     const auto grad = [&](int which) { return m_grads[block_tensor(l, which)].data(); };
 
     // MLP: dx is dL/d(block output).
-    gemm_blocked(space, "wbaudit::sim::DecoderModel::backward::mlp_down_weight", Op::transpose, Op::none, D, F, T,
-                 Scalar(1), dx, D, hidden, F, Scalar(0), grad(decoder_block::mlp_down), F);
     Scalar* dhidden = m_dhidden.data();
     Scalar* dgate = m_dgate.data();
     Scalar* dup = m_dup.data();
-    gemm_blocked(space, "wbaudit::sim::DecoderModel::backward::mlp_down_input", Op::none, Op::none, T, F, D, Scalar(1),
-                 dx, D, param(decoder_block::mlp_down), F, Scalar(0), dhidden, F);
-    Kokkos::parallel_for("wbaudit::sim::DecoderModel::backward::swiglu", Kokkos::RangePolicy<ExecSpace>(space, 0, TF),
-                         [=](const std::ptrdiff_t i) {
-                           const Scalar g = gate[i], s = sigmoid(g);
-                           const Scalar silu = g * s;
-                           dup[i] = dhidden[i] * silu;
-                           dgate[i] = dhidden[i] * up[i] * (s + silu * (Scalar(1) - s));
+    gemm_parallel<ExecSpace, Scalar>(
+        space, "wbaudit::sim::DecoderModel::backward::mlp_down",
+        {{Op::transpose, Op::none, D, F, T, Scalar(1), dx, D, hidden, F, Scalar(0), grad(decoder_block::mlp_down), F},
+         {Op::none, Op::none, T, F, D, Scalar(1), dx, D, param(decoder_block::mlp_down), F, Scalar(0), dhidden, F}});
+    Kokkos::parallel_for("wbaudit::sim::DecoderModel::backward::swiglu", Kokkos::RangePolicy<ExecSpace>(space, 0, T),
+                         [=](const int r) {
+                           Scalar sg[kSiluChunk];
+                           for (int j0 = 0; j0 < F; j0 += kSiluChunk) {
+                             const int n = F - j0 < kSiluChunk ? F - j0 : kSiluChunk;
+                             const std::ptrdiff_t o = std::ptrdiff_t(r) * F + j0;
+                             sigmoid_chunk(gate + o, sg, n);
+                             for (int j = 0; j < n; ++j) {
+                               const std::ptrdiff_t i = o + j;
+                               const Scalar g = gate[i], s = sg[j];
+                               const Scalar silu = g * s;
+                               dup[i] = dhidden[i] * silu;
+                               dgate[i] = dhidden[i] * up[i] * (s + silu * (Scalar(1) - s));
+                             }
+                           }
                          });
-    gemm_blocked(space, "wbaudit::sim::DecoderModel::backward::mlp_gate_weight", Op::transpose, Op::none, F, D, T,
-                 Scalar(1), dgate, F, n2, D, Scalar(0), grad(decoder_block::mlp_gate), D);
-    gemm_blocked(space, "wbaudit::sim::DecoderModel::backward::mlp_up_weight", Op::transpose, Op::none, F, D, T,
-                 Scalar(1), dup, F, n2, D, Scalar(0), grad(decoder_block::mlp_up), D);
-    gemm_blocked(space, "wbaudit::sim::DecoderModel::backward::mlp_input", Op::none, Op::none, T, D, F, Scalar(1),
-                 dgate, F, param(decoder_block::mlp_gate), D, Scalar(0), dn, D);
-    gemm_blocked(space, "wbaudit::sim::DecoderModel::backward::mlp_input", Op::none, Op::none, T, D, F, Scalar(1), dup,
-                 F, param(decoder_block::mlp_up), D, Scalar(1), dn, D);
+    // dn = dgate Wgate + dup Wup: the second product adds into the same rows after the first (then_add).
+    gemm_parallel<ExecSpace, Scalar>(
+        space, "wbaudit::sim::DecoderModel::backward::mlp_gate_up",
+        {{Op::transpose, Op::none, F, D, T, Scalar(1), dgate, F, n2, D, Scalar(0), grad(decoder_block::mlp_gate), D},
+         {Op::transpose, Op::none, F, D, T, Scalar(1), dup, F, n2, D, Scalar(0), grad(decoder_block::mlp_up), D},
+         {Op::none, Op::none, T, D, F, Scalar(1), dgate, F, param(decoder_block::mlp_gate), D, Scalar(0), dn, D},
+         {Op::none, Op::none, T, D, F, Scalar(1), dup, F, param(decoder_block::mlp_up), D, Scalar(1), dn, D, true}});
     rmsnorm_gain_gradient(space, T, D, dn, mlp_in, rstd2, grad(decoder_block::mlp_norm));
     // dx_other = dx + (mlp_norm backward): dL/d(after attention) when sequential, a partial sum when parallel.
     rmsnorm_backward(space, T, D, dn, mlp_in, rstd2, param(decoder_block::mlp_norm), static_cast<const Scalar*>(dx),
@@ -532,11 +562,12 @@ void DecoderModel<ExecSpace, Scalar>::backward(const ExecSpace& space, Tokens to
 
     // Attention: its output feeds the residual sum that dx (parallel) or dx_other (sequential) differentiates.
     const Scalar* dattn_out = m_shape.parallel_residual ? dx : dx_other;
-    gemm_blocked(space, "wbaudit::sim::DecoderModel::backward::attn_out_weight", Op::transpose, Op::none, D, D, T,
-                 Scalar(1), dattn_out, D, attn, D, Scalar(0), grad(decoder_block::attn_out), D);
     Scalar* dattn = m_dattn.data();
-    gemm_blocked(space, "wbaudit::sim::DecoderModel::backward::attn_out_input", Op::none, Op::none, T, D, D, Scalar(1),
-                 dattn_out, D, param(decoder_block::attn_out), D, Scalar(0), dattn, D);
+    gemm_parallel<ExecSpace, Scalar>(space, "wbaudit::sim::DecoderModel::backward::attn_out",
+                                     {{Op::transpose, Op::none, D, D, T, Scalar(1), dattn_out, D, attn, D, Scalar(0),
+                                       grad(decoder_block::attn_out), D},
+                                      {Op::none, Op::none, T, D, D, Scalar(1), dattn_out, D,
+                                       param(decoder_block::attn_out), D, Scalar(0), dattn, D}});
     Scalar* dqkv = m_dqkv.data();
     Scalar* dscores = m_dscores.data();
     const Scalar scale = static_cast<Scalar>(1.0 / std::sqrt(static_cast<double>(hd)));
@@ -559,10 +590,7 @@ void DecoderModel<ExecSpace, Scalar>::backward(const ExecSpace& space, Tokens to
           for (int i = 0; i < S; ++i) {  // softmax backward: dS = P * (dP - sum_j P dP)
             const Scalar* pr = p + std::ptrdiff_t(i) * S;
             Scalar* dr = ds + std::ptrdiff_t(i) * S;
-            Scalar dot = 0;
-            for (int j = 0; j <= i; ++j) {
-              dot += pr[j] * dr[j];
-            }
+            const Scalar dot = detail::lane_sum<Scalar>(i + 1, [=](int j) { return pr[j] * dr[j]; });
             for (int j = 0; j <= i; ++j) {
               dr[j] = pr[j] * (dr[j] - dot);
             }
@@ -585,10 +613,11 @@ void DecoderModel<ExecSpace, Scalar>::backward(const ExecSpace& space, Tokens to
                              }
                            });
     }
-    gemm_blocked(space, "wbaudit::sim::DecoderModel::backward::qkv_weight", Op::transpose, Op::none, 3 * D, D, T,
-                 Scalar(1), dqkv, 3 * D, n1, D, Scalar(0), grad(decoder_block::attn_qkv), D);
-    gemm_blocked(space, "wbaudit::sim::DecoderModel::backward::qkv_input", Op::none, Op::none, T, D, 3 * D, Scalar(1),
-                 dqkv, 3 * D, param(decoder_block::attn_qkv), D, Scalar(0), dn, D);
+    gemm_parallel<ExecSpace, Scalar>(space, "wbaudit::sim::DecoderModel::backward::qkv",
+                                     {{Op::transpose, Op::none, 3 * D, D, T, Scalar(1), dqkv, 3 * D, n1, D, Scalar(0),
+                                       grad(decoder_block::attn_qkv), D},
+                                      {Op::none, Op::none, T, D, 3 * D, Scalar(1), dqkv, 3 * D,
+                                       param(decoder_block::attn_qkv), D, Scalar(0), dn, D}});
     rmsnorm_gain_gradient(space, T, D, dn, x, rstd1, grad(decoder_block::attn_norm));
     rmsnorm_backward(space, T, D, dn, x, rstd1, param(decoder_block::attn_norm), static_cast<const Scalar*>(dx_other),
                      dx);
