@@ -262,6 +262,15 @@ EvaluationResult evaluate_sweep(const fs::path& sweep_dir, const EvaluateOptions
   EvaluationResult result;
   result.sweep_dir = sweep_dir;
   const SweepStore store = SweepStore::open(sweep_dir);
+  // The spec is read from the frozen copy: refuse one that is not the registered spec, and a sweep whose signed
+  // record (journal, sweep.json) was edited (docs/contracts.md, "Signed provenance").
+  if (auto problems = store.check_frozen_inputs(), record = store.check_record();
+      !problems.empty() || !record.empty()) {
+    problems.insert(problems.end(), record.begin(), record.end());
+    throw AnalysisError("cannot evaluate " + sweep_dir.string() + ": " + join(problems, "; ") +
+                        " (`wbaudit run SPEC --out DIR --resume` with the registered spec and binary restores the "
+                        "frozen copies)");
+  }
   const SweepSpec spec = load_sweep_spec(store.spec_path());
   result.sweep_name = spec.name;
 

@@ -32,8 +32,8 @@ sl::SlurmOptions full_options() {
   return o;
 }
 
-const sl::ScriptPaths kPaths{"/scratch/runs/tiny", "/scratch/runs/tiny/slurm/submit-1/tasks.json",
-                             "/scratch/runs/tiny/slurm/submit-1/logs"};
+const sl::ScriptPaths kPaths{
+    "/scratch/runs/tiny", "/scratch/runs/tiny/slurm/submit-1/tasks.json", "/scratch/runs/tiny/slurm/submit-1/logs", {}};
 
 std::vector<std::string> ids(int n) {
   std::vector<std::string> out;
@@ -51,8 +51,10 @@ TEST(SlurmScript, MpiScriptMatchesGoldenAndQuotesPaths) {
   sl::SlurmOptions o;
   o.mpi_ranks = 8;
   o.signal_seconds = 300;
-  const sl::ScriptPaths paths{"/scratch/it's here", "/scratch/it's here/slurm/submit-2/tasks.json",
-                              "/scratch/it's here/slurm/submit-2/logs"};
+  const sl::ScriptPaths paths{"/scratch/it's here",
+                              "/scratch/it's here/slurm/submit-2/tasks.json",
+                              "/scratch/it's here/slurm/submit-2/logs",
+                              {}};
   EXPECT_EQ(sl::render_mpi_script(paths, o), golden("cells_mpi.sbatch"));
 }
 
