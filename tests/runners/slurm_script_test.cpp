@@ -107,3 +107,27 @@ TEST(SlurmScript, ParsesMaxArraySize) {
   EXPECT_EQ(sl::parse_max_array_size("MaxJobCount = 5\n"), std::nullopt);
   EXPECT_EQ(sl::shell_quote("a'b"), "'a'\\''b'");
 }
+
+// The sweep's signing key reaches the jobs (docs/contracts.md, "Signed provenance"): exported unless the job's
+// environment names one, quoted, and passed to every MPI rank. Expected lines written by hand.
+TEST(SlurmScript, ScriptsExportTheSigningKey) {
+  sl::ScriptPaths paths = kPaths;
+  paths.key_file = "/home/u/.config/wbaudit/keys/it's-a-key";
+  const std::string line =
+      "if [ -z \"${WBAUDIT_KEY_FILE:-}\" ]; then export "
+      "WBAUDIT_KEY_FILE='/home/u/.config/wbaudit/keys/it'\\''s-a-key'; "
+      "fi\n";
+  sl::SlurmOptions mpi;
+  mpi.mpi_ranks = 2;
+  const std::string array = sl::render_array_script(paths, 2, full_options());
+  const std::string ranks = sl::render_mpi_script(paths, mpi);
+  const std::string report = sl::render_report_script(paths, full_options());
+  EXPECT_NE(array.find(line), std::string::npos) << array;
+  EXPECT_NE(ranks.find(line), std::string::npos) << ranks;
+  EXPECT_NE(report.find(line), std::string::npos) << report;
+  EXPECT_NE(ranks.find("mpirun -n \"$SLURM_NTASKS\" --bind-to none -x WBAUDIT_KEY_FILE "), std::string::npos) << ranks;
+  // The export comes before the command that needs the key.
+  EXPECT_LT(array.find(line), array.find("run-cells"));
+  // Without a key path nothing is exported (the golden scripts above).
+  EXPECT_EQ(sl::render_array_script(kPaths, 2, full_options()).find("WBAUDIT_KEY_FILE"), std::string::npos);
+}
