@@ -233,27 +233,31 @@ void journal_read_more(const fs::path& journal, const SweepKey& key, JournalInde
       problem(where + " is not JSON (edited or corrupt)");
       continue;
     }
+    const auto text = [&entry](const char* name) {
+      const auto it = entry.find(name);
+      return it != entry.end() && it->is_string() ? it->get<std::string>() : std::string();
+    };
     if (!signature_valid(key, kJournalSchema, entry)) {
       problem(where + " is not signed by this sweep's key (edited or forged)");
       continue;
     }
-    if (entry.value("seq", static_cast<std::size_t>(-1)) != seq) {
-      problem(where + " says it is entry #" + entry.value("seq", nlohmann::json()).dump() +
+    if (!entry.contains("seq") || !entry["seq"].is_number_unsigned() || entry["seq"].get<std::size_t>() != seq) {
+      problem(where + " says it is entry #" + (entry.contains("seq") ? entry["seq"].dump() : std::string("(none)")) +
               " (entries were removed, inserted or reordered)");
     }
-    if (entry.value("prev", std::string()) != prev) {
+    if (text("prev") != prev) {
       problem(where + " does not follow the entry before it (an entry was removed or edited)");
     }
-    const std::string event = entry.value("event", std::string());
+    const std::string event = text("event");
     if (event == "sweep") {
       if (seq != 0) problem(where + ": a second creation record");
-      index.sweep_json = entry.value("sweep_sha256", std::string());
+      index.sweep_json = text("sweep_sha256");
     } else if (event == "begin" || event == "finish") {
-      const auto id = std::make_pair(entry.value("cell", std::string()), entry.value("attempt", std::string()));
+      const auto id = std::make_pair(text("cell"), text("attempt"));
       if (event == "begin") {
         index.begun.emplace(id, seq);
       } else {
-        index.finished[id].push_back(entry.value("manifest_sha256", std::string()));
+        index.finished[id].push_back(text("manifest_sha256"));
       }
     } else {
       problem(where + ": unknown event \"" + event + "\"");

@@ -45,6 +45,25 @@ key="$XDG_CONFIG_HOME/wbaudit/keys/$(sweep_uuid "$a")"
 [ "$(stat -c %a "$key")" = 600 ] || fail "key mode $(stat -c %a "$key"), expected 600"
 case "$key" in "$a"/*) fail "key inside the sweep directory";; esac
 [ "$(wc -l < "$a/journal.jsonl")" -eq 17 ] || fail "journal: expected 1 + 8 x 2 entries"
+# The signatures, recomputed independently (Python's hmac over the documented message): every journal entry and
+# every manifest of the fresh sweep.
+"$py" - "$key" "$a" <<'PY' || fail "signatures do not match an independent HMAC-SHA256"
+import glob, hashlib, hmac, json, sys
+key = bytes.fromhex(open(sys.argv[1]).read().split()[2])
+def check(obj, schema):
+    body = {k: v for k, v in obj.items() if k != "hmac"}
+    text = schema + "\n" + json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    assert hmac.new(key, text.encode(), hashlib.sha256).hexdigest() == obj["hmac"], (schema, obj)
+lines = open(sys.argv[2] + "/journal.jsonl").read().splitlines()
+for i, line in enumerate(lines):
+    entry = json.loads(line)
+    check(entry, "wbaudit.journal/1")
+    assert entry["seq"] == i and entry["prev"] == (hashlib.sha256(lines[i - 1].encode()).hexdigest() if i else "0" * 64)
+manifests = glob.glob(sys.argv[2] + "/cells/*/attempts/*/manifest.json")
+assert len(manifests) == 8
+for m in manifests:
+    check(json.load(open(m)), "wbaudit.attempt/1")
+PY
 cp -r "$a" "$work/a_clean"; cp -r "$b" "$work/b_clean"
 
 # 1. A hand-made attempt: sweep B's attempt of the same cell copied into A under a new uuid, its manifest's uuid
