@@ -305,6 +305,19 @@ SweepStore SweepStore::create(const fs::path& dir, const std::string& spec_text,
     }
   }
   store.m_cells = std::move(cells);
+  // The key first: a key location that cannot be written (or a WBAUDIT_KEY_FILE of another sweep) is refused before
+  // anything is written into DIR.
+  const SweepKey key = create_sweep_key(store.m_sweep_uuid);
+  struct KeyGuard {  // removes the key again when the creation fails (the sweep it belongs to never existed)
+    const fs::path& path;
+    bool keep = false;
+    ~KeyGuard() {
+      if (!keep) {
+        std::error_code ignored;
+        fs::remove(path, ignored);
+      }
+    }
+  } key_guard{key.path};
 
   std::error_code ec;
   fs::create_directories(dir / "cells", ec);
@@ -322,7 +335,6 @@ SweepStore SweepStore::create(const fs::path& dir, const std::string& spec_text,
                           {"reference", cell.reference},
                           {"config", cell.config}});
   }
-  const SweepKey key = create_sweep_key(store.m_sweep_uuid);
   const nlohmann::json sweep = {{"schema", kSweepSchema},
                                 {"sweep_uuid", store.m_sweep_uuid},
                                 {"created", store.m_created},
@@ -335,6 +347,7 @@ SweepStore SweepStore::create(const fs::path& dir, const std::string& spec_text,
   const std::string sweep_text = sweep.dump(1) + "\n";
   write_file_atomic(store.journal_path(), journal_genesis_line(key, sha256_hex(sweep_text)));
   write_file_atomic(dir / "sweep.json", sweep_text);
+  key_guard.keep = true;
   return open(dir);
 }
 

@@ -137,6 +137,12 @@ grep -q "without its signing key" "$work/nokey.err" || { cat "$work/nokey.err"; 
 cp "$key" "$work/cluster.key"
 WBAUDIT_KEY_FILE="$work/cluster.key" XDG_CONFIG_HOME="$work/nokeys" "${W[@]}" status "$a" --check --no-scheduler \
   > /dev/null || fail "WBAUDIT_KEY_FILE not used"
+# A new sweep never reuses a key file: WBAUDIT_KEY_FILE naming an existing key is refused before DIR is written.
+if WBAUDIT_KEY_FILE="$work/cluster.key" "${W[@]}" run "$spec" --out "$work/n" --no-report -q 2> "$work/n.err"; then
+  fail "a new sweep reused an existing key file"
+fi
+grep -q "cluster.key: it already exists" "$work/n.err" || { cat "$work/n.err"; fail "key reuse: unclear refusal"; }
+[ ! -e "$work/n/sweep.json" ] || fail "key reuse: a sweep was created anyway"
 bkey="$XDG_CONFIG_HOME/wbaudit/keys/$(sweep_uuid "$b")"
 WBAUDIT_KEY_FILE="$bkey" "${W[@]}" status "$a" --no-scheduler | grep -q "belongs to sweep $(sweep_uuid "$b")" \
   || fail "another sweep's key not named"
