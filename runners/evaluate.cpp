@@ -278,6 +278,15 @@ EvaluationResult evaluate_sweep(const fs::path& sweep_dir, const EvaluateOptions
   const SweepStore* const store = store_holder ? &*store_holder : nullptr;
   SweepSpec spec;
   if (store) {
+    // The spec is read from the frozen copy: refuse one that is not the registered spec, and a sweep whose signed
+    // record (journal, sweep.json) was edited (docs/contracts.md, "Signed provenance").
+    if (auto problems = store->check_frozen_inputs(), record = store->check_record();
+        !problems.empty() || !record.empty()) {
+      problems.insert(problems.end(), record.begin(), record.end());
+      throw AnalysisError("cannot evaluate " + sweep_dir.string() + ": " + join(problems, "; ") +
+                          " (`wbaudit run SPEC --out DIR --resume` with the registered spec and binary restores the "
+                          "frozen copies)");
+    }
     spec = load_sweep_spec(store->spec_path());
   } else {
     spec.name = fs::absolute(sweep_dir).lexically_normal().filename().string() + " (external runs)";

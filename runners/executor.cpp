@@ -63,6 +63,7 @@ void check_runnable(const SweepStore& store, const std::vector<CellTask>& cells)
       throw StoreError("task \"" + task.name + "\" has the id of the sweep's cell \"" + cell.name + "\"");
     }
   }
+  store.require_key("run cells of");
   if (self_executable_sha256() != store.binary_sha256()) {
     throw StoreError("this executable (" + self_executable().string() + ", hash " + self_executable_sha256() +
                      ") is not the sweep's registered binary (hash " + store.binary_sha256() + "); run " +

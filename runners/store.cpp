@@ -10,16 +10,26 @@
 #include <cstring>
 #include <ctime>
 #include <fstream>
+#include <mutex>
 #include <set>
 #include <sstream>
 #include <tuple>
 
 #include "runners/identity.hpp"
+#include "runners/journal.hpp"
 #include "sim/run.hpp"
 #include "sim/trace/trace.hpp"
 
 namespace wbaudit::runners {
 namespace fs = std::filesystem;
+
+struct SigningState {
+  std::optional<SweepKey> key;
+  std::string key_problem;
+  std::mutex mutex;  // guards index (cell_status may be called from the MPI dispatcher's thread too)
+  JournalIndex index;
+};
+
 namespace {
 
 std::string errno_text() {
@@ -234,17 +244,33 @@ SweepStore SweepStore::create(const fs::path& dir, const std::string& spec_text,
                        store.m_spec_sha256 + ", this spec " + spec_sha256 +
                        "); start a new sweep directory for a changed spec");
     }
+    store.require_key("resume");
+    if (const auto problems = store.check_record(); !problems.empty()) {
+      std::string list;
+      for (const auto& p : problems) list += "\n  " + p;
+      throw StoreError("cannot resume " + dir.string() + ": its signed record was edited, so its attempts cannot be " +
+                       "trusted; start a new sweep directory (or restore journal.jsonl and sweep.json):" + list);
+    }
+    // Repair the frozen inputs from copies whose hashes are the registered (signed) ones, or refuse.
     const fs::path frozen = store.executable_path();
-    if (!fs::exists(frozen)) {
+    const bool exe_missing = !fs::exists(frozen);
+    if (exe_missing || sha256_file(frozen) != store.m_binary_sha256) {
+      const std::string what = exe_missing ? "is missing" : "was modified (hash differs from sweep.json)";
       if (executable_sha256 != store.m_binary_sha256) {
-        throw StoreError("the executable copy " + frozen.string() + " is missing and this executable (" +
+        throw StoreError("the executable copy " + frozen.string() + " " + what + " and this executable (" +
                          executable.string() + ", hash " + executable_sha256 + ") is not the registered one (hash " +
                          store.m_binary_sha256 + "); resume with the registered binary to restore it");
       }
       freeze_executable(executable, executable_sha256, frozen);
+      store.m_repairs.push_back("the executable copy " + frozen.string() + " " + what + ": restored from " +
+                                executable.string() + " (the registered binary)");
     }
-    if (!fs::exists(store.spec_path())) {
+    const bool spec_missing = !fs::exists(store.spec_path());
+    if (spec_missing || sha256_file(store.spec_path()) != store.m_spec_sha256) {
       write_file_atomic(store.spec_path(), spec_text);
+      store.m_repairs.push_back("the frozen spec " + store.spec_path().string() + " " +
+                                (spec_missing ? "is missing" : "was modified") +
+                                ": restored from the given spec (its hash is the registered one)");
     }
     return store;
   }
@@ -256,6 +282,7 @@ SweepStore SweepStore::create(const fs::path& dir, const std::string& spec_text,
   store.m_dir = dir;
   store.m_spec_sha256 = spec_sha256;
   store.m_created = utc_now();
+  store.m_sweep_uuid = random_uuid();
   std::set<std::string> names;
   for (std::size_t i = 0; i < cells.size(); ++i) {
     auto& cell = cells[i];
@@ -278,6 +305,19 @@ SweepStore SweepStore::create(const fs::path& dir, const std::string& spec_text,
     }
   }
   store.m_cells = std::move(cells);
+  // The key first: a key location that cannot be written (or a WBAUDIT_KEY_FILE of another sweep) is refused before
+  // anything is written into DIR.
+  const SweepKey key = create_sweep_key(store.m_sweep_uuid);
+  struct KeyGuard {  // removes the key again when the creation fails (the sweep it belongs to never existed)
+    const fs::path& path;
+    bool keep = false;
+    ~KeyGuard() {
+      if (!keep) {
+        std::error_code ignored;
+        fs::remove(path, ignored);
+      }
+    }
+  } key_guard{key.path};
 
   std::error_code ec;
   fs::create_directories(dir / "cells", ec);
@@ -296,14 +336,19 @@ SweepStore SweepStore::create(const fs::path& dir, const std::string& spec_text,
                           {"config", cell.config}});
   }
   const nlohmann::json sweep = {{"schema", kSweepSchema},
+                                {"sweep_uuid", store.m_sweep_uuid},
                                 {"created", store.m_created},
                                 {"spec_sha256", store.m_spec_sha256},
                                 {"binary_sha256", store.m_binary_sha256},
                                 {"build", build_identity()},
                                 {"cells", cells_json}};
-  // sweep.json is written last: its presence marks a completely created sweep directory.
-  write_file_atomic(dir / "sweep.json", sweep.dump(1) + "\n");
-  return store;
+  // The journal starts with the signed hash of sweep.json; sweep.json is written last: its presence marks a
+  // completely created sweep directory.
+  const std::string sweep_text = sweep.dump(1) + "\n";
+  write_file_atomic(store.journal_path(), journal_genesis_line(key, sha256_hex(sweep_text)));
+  write_file_atomic(dir / "sweep.json", sweep_text);
+  key_guard.keep = true;
+  return open(dir);
 }
 
 SweepStore SweepStore::open(const fs::path& dir) {
@@ -319,6 +364,7 @@ SweepStore SweepStore::open(const fs::path& dir) {
   }
   SweepStore store;
   store.m_dir = dir;
+  store.m_sweep_json_sha256 = sha256_file(file);
   try {
     if (sweep.at("schema").get<std::string>() != kSweepSchema) {
       throw StoreError(file.string() + ": unknown schema \"" + sweep["schema"].get<std::string>() + "\"");
@@ -326,6 +372,7 @@ SweepStore SweepStore::open(const fs::path& dir) {
     store.m_spec_sha256 = sweep.at("spec_sha256").get<std::string>();
     store.m_binary_sha256 = sweep.at("binary_sha256").get<std::string>();
     store.m_created = sweep.at("created").get<std::string>();
+    store.m_sweep_uuid = sweep.value("sweep_uuid", std::string());
     for (const auto& c : sweep.at("cells")) {
       StoredCell cell{c.at("id").get<std::string>(), c.at("name").get<std::string>(), c.at("role").get<std::string>(),
                       c.at("reference").get<std::string>(), c.at("config")};
@@ -339,7 +386,108 @@ SweepStore SweepStore::open(const fs::path& dir) {
   } catch (const nlohmann::json::exception& e) {
     throw StoreError(file.string() + ": corrupt sweep record: " + e.what());
   }
+  store.load_key();
   return store;
+}
+
+void SweepStore::load_key() {
+  m_signing = std::make_shared<SigningState>();
+  if (m_sweep_uuid.empty()) {
+    m_signing->key_problem = "the sweep " + m_dir.string() +
+                             " was created before signed provenance (no sweep_uuid in sweep.json), so it has no key";
+    return;
+  }
+  std::string why;
+  m_signing->key = load_sweep_key(m_sweep_uuid, why);
+  m_signing->key_problem = why;
+}
+
+fs::path SweepStore::key_path() const {
+  return can_verify() ? m_signing->key->path : sweep_key_path(m_sweep_uuid);
+}
+
+bool SweepStore::can_verify() const {
+  return m_signing && m_signing->key.has_value();
+}
+
+const std::string& SweepStore::key_problem() const {
+  return m_signing->key_problem;
+}
+
+void SweepStore::require_key(const std::string& what) const {
+  if (!can_verify()) {
+    throw StoreError("cannot " + what + " the sweep " + m_dir.string() + " without its signing key: " + key_problem());
+  }
+}
+
+SweepStore::JournalView SweepStore::journal_view(const std::string& cell_id, const std::string& uuid) const {
+  JournalView view;
+  if (!can_verify()) return view;
+  std::lock_guard<std::mutex> guard(m_signing->mutex);
+  JournalIndex& index = m_signing->index;
+  std::error_code ec;
+  const auto size = fs::file_size(journal_path(), ec);
+  if (ec || size < index.offset) index = JournalIndex{};  // missing, or shorter than what was read: read afresh
+  if (ec || size != index.offset || index.entries == 0) journal_read_more(journal_path(), *m_signing->key, index);
+  const auto id = std::make_pair(cell_id, uuid);
+  view.begun = index.begun.count(id) > 0;
+  view.entries = index.entries;
+  if (auto it = index.finished.find(id); it != index.finished.end()) view.finished = it->second;
+  return view;
+}
+
+std::vector<std::string> SweepStore::check_record() const {
+  if (!can_verify()) return {};
+  (void)journal_view("", "");  // brings the index up to date
+  std::lock_guard<std::mutex> guard(m_signing->mutex);
+  std::vector<std::string> problems = m_signing->index.problems;
+  const auto& signed_sweep = m_signing->index.sweep_json;
+  if (signed_sweep && *signed_sweep != m_sweep_json_sha256) {
+    problems.push_back((m_dir / "sweep.json").string() +
+                       " differs from the record signed when the sweep was created (edited)");
+  }
+  return problems;
+}
+
+bool SweepStore::journal_torn_tail() const {
+  if (!can_verify()) return false;
+  (void)journal_view("", "");
+  std::lock_guard<std::mutex> guard(m_signing->mutex);
+  return m_signing->index.torn_tail;
+}
+
+std::vector<std::string> SweepStore::set_aside_foreign() const {
+  std::vector<std::string> moved;
+  for (const auto& stored : m_cells) {
+    const CellStatus status = cell_status(stored.id);
+    for (const auto& name : status.foreign) {
+      const fs::path from = m_dir / "cells" / stored.id / "attempts" / name;
+      fs::path to = m_dir / "foreign" / stored.id / name;
+      std::error_code ec;
+      fs::create_directories(to.parent_path(), ec);
+      for (int n = 1; fs::exists(to); ++n) to = m_dir / "foreign" / stored.id / (name + "." + std::to_string(n));
+      fs::rename(from, to, ec);
+      if (ec) throw StoreError("cannot move " + from.string() + " to " + to.string() + ": " + ec.message());
+      moved.push_back("cell " + stored.name + ": moved the foreign attempt directory " + name + " (not made by this " +
+                      "sweep's runner) to " + to.string());
+    }
+  }
+  return moved;
+}
+
+void SweepStore::sign_and_write_manifest(const fs::path& dir, nlohmann::json& manifest, bool journal_finish) const {
+  const SweepKey& key = *m_signing->key;
+  manifest.erase("hmac");
+  manifest["hmac"] = sign_json(key, kManifestSchema, manifest);
+  write_file_atomic(dir / "manifest.json", manifest.dump(1) + "\n", /*durable=*/false);
+  if (journal_finish) {
+    journal_append(journal_path(), key,
+                   {{"event", "finish"},
+                    {"cell", manifest["cell_id"]},
+                    {"attempt", manifest["uuid"]},
+                    {"status", manifest["status"]},
+                    {"manifest_sha256", sha256_hex(canonical_json(manifest))}});
+  }
 }
 
 const StoredCell& SweepStore::cell(const std::string& id) const {
@@ -382,6 +530,10 @@ Attempt SweepStore::begin_attempt(const std::string& id) const {
   attempt.m_cell_id = id;
   attempt.m_uuid = random_uuid();
   attempt.m_dir = m_dir / "cells" / id / "attempts" / attempt.m_uuid;
+  require_key("run cells of");
+  // The journal hears of the attempt before its directory exists, so no directory the runner made is ever foreign.
+  const std::size_t seq =
+      journal_append(journal_path(), *m_signing->key, {{"event", "begin"}, {"cell", id}, {"attempt", attempt.m_uuid}});
   std::error_code ec;
   fs::create_directories(attempt.m_dir, ec);
   if (ec) {
@@ -401,8 +553,10 @@ Attempt SweepStore::begin_attempt(const std::string& id) const {
                         {"slurm", slurm_identity()},
                         {"build", build_identity()},
                         {"executable_sha256", self_executable_sha256()},
-                        {"files", nlohmann::json::object()}};
-  write_file_atomic(attempt.m_dir / "manifest.json", attempt.m_manifest.dump(1) + "\n", /*durable=*/false);
+                        {"files", nlohmann::json::object()},
+                        {"sweep_uuid", m_sweep_uuid},
+                        {"journal_seq", seq}};
+  sign_and_write_manifest(attempt.m_dir, attempt.m_manifest, /*journal_finish=*/false);
   return attempt;
 }
 
@@ -432,7 +586,7 @@ AttemptRecord SweepStore::finish_attempt(Attempt& attempt, AttemptStatus status,
   attempt.m_manifest["status"] = to_string(status);
   attempt.m_manifest["exit_reason"] = reason;
   attempt.m_manifest["end"] = utc_now();
-  write_file_atomic(attempt.m_dir / "manifest.json", attempt.m_manifest.dump(1) + "\n", /*durable=*/false);
+  sign_and_write_manifest(attempt.m_dir, attempt.m_manifest, /*journal_finish=*/true);
   return read_attempt(attempt.m_dir, attempt.m_cell_id);
 }
 
@@ -458,7 +612,11 @@ AttemptRecord SweepStore::fail_abandoned_attempt(const std::string& id, const st
     manifest["exit_reason"] = reason;
     manifest["end"] = utc_now();
     manifest["files"] = nlohmann::json::object();
-    write_file_atomic(file, manifest.dump(1) + "\n", /*durable=*/false);
+    if (can_verify()) {
+      sign_and_write_manifest(dir, manifest, /*journal_finish=*/true);
+    } else {
+      write_file_atomic(file, manifest.dump(1) + "\n", /*durable=*/false);
+    }
   }
   return read_attempt(dir, id);
 }
@@ -510,7 +668,36 @@ AttemptRecord SweepStore::read_attempt(const fs::path& attempt_dir, const std::s
     record.reasons.push_back("failed: " + record.exit_reason);
     return record;
   }
-  // Complete: every listed file present with its recorded hash, and nothing else in the directory.
+  // Complete: signed by this sweep's key and recorded in its journal (runners/journal.hpp), every listed file
+  // present with its recorded hash, and nothing else in the directory.
+  bool signed_ok = false;
+  if (!can_verify()) {
+    record.reasons.push_back("cannot be verified: " + key_problem());
+  } else {
+    signed_ok = signature_valid(*m_signing->key, kManifestSchema, m);
+    if (!signed_ok) {
+      record.reasons.push_back(m.contains("hmac") ? "manifest not signed by this sweep's key (edited, or made with "
+                                                    "another sweep's key)"
+                                                  : "manifest not signed by this sweep's key (it has no signature)");
+    }
+    const JournalView journal = journal_view(id, record.uuid);
+    if (journal.finished.empty()) {
+      std::string why = "attempt not in the journal";
+      if (m.contains("journal_seq") && m["journal_seq"].is_number_unsigned() &&
+          m["journal_seq"].get<std::size_t>() >= journal.entries) {
+        why += " (it began as entry #" + std::to_string(m["journal_seq"].get<std::size_t>()) + " but the journal has " +
+               std::to_string(journal.entries) + " entries: truncated)";
+      } else if (!journal.begun) {
+        why += " (made outside this sweep's runner, or copied from another cell or sweep)";
+      } else {
+        why += " (its runner was killed before recording the finish, or the entry was removed)";
+      }
+      record.reasons.push_back(why);
+    } else if (std::find(journal.finished.begin(), journal.finished.end(), sha256_hex(canonical_json(m))) ==
+               journal.finished.end()) {
+      record.reasons.push_back("manifest differs from the one the journal recorded for this attempt");
+    }
+  }
   bool hashes_match = true;
   std::set<std::string> listed;
   for (const auto& [name, digest] : m["files"].items()) {
@@ -523,7 +710,8 @@ AttemptRecord SweepStore::read_attempt(const fs::path& attempt_dir, const std::s
       record.reasons.push_back(name + " is missing");
       hashes_match = false;
     } else if (sha256_file(full) != digest.get<std::string>()) {
-      record.reasons.push_back(name + ": SHA-256 differs from the manifest (edited or corrupt)");
+      record.reasons.push_back(name + ": SHA-256 differs from the " + (signed_ok ? "signed " : "") +
+                               "manifest (edited or corrupt)");
       hashes_match = false;
     }
   }
@@ -606,11 +794,19 @@ CellStatus SweepStore::cell_status(const std::string& id) const {
         continue;
       }
       status.attempts.push_back(read_attempt(entry.path(), id));
+      const JournalView journal = journal_view(id, status.attempts.back().uuid);
+      if (can_verify() && !journal.begun && journal.finished.empty()) {
+        status.foreign.push_back(status.attempts.back().uuid);
+      }
     }
   }
+  std::sort(status.foreign.begin(), status.foreign.end());
   std::sort(status.attempts.begin(), status.attempts.end(), [](const AttemptRecord& a, const AttemptRecord& b) {
     return std::tie(a.start, a.uuid) < std::tie(b.start, b.uuid);
   });
+  for (const auto& name : status.foreign) {
+    status.reasons.push_back("foreign attempt directory " + name + " (not in the journal: made by hand or copied in)");
+  }
   for (std::size_t i = status.attempts.size(); i-- > 0;) {
     if (status.attempts[i].canonical) {
       status.canonical_attempt = i;

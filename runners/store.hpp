@@ -5,6 +5,7 @@
 #include <chrono>
 #include <filesystem>
 #include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <stdexcept>
@@ -64,6 +65,9 @@ struct CellStatus {
   std::vector<AttemptRecord> attempts;           // ordered by start time, then uuid
   std::optional<std::size_t> canonical_attempt;  // index into attempts of the newest canonical complete one
   std::vector<std::string> reasons;              // for noncanonical / failed / running: why
+  // Attempt directories the journal never heard of (copied in or made by hand), beside a canonical attempt: the
+  // cell is done, but `status --check` fails until they are gone (`run --resume` moves them to DIR/foreign/).
+  std::vector<std::string> foreign;
   bool needs_run() const { return state != CellState::done; }
 };
 
@@ -83,11 +87,16 @@ class Attempt {
   nlohmann::json m_manifest;
 };
 
+struct SigningState;  // the sweep's key and the journal's index (runners/journal.hpp), shared by copies
+
 class SweepStore {
  public:
-  // Creates DIR (refused when it exists, unless options.resume) with spec.toml, bin/wbaudit, sweep.json.
-  // With resume: refuses a spec whose text differs from the frozen one (hash shown), and an executable whose hash
-  // differs from the frozen one; restores a missing bin/wbaudit from an executable with the registered hash.
+  // Creates DIR (refused when it exists, unless options.resume) with spec.toml, bin/wbaudit, journal.jsonl and
+  // sweep.json, and the sweep's signing key outside it (runners/journal.hpp).
+  // With resume: refuses a spec whose text differs from the frozen one (hash shown), a sweep whose key is absent or
+  // whose record (journal, sweep.json) was edited; repairs a missing or modified spec.toml from the given spec text
+  // (its hash is the registered one) and a missing or modified bin/wbaudit from this executable when its hash is
+  // the registered one, and refuses otherwise. repairs() lists what was repaired.
   static SweepStore create(const std::filesystem::path& dir, const std::string& spec_text,
                            std::vector<StoredCell> cells, const CreateOptions& options = {});
   // Opens an existing sweep directory (reads sweep.json; checks nothing else).
@@ -104,6 +113,27 @@ class SweepStore {
   std::filesystem::path executable_path() const { return m_dir / "bin" / "wbaudit"; }
   // Problems with the frozen inputs (missing/changed spec.toml or bin/wbaudit); empty when intact.
   std::vector<std::string> check_frozen_inputs() const;
+
+  // Signed provenance (runners/journal.hpp). The sweep's uuid (empty for sweeps made before signing), whether its
+  // key was found (key_problem() says why not), the journal's path.
+  const std::string& sweep_uuid() const { return m_sweep_uuid; }
+  bool can_verify() const;
+  const std::string& key_problem() const;
+  // Throws StoreError ("cannot <what> the sweep DIR without its signing key: ...") unless can_verify().
+  void require_key(const std::string& what) const;
+  // Where the key was found (or is looked for).
+  std::filesystem::path key_path() const;
+  std::filesystem::path journal_path() const { return m_dir / "journal.jsonl"; }
+  // Edited, removed or forged journal entries, and a sweep.json that differs from its signed creation record; empty
+  // when intact or when the key is absent (then nothing can be checked: see key_problem()).
+  std::vector<std::string> check_record() const;
+  // A note when the journal ends in a torn line (a runner killed while appending; the next append drops it).
+  bool journal_torn_tail() const;
+  // Moves attempt directories the journal never heard of to DIR/foreign/<cell id>/<name>; returns one line per
+  // directory moved. Call with the sweep lock held.
+  std::vector<std::string> set_aside_foreign() const;
+  // What create(resume) repaired (one line each).
+  const std::vector<std::string>& repairs() const { return m_repairs; }
 
   // Starts an attempt: creates cells/<id>/attempts/<uuid>/ and an atomic manifest with status "running".
   Attempt begin_attempt(const std::string& cell_id) const;
@@ -130,6 +160,19 @@ class SweepStore {
   std::string m_spec_sha256;
   std::string m_binary_sha256;
   std::string m_created;
+  std::string m_sweep_uuid;
+  std::string m_sweep_json_sha256;  // of the bytes of sweep.json read by open()
+  std::vector<std::string> m_repairs;
+  std::shared_ptr<SigningState> m_signing;
+
+  void load_key();
+  struct JournalView {
+    bool begun = false;
+    std::size_t entries = 0;
+    std::vector<std::string> finished;  // manifest hashes of the attempt's finish entries
+  };
+  JournalView journal_view(const std::string& cell_id, const std::string& uuid) const;
+  void sign_and_write_manifest(const std::filesystem::path& dir, nlohmann::json& manifest, bool journal_finish) const;
 };
 
 // Writes bytes to path atomically: a temporary ".<name>.tmp.<pid>" in the same directory, then rename, so a reader

@@ -167,10 +167,15 @@ ExecSummary run_sweep(const SweepSpec& spec, const RunOptions& options, MPI_Comm
       }
       CreateOptions create;
       create.resume = options.resume;
-      SweepStore::create(options.out, spec.text, stored_cells(spec), create);
+      const SweepStore created = SweepStore::create(options.out, spec.text, stored_cells(spec), create);
       if (!lock) {
         lock.emplace(SweepLock::acquire(options.out));
       }
+      // With the lock held: attempt directories the journal never heard of are moved aside (DIR/foreign/), so
+      // they cannot sit beside canonical attempts; repairs of the frozen inputs are said.
+      std::vector<std::string> notes = created.repairs();
+      for (auto& moved : created.set_aside_foreign()) notes.push_back(std::move(moved));
+      for (const auto& note : notes) std::cerr << "wbaudit run: " << note << "\n";
     } catch (const std::exception& e) {
       create_error = e.what();
     }

@@ -27,20 +27,25 @@ void add_status_command(CLI::App& app) {
   cmd->add_flag("--cells", args->all_cells, "List every cell (default: only cells that are not done)");
   cmd->add_flag("--json", args->json, "Machine-readable output");
   cmd->add_flag("--check", args->check,
-                "Exit 2 unless every cell is done and canonical and the frozen spec and binary are intact");
+                "Exit 2 unless every cell is done and canonical (signed and journaled), no foreign attempt directory "
+                "sits beside them, and the frozen spec, binary, journal and sweep.json are intact");
   cmd->add_flag("--no-scheduler", args->no_scheduler, "Do not query squeue/sacct");
   cmd->footer(
       "States: done (a canonical complete attempt), noncanonical (an attempt claims completion or was made\n"
-      "outside the pipeline, but fails the checks: registered spec, registered binary, file hashes), running,\n"
+      "outside the pipeline, but fails the checks: signed by the sweep's key, recorded in its journal,\n"
+      "registered spec, registered binary, file hashes; without the key nothing can be verified), running,\n"
       "failed (including attempts whose process is gone), pending (no attempt).\n"
       "Example: wbaudit status runs/grid --cells");
   cmd->callback([args] {
     const auto store = runners::SweepStore::open(args->dir);
     const auto statuses = store.status();
     const auto frozen = store.check_frozen_inputs();
+    const auto record = store.check_record();  // edited journal or sweep.json (empty without the key)
+    std::size_t foreign = 0;
     std::map<runners::CellState, std::size_t> counts;
     for (const auto& s : statuses) {
       ++counts[s.state];
+      foreign += s.foreign.size();
     }
     nlohmann::json scheduler = args->no_scheduler ? nlohmann::json{{"available", false}, {"message", "not queried"}}
                                                   : runners::slurm::scheduler_view(store.dir());
@@ -58,6 +63,10 @@ void add_status_command(CLI::App& app) {
                             {"spec_sha256", store.spec_sha256()},
                             {"binary_sha256", store.binary_sha256()},
                             {"frozen_input_problems", frozen},
+                            {"verifiable", store.can_verify()},
+                            {"key_problem", store.key_problem()},
+                            {"record_problems", record},
+                            {"journal_torn_tail", store.journal_torn_tail()},
                             {"scheduler", scheduler},
                             {"deviations", deviations.size()},
                             {"registrations", registrations.size()}};
@@ -82,6 +91,7 @@ void add_status_command(CLI::App& app) {
                          {"role", s.cell->role},
                          {"state", runners::to_string(s.state)},
                          {"reasons", s.reasons},
+                         {"foreign_attempts", s.foreign},
                          {"attempts", attempts}});
       }
       out["cells"] = cells;
@@ -102,12 +112,28 @@ void add_status_command(CLI::App& app) {
       for (const auto& p : frozen) {
         std::cout << "PROBLEM  " << p << "\n";
       }
+      if (store.can_verify()) {
+        std::cout << "signed   journal " << store.journal_path().string() << ", key found; every attempt checked\n";
+      } else {
+        std::cout << "PROBLEM  attempts cannot be verified (none counts as canonical): " << store.key_problem() << "\n";
+      }
+      for (const auto& p : record) {
+        std::cout << "PROBLEM  " << p << "\n";
+      }
+      if (store.journal_torn_tail()) {
+        std::cout << "note     the journal ends in a torn line (a runner was killed while appending; the next run "
+                     "drops it)\n";
+      }
+      if (foreign > 0) {
+        std::cout << "PROBLEM  " << foreign << " foreign attempt director" << (foreign == 1 ? "y" : "ies")
+                  << " (not in the journal: made by hand or copied in; `run --resume` moves them to foreign/)\n";
+      }
       std::cout << "cells    " << statuses.size() << ": " << counts[runners::CellState::done] << " done, "
                 << counts[runners::CellState::noncanonical] << " non-canonical, " << counts[runners::CellState::running]
                 << " running, " << counts[runners::CellState::failed] << " failed, "
                 << counts[runners::CellState::pending] << " pending\n";
       for (const auto& s : statuses) {
-        if (s.state == runners::CellState::done && !args->all_cells) {
+        if (s.state == runners::CellState::done && !args->all_cells && s.reasons.empty()) {
           continue;
         }
         std::cout << "  " << std::left << std::setw(13) << runners::to_string(s.state) << s.cell->name << "  "
@@ -144,7 +170,8 @@ void add_status_command(CLI::App& app) {
         std::cout << "scheduler: " << scheduler["message"].get<std::string>() << "\n";
       }
     }
-    if (args->check && (counts[runners::CellState::done] != statuses.size() || !frozen.empty())) {
+    if (args->check && (counts[runners::CellState::done] != statuses.size() || !frozen.empty() || !record.empty() ||
+                        foreign > 0 || !store.can_verify())) {
       throw ExitStatus{2};
     }
   });

@@ -103,6 +103,13 @@ std::optional<long> parse_max_array_size(const std::string& text) {
   return std::stol(m[2].str());
 }
 
+// Lines giving the job the sweep's signing key, unless its environment already names one.
+static std::string key_export(const ScriptPaths& p) {
+  if (p.key_file.empty()) return "";
+  return "if [ -z \"${WBAUDIT_KEY_FILE:-}\" ]; then export WBAUDIT_KEY_FILE=" + shell_quote(p.key_file.string()) +
+         "; fi\n";
+}
+
 std::string render_array_script(const ScriptPaths& p, std::size_t task_count, const SlurmOptions& o) {
   check_options(o);
   if (task_count == 0) {
@@ -130,7 +137,7 @@ std::string render_array_script(const ScriptPaths& p, std::size_t task_count, co
     << "tasks=" << shell_quote(p.tasks_file.string()) << "\n"
     << "job=\"${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}\"\n"
     << "export OMP_PROC_BIND=false OMP_NUM_THREADS=\"${SLURM_CPUS_PER_TASK:-1}\"\n"
-    << kRequeueHandler
+    << key_export(p) << kRequeueHandler
     << "\"$sweep/bin/wbaudit\" run-cells \"$sweep\" --tasks \"$tasks\" --task-index \"$SLURM_ARRAY_TASK_ID\" "
        "--kokkos-threads=\"${SLURM_CPUS_PER_TASK:-1}\" &\n"
     << "child=$!\n"
@@ -160,8 +167,9 @@ std::string render_mpi_script(const ScriptPaths& p, const SlurmOptions& o) {
     << "tasks=" << shell_quote(p.tasks_file.string()) << "\n"
     << "job=\"$SLURM_JOB_ID\"\n"
     << "export OMP_PROC_BIND=false OMP_NUM_THREADS=\"${SLURM_CPUS_PER_TASK:-1}\"\n"
-    << kRequeueHandler
-    << "mpirun -n \"$SLURM_NTASKS\" --bind-to none \"$sweep/bin/wbaudit\" run-cells \"$sweep\" --tasks \"$tasks\" "
+    << key_export(p) << kRequeueHandler << "mpirun -n \"$SLURM_NTASKS\" --bind-to none "
+    << (p.key_file.empty() ? "" : "-x WBAUDIT_KEY_FILE ")
+    << "\"$sweep/bin/wbaudit\" run-cells \"$sweep\" --tasks \"$tasks\" "
        "--kokkos-threads=\"${SLURM_CPUS_PER_TASK:-1}\" &\n"
     << "child=$!\n"
     << "wait \"$child\"\n";
@@ -183,7 +191,7 @@ std::string render_report_script(const ScriptPaths& p, const SlurmOptions& o) {
   s << "set -u\n"
     << "sweep=" << shell_quote(p.sweep_dir.string()) << "\n"
     << "export OMP_PROC_BIND=false OMP_NUM_THREADS=\"${SLURM_CPUS_PER_TASK:-1}\"\n"
-    << "\"$sweep/bin/wbaudit\" status \"$sweep\"\n"
+    << key_export(p) << "\"$sweep/bin/wbaudit\" status \"$sweep\"\n"
     << "# What `wbaudit run` writes after its cells: summary.csv, trajectories.csv, report/ (and the loss report).\n"
     << "\"$sweep/bin/wbaudit\" report \"$sweep\" || echo \"wbaudit report failed (exit $?)\" >&2\n"
     << "exec \"$sweep/bin/wbaudit\" " << o.report_command << " \"$sweep\"\n";

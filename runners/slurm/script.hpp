@@ -41,6 +41,9 @@ struct ScriptPaths {
   std::filesystem::path sweep_dir;
   std::filesystem::path tasks_file;
   std::filesystem::path log_dir;
+  // The sweep's signing key (runners/journal.hpp) as seen from the submitting host: exported as WBAUDIT_KEY_FILE
+  // (unless the job's environment already sets it) and passed to every MPI rank. Empty: not exported.
+  std::filesystem::path key_file;
 };
 
 std::string render_array_script(const ScriptPaths& paths, std::size_t task_count, const SlurmOptions& options);

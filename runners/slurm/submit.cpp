@@ -111,7 +111,7 @@ Submission plan_submission(const fs::path& sweep_dir, const std::vector<std::str
   Submission s;
   s.cell_ids = cell_ids;
   const fs::path dir = sweep_dir / "slurm" / "submit-<n>";
-  ScriptPaths paths{sweep_dir, dir / "tasks.json", dir / "logs"};
+  ScriptPaths paths{sweep_dir, dir / "tasks.json", dir / "logs", {}};
   if (options.mpi_ranks > 0) {
     s.plan.cells_per_task = static_cast<int>(cell_ids.size());
     if (!cell_ids.empty()) {
@@ -129,6 +129,7 @@ Submission plan_submission(const fs::path& sweep_dir, const std::vector<std::str
 }
 
 Submission submit(const SweepStore& store, const SlurmOptions& options) {
+  store.require_key("submit");
   std::vector<std::string> todo;
   for (const auto& status : store.status()) {
     if (status.needs_run()) {
@@ -140,7 +141,8 @@ Submission submit(const SweepStore& store, const SlurmOptions& options) {
   s.cell_ids = todo;
   s.dir = next_submission_dir(store.dir());
   const fs::path sweep_dir = fs::absolute(store.dir());
-  ScriptPaths paths{sweep_dir, fs::absolute(s.dir) / "tasks.json", fs::absolute(s.dir) / "logs"};
+  ScriptPaths paths{sweep_dir, fs::absolute(s.dir) / "tasks.json", fs::absolute(s.dir) / "logs",
+                    fs::absolute(store.key_path())};
   fs::create_directories(paths.log_dir);
   if (options.mpi_ranks > 0) {
     s.plan.cells_per_task = static_cast<int>(todo.size());

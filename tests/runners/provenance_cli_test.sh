@@ -47,13 +47,15 @@ sed -i 's/"cell_id": "[0-9a-f]*"/"cell_id": "'"$(basename "$c5")"'"/' "$(ls "$c5
 "${W[@]}" status "$d" --no-scheduler > "$work/st1"
 if "${W[@]}" status "$d" --check --no-scheduler > /dev/null; then fail "status --check passed a tampered sweep"; fi
 grep -q "3 done, 5 non-canonical" "$work/st1" || { cat "$work/st1"; fail "tampered counts"; }
-for reason in "trace.h5: SHA-256 differs from the manifest" "no manifest.json" "corrupt manifest" "run by another binary" \
+for reason in "trace.h5: SHA-256 differs from the signed manifest" "no manifest.json" "corrupt manifest" "run by another binary" \
   "trace.h5 is the run of another configuration"; do
   grep -q "$reason" "$work/st1" || { cat "$work/st1"; fail "status lacks the reason '$reason'"; }
 done
 "${W[@]}" run "$spec" --out "$d" --resume --no-report -q || fail "resume after tampering"
 "${W[@]}" status "$d" --check --no-scheduler > /dev/null || fail "resume did not repair the tampered cells"
-[ "$(attempts "$d")" -eq 12 ] || fail "resume should add exactly 5 attempts to the 7 manifests left (now $(attempts "$d"))"
+# The hand-made and the copied attempt directories are foreign (not in the journal): resume moves them to foreign/.
+[ -d "$d/foreign/$(basename "$c2")/handmade" ] || fail "resume did not move the hand-made attempt aside"
+[ "$(attempts "$d")" -eq 11 ] || fail "resume should add exactly 5 attempts to the 6 manifests left (now $(attempts "$d"))"
 
 # Missing executable copy: reported, restored by --resume; a changed spec is refused.
 rm "$d/bin/wbaudit"

@@ -32,8 +32,8 @@ sl::SlurmOptions full_options() {
   return o;
 }
 
-const sl::ScriptPaths kPaths{"/scratch/runs/tiny", "/scratch/runs/tiny/slurm/submit-1/tasks.json",
-                             "/scratch/runs/tiny/slurm/submit-1/logs"};
+const sl::ScriptPaths kPaths{
+    "/scratch/runs/tiny", "/scratch/runs/tiny/slurm/submit-1/tasks.json", "/scratch/runs/tiny/slurm/submit-1/logs", {}};
 
 std::vector<std::string> ids(int n) {
   std::vector<std::string> out;
@@ -51,8 +51,10 @@ TEST(SlurmScript, MpiScriptMatchesGoldenAndQuotesPaths) {
   sl::SlurmOptions o;
   o.mpi_ranks = 8;
   o.signal_seconds = 300;
-  const sl::ScriptPaths paths{"/scratch/it's here", "/scratch/it's here/slurm/submit-2/tasks.json",
-                              "/scratch/it's here/slurm/submit-2/logs"};
+  const sl::ScriptPaths paths{"/scratch/it's here",
+                              "/scratch/it's here/slurm/submit-2/tasks.json",
+                              "/scratch/it's here/slurm/submit-2/logs",
+                              {}};
   EXPECT_EQ(sl::render_mpi_script(paths, o), golden("cells_mpi.sbatch"));
 }
 
@@ -104,4 +106,28 @@ TEST(SlurmScript, ParsesMaxArraySize) {
   EXPECT_EQ(sl::parse_max_array_size(config), 1001);
   EXPECT_EQ(sl::parse_max_array_size("MaxJobCount = 5\n"), std::nullopt);
   EXPECT_EQ(sl::shell_quote("a'b"), "'a'\\''b'");
+}
+
+// The sweep's signing key reaches the jobs (docs/contracts.md, "Signed provenance"): exported unless the job's
+// environment names one, quoted, and passed to every MPI rank. Expected lines written by hand.
+TEST(SlurmScript, ScriptsExportTheSigningKey) {
+  sl::ScriptPaths paths = kPaths;
+  paths.key_file = "/home/u/.config/wbaudit/keys/it's-a-key";
+  const std::string line =
+      "if [ -z \"${WBAUDIT_KEY_FILE:-}\" ]; then export "
+      "WBAUDIT_KEY_FILE='/home/u/.config/wbaudit/keys/it'\\''s-a-key'; "
+      "fi\n";
+  sl::SlurmOptions mpi;
+  mpi.mpi_ranks = 2;
+  const std::string array = sl::render_array_script(paths, 2, full_options());
+  const std::string ranks = sl::render_mpi_script(paths, mpi);
+  const std::string report = sl::render_report_script(paths, full_options());
+  EXPECT_NE(array.find(line), std::string::npos) << array;
+  EXPECT_NE(ranks.find(line), std::string::npos) << ranks;
+  EXPECT_NE(report.find(line), std::string::npos) << report;
+  EXPECT_NE(ranks.find("mpirun -n \"$SLURM_NTASKS\" --bind-to none -x WBAUDIT_KEY_FILE "), std::string::npos) << ranks;
+  // The export comes before the command that needs the key.
+  EXPECT_LT(array.find(line), array.find("run-cells"));
+  // Without a key path nothing is exported (the golden scripts above).
+  EXPECT_EQ(sl::render_array_script(kPaths, 2, full_options()).find("WBAUDIT_KEY_FILE"), std::string::npos);
 }

@@ -8,7 +8,7 @@
 #     with exactly one attempt each;
 #  4. a drained node (a node that never starts the job): status shows the scheduler's PENDING view while content
 #     says pending; after scancel, --resume completes the sweep;
-#  5. --mpi-ranks 2: the whole sweep as one MPI job.
+#  5. --mpi-ranks 2: the whole sweep as one MPI job, the sweep's signing key exported to both ranks.
 #   slurm_submit_test.sh WBAUDIT SOURCE_DIR
 set -uo pipefail
 wbaudit=$1
@@ -179,4 +179,9 @@ rep5=$(awk '/^report job/ {print $3}' "$work/submit5.txt")
 wait_jobs "$job5,$rep5"
 "$wbaudit" status "$sweep5" --check --no-scheduler > /dev/null || { cat "$sweep5"/slurm/submit-1/logs/*; fail "MPI job left cells undone"; }
 [ "$(grep -h '"pid"' "$sweep5"/cells/*/attempts/*/manifest.json | sort -u | wc -l)" -eq 2 ] || fail "MPI job did not use 2 ranks"
+# Both ranks signed and journaled their cells with the sweep's key (status --check above verifies it), which the
+# script hands to the ranks explicitly (docs/contracts.md, "Signed provenance").
+grep -q "export WBAUDIT_KEY_FILE=.*wbaudit/keys/" "$sweep5/slurm/submit-1/cells.sbatch" || fail "the MPI script does not export the key"
+grep -q "mpirun .* -x WBAUDIT_KEY_FILE " "$sweep5/slurm/submit-1/cells.sbatch" || fail "the key is not passed to the MPI ranks"
+[ "$(grep -c '"event":"finish"' "$sweep5/journal.jsonl")" -eq 8 ] || fail "the journal lacks the ranks' finish entries"
 echo "PASS: Slurm array, cancelled task resumed alone, afterany report job, drained node recovered, one MPI job"

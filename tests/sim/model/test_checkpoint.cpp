@@ -2,7 +2,13 @@
 // for every policy and optimizer state; a checkpoint of another run, a truncated file or a foreign file is refused
 // with a message naming it.
 #include <gtest/gtest.h>
+#include <hdf5.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
 #include <unistd.h>
+
+#include <csignal>
+#include <cstring>
 
 #include <Kokkos_Core.hpp>
 #include <cmath>
@@ -190,3 +196,46 @@ TEST(GroupFormats, Fp32GroupsTakeThePlainUpdateAndOthersTheirFormat) {
 }
 
 }  // namespace
+
+// A disk that fills while a checkpoint is written (here: a file-size limit, so write(2) fails with EFBIG exactly as
+// with ENOSPC) is a CheckpointError naming the file and the errno text, leaves no temporary behind, and HDF5's own
+// cleanup afterwards (H5close, what runs at exit) does not crash: the checkpoint is built in memory and written with
+// plain writes, so HDF5 never holds a file it cannot close.
+TEST(Checkpoint, AFullDiskIsANamedErrorAndNotACrash) {
+  const RunConfig cfg = config(RunMode::target, "nearest", OptimizerKind::adam);
+  Training<Kokkos::DefaultExecutionSpace> training(Kokkos::DefaultExecutionSpace(), cfg);
+  training.run(3);
+  const Checkpoint checkpoint = training.checkpoint();
+  const fs::path dir = scratch("full");
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    std::signal(SIGXFSZ, SIG_IGN);
+    const rlim_t limit = 2048;  // far below the checkpoint's size
+    const struct rlimit r { limit, limit };
+    ::setrlimit(RLIMIT_FSIZE, &r);
+    int code = 3;  // written: the limit did not bite
+    try {
+      write_checkpoint(dir / "c.h5", checkpoint);
+    } catch (const CheckpointError& e) {
+      const std::string what = e.what();
+      code = what.find("c.h5") != std::string::npos && what.find(std::strerror(EFBIG)) != std::string::npos ? 0 : 4;
+    } catch (...) {
+      code = 5;
+    }
+    for (const auto& entry : fs::directory_iterator(dir)) {
+      (void)entry;
+      code = code == 0 ? 6 : code;  // a temporary (or a partial checkpoint) left behind
+    }
+    H5close();
+    ::_exit(code);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status)) << "the writer died by signal " << (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "3: written despite the limit, 4: unclear message, 5: another exception, "
+                                       "6: a file left behind";
+  write_checkpoint(dir / "c.h5", checkpoint);  // without the limit it is written and reads back
+  EXPECT_EQ(read_checkpoint(dir / "c.h5").step, 3);
+  fs::remove_all(dir);
+}

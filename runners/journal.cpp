@@ -1,0 +1,325 @@
+#include "runners/journal.hpp"
+
+#include <fcntl.h>
+#include <openssl/crypto.h>
+#include <openssl/hmac.h>
+#include <openssl/rand.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <array>
+#include <cerrno>
+#include <csignal>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+
+#include "runners/identity.hpp"
+#include "runners/store.hpp"
+
+namespace wbaudit::runners {
+namespace fs = std::filesystem;
+namespace {
+
+constexpr std::size_t kSecretBytes = 32;
+const std::string kZeroHash(64, '0');
+
+std::string to_hex(const unsigned char* bytes, std::size_t n) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(2 * n);
+  for (std::size_t i = 0; i < n; ++i) {
+    out.push_back(kHex[bytes[i] >> 4]);
+    out.push_back(kHex[bytes[i] & 0xf]);
+  }
+  return out;
+}
+
+std::optional<std::string> from_hex(const std::string& text) {
+  if (text.size() % 2 != 0) return std::nullopt;
+  std::string out;
+  for (std::size_t i = 0; i < text.size(); i += 2) {
+    auto nibble = [](char c) -> int {
+      if (c >= '0' && c <= '9') return c - '0';
+      if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+      return -1;
+    };
+    const int hi = nibble(text[i]), lo = nibble(text[i + 1]);
+    if (hi < 0 || lo < 0) return std::nullopt;
+    out.push_back(static_cast<char>(hi * 16 + lo));
+  }
+  return out;
+}
+
+std::string hmac_hex(const std::string& secret, const std::string& data) {
+  std::array<unsigned char, EVP_MAX_MD_SIZE> digest{};
+  unsigned int length = 0;
+  if (HMAC(EVP_sha256(), secret.data(), static_cast<int>(secret.size()),
+           reinterpret_cast<const unsigned char*>(data.data()), data.size(), digest.data(), &length) == nullptr) {
+    throw IdentityError("HMAC-SHA256 failed (OpenSSL)");
+  }
+  return to_hex(digest.data(), length);
+}
+
+std::string env(const char* name) {
+  const char* value = std::getenv(name);
+  return value ? value : "";
+}
+
+std::string errno_text() {
+  return std::strerror(errno);
+}
+
+void write_all(int fd, const std::string& bytes, const fs::path& path) {
+  std::size_t written = 0;
+  while (written < bytes.size()) {
+    const ssize_t n = ::write(fd, bytes.data() + written, bytes.size() - written);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      throw StoreError("cannot append to " + path.string() + ": " + errno_text());
+    }
+    written += static_cast<std::size_t>(n);
+  }
+}
+
+// The last complete line of an open journal and the offset just after it (0 and "" for an empty file).
+std::pair<std::uintmax_t, std::string> last_complete_line(int fd, std::uintmax_t size, const fs::path& path) {
+  std::size_t window = 4096;
+  while (true) {
+    const std::uintmax_t from = size > window ? size - window : 0;
+    std::string buffer(static_cast<std::size_t>(size - from), '\0');
+    if (::pread(fd, buffer.data(), buffer.size(), static_cast<off_t>(from)) != static_cast<ssize_t>(buffer.size())) {
+      throw StoreError("cannot read " + path.string() + ": " + errno_text());
+    }
+    const auto end = buffer.rfind('\n');
+    if (end == std::string::npos) {
+      if (from == 0) return {0, ""};
+      window *= 4;
+      continue;
+    }
+    const auto begin = end == 0 ? std::string::npos : buffer.rfind('\n', end - 1);
+    if (begin == std::string::npos && from > 0) {
+      window *= 4;
+      continue;
+    }
+    const std::size_t first = begin == std::string::npos ? 0 : begin + 1;
+    return {from + end + 1, buffer.substr(first, end - first)};
+  }
+}
+
+}  // namespace
+
+fs::path sweep_key_path(const std::string& sweep_uuid) {
+  if (const auto file = env("WBAUDIT_KEY_FILE"); !file.empty()) return file;
+  if (const auto config = env("XDG_CONFIG_HOME"); !config.empty())
+    return fs::path(config) / "wbaudit" / "keys" / sweep_uuid;
+  if (const auto home = env("HOME"); !home.empty()) return fs::path(home) / ".config" / "wbaudit" / "keys" / sweep_uuid;
+  return {};
+}
+
+SweepKey create_sweep_key(const std::string& sweep_uuid) {
+  SweepKey key;
+  key.sweep_uuid = sweep_uuid;
+  key.path = sweep_key_path(sweep_uuid);
+  if (key.path.empty()) {
+    throw StoreError("cannot create the sweep's signing key: none of WBAUDIT_KEY_FILE, XDG_CONFIG_HOME, HOME is set");
+  }
+  std::array<unsigned char, kSecretBytes> secret{};
+  if (RAND_bytes(secret.data(), static_cast<int>(secret.size())) != 1) {
+    throw StoreError("cannot create the sweep's signing key: RAND_bytes failed");
+  }
+  key.secret.assign(reinterpret_cast<const char*>(secret.data()), secret.size());
+  if (!key.path.parent_path().empty()) {
+    std::error_code ec;
+    fs::create_directories(key.path.parent_path(), ec);
+    if (ec) {
+      throw StoreError("cannot create the key directory " + key.path.parent_path().string() + ": " + ec.message());
+    }
+    if (key.path.parent_path().filename() == "keys") {
+      fs::permissions(key.path.parent_path(), fs::perms::owner_all, ec);  // the keys directory is private
+    }
+  }
+  const int fd = ::open(key.path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    const std::string why = errno == EEXIST ? std::string(
+                                                  "it already exists (the key of another sweep; for a new "
+                                                  "sweep name a new file in WBAUDIT_KEY_FILE, or unset it)")
+                                            : errno_text();
+    throw StoreError("cannot create the sweep's signing key " + key.path.string() + ": " + why);
+  }
+  try {
+    write_all(fd, std::string(kKeySchema) + " " + sweep_uuid + " " + to_hex(secret.data(), secret.size()) + "\n",
+              key.path);
+    if (::fsync(fd) != 0) throw StoreError("cannot fsync " + key.path.string() + ": " + errno_text());
+  } catch (...) {
+    ::close(fd);
+    ::unlink(key.path.c_str());
+    throw;
+  }
+  ::close(fd);
+  OPENSSL_cleanse(secret.data(), secret.size());
+  return key;
+}
+
+std::optional<SweepKey> load_sweep_key(const std::string& sweep_uuid, std::string& why_not) {
+  const fs::path path = sweep_key_path(sweep_uuid);
+  if (path.empty()) {
+    why_not = "no key location (none of WBAUDIT_KEY_FILE, XDG_CONFIG_HOME, HOME is set)";
+    return std::nullopt;
+  }
+  std::ifstream in(path);
+  if (!in) {
+    why_not = "the sweep's key is not at " + path.string() +
+              " (copy it there from the machine that created the sweep, or point WBAUDIT_KEY_FILE at it)";
+    return std::nullopt;
+  }
+  std::string schema, uuid, hex;
+  in >> schema >> uuid >> hex;
+  const auto secret = from_hex(hex);
+  if (schema != kKeySchema || !secret || secret->size() != kSecretBytes) {
+    why_not = "the key file " + path.string() + " is not a wbaudit sweep key";
+    return std::nullopt;
+  }
+  if (uuid != sweep_uuid) {
+    why_not = "the key file " + path.string() + " belongs to sweep " + uuid + ", not to this sweep " + sweep_uuid;
+    return std::nullopt;
+  }
+  return SweepKey{sweep_uuid, *secret, path};
+}
+
+std::string sign_json(const SweepKey& key, const std::string& context, const nlohmann::json& value) {
+  nlohmann::json body = value;
+  body.erase("hmac");
+  return hmac_hex(key.secret, context + "\n" + canonical_json(body));
+}
+
+bool signature_valid(const SweepKey& key, const std::string& context, const nlohmann::json& value) {
+  if (!value.is_object() || !value.contains("hmac") || !value["hmac"].is_string()) return false;
+  const std::string given = value["hmac"].get<std::string>();
+  const std::string expected = sign_json(key, context, value);
+  return given.size() == expected.size() && CRYPTO_memcmp(given.data(), expected.data(), given.size()) == 0;
+}
+
+void journal_read_more(const fs::path& journal, const SweepKey& key, JournalIndex& index) {
+  std::ifstream in(journal, std::ios::binary);
+  if (!in) {
+    if (index.entries == 0 && index.problems.empty()) index.problems.push_back(journal.string() + " is missing");
+    return;
+  }
+  if (index.offset == 0) index.last_hash = kZeroHash;
+  in.seekg(static_cast<std::streamoff>(index.offset));
+  std::string line;
+  constexpr std::size_t kMaxProblems = 20;
+  auto problem = [&](const std::string& text) {
+    if (index.problems.size() < kMaxProblems) index.problems.push_back(text);
+  };
+  index.torn_tail = false;
+  while (std::getline(in, line)) {
+    if (in.eof()) {  // no newline: a torn append (or a hand-cut line), ignored until the next append removes it
+      index.torn_tail = true;
+      break;
+    }
+    const std::size_t seq = index.entries++;
+    index.offset += line.size() + 1;
+    const std::string where = "journal entry #" + std::to_string(seq) + " (line " + std::to_string(seq + 1) + ")";
+    const std::string hash = sha256_hex(line);
+    const std::string prev = index.last_hash;
+    index.last_hash = hash;
+    nlohmann::json entry;
+    try {
+      entry = nlohmann::json::parse(line);
+    } catch (const nlohmann::json::exception&) {
+      problem(where + " is not JSON (edited or corrupt)");
+      continue;
+    }
+    const auto text = [&entry](const char* name) {
+      const auto it = entry.find(name);
+      return it != entry.end() && it->is_string() ? it->get<std::string>() : std::string();
+    };
+    if (!signature_valid(key, kJournalSchema, entry)) {
+      problem(where + " is not signed by this sweep's key (edited or forged)");
+      continue;
+    }
+    if (!entry.contains("seq") || !entry["seq"].is_number_unsigned() || entry["seq"].get<std::size_t>() != seq) {
+      problem(where + " says it is entry #" + (entry.contains("seq") ? entry["seq"].dump() : std::string("(none)")) +
+              " (entries were removed, inserted or reordered)");
+    }
+    if (text("prev") != prev) {
+      problem(where + " does not follow the entry before it (an entry was removed or edited)");
+    }
+    const std::string event = text("event");
+    if (event == "sweep") {
+      if (seq != 0) problem(where + ": a second creation record");
+      index.sweep_json = text("sweep_sha256");
+    } else if (event == "begin" || event == "finish") {
+      const auto id = std::make_pair(text("cell"), text("attempt"));
+      if (event == "begin") {
+        index.begun.emplace(id, seq);
+      } else {
+        index.finished[id].push_back(text("manifest_sha256"));
+      }
+    } else {
+      problem(where + ": unknown event \"" + event + "\"");
+    }
+  }
+  if (index.entries > 0 && !index.sweep_json && index.problems.empty()) {
+    problem("journal entry #0 is not the sweep's creation record");
+  }
+}
+
+std::string journal_genesis_line(const SweepKey& key, const std::string& sweep_json_sha256) {
+  nlohmann::json entry = {{"seq", 0},
+                          {"prev", kZeroHash},
+                          {"event", "sweep"},
+                          {"sweep_uuid", key.sweep_uuid},
+                          {"sweep_sha256", sweep_json_sha256},
+                          {"time", utc_now()}};
+  entry["hmac"] = sign_json(key, kJournalSchema, entry);
+  return canonical_json(entry) + "\n";
+}
+
+std::size_t journal_append(const fs::path& journal, const SweepKey& key, nlohmann::json entry) {
+  const int fd = ::open(journal.c_str(), O_RDWR | O_APPEND | O_CLOEXEC);
+  if (fd < 0) {
+    throw StoreError("cannot open the journal " + journal.string() + ": " + errno_text());
+  }
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }  // also releases the flock
+  } closer{fd};
+  while (::flock(fd, LOCK_EX) != 0) {
+    if (errno != EINTR) throw StoreError("cannot lock the journal " + journal.string() + ": " + errno_text());
+  }
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) throw StoreError("cannot stat " + journal.string() + ": " + errno_text());
+  const auto size = static_cast<std::uintmax_t>(st.st_size);
+  const auto [end, last] = last_complete_line(fd, size, journal);
+  if (end != size && ::ftruncate(fd, static_cast<off_t>(end)) != 0) {  // drop a torn last line
+    throw StoreError("cannot remove the torn last line of " + journal.string() + ": " + errno_text());
+  }
+  std::size_t seq = 0;
+  if (!last.empty()) {
+    try {
+      seq = nlohmann::json::parse(last).at("seq").get<std::size_t>() + 1;
+    } catch (const nlohmann::json::exception& e) {
+      throw StoreError("the last entry of the journal " + journal.string() + " is corrupt (" + e.what() +
+                       "); the sweep's record was edited");
+    }
+  }
+  entry["seq"] = seq;
+  entry["prev"] = last.empty() ? kZeroHash : sha256_hex(last);
+  entry["time"] = utc_now();
+  entry.erase("hmac");
+  entry["hmac"] = sign_json(key, kJournalSchema, entry);
+  const std::string line = canonical_json(entry) + "\n";
+  // Fault injection for the tests (docs/contracts.md): die by SIGKILL half-way through writing entry #N.
+  if (const auto torn = env("WBAUDIT_FAULT_TORN_JOURNAL_ENTRY"); !torn.empty() && torn == std::to_string(seq)) {
+    write_all(fd, line.substr(0, line.size() / 2), journal);
+    std::raise(SIGKILL);
+  }
+  write_all(fd, line, journal);
+  return seq;
+}
+
+}  // namespace wbaudit::runners
