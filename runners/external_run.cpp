@@ -12,6 +12,7 @@
 #include "forecast/source.hpp"
 #include "runners/identity.hpp"
 #include "runners/store.hpp"
+#include "runners/sweep_cells.hpp"
 #include "sim/trace/trace.hpp"
 
 namespace wbaudit::runners {
@@ -181,7 +182,7 @@ ExternalComparison compare_external_runs(const fs::path& sweep_dir, const std::s
       const auto rg = std::find_if(ref_trace.groups.begin(), ref_trace.groups.end(),
                                    [&](const auto& x) { return x.name == g.name; });
       if (rg == ref_trace.groups.end() || !rg->projected.contains(t.format)) {
-        out.skipped.push_back(r.name + " :: " + g.name + " (the reference " + ref->name + " has no " +
+        out.skipped.push_back(evaluation_cell_label(r.name, g.name) + " (the reference " + ref->name + " has no " +
                               (rg == ref_trace.groups.end() ? "such group" : "projection for " + t.format) + ")");
         continue;
       }
@@ -203,8 +204,8 @@ ExternalComparison compare_external_runs(const fs::path& sweep_dir, const std::s
         }
       }
       c.rmse = c.steps ? std::sqrt(sum / c.steps) : std::nan("");
-      c.crossing = forecast::compare_cell_crossing(r.name + " :: " + g.name, predicted.steps, predicted.values,
-                                                   measured.steps, measured.values, options);
+      c.crossing = forecast::compare_cell_crossing(evaluation_cell_label(r.name, g.name), predicted.steps,
+                                                   predicted.values, measured.steps, measured.values, options);
       crossings.push_back(c.crossing);
       out.cells.push_back(std::move(c));
     }

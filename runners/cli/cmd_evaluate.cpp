@@ -51,7 +51,7 @@ void add_evaluate_command(CLI::App& app) {
         continue;
       }
       std::cout << ": rmse_macro " << p.metrics.rmse_macro << ", rmse_pooled " << p.metrics.rmse_pooled;
-      for (const auto& [b, s] : p.skill) std::cout << ", skill_vs_" << b << " " << s;
+      for (const auto& [b, s] : p.skill) std::cout << ", " << runners::baseline_key(b) << " " << s;
       std::cout << "\n";
     }
     std::cout << runners::gate_summary(result) << "report: " << (dir / "report.html").string() << "\n";

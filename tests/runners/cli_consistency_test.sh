@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# CLI consistency (issue 16): one spelling of each thing across commands and files. Cell labels are the same in
+# every CSV; the statistic names `evaluate` prints are the names a gate accepts.
+set -euo pipefail
+wbaudit=$1
+src=$2
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+"$wbaudit" run "$src/examples/tiny.toml" -o "$work/s" --kokkos-threads=1 -q || fail "run tiny"
+"$wbaudit" evaluate "$work/s" --analysis "$src/examples/two_layer_analysis.toml" --out "$work/e" > "$work/eval.out" \
+  || { cat "$work/eval.out"; fail "evaluate"; }
+
+# Cell labels: the first column of summary.csv and trajectories.csv and the `cell` column of the evaluation's
+# tables name the same cells the same way.
+labels() {  # file, column name -> sorted unique values of that column (labels contain no commas)
+  awk -F, -v col="$2" 'NR == 1 { for (i = 1; i <= NF; ++i) if ($i == col) c = i; next } { print $c }' "$1" | sort -u
+}
+labels "$work/s/summary.csv" cell > "$work/summary.labels"
+[ "$(wc -l < "$work/summary.labels")" -eq 8 ] || fail "summary.csv: expected 8 cell labels"
+for f in s/trajectories.csv e/cells.csv e/crossings.csv e/series.csv; do
+  labels "$work/$f" cell > "$work/other.labels"
+  diff "$work/summary.labels" "$work/other.labels" > "$work/diff" || { cat "$work/diff"; fail "cell labels of $f differ from summary.csv"; }
+done
+grep -q '^target/lr_scale=0.5/format=bf16/layer1.weight$' "$work/summary.labels" || { cat "$work/summary.labels"; fail "label form"; }
+
+# Statistic names: every `name value` pair on evaluate's predictor lines is a statistic a gate accepts.
+stats=$(grep -E '^  [a-z-]+: rmse_macro' "$work/eval.out" | sed 's/^  [a-z-]*: //' | tr ',' '\n' | awk '{print $1}' | sort -u)
+[ -n "$stats" ] || { cat "$work/eval.out"; fail "no statistics printed"; }
+echo "$stats" | grep -qx skill_vs_common_time || { echo "$stats"; fail "skill against common time not printed as skill_vs_common_time"; }
+{
+  printf '[analysis]\npredictors = ["source", "template", "common-time"]\nbaselines = ["template", "common-time"]\n'
+  printf '[bootstrap]\nresamples = 50\n'
+  for s in $stats; do
+    printf '[[gates]]\nname = "%s"\nstatistic = "%s"\npredictor = "source"\ncomparator = ">="\nthreshold = -1e9\n' "$s" "$s"
+  done
+} > "$work/gates.toml"
+"$wbaudit" evaluate "$work/s" --analysis "$work/gates.toml" --out "$work/e2" > "$work/eval2.out" 2>&1 \
+  || { cat "$work/eval2.out"; fail "a printed statistic name is refused by a gate"; }
+echo "PASS"
