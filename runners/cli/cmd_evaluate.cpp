@@ -22,7 +22,7 @@ void add_evaluate_command(CLI::App& app) {
   cmd->add_option("--analysis", args->analysis,
                   "Analysis spec (TOML; default: the sweep's registered analysis, else the built-in default)")
       ->check(CLI::ExistingFile);
-  cmd->add_option("--out", args->out,
+  cmd->add_option("--out,-o", args->out,
                   "Report directory (must not exist; default: DIR/evaluations/<UTC time>-<analysis hash>)");
   cmd->add_flag("--no-figures", args->no_figures, "Skip the gnuplot figures");
   cmd->add_flag("--check", args->check,

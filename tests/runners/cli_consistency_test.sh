@@ -38,4 +38,19 @@ echo "$stats" | grep -qx skill_vs_common_time || { echo "$stats"; fail "skill ag
 } > "$work/gates.toml"
 "$wbaudit" evaluate "$work/s" --analysis "$work/gates.toml" --out "$work/e2" > "$work/eval2.out" 2>&1 \
   || { cat "$work/eval2.out"; fail "a printed statistic name is refused by a gate"; }
+# -o wherever --out: every subcommand listed by `wbaudit --help` (hidden ones included) that takes --out offers -o.
+subcommands=$("$wbaudit" --help | awk '/^Subcommands:/ { on = 1; next } on && /^  [a-z]/ { print $1 }')
+[ -n "$subcommands" ] || fail "no subcommands listed"
+for c in $subcommands run-cells worker; do
+  "$wbaudit" "$c" --help > "$work/help" || fail "$c --help"
+  if grep -q -- '--out' "$work/help"; then
+    grep -q -- '-o,--out' "$work/help" || { cat "$work/help"; fail "$c takes --out but not -o"; }
+  fi
+done
+# -q wherever there is progress output: with -q, report and evaluate write nothing to stderr.
+"$wbaudit" report "$work/s" -q 2> "$work/report.err" > /dev/null || fail "report -q"
+[ ! -s "$work/report.err" ] || { cat "$work/report.err"; fail "report -q printed progress"; }
+"$wbaudit" evaluate "$work/s" -o "$work/e3" --no-figures > /dev/null 2> "$work/eval.err" || fail "evaluate -o"
+[ -s "$work/e3/report.md" ] && [ ! -s "$work/eval.err" ] || { cat "$work/eval.err"; fail "evaluate -o"; }
+
 echo "PASS"
