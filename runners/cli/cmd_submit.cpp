@@ -61,16 +61,11 @@ void add_submit_command(CLI::App& app) {
     if (args->slurm.job_name == "wbaudit") {
       args->slurm.job_name = "wbaudit-" + spec.name;
     }
+    runners::check_sweep_directory(out, spec, args->resume);
     if (args->dry_run) {
       std::vector<std::string> ids;
       if (std::filesystem::exists(out / "sweep.json")) {
-        if (!args->resume) {
-          throw std::runtime_error("sweep directory " + out.string() + " already exists; use --resume");
-        }
         const auto store = runners::SweepStore::open(out);
-        if (store.spec_sha256() != runners::sha256_hex(spec.text)) {
-          throw std::runtime_error("the spec changed since the sweep " + out.string() + " was created");
-        }
         for (const auto& s : store.status()) {
           if (s.needs_run()) {
             ids.push_back(s.cell->id);

@@ -53,4 +53,21 @@ done
 "$wbaudit" evaluate "$work/s" -o "$work/e3" --no-figures > /dev/null 2> "$work/eval.err" || fail "evaluate -o"
 [ -s "$work/e3/report.md" ] && [ ! -s "$work/eval.err" ] || { cat "$work/eval.err"; fail "evaluate -o"; }
 
+# A directory made by another spec says so, with or without --resume (it never suggests a --resume that would
+# refuse); the same spec without --resume suggests --resume; a non-empty non-sweep directory is refused untouched.
+sed 's/^seed = 7/seed = 8/' "$src/examples/tiny.toml" > "$work/other.toml"
+for resume in "" "--resume"; do
+  if "$wbaudit" run "$work/other.toml" -o "$work/s" $resume -q 2> "$work/err"; then fail "ran another spec into s ($resume)"; fi
+  grep -q "created by another spec" "$work/err" || { cat "$work/err"; fail "another spec ($resume): not said"; }
+  if grep -q "use --resume" "$work/err"; then cat "$work/err"; fail "another spec ($resume): suggests --resume"; fi
+  if "$wbaudit" submit "$work/other.toml" -o "$work/s" $resume --dry-run > /dev/null 2> "$work/err"; then fail "submit: another spec ($resume)"; fi
+  grep -q "created by another spec" "$work/err" || { cat "$work/err"; fail "submit, another spec ($resume): not said"; }
+done
+if "$wbaudit" run "$src/examples/tiny.toml" -o "$work/s" -q 2> "$work/err"; then fail "reran into s"; fi
+grep -q "use --resume" "$work/err" || { cat "$work/err"; fail "same spec without --resume: no hint"; }
+mkdir "$work/junk" && echo keep > "$work/junk/notes.txt"
+if "$wbaudit" run "$src/examples/tiny.toml" -o "$work/junk" --resume -q 2> "$work/err"; then fail "ran into a non-sweep directory"; fi
+grep -q "not a sweep directory" "$work/err" || { cat "$work/err"; fail "non-sweep directory: unclear"; }
+[ "$(ls "$work/junk")" = notes.txt ] || fail "a refused run wrote into junk/"
+
 echo "PASS"
