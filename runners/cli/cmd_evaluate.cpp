@@ -34,7 +34,7 @@ void add_evaluate_command(CLI::App& app) {
       "A registered analysis is honoured: gates are inconclusive when a required cell is missing or not\n"
       "canonical, and analyses under a recorded deviation are labelled retrospective. See docs/evaluate.md.\n"
       "Exit status: 0, or 1 on an error; with --check, 3 when a gate fails and 4 when a gate is inconclusive.\n"
-      "Example: wbaudit evaluate runs/grid --analysis examples/two_layer_analysis.toml");
+      "Example: wbaudit evaluate runs/tiny --analysis examples/two_layer_analysis.toml");
   cmd->callback([args] {
     runners::EvaluateOptions options;
     if (!args->analysis.empty()) options.analysis = args->analysis;

@@ -33,7 +33,7 @@ void add_status_command(CLI::App& app) {
       "States: done (a canonical complete attempt), noncanonical (an attempt claims completion or was made\n"
       "outside the pipeline, but fails the checks: registered spec, registered binary, file hashes), running,\n"
       "failed (including attempts whose process is gone), pending (no attempt).\n"
-      "Example: wbaudit status runs/grid --cells");
+      "Example: wbaudit status runs/tiny --cells");
   cmd->callback([args] {
     const auto store = runners::SweepStore::open(args->dir);
     const auto statuses = store.status();

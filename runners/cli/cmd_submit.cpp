@@ -49,10 +49,10 @@ void add_submit_command(CLI::App& app) {
   cmd->add_option("--job-name", o.job_name, "Job name");
   cmd->add_option("--report-command", o.report_command, "wbaudit subcommand the report job runs on the directory");
   cmd->footer(
-      "Examples:\n  wbaudit submit examples/two_layer_grid.toml --out runs/grid --partition short "
+      "Examples:\n  wbaudit submit examples/tiny.toml --out runs/tiny --partition short "
       "--time 00:30:00 --cells-per-task 4\n"
-      "  wbaudit submit examples/two_layer_grid.toml --out runs/grid --resume   # rerun what is missing\n"
-      "  wbaudit submit examples/two_layer_grid.toml --out runs/grid --mpi-ranks 8 --dry-run");
+      "  wbaudit submit examples/tiny.toml --out runs/tiny --resume   # rerun what is missing\n"
+      "  wbaudit submit examples/tiny.toml --out runs/tiny --mpi-ranks 8 --dry-run");
   cmd->callback([args] {
     const runners::SweepSpec spec = runners::load_sweep_spec(args->spec);
     const std::filesystem::path out =
