@@ -70,4 +70,37 @@ if "$wbaudit" run "$src/examples/tiny.toml" -o "$work/junk" --resume -q 2> "$wor
 grep -q "not a sweep directory" "$work/err" || { cat "$work/err"; fail "non-sweep directory: unclear"; }
 [ "$(ls "$work/junk")" = notes.txt ] || fail "a refused run wrote into junk/"
 
+# Exit codes: the README's table lists exactly the codes the subcommands use, and each is produced as documented.
+codes=$(awk '/^Exit codes, the same for every subcommand:/ { on = 1; next } on && /^\| [0-9]+ \|/ { print $2 } on && /^$/ && seen++ { exit }' "$src/README.md" | tr '\n' ' ')
+[ "$codes" = "0 1 2 3 4 64 " ] || fail "README exit-code table lists '$codes'"
+expect() {  # code, command...
+  local want=$1 rc
+  shift
+  set +e
+  "$@" > "$work/rc.out" 2>&1
+  rc=$?
+  set -e
+  [ "$rc" -eq "$want" ] || { cat "$work/rc.out"; fail "exit $rc, documented $want: $*"; }
+}
+expect 0 "$wbaudit" run --help
+for usage in "nosuch" "run" "run $src/examples/tiny.toml --bogus" "run $src/examples/tiny.toml --jobs 0" \
+             "run $work/absent.toml" "--threads x formats" "--kokkos-thread=1 formats" "evaluate"; do
+  expect 64 "$wbaudit" $usage
+done
+printf 'steps = 10\n[grid]\n"target.format" = ["e4m4"]\n' > "$work/bad.toml"
+expect 1 "$wbaudit" run "$work/bad.toml" -o "$work/bad"
+expect 0 "$wbaudit" status "$work/s" --check --no-scheduler
+gate() {  # comparator threshold -> an analysis with one accuracy gate
+  printf '[analysis]\npredictors = ["source", "template"]\nbaselines = ["template"]\n[bootstrap]\nresamples = 50\n'
+  printf '[[gates]]\nname = "g"\nstatistic = "rmse_macro"\npredictor = "source"\ncomparator = "%s"\nthreshold = %s\n' "$1" "$2"
+}
+gate "<=" 1 > "$work/pass.toml"
+gate "<=" 0 > "$work/fail.toml"
+gate "<=" "$(awk -F, '$1 == "accuracy" { print $7 }' "$work/e/gates.csv")" > "$work/inconclusive.toml"
+expect 0 "$wbaudit" evaluate "$work/s" --analysis "$work/pass.toml" -o "$work/g0" --no-figures --check
+expect 3 "$wbaudit" evaluate "$work/s" --analysis "$work/fail.toml" -o "$work/g3" --no-figures --check
+expect 4 "$wbaudit" evaluate "$work/s" --analysis "$work/inconclusive.toml" -o "$work/g4" --no-figures --check
+rm "$work/s/cells/"*/attempts/*/trace.h5 2> /dev/null || true
+expect 2 "$wbaudit" status "$work/s" --check --no-scheduler
+
 echo "PASS"
