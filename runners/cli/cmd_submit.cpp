@@ -31,7 +31,9 @@ void add_submit_command(CLI::App& app) {
                 "attempt");
   cmd->add_flag("--dry-run", args->dry_run, "Print the scripts; write and submit nothing");
   cmd->add_option("--partition,-p", o.partition, "Slurm partition");
-  cmd->add_option("--time,-t", o.time, "Time limit per array task (e.g. 01:00:00)");
+  cmd->add_option("--time,-t", o.time,
+                  "Time limit per array task in sbatch's formats (minutes, h:m:s, d-h, d-h:m:s; e.g. 01:00:00), above "
+                  "--signal-seconds");
   cmd->add_option("--account,-A", o.account, "Slurm account");
   cmd->add_option("--qos", o.qos, "Slurm quality of service");
   cmd->add_option("--cpus-per-task,-c", o.cpus_per_task, "CPUs (Kokkos threads) per task")->check(CLI::PositiveNumber);

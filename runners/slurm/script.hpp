@@ -50,4 +50,9 @@ std::string render_report_script(const ScriptPaths& paths, const SlurmOptions& o
 // POSIX shell single-quoting.
 std::string shell_quote(const std::string& word);
 
+// A Slurm time limit in seconds, in sbatch's formats: "minutes", "minutes:seconds", "hours:minutes:seconds",
+// "days-hours", "days-hours:minutes", "days-hours:minutes:seconds" (seconds and minutes < 60 and hours < 24 wherever
+// a larger unit precedes them), or "UNLIMITED" / "INFINITE" (LONG_MAX). nullopt when malformed or zero.
+std::optional<long> slurm_time_seconds(const std::string& text);
+
 }  // namespace wbaudit::runners::slurm
