@@ -49,6 +49,9 @@ void add_submit_command(CLI::App& app) {
                   "Seconds before the time limit at which a task stops and requeues itself (USR1)")
       ->check(CLI::PositiveNumber);
   cmd->add_option("--job-name", o.job_name, "Job name");
+  cmd->add_option("--sbatch", o.sbatch_options,
+                  "Another sbatch option for the cells job, as --name=value (repeatable), e.g. --sbatch=--gres=gpu:1 "
+                  "--sbatch=--constraint=avx2 --sbatch=--exclusive --sbatch=--mail-type=END");
   cmd->add_option("--report-command", o.report_command, "wbaudit subcommand the report job runs on the directory");
   cmd->footer(
       "Examples:\n  wbaudit submit examples/tiny.toml --out runs/tiny --partition short "

@@ -82,6 +82,40 @@ void check_options(const SlurmOptions& o) {
       throw std::invalid_argument("sbatch option value \"" + *value + "\" contains whitespace or shell characters");
     }
   }
+  static const std::vector<std::pair<std::string, std::string>> kManaged = {
+      {"--array", "--cells-per-task, --array-throttle"},
+      {"--output", ""},
+      {"--error", ""},
+      {"--open-mode", ""},
+      {"--signal", "--signal-seconds"},
+      {"--requeue", ""},
+      {"--no-requeue", ""},
+      {"--ntasks", "--mpi-ranks"},
+      {"--job-name", "--job-name"},
+      {"--dependency", ""},
+      {"--parsable", ""},
+      {"--wrap", ""},
+      {"--partition", "--partition"},
+      {"--time", "--time"},
+      {"--account", "--account"},
+      {"--qos", "--qos"},
+      {"--mem", "--mem"},
+      {"--cpus-per-task", "--cpus-per-task"}};
+  for (const auto& extra : o.sbatch_options) {
+    const std::string name = extra.substr(0, extra.find('='));
+    if (extra.size() < 3 || extra.rfind("--", 0) != 0 ||
+        extra.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_=:,./%@+") !=
+            std::string::npos) {
+      throw std::invalid_argument("--sbatch \"" + extra +
+                                  "\": an sbatch option is --name or --name=value (letters, digits, -_=:,./%@+)");
+    }
+    for (const auto& [managed, instead] : kManaged) {
+      if (name == managed) {
+        throw std::invalid_argument("--sbatch " + extra + ": wbaudit sets " + managed + " itself" +
+                                    (instead.empty() ? std::string() : "; use wbaudit submit " + instead));
+      }
+    }
+  }
   if (o.report_command.empty() ||
       o.report_command.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789 _=./-") !=
           std::string::npos) {
@@ -167,6 +201,7 @@ std::string render_array_script(const ScriptPaths& p, std::size_t task_count, co
     << "#SBATCH --ntasks=1\n"
     << "#SBATCH --cpus-per-task=" << o.cpus_per_task << "\n";
   common_directives(s, o);
+  for (const auto& extra : o.sbatch_options) s << "#SBATCH " << extra << "\n";
   s << "set -u\n"
     << "sweep=" << shell_quote(p.sweep_dir.string()) << "\n"
     << "tasks=" << shell_quote(p.tasks_file.string()) << "\n"
@@ -197,6 +232,7 @@ std::string render_mpi_script(const ScriptPaths& p, const SlurmOptions& o) {
     << "#SBATCH --ntasks=" << o.mpi_ranks << "\n"
     << "#SBATCH --cpus-per-task=" << o.cpus_per_task << "\n";
   common_directives(s, o);
+  for (const auto& extra : o.sbatch_options) s << "#SBATCH " << extra << "\n";
   s << "set -u\n"
     << "sweep=" << shell_quote(p.sweep_dir.string()) << "\n"
     << "tasks=" << shell_quote(p.tasks_file.string()) << "\n"

@@ -108,6 +108,34 @@ TEST(SlurmScript, TimeLimitsInSlurmFormats) {
   EXPECT_NO_THROW((void)sl::render_array_script(kPaths, 4, o));
 }
 
+// Other sbatch options pass through to the cells scripts (one line each), never to the report job; options wbaudit
+// sets itself, or malformed ones, are refused.
+TEST(SlurmScript, SbatchOptionsPassThroughToTheCellsJob) {
+  auto o = full_options();
+  o.sbatch_options = {"--gres=gpu:1", "--constraint=avx2", "--exclusive",
+                      "--nodes=1",    "--mail-type=END",   "--mail-user=me@example.org"};
+  for (const std::string& script : {sl::render_array_script(kPaths, 4, o), sl::render_mpi_script(kPaths, [&] {
+                                      auto m = o;
+                                      m.mpi_ranks = 2;
+                                      return m;
+                                    }())}) {
+    std::size_t last = 0;
+    for (const auto& extra : o.sbatch_options) {
+      const std::size_t at = script.find("\n#SBATCH " + extra + "\n");
+      ASSERT_NE(at, std::string::npos) << extra << "\n" << script;
+      EXPECT_GT(at, last) << "in the given order: " << extra;
+      last = at;
+      EXPECT_LT(at, script.find("set -u")) << "directives precede the first command";
+    }
+  }
+  EXPECT_EQ(sl::render_report_script(kPaths, o).find("--gres"), std::string::npos);
+  for (const std::string bad : {"--array=0-3", "--time=1:00", "--output=x", "--requeue", "gres=gpu:1", "--gres gpu:1",
+                                "--mail-user=$(id)", "--", "-N1"}) {
+    o.sbatch_options = {bad};
+    EXPECT_THROW((void)sl::render_array_script(kPaths, 4, o), std::invalid_argument) << bad;
+  }
+}
+
 TEST(SlurmScript, ChunkingRespectsMaxArraySize) {
   // 10 cells, 3 per task: tasks of 3,3,3,1.
   auto plan = sl::plan_tasks(ids(10), 3, std::nullopt);
