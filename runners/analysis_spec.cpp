@@ -9,6 +9,7 @@
 #include <sstream>
 #include <tuple>
 
+#include "runners/toml_error.hpp"
 #include "stats/error.hpp"
 
 namespace wbaudit::runners {
@@ -138,7 +139,7 @@ AnalysisSpec parse_analysis_spec(const std::string& text, const std::filesystem:
     root = toml::parse(text, source_name.string());
   } catch (const toml::parse_error& e) {
     std::ostringstream out;
-    out << source_name.string() << ":" << e.source().begin.line << ": " << e.description();
+    out << source_name.string() << ":" << e.source().begin.line << ": " << toml_error_description(e, text);
     throw AnalysisError(out.str());
   }
   AnalysisSpec spec = default_analysis_spec();

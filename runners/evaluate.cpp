@@ -81,11 +81,6 @@ std::string join(const std::vector<std::string>& items, const std::string& sep =
   return out;
 }
 
-std::string baseline_key(std::string name) {
-  std::replace(name.begin(), name.end(), '-', '_');
-  return "skill_vs_" + name;
-}
-
 const nlohmann::json* json_path(const nlohmann::json& j, const std::string& dotted) {
   const nlohmann::json* node = &j;
   std::size_t pos = 0;
@@ -257,6 +252,11 @@ std::vector<BreakdownRow> breakdown_rows(const EvaluationResult& r, const foreca
 }
 
 }  // namespace
+
+std::string baseline_key(std::string name) {
+  std::replace(name.begin(), name.end(), '-', '_');
+  return "skill_vs_" + name;
+}
 
 const PredictorEvaluation& EvaluationResult::predictor(const std::string& name) const {
   for (auto& p : predictors)
@@ -705,7 +705,7 @@ EvaluationResult evaluate_sweep(const fs::path& sweep_dir, const EvaluateOptions
     for (auto& [k, v] : c.params.items()) factors[k] = value_text(v);
     result.factors.push_back(std::move(factors));
     if (!c.projection_note.empty())
-      result.projection_notes.push_back(c.target->name + "/" + c.group + ": " + c.projection_note);
+      result.projection_notes.push_back(evaluation_cell_label(c.target->name, c.group) + ": " + c.projection_note);
   }
 
   forecast::TableOptions topt;

@@ -146,6 +146,10 @@ inline constexpr int kCheckFail = 3;
 inline constexpr int kCheckInconclusive = 4;
 int gate_check_status(const EvaluationResult& result);
 
+// The statistic name of the skill against a baseline, as gates, CSVs and stdout spell it:
+// "common-time" -> "skill_vs_common_time".
+std::string baseline_key(std::string baseline);
+
 // One line per gate, e.g. "accuracy: rmse_macro(source) <= 0.05: pass, 0.012 [0.010, 0.015] (95% bca, ...)".
 std::string gate_summary(const EvaluationResult& result);
 

@@ -13,6 +13,7 @@
 #include "forecast/source.hpp"
 #include "runners/identity.hpp"
 #include "runners/store.hpp"
+#include "runners/sweep_cells.hpp"
 #include "sim/precision/expected_erasure.hpp"
 #include "sim/trace/trace.hpp"
 
@@ -183,7 +184,7 @@ ExternalComparison compare_external_runs(const fs::path& sweep_dir, const std::s
       const auto rg = std::find_if(ref_trace.groups.begin(), ref_trace.groups.end(),
                                    [&](const auto& x) { return x.name == g.name; });
       if (rg == ref_trace.groups.end() || !rg->projected.contains(t.format)) {
-        out.skipped.push_back(r.name + " :: " + g.name + " (the reference " + ref->name + " has no " +
+        out.skipped.push_back(evaluation_cell_label(r.name, g.name) + " (the reference " + ref->name + " has no " +
                               (rg == ref_trace.groups.end() ? "such group" : "projection for " + t.format) + ")");
         continue;
       }
@@ -205,8 +206,8 @@ ExternalComparison compare_external_runs(const fs::path& sweep_dir, const std::s
         }
       }
       c.rmse = c.steps ? std::sqrt(sum / c.steps) : std::nan("");
-      c.crossing = forecast::compare_cell_crossing(r.name + " :: " + g.name, predicted.steps, predicted.values,
-                                                   measured.steps, measured.values, options);
+      c.crossing = forecast::compare_cell_crossing(evaluation_cell_label(r.name, g.name), predicted.steps,
+                                                   predicted.values, measured.steps, measured.values, options);
       crossings.push_back(c.crossing);
       out.cells.push_back(std::move(c));
     }
@@ -318,7 +319,7 @@ ExternalEvaluationCells read_external_evaluation_cells(const fs::path& dir, cons
         throw StoreError("external reference " + ref.name + " has no projection for format " + trace->format +
                          " (record it with that format among the reference's formats)");
       SweepEvaluationCell cell;
-      cell.label = target->name + "/" + group;
+      cell.label = evaluation_cell_label(target->name, group);
       cell.target = target;
       cell.reference = ref_cell;
       cell.group = group;

@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "forecast/crossing.hpp"
+#include "runners/toml_error.hpp"
 #include "sim/precision/format.hpp"
 #include "sim/run.hpp"
 
@@ -241,7 +242,7 @@ SweepSpec parse_sweep_spec(const std::string& text, const std::filesystem::path&
   try {
     root = toml::parse(text, source_name.string());
   } catch (const toml::parse_error& e) {
-    ctx.fail(static_cast<std::int64_t>(e.source().begin.line), std::string(e.description()));
+    ctx.fail(static_cast<std::int64_t>(e.source().begin.line), toml_error_description(e, text));
   }
   json doc = to_json(root, "", ctx);
 

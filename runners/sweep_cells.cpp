@@ -87,7 +87,7 @@ SweepEvaluationCells read_sweep_evaluation_cells(const SweepStore& store, const 
         throw StoreError("reference " + reference->name + " has no projection for format " + target->format);
       }
       SweepEvaluationCell cell;
-      cell.label = stored.name + " :: " + group;
+      cell.label = evaluation_cell_label(stored.name, group);
       cell.target = &stored;
       cell.reference = reference;
       cell.group = group;

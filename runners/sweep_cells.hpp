@@ -28,8 +28,14 @@ class TraceCache {
   std::map<std::string, std::shared_ptr<const sim::Trace>> m_traces;
 };
 
+// An evaluation cell's label in every table and message (summary.csv, trajectories.csv, the evaluation CSVs):
+// "<target name>/<group>", e.g. "target/lr_scale=0.5/format=bf16/layer1.weight".
+inline std::string evaluation_cell_label(const std::string& target, const std::string& group) {
+  return target + "/" + group;
+}
+
 struct SweepEvaluationCell {
-  std::string label;  // "<target name> :: <group>"
+  std::string label;  // evaluation_cell_label(target name, group)
   const StoredCell* target = nullptr;
   const StoredCell* reference = nullptr;  // the target's declared fp32 reference
   std::string group, format, policy;

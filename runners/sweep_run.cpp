@@ -101,6 +101,38 @@ std::vector<StoredCell> stored_cells(const SweepSpec& spec) {
   return cells;
 }
 
+void check_sweep_directory(const std::filesystem::path& dir, const SweepSpec& spec, bool resume) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!fs::exists(dir, ec)) return;
+  if (!fs::exists(dir / "sweep.json")) {
+    // A creation interrupted before sweep.json leaves only what the store writes first (cells/, spec.toml, bin/,
+    // temporaries); the store resumes it. Anything else is someone else's directory.
+    if (!fs::is_directory(dir, ec))
+      throw StoreError(dir.string() + " exists and is not a directory; choose a new --out");
+    for (const auto& entry : fs::directory_iterator(dir)) {
+      const std::string name = entry.path().filename().string();
+      if (name != "cells" && name != "bin" && name != "spec.toml" && name.front() != '.') {
+        throw StoreError(dir.string() + " exists and is not a sweep directory (no sweep.json, and it holds " + name +
+                         "); choose a new --out");
+      }
+    }
+    return;
+  }
+  const SweepStore store = SweepStore::open(dir);
+  const std::string hash = sha256_hex(spec.text);
+  if (store.spec_sha256() != hash) {
+    throw StoreError("sweep directory " + dir.string() +
+                     " was created by another spec (the spec changed since: its frozen " + store.spec_path().string() +
+                     " has hash " + store.spec_sha256() + ", " + spec.path.string() + " has hash " + hash +
+                     "); choose a new --out for this spec (--resume continues a sweep only "
+                     "with the spec that created it)");
+  }
+  if (!resume) {
+    throw StoreError("sweep directory " + dir.string() + " already exists for this spec; use --resume to continue it");
+  }
+}
+
 CellFn simulator_cell_fn() {
   return [](const CellTask& task, const std::filesystem::path& attempt_dir) -> std::vector<std::string> {
     sim::RunConfig config = sim::run_config_from_json(task.config);
@@ -162,6 +194,7 @@ ExecSummary run_sweep(const SweepSpec& spec, const RunOptions& options, MPI_Comm
   std::optional<SweepLock> lock;
   if (rank == 0) {
     try {
+      check_sweep_directory(options.out, spec, options.resume);
       if (options.resume && std::filesystem::is_directory(options.out)) {
         lock.emplace(SweepLock::acquire(options.out));
       }

@@ -34,6 +34,12 @@ struct RunOptions {
 // The cells of a spec as stored in a sweep directory (ids are filled in by SweepStore::create).
 std::vector<StoredCell> stored_cells(const SweepSpec& spec);
 
+// Refuses an output directory this spec cannot write before anything is written, saying why and what to do: one made
+// by another spec (--resume continues a sweep only with the spec that created it), one of this spec without
+// resume, a non-empty directory that is no sweep. Throws StoreError; returns for a new or an empty directory, and
+// for this spec's own sweep with resume.
+void check_sweep_directory(const std::filesystem::path& dir, const SweepSpec& spec, bool resume);
+
 // The CellFn that runs one cell with the simulator and writes DIR/trace.h5 (atomically).
 CellFn simulator_cell_fn();
 

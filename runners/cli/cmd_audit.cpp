@@ -245,7 +245,7 @@ void add_audit_command(CLI::App& app) {
   cmd->add_option("--group", args->groups,
                   "Declared group NAME=TENSOR[,TENSOR...] (repeatable), counted besides "
                   "every tensor");
-  cmd->add_option("--out", args->out,
+  cmd->add_option("--out,-o", args->out,
                   "New directory for counts.csv (group x step), inconsistent.csv, trace.h5 (target trace) and "
                   "audit.json");
   cmd->add_option("--chunk", args->chunk, "Coordinates read at a time per tensor row (default 2097152)");

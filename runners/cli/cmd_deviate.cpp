@@ -25,8 +25,8 @@ void add_deviate_command(CLI::App& app) {
   cmd->add_option("--cells", args->cells, "Affected cells (names or ids; comma-separated or repeated)")->delimiter(',');
   cmd->add_option("--who", args->who, "Who deviates (default: $USER)");
   cmd->footer(
-      "Example: wbaudit deviate runs/grid --reason \"node failure; reran on another partition\" "
-      "--cells target/e4m3/seed=3");
+      "Example: wbaudit deviate runs/tiny --reason \"node failure; reran on another partition\" "
+      "--cells target/lr_scale=0.5/format=e4m3");
   cmd->callback([args] {
     const auto store = runners::SweepStore::open(args->dir);
     const auto d = runners::record_deviation(store, args->what.empty() ? args->reason : args->what, args->reason,

@@ -30,7 +30,7 @@ void add_evaluate_command(CLI::App& app) {
   cmd->add_option("--analysis", args->analysis,
                   "Analysis spec (TOML; default: the sweep's registered analysis, else the built-in default)")
       ->check(CLI::ExistingFile);
-  cmd->add_option("--out", args->out,
+  cmd->add_option("--out,-o", args->out,
                   "Report directory (must not exist; default: DIR/evaluations/<UTC time>-<analysis hash>)");
   cmd->add_flag("--no-figures", args->no_figures, "Skip the gnuplot figures");
   cmd->add_flag("--check", args->check,
@@ -42,7 +42,7 @@ void add_evaluate_command(CLI::App& app) {
       "A registered analysis is honoured: gates are inconclusive when a required cell is missing or not\n"
       "canonical, and analyses under a recorded deviation are labelled retrospective. See docs/evaluate.md.\n"
       "Exit status: 0, or 1 on an error; with --check, 3 when a gate fails and 4 when a gate is inconclusive.\n"
-      "Example: wbaudit evaluate runs/grid --analysis examples/two_layer_analysis.toml");
+      "Example: wbaudit evaluate runs/tiny --analysis examples/two_layer_analysis.toml");
   cmd->callback([args] {
     runners::EvaluateOptions options;
     options.external_reference = args->external_reference;
@@ -60,7 +60,7 @@ void add_evaluate_command(CLI::App& app) {
         continue;
       }
       std::cout << ": rmse_macro " << p.metrics.rmse_macro << ", rmse_pooled " << p.metrics.rmse_pooled;
-      for (const auto& [b, s] : p.skill) std::cout << ", skill_vs_" << b << " " << s;
+      for (const auto& [b, s] : p.skill) std::cout << ", " << runners::baseline_key(b) << " " << s;
       std::cout << "\n";
     }
     std::cout << "  bootstrap units: n = " << result.resampling_units << "\n";

@@ -24,10 +24,10 @@ void add_register_command(CLI::App& app) {
                 "Register although outcomes it names already exist; the analysis is labelled retrospective");
   cmd->add_option("--who", args->who, "Who registers (default: $USER)");
   cmd->footer(
-      "The outcome cells are the analysis' required_cells (names or patterns like \"target/e4m3/*\"), or\n"
+      "The outcome cells are the analysis' required_cells (names or patterns like \"target/*format=e4m3\"), or\n"
       "every target cell when it declares none. Registration is refused when any of them already has a\n"
       "completed attempt, unless --retrospective.\n"
-      "Example: wbaudit register examples/analysis.toml --sweep runs/grid");
+      "Example: wbaudit register examples/two_layer_analysis.toml --sweep runs/tiny");
   cmd->callback([args] {
     const auto store = runners::SweepStore::open(args->sweep);
     const auto r = runners::register_analysis(store, args->analysis, args->retrospective, args->who);

@@ -20,7 +20,7 @@ void add_report_command(CLI::App& app) {
   cmd->add_flag("-q,--quiet", *quiet, "Print nothing but errors");
   cmd->footer(
       "Cells without a canonical complete trace are left out and listed in the report.\n"
-      "Example: wbaudit report runs/decoder_matched");
+      "Example: wbaudit report runs/tiny");
   cmd->callback([dir, quiet] {
     const auto store = runners::SweepStore::open(*dir);
     const runners::SweepSpec spec = runners::load_sweep_spec(store.spec_path());

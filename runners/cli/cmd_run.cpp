@@ -59,10 +59,11 @@ void add_run_command(CLI::App& app) {
   cmd->add_flag("--no-report", args->no_report, "Skip summary.csv and the report");
   cmd->add_flag("--quiet,-q", args->quiet, "No progress output");
   cmd->footer(
-      "Examples:\n  wbaudit run examples/two_layer_grid.toml --out runs/grid --kokkos-threads=2\n"
-      "  wbaudit run examples/two_layer_grid.toml --out runs/grid --kokkos-threads=2 --jobs 1\n"
-      "  mpirun -n 2 --bind-to none wbaudit run examples/two_layer_grid.toml --out runs/grid --kokkos-threads=1\n"
-      "Threads: --kokkos-threads=T (or OMP_NUM_THREADS). Traces are bitwise identical for any T, N and rank count.");
+      "Examples:\n  wbaudit run examples/tiny.toml --out runs/tiny --threads 2\n"
+      "  wbaudit run examples/tiny.toml --out runs/tiny --threads 2 --jobs 1\n"
+      "  mpirun -n 2 --bind-to none wbaudit run examples/tiny.toml --out runs/tiny --threads 1\n"
+      "(examples/tiny.toml is a 4-target smoke test; the studies' specs are listed in the README)\n"
+      "Threads: --threads T (or OMP_NUM_THREADS). Traces are bitwise identical for any T, N and rank count.");
   cmd->callback([args, cmd] {
     runners::SweepSpec spec = runners::load_sweep_spec(args->spec);
     runners::RunOptions options;

@@ -35,7 +35,7 @@ void add_status_command(CLI::App& app) {
       "outside the pipeline, but fails the checks: signed by the sweep's key, recorded in its journal,\n"
       "registered spec, registered binary, file hashes; without the key nothing can be verified), running,\n"
       "failed (including attempts whose process is gone), pending (no attempt).\n"
-      "Example: wbaudit status runs/grid --cells");
+      "Example: wbaudit status runs/tiny --cells");
   cmd->callback([args] {
     const auto store = runners::SweepStore::open(args->dir);
     const auto statuses = store.status();

@@ -31,7 +31,9 @@ void add_submit_command(CLI::App& app) {
                 "attempt");
   cmd->add_flag("--dry-run", args->dry_run, "Print the scripts; write and submit nothing");
   cmd->add_option("--partition,-p", o.partition, "Slurm partition");
-  cmd->add_option("--time,-t", o.time, "Time limit per array task (e.g. 01:00:00)");
+  cmd->add_option("--time,-t", o.time,
+                  "Time limit per array task in sbatch's formats (minutes, h:m:s, d-h, d-h:m:s; e.g. 01:00:00), above "
+                  "--signal-seconds");
   cmd->add_option("--account,-A", o.account, "Slurm account");
   cmd->add_option("--qos", o.qos, "Slurm quality of service");
   cmd->add_option("--cpus-per-task,-c", o.cpus_per_task, "CPUs (Kokkos threads) per task")->check(CLI::PositiveNumber);
@@ -47,12 +49,15 @@ void add_submit_command(CLI::App& app) {
                   "Seconds before the time limit at which a task stops and requeues itself (USR1)")
       ->check(CLI::PositiveNumber);
   cmd->add_option("--job-name", o.job_name, "Job name");
+  cmd->add_option("--sbatch", o.sbatch_options,
+                  "Another sbatch option for the cells job, as --name=value (repeatable), e.g. --sbatch=--gres=gpu:1 "
+                  "--sbatch=--constraint=avx2 --sbatch=--exclusive --sbatch=--mail-type=END");
   cmd->add_option("--report-command", o.report_command, "wbaudit subcommand the report job runs on the directory");
   cmd->footer(
-      "Examples:\n  wbaudit submit examples/two_layer_grid.toml --out runs/grid --partition short "
+      "Examples:\n  wbaudit submit examples/tiny.toml --out runs/tiny --partition short "
       "--time 00:30:00 --cells-per-task 4\n"
-      "  wbaudit submit examples/two_layer_grid.toml --out runs/grid --resume   # rerun what is missing\n"
-      "  wbaudit submit examples/two_layer_grid.toml --out runs/grid --mpi-ranks 8 --dry-run");
+      "  wbaudit submit examples/tiny.toml --out runs/tiny --resume   # rerun what is missing\n"
+      "  wbaudit submit examples/tiny.toml --out runs/tiny --mpi-ranks 8 --dry-run");
   cmd->callback([args] {
     const runners::SweepSpec spec = runners::load_sweep_spec(args->spec);
     const std::filesystem::path out =
@@ -61,16 +66,11 @@ void add_submit_command(CLI::App& app) {
     if (args->slurm.job_name == "wbaudit") {
       args->slurm.job_name = "wbaudit-" + spec.name;
     }
+    runners::check_sweep_directory(out, spec, args->resume);
     if (args->dry_run) {
       std::vector<std::string> ids;
       if (std::filesystem::exists(out / "sweep.json")) {
-        if (!args->resume) {
-          throw std::runtime_error("sweep directory " + out.string() + " already exists; use --resume");
-        }
         const auto store = runners::SweepStore::open(out);
-        if (store.spec_sha256() != runners::sha256_hex(spec.text)) {
-          throw std::runtime_error("the spec changed since the sweep " + out.string() + " was created");
-        }
         for (const auto& s : store.status()) {
           if (s.needs_run()) {
             ids.push_back(s.cell->id);

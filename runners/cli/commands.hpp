@@ -4,6 +4,12 @@
 
 namespace wbaudit::cli {
 
+// Exit statuses (README "Exit codes"): 0 success; 1 an error (bad input or I/O, message on stderr); 2 a check found
+// a problem (audit: inconsistent write-backs; status --check: a cell not canonical and complete); 3 a cell failed
+// (run, run-cells) or a gate fails (evaluate --check); 4 a gate is inconclusive or none is declared (evaluate
+// --check); kExitUsage a malformed command line.
+inline constexpr int kExitUsage = 64;  // EX_USAGE of sysexits.h
+
 // Thrown by a subcommand to end the program with a given exit status without an error message
 // (e.g. an audit that found inconsistent coordinates exits 2).
 struct ExitStatus {

@@ -85,7 +85,7 @@ int main(int argc, char** argv) {
     split_arguments(argc, argv, kokkos_strings, cli_args);
   } catch (const std::exception& e) {
     std::cerr << "wbaudit: error: " << e.what() << "\n";
-    return 2;
+    return wbaudit::cli::kExitUsage;
   }
   for (std::string& k : kokkos_strings) kokkos_args.push_back(k.data());
   int kokkos_argc = static_cast<int>(kokkos_args.size());
@@ -119,7 +119,10 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    // --help and --version-like successes exit 0; every malformed command line exits kExitUsage (CLI11's own
+    // codes, 105..109, are not documented anywhere a user would look).
+    const int code = app.exit(e);
+    return code == 0 ? 0 : wbaudit::cli::kExitUsage;
   } catch (const wbaudit::cli::ExitStatus& status) {
     return status.code;
   } catch (const std::exception& e) {

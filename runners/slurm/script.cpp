@@ -1,10 +1,36 @@
 #include "runners/slurm/script.hpp"
 
+#include <climits>
 #include <regex>
 #include <sstream>
 #include <stdexcept>
 
 namespace wbaudit::runners::slurm {
+
+std::optional<long> slurm_time_seconds(const std::string& text) {
+  if (text == "UNLIMITED" || text == "INFINITE") return LONG_MAX;
+  static const std::regex kForm(R"(^(?:(\d{1,5})-)?(\d{1,9})(?::(\d{1,2}))?(?::(\d{1,2}))?$)");
+  std::smatch m;
+  if (!std::regex_match(text, m, kForm)) return std::nullopt;
+  auto num = [&](int i) { return m[i].matched ? std::stol(m[i].str()) : 0L; };
+  const bool days = m[1].matched;
+  long seconds = 0;
+  if (days) {  // days-hours[:minutes[:seconds]]
+    if (num(2) >= 24 || num(3) >= 60 || num(4) >= 60) return std::nullopt;
+    seconds = ((num(1) * 24 + num(2)) * 60 + num(3)) * 60 + num(4);
+  } else if (m[4].matched) {  // hours:minutes:seconds
+    if (num(3) >= 60 || num(4) >= 60) return std::nullopt;
+    seconds = (num(2) * 60 + num(3)) * 60 + num(4);
+  } else if (m[3].matched) {  // minutes:seconds
+    if (num(3) >= 60) return std::nullopt;
+    seconds = num(2) * 60 + num(3);
+  } else {  // minutes
+    seconds = num(2) * 60;
+  }
+  if (seconds <= 0) return std::nullopt;
+  return seconds;
+}
+
 namespace {
 
 void common_directives(std::ostringstream& s, const SlurmOptions& o) {
@@ -35,9 +61,59 @@ void check_options(const SlurmOptions& o) {
   if (o.signal_seconds < 1) {
     throw std::invalid_argument("the requeue signal lead time must be >= 1 s");
   }
+  if (!o.time.empty()) {
+    const auto limit = slurm_time_seconds(o.time);
+    if (!limit) {
+      throw std::invalid_argument("--time \"" + o.time +
+                                  "\" is not a Slurm time limit (minutes, minutes:seconds, hours:minutes:seconds, "
+                                  "days-hours, days-hours:minutes or days-hours:minutes:seconds, e.g. 01:30:00 or "
+                                  "2-00:00:00)");
+    }
+    // The task stops and requeues signal_seconds before its limit: a limit not above that would requeue at once,
+    // forever.
+    if (*limit <= o.signal_seconds) {
+      throw std::invalid_argument("--time " + o.time + " (" + std::to_string(*limit) +
+                                  " s) leaves no time to run: tasks stop and requeue --signal-seconds " +
+                                  std::to_string(o.signal_seconds) + " s before their limit");
+    }
+  }
   for (const auto* value : {&o.partition, &o.time, &o.account, &o.qos, &o.mem, &o.job_name}) {
     if (value->find_first_of(" \t\n'\"$`\\") != std::string::npos) {
       throw std::invalid_argument("sbatch option value \"" + *value + "\" contains whitespace or shell characters");
+    }
+  }
+  static const std::vector<std::pair<std::string, std::string>> kManaged = {
+      {"--array", "--cells-per-task, --array-throttle"},
+      {"--output", ""},
+      {"--error", ""},
+      {"--open-mode", ""},
+      {"--signal", "--signal-seconds"},
+      {"--requeue", ""},
+      {"--no-requeue", ""},
+      {"--ntasks", "--mpi-ranks"},
+      {"--job-name", "--job-name"},
+      {"--dependency", ""},
+      {"--parsable", ""},
+      {"--wrap", ""},
+      {"--partition", "--partition"},
+      {"--time", "--time"},
+      {"--account", "--account"},
+      {"--qos", "--qos"},
+      {"--mem", "--mem"},
+      {"--cpus-per-task", "--cpus-per-task"}};
+  for (const auto& extra : o.sbatch_options) {
+    const std::string name = extra.substr(0, extra.find('='));
+    if (extra.size() < 3 || extra.rfind("--", 0) != 0 ||
+        extra.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_=:,./%@+") !=
+            std::string::npos) {
+      throw std::invalid_argument("--sbatch \"" + extra +
+                                  "\": an sbatch option is --name or --name=value (letters, digits, -_=:,./%@+)");
+    }
+    for (const auto& [managed, instead] : kManaged) {
+      if (name == managed) {
+        throw std::invalid_argument("--sbatch " + extra + ": wbaudit sets " + managed + " itself" +
+                                    (instead.empty() ? std::string() : "; use wbaudit submit " + instead));
+      }
     }
   }
   if (o.report_command.empty() ||
@@ -132,6 +208,7 @@ std::string render_array_script(const ScriptPaths& p, std::size_t task_count, co
     << "#SBATCH --ntasks=1\n"
     << "#SBATCH --cpus-per-task=" << o.cpus_per_task << "\n";
   common_directives(s, o);
+  for (const auto& extra : o.sbatch_options) s << "#SBATCH " << extra << "\n";
   s << "set -u\n"
     << "sweep=" << shell_quote(p.sweep_dir.string()) << "\n"
     << "tasks=" << shell_quote(p.tasks_file.string()) << "\n"
@@ -162,6 +239,7 @@ std::string render_mpi_script(const ScriptPaths& p, const SlurmOptions& o) {
     << "#SBATCH --ntasks=" << o.mpi_ranks << "\n"
     << "#SBATCH --cpus-per-task=" << o.cpus_per_task << "\n";
   common_directives(s, o);
+  for (const auto& extra : o.sbatch_options) s << "#SBATCH " << extra << "\n";
   s << "set -u\n"
     << "sweep=" << shell_quote(p.sweep_dir.string()) << "\n"
     << "tasks=" << shell_quote(p.tasks_file.string()) << "\n"

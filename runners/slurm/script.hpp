@@ -23,6 +23,10 @@ struct SlurmOptions {
   int mpi_ranks = 0;         // >0: one MPI job with this many ranks instead of an array
   int signal_seconds = 120;  // USR1 this long before the time limit: stop, requeue; the requeued task resumes
   std::string report_command = "evaluate";  // wbaudit subcommand the report job runs on the sweep directory
+  // Further sbatch options for the cells job(s), one "#SBATCH" line each, e.g. "--gres=gpu:1", "--constraint=avx2",
+  // "--exclusive", "--nodes=1", "--mail-type=END"; not the report job. Those wbaudit sets itself, or has its own
+  // option for, are refused.
+  std::vector<std::string> sbatch_options;
 };
 
 // Cells chunked into array tasks, in the given order. When ceil(cells / cells_per_task) exceeds max_array_size
@@ -52,5 +56,10 @@ std::string render_report_script(const ScriptPaths& paths, const SlurmOptions& o
 
 // POSIX shell single-quoting.
 std::string shell_quote(const std::string& word);
+
+// A Slurm time limit in seconds, in sbatch's formats: "minutes", "minutes:seconds", "hours:minutes:seconds",
+// "days-hours", "days-hours:minutes", "days-hours:minutes:seconds" (seconds and minutes < 60 and hours < 24 wherever
+// a larger unit precedes them), or "UNLIMITED" / "INFINITE" (LONG_MAX). nullopt when malformed or zero.
+std::optional<long> slurm_time_seconds(const std::string& text);
 
 }  // namespace wbaudit::runners::slurm

@@ -48,7 +48,7 @@ if "$wbaudit" run "$work/bad.toml" --out "$work/bad" 2> "$work/err"; then fail "
 grep -q "bad.toml:3" "$work/err" || { cat "$work/err"; fail "error does not name file:line"; }
 [ ! -e "$work/bad" ] || fail "a bad spec created its output directory"
 
-# Threads: --threads N anywhere; malformed or misspelt Kokkos options are refused with exit 2 (not an abort).
+# Threads: --threads N anywhere; malformed or misspelt Kokkos options are refused with exit 64 (usage; not an abort).
 "$wbaudit" --threads 2 --version | grep -q "2 thread(s)" || fail "--threads 2 not applied"
 "$wbaudit" --version --threads=1 | grep -q "1 thread(s)" || fail "--threads=1 not applied"
 for bad in "--kokkos-threads=abc" "--kokkos-threads 2" "--kokkos-thread=1" "--threads 0" "--threads x"; do
@@ -56,7 +56,7 @@ for bad in "--kokkos-threads=abc" "--kokkos-threads 2" "--kokkos-thread=1" "--th
   "$wbaudit" $bad formats > /dev/null 2> "$work/err"
   rc=$?
   set -e
-  [ "$rc" -eq 2 ] || { cat "$work/err"; fail "'$bad' exited $rc, expected 2"; }
+  [ "$rc" -eq 64 ] || { cat "$work/err"; fail "'$bad' exited $rc, expected 64"; }
   grep -q "wbaudit: error: " "$work/err" || fail "'$bad': no error message"
 done
 

@@ -4,8 +4,12 @@
 
 #include <gtest/gtest.h>
 
+#include <climits>
 #include <fstream>
 #include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
 
 namespace sl = wbaudit::runners::slurm;
 
@@ -73,6 +77,65 @@ TEST(SlurmScript, RejectsUnsafeOrImpossibleOptions) {
   o.report_command = "evaluate $(reboot)";
   EXPECT_THROW((void)sl::render_report_script(kPaths, o), std::invalid_argument);
   EXPECT_THROW((void)sl::render_array_script(kPaths, 0, full_options()), std::invalid_argument);
+}
+
+// sbatch's --time formats (man sbatch), by hand: the accepted forms with their seconds, and refused look-alikes.
+TEST(SlurmScript, TimeLimitsInSlurmFormats) {
+  const std::vector<std::pair<std::string, long>> accepted = {
+      {"30", 1800},          {"90", 5400},    {"5:30", 330},           {"01:00:00", 3600},
+      {"100:00:00", 360000}, {"2-0", 172800}, {"1-12", 129600},        {"1-12:30", 131400},
+      {"1-00:00:01", 86401}, {"0-0:0:1", 1},  {"UNLIMITED", LONG_MAX}, {"INFINITE", LONG_MAX}};
+  for (const auto& [text, seconds] : accepted) {
+    const auto parsed = sl::slurm_time_seconds(text);
+    ASSERT_TRUE(parsed.has_value()) << text;
+    EXPECT_EQ(*parsed, seconds) << text;
+  }
+  for (const std::string bad : {"", "0", "00:00:00", "1h", "01:60:00", "1:2:3:4", "-1", "1-24", "1-1:60", "5:60", "1.5",
+                                " 30", "30 ", "1--2", "unlimited", "1-", ":30"}) {
+    EXPECT_FALSE(sl::slurm_time_seconds(bad).has_value()) << '"' << bad << '"';
+  }
+  auto o = full_options();
+  o.time = "1h";
+  try {
+    (void)sl::render_array_script(kPaths, 4, o);
+    ADD_FAILURE() << "--time 1h accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("--time \"1h\" is not a Slurm time limit"), std::string::npos) << e.what();
+  }
+  // A limit not above the requeue lead time (USR1 signal_seconds before the limit) would requeue at once, forever.
+  o.time = "2:00";
+  o.signal_seconds = 120;
+  EXPECT_THROW((void)sl::render_array_script(kPaths, 4, o), std::invalid_argument);
+  o.time = "2:01";
+  EXPECT_NO_THROW((void)sl::render_array_script(kPaths, 4, o));
+}
+
+// Other sbatch options pass through to the cells scripts (one line each), never to the report job; options wbaudit
+// sets itself, or malformed ones, are refused.
+TEST(SlurmScript, SbatchOptionsPassThroughToTheCellsJob) {
+  auto o = full_options();
+  o.sbatch_options = {"--gres=gpu:1", "--constraint=avx2", "--exclusive",
+                      "--nodes=1",    "--mail-type=END",   "--mail-user=me@example.org"};
+  for (const std::string& script : {sl::render_array_script(kPaths, 4, o), sl::render_mpi_script(kPaths, [&] {
+                                      auto m = o;
+                                      m.mpi_ranks = 2;
+                                      return m;
+                                    }())}) {
+    std::size_t last = 0;
+    for (const auto& extra : o.sbatch_options) {
+      const std::size_t at = script.find("\n#SBATCH " + extra + "\n");
+      ASSERT_NE(at, std::string::npos) << extra << "\n" << script;
+      EXPECT_GT(at, last) << "in the given order: " << extra;
+      last = at;
+      EXPECT_LT(at, script.find("set -u")) << "directives precede the first command";
+    }
+  }
+  EXPECT_EQ(sl::render_report_script(kPaths, o).find("--gres"), std::string::npos);
+  for (const std::string bad : {"--array=0-3", "--time=1:00", "--output=x", "--requeue", "gres=gpu:1", "--gres gpu:1",
+                                "--mail-user=$(id)", "--", "-N1"}) {
+    o.sbatch_options = {bad};
+    EXPECT_THROW((void)sl::render_array_script(kPaths, 4, o), std::invalid_argument) << bad;
+  }
 }
 
 TEST(SlurmScript, ChunkingRespectsMaxArraySize) {

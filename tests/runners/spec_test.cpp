@@ -132,6 +132,19 @@ TEST(SweepSpec, ErrorsNameFileLineAndKey) {
   EXPECT_NE(message.find("spec.toml:3: steps"), std::string::npos) << message;
 }
 
+// toml++ reports a redefined quoted or dotted key mangled ("tatarget.format"); the message names it as written.
+TEST(SweepSpec, DuplicateKeysAreNamedAsWritten) {
+  // [grid] is line 22, the first axis line 23, the duplicate line 24.
+  const std::string quoted =
+      message_of(kBase + "[grid]\n\"target.format\" = [\"bf16\"]\n\"target.format\" = [\"e4m3\"]\n");
+  EXPECT_NE(quoted.find("spec.toml:24: duplicate key \"target.format\""), std::string::npos) << quoted;
+  EXPECT_EQ(quoted.find("tatarget"), std::string::npos) << quoted;
+  const std::string dotted = message_of("target.format = \"bf16\"\ntarget.format = \"e4m3\"\n");
+  EXPECT_NE(dotted.find("spec.toml:2: duplicate key \"target.format\""), std::string::npos) << dotted;
+  const std::string plain = message_of(kBase + "policy = \"stochastic\"\n");
+  EXPECT_NE(plain.find("spec.toml:22: duplicate key \"policy\""), std::string::npos) << plain;
+}
+
 TEST(SweepSpec, EvaluationGroupsAreCheckedAgainstTheModelBeforeAnyCellRuns) {
   // [evaluation] on line 22, groups on line 23: a misspelt group is refused at parse time with its line.
   const std::string bad = message_of(kBase + "[evaluation]\ngroups = [\"layer1.weights\"]\n[grid]\nseed = [1]\n");
