@@ -199,16 +199,37 @@ void check_scale(double s) {
   }
 }
 
-// Erased counts of one step for every scale, given the format's pieces per w bin.
-void erased_for_scales(const std::vector<WBin>& bins, const Rounder& r, std::span<const double> scales,
+// Erased counts of one step for every scale, given the format's pieces per w bin. For each |u| entry the share
+// below each scale's threshold t_k = gap / (2 s_k) (rounded once, as before) is computed directly (1 or `tie` for a
+// point entry, the uniform fraction (t - lo) / (hi - lo) clamped to [0, 1] for an interval), a loop over the scales
+// without branches; this is UCdf::below's rule entry by entry (entries are sorted and do not overlap).
+void erased_for_scales(const std::vector<WBin>& bins, const Rounder& r, std::span<const double> twice_scales,
                        std::vector<Piece>& pieces, double* out) {
-  for (std::size_t k = 0; k < scales.size(); ++k) out[k] = 0;
+  const std::size_t S = twice_scales.size();
+  const double* s2 = twice_scales.data();
+  for (std::size_t k = 0; k < S; ++k) out[k] = 0;
   for (const WBin& w : bins) {
     pieces_of(r, w.lo, w.hi, w.point, pieces);
     for (const Piece& p : pieces) {
-      for (std::size_t k = 0; k < scales.size(); ++k) {
-        const double s2 = 2 * scales[k];
-        out[k] += p.share * (w.dir[0].below(p.gap_away / s2, p.tie) + w.dir[1].below(p.gap_toward / s2, p.tie));
+      for (int d = 0; d < 2; ++d) {
+        const UCdf& c = w.dir[d];
+        const double gap = d == 0 ? p.gap_away : p.gap_toward;
+        for (std::size_t e = 0; e < c.lo.size(); ++e) {
+          const double lo = c.lo[e], weight = p.share * c.count[e];
+          if (c.point[e]) {
+            const double tie = p.tie;
+            for (std::size_t k = 0; k < S; ++k) {
+              const double t = gap / s2[k];
+              out[k] += weight * (t > lo ? 1.0 : t == lo ? tie : 0.0);
+            }
+          } else {
+            const double inv = 1.0 / (c.hi[e] - lo);
+            for (std::size_t k = 0; k < S; ++k) {
+              const double f = (gap / s2[k] - lo) * inv;
+              out[k] += weight * (f >= 1.0 ? 1.0 : f > 0.0 ? f : 0.0);
+            }
+          }
+        }
       }
     }
   }
@@ -239,7 +260,8 @@ double joint_erased_count(const sim::JointHistogramLayout& layout, std::span<con
   const auto bins = parse(layout, keys, counts, total);
   std::vector<Piece> pieces;
   double out = 0;
-  erased_for_scales(bins, r, std::span<const double>(&lr_scale, 1), pieces, &out);
+  const double twice = 2.0 * lr_scale;  // exact
+  erased_for_scales(bins, r, std::span<const double>(&twice, 1), pieces, &out);
   return out;
 }
 
@@ -299,7 +321,8 @@ FormatGrid format_grid(const sim::Trace& reference, std::string_view group, std:
   const std::size_t T = grid.steps.size(), S = lr_scales.size();
   grid.values.assign(formats.size() * S * T, kNaN);
   std::vector<Piece> pieces;
-  std::vector<double> erased(S);
+  std::vector<double> erased(S), twice(S);
+  for (std::size_t k = 0; k < S; ++k) twice[k] = 2.0 * lr_scales[k];  // exact
   for (std::size_t t = 0; t < T; ++t) {
     const auto begin = static_cast<std::size_t>(g.joint_offsets[t]);
     const auto end = static_cast<std::size_t>(g.joint_offsets[t + 1]);
@@ -317,7 +340,7 @@ FormatGrid format_grid(const sim::Trace& reference, std::string_view group, std:
     }
     if (total == 0) continue;
     for (std::size_t f = 0; f < formats.size(); ++f) {
-      erased_for_scales(bins, rounders[f], lr_scales, pieces, erased.data());
+      erased_for_scales(bins, rounders[f], twice, pieces, erased.data());
       for (std::size_t s = 0; s < S; ++s) grid.values[(f * S + s) * T + t] = erased[s] / total;
     }
   }
