@@ -1,8 +1,13 @@
 #include "forecast/joint_grid.hpp"
 
+#include <Kokkos_Core.hpp>
 #include <algorithm>
+#include <array>
+#include <bit>
 #include <cmath>
+#include <cstdint>
 #include <limits>
+#include <optional>
 
 #include "forecast/error.hpp"
 #include "sim/trace/joint_histogram.hpp"
@@ -11,6 +16,15 @@ namespace wbaudit::forecast {
 
 namespace {
 constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// 2^k for k in [-1022, 1023] (every exponent the grid meets), and floor(log2 v) for v > 0 normal or v == 0 (-1023):
+// exact bit constructions, cheaper than std::ldexp and std::ilogb.
+inline double pow2(int k) {
+  return std::bit_cast<double>(static_cast<std::uint64_t>(k + 1023) << 52);
+}
+inline int exponent_of(double v) {
+  return static_cast<int>((std::bit_cast<std::uint64_t>(v) >> 52) & 0x7ffu) - 1023;
+}
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 // Nearest rounding of a magnitude into a format, written from the format's definition (docs/formats.md), not with
@@ -40,14 +54,14 @@ struct Rounder {
       }
       man_bits = f.man_bits;
       emin = 1 - f.bias;
-      min_sub = std::ldexp(1.0, emin - man_bits);
+      min_sub = pow2(emin - man_bits);
     }
   }
   // The spacing of the grid at and above v (v representable, v < max finite).
   double unit(double v) const {
     if (integer) return scale;
     if (v == 0) return min_sub;
-    return std::ldexp(1.0, std::max(std::ilogb(v), emin) - man_bits);
+    return pow2(std::max(exponent_of(v), emin) - man_bits);
   }
   double round(double v) const {
     if (v >= max_finite) return max_finite;
@@ -57,9 +71,9 @@ struct Rounder {
   }
   double gap_toward(double v) const {
     if (integer || v == 0) return unit(v);
-    const int e = std::ilogb(v);
+    const int e = exponent_of(v);
     const double g = unit(v);
-    return (e > emin && v == std::ldexp(1.0, e)) ? g / 2 : g;  // binade edge: half the gap below 2^e
+    return (e > emin && v == pow2(e)) ? g / 2 : g;  // binade edge: half the gap below 2^e
   }
   double gap_away(double v) const { return v >= max_finite ? kInf : unit(v); }
   // At a tie the even level wins: an update of exactly half a gap is erased iff v's level is even.
@@ -97,8 +111,8 @@ void pieces_of(const Rounder& r, double lo, double hi, bool point, std::vector<P
   special[n++] = 0;
   special[n++] = r.max_finite;
   if (!r.integer) {
-    const int k0 = a > 0 ? std::ilogb(a) : std::ilogb(r.min_sub), k1 = std::ilogb(b) + 1;
-    for (int k = k0; k <= k1 && n < 64; ++k) special[n++] = std::ldexp(1.0, k);
+    const int k0 = a > 0 ? exponent_of(a) : exponent_of(r.min_sub), k1 = exponent_of(b) + 1;
+    for (int k = k0; k <= k1 && n < 64; ++k) special[n++] = pow2(k);
   }
   std::sort(special, special + n);
   n = static_cast<int>(std::unique(special, special + n) - special);
@@ -121,32 +135,12 @@ void pieces_of(const Rounder& r, double lo, double hi, bool point, std::vector<P
 }
 
 // The |u| entries of one w bin and one direction, in increasing order (a point bin sorts before the interval above
-// it), with prefix counts.
+// it): views into the step's flat entry arrays (StepBins), so that a step's parse allocates a few arrays, not a few
+// per w bin.
 struct UCdf {
-  std::vector<double> lo, hi;
-  std::vector<char> point;
-  std::vector<double> count;
-  std::vector<double> cum{0.0};
-
-  void add(double l, double h, bool p, double c) {
-    lo.push_back(l);
-    hi.push_back(h);
-    point.push_back(p);
-    count.push_back(c);
-    cum.push_back(cum.back() + c);
-  }
-  double total() const { return cum.back(); }
-  // Count with |u| < t, plus `tie` times the count with |u| == t (uniform within an interval bin).
-  double below(double t, double tie) const {
-    if (t == kInf) return total();
-    const std::size_t idx = static_cast<std::size_t>(std::lower_bound(lo.begin(), lo.end(), t) - lo.begin());
-    double c = cum[idx];
-    if (idx > 0 && !point[idx - 1] && hi[idx - 1] > t) {
-      c -= count[idx - 1] * (hi[idx - 1] - t) / (hi[idx - 1] - lo[idx - 1]);
-    }
-    if (idx < lo.size() && point[idx] && lo[idx] == t) c += tie * count[idx];
-    return c;
-  }
+  std::span<const double> lo, hi, count;
+  std::span<const char> point;
+  std::span<const std::uint32_t> idx;  // the entry's |u| bin: code * 2 + sticky
 };
 
 struct WBin {
@@ -155,8 +149,19 @@ struct WBin {
   UCdf dir[2];  // [0] away from zero (or w == 0), [1] toward zero
 };
 
-std::vector<WBin> parse(const sim::JointHistogramLayout& layout, std::span<const std::uint64_t> keys,
-                        std::span<const std::int64_t> counts, double& total) {
+struct Entries {
+  std::vector<double> lo, hi, count;
+  std::vector<char> point;
+  std::vector<std::uint32_t> idx;
+};
+
+struct StepBins {
+  std::vector<WBin> bins;
+  Entries entries[2];  // by direction; a w bin's entries of one direction are contiguous
+};
+
+StepBins parse(const sim::JointHistogramLayout& layout, std::span<const std::uint64_t> keys,
+               std::span<const std::int64_t> counts, double& total) {
   if (keys.size() != counts.size()) {
     throw ForecastError("analytic grid: " + std::to_string(keys.size()) + " keys but " + std::to_string(counts.size()) +
                         " counts");
@@ -165,7 +170,15 @@ std::vector<WBin> parse(const sim::JointHistogramLayout& layout, std::span<const
     throw ForecastError("analytic grid: joint histogram layout w_bits " + std::to_string(layout.w_bits) + ", u_bits " +
                         std::to_string(layout.u_bits) + " (expected 0..12)");
   }
-  std::vector<WBin> bins;
+  StepBins out;
+  std::vector<std::array<std::size_t, 4>> ranges;  // per w bin: begin/end of direction 0, then of direction 1
+  for (auto& e : out.entries) {
+    e.lo.reserve(keys.size());
+    e.hi.reserve(keys.size());
+    e.count.reserve(keys.size());
+    e.point.reserve(keys.size());
+    e.idx.reserve(keys.size());
+  }
   total = 0;
   const int wshift = 11 + layout.u_bits;
   std::uint64_t current = ~std::uint64_t{0};
@@ -183,14 +196,33 @@ std::vector<WBin> parse(const sim::JointHistogramLayout& layout, std::span<const
       WBin w;
       sim::joint_bin_range(layout.w_bits, b.w_code, w.lo, w.hi);
       w.point = !b.w_sticky;
-      bins.push_back(std::move(w));
+      out.bins.push_back(w);
+      const std::size_t n0 = out.entries[0].lo.size(), n1 = out.entries[1].lo.size();
+      ranges.push_back({n0, n0, n1, n1});
     }
     double ulo, uhi;
     sim::joint_bin_range(layout.u_bits, b.u_code, ulo, uhi);
-    bins.back().dir[b.toward ? 1 : 0].add(ulo, uhi, !b.u_sticky, static_cast<double>(counts[i]));
+    const int d = b.toward ? 1 : 0;
+    Entries& e = out.entries[d];
+    e.lo.push_back(ulo);
+    e.hi.push_back(uhi);
+    e.count.push_back(static_cast<double>(counts[i]));
+    e.point.push_back(!b.u_sticky);
+    e.idx.push_back(b.u_code * 2u + (b.u_sticky ? 1u : 0u));
+    ranges.back()[2 * d + 1] = e.lo.size();
     total += static_cast<double>(counts[i]);
   }
-  return bins;
+  for (std::size_t k = 0; k < out.bins.size(); ++k) {
+    for (int d = 0; d < 2; ++d) {
+      const Entries& e = out.entries[d];
+      const std::size_t from = ranges[k][2 * d], n = ranges[k][2 * d + 1] - from;
+      out.bins[k].dir[d] =
+          UCdf{std::span<const double>(e.lo).subspan(from, n), std::span<const double>(e.hi).subspan(from, n),
+               std::span<const double>(e.count).subspan(from, n), std::span<const char>(e.point).subspan(from, n),
+               std::span<const std::uint32_t>(e.idx).subspan(from, n)};
+    }
+  }
+  return out;
 }
 
 void check_scale(double s) {
@@ -199,10 +231,89 @@ void check_scale(double s) {
   }
 }
 
+// The same counts, aggregated first: every (piece, direction) of every w bin sends its |u| entries, weighted by the
+// piece's share, to the slot of its (gap, tie), where entries of the same |u| bin add up; then each slot's distinct
+// |u| bins are evaluated for every scale. Far fewer threshold evaluations (a step's w bins share a few dozen gaps
+// and a few thousand |u| bins), the same rule; only the order of the additions differs.
+struct GapSlot {
+  double gap = 0, tie = 0;
+  std::vector<double> weight;          // by |u| bin index
+  std::vector<std::uint32_t> touched;  // indices with weight > 0
+};
+
+class Aggregator {
+ public:
+  explicit Aggregator(int u_bits) : m_u_bits(u_bits), m_size(std::size_t{1} << (9 + u_bits)) {}
+  static bool fits(int u_bits) { return u_bits <= 6; }  // dense slots of 2^(9 + u_bits) doubles
+
+  void run(const std::vector<WBin>& bins, const Rounder& r, std::span<const double> twice_scales,
+           std::vector<Piece>& pieces, double* out) {
+    for (const WBin& w : bins) {
+      pieces_of(r, w.lo, w.hi, w.point, pieces);
+      for (const Piece& p : pieces) {
+        for (int d = 0; d < 2; ++d) {
+          const UCdf& c = w.dir[d];
+          if (c.lo.empty()) continue;
+          GapSlot& slot = slot_of(d == 0 ? p.gap_away : p.gap_toward, p.tie);
+          for (std::size_t e = 0; e < c.lo.size(); ++e) {
+            double& x = slot.weight[c.idx[e]];
+            if (x == 0) slot.touched.push_back(c.idx[e]);
+            x += p.share * c.count[e];
+          }
+        }
+      }
+    }
+    const std::size_t S = twice_scales.size();
+    const double* s2 = twice_scales.data();
+    for (std::size_t k = 0; k < S; ++k) out[k] = 0;
+    for (std::size_t n = 0; n < m_used; ++n) {
+      GapSlot& slot = m_slots[n];
+      for (std::uint32_t i : slot.touched) {
+        const double weight = slot.weight[i];
+        slot.weight[i] = 0;
+        double lo, hi;
+        sim::joint_bin_range(m_u_bits, i >> 1, lo, hi);
+        if ((i & 1u) == 0) {
+          for (std::size_t k = 0; k < S; ++k) {
+            const double t = slot.gap / s2[k];
+            out[k] += weight * (t > lo ? 1.0 : t == lo ? slot.tie : 0.0);
+          }
+        } else {
+          const double inv = 1.0 / (hi - lo);
+          for (std::size_t k = 0; k < S; ++k) {
+            const double f = (slot.gap / s2[k] - lo) * inv;
+            out[k] += weight * (f >= 1.0 ? 1.0 : f > 0.0 ? f : 0.0);
+          }
+        }
+      }
+      slot.touched.clear();
+    }
+    m_used = 0;
+  }
+
+ private:
+  GapSlot& slot_of(double gap, double tie) {
+    if (m_last < m_used && m_slots[m_last].gap == gap && m_slots[m_last].tie == tie) return m_slots[m_last];
+    for (std::size_t n = 0; n < m_used; ++n) {
+      if (m_slots[n].gap == gap && m_slots[n].tie == tie) return m_slots[m_last = n];
+    }
+    if (m_used == m_slots.size()) m_slots.emplace_back().weight.assign(m_size, 0.0);
+    GapSlot& slot = m_slots[m_last = m_used++];
+    slot.gap = gap;
+    slot.tie = tie;
+    return slot;
+  }
+
+  int m_u_bits;
+  std::size_t m_size;
+  std::vector<GapSlot> m_slots;  // [0, m_used) in use for the current step; weights kept zeroed
+  std::size_t m_used = 0, m_last = 0;
+};
+
 // Erased counts of one step for every scale, given the format's pieces per w bin. For each |u| entry the share
 // below each scale's threshold t_k = gap / (2 s_k) (rounded once, as before) is computed directly (1 or `tie` for a
 // point entry, the uniform fraction (t - lo) / (hi - lo) clamped to [0, 1] for an interval), a loop over the scales
-// without branches; this is UCdf::below's rule entry by entry (entries are sorted and do not overlap).
+// without branches (entries are sorted and do not overlap).
 void erased_for_scales(const std::vector<WBin>& bins, const Rounder& r, std::span<const double> twice_scales,
                        std::vector<Piece>& pieces, double* out) {
   const std::size_t S = twice_scales.size();
@@ -261,7 +372,11 @@ double joint_erased_count(const sim::JointHistogramLayout& layout, std::span<con
   std::vector<Piece> pieces;
   double out = 0;
   const double twice = 2.0 * lr_scale;  // exact
-  erased_for_scales(bins, r, std::span<const double>(&twice, 1), pieces, &out);
+  if (Aggregator::fits(layout.u_bits)) {
+    Aggregator(layout.u_bits).run(bins.bins, r, std::span<const double>(&twice, 1), pieces, &out);
+  } else {
+    erased_for_scales(bins.bins, r, std::span<const double>(&twice, 1), pieces, &out);
+  }
   return out;
 }
 
@@ -320,8 +435,7 @@ FormatGrid format_grid(const sim::Trace& reference, std::string_view group, std:
   grid.steps = reference.recorded_steps;
   const std::size_t T = grid.steps.size(), S = lr_scales.size();
   grid.values.assign(formats.size() * S * T, kNaN);
-  std::vector<Piece> pieces;
-  std::vector<double> erased(S), twice(S);
+  std::vector<double> twice(S);
   for (std::size_t k = 0; k < S; ++k) twice[k] = 2.0 * lr_scales[k];  // exact
   for (std::size_t t = 0; t < T; ++t) {
     const auto begin = static_cast<std::size_t>(g.joint_offsets[t]);
@@ -330,20 +444,50 @@ FormatGrid format_grid(const sim::Trace& reference, std::string_view group, std:
       throw ForecastError("analytic grid: group \"" + g.name + "\" step " + std::to_string(grid.steps[t]) +
                           ": joint offsets out of order");
     }
-    double total = 0;
-    const auto bins = parse(reference.joint, std::span<const std::uint64_t>(g.joint_keys).subspan(begin, end - begin),
-                            std::span<const std::int64_t>(g.joint_counts).subspan(begin, end - begin), total);
-    if (t < g.nonzero.size() && static_cast<double>(g.nonzero[t]) != total) {
-      throw ForecastError("analytic grid: group \"" + g.name + "\" step " + std::to_string(grid.steps[t]) +
-                          ": joint histogram holds " + std::to_string(total) + " proposals but nonzero is " +
-                          std::to_string(g.nonzero[t]));
-    }
-    if (total == 0) continue;
-    for (std::size_t f = 0; f < formats.size(); ++f) {
-      erased_for_scales(bins, rounders[f], twice, pieces, erased.data());
-      for (std::size_t s = 0; s < S; ++s) grid.values[(f * S + s) * T + t] = erased[s] / total;
-    }
   }
+  // Steps are independent: each is computed whole by one thread (the same operations in the same order at any
+  // thread count), and an error is carried out of the parallel loop and thrown after it.
+  std::vector<std::string> errors(T);
+  auto one_step = [&](std::size_t t) {
+    try {
+      const auto begin = static_cast<std::size_t>(g.joint_offsets[t]);
+      const auto end = static_cast<std::size_t>(g.joint_offsets[t + 1]);
+      double total = 0;
+      const auto bins = parse(reference.joint, std::span<const std::uint64_t>(g.joint_keys).subspan(begin, end - begin),
+                              std::span<const std::int64_t>(g.joint_counts).subspan(begin, end - begin), total);
+      if (t < g.nonzero.size() && static_cast<double>(g.nonzero[t]) != total) {
+        throw ForecastError("analytic grid: group \"" + g.name + "\" step " + std::to_string(grid.steps[t]) +
+                            ": joint histogram holds " + std::to_string(total) + " proposals but nonzero is " +
+                            std::to_string(g.nonzero[t]));
+      }
+      if (total == 0) return;
+      std::vector<Piece> pieces;
+      std::optional<Aggregator> aggregator;
+      if (Aggregator::fits(reference.joint.u_bits)) aggregator.emplace(reference.joint.u_bits);
+      std::vector<double> erased(S);
+      for (std::size_t f = 0; f < formats.size(); ++f) {
+        if (aggregator) {
+          aggregator->run(bins.bins, rounders[f], twice, pieces, erased.data());
+        } else {
+          erased_for_scales(bins.bins, rounders[f], twice, pieces, erased.data());
+        }
+        for (std::size_t s = 0; s < S; ++s) grid.values[(f * S + s) * T + t] = erased[s] / total;
+      }
+    } catch (const std::exception& e) {
+      errors[t] = e.what();
+    }
+  };
+  if (Kokkos::is_initialized()) {
+    Kokkos::parallel_for("wbaudit::forecast::format_grid::steps",
+                         Kokkos::RangePolicy<Kokkos::DefaultHostExecutionSpace, Kokkos::Schedule<Kokkos::Dynamic>>(
+                             0, static_cast<std::int64_t>(T)),
+                         [&](const std::int64_t t) { one_step(static_cast<std::size_t>(t)); });
+    Kokkos::fence();
+  } else {
+    for (std::size_t t = 0; t < T; ++t) one_step(t);
+  }
+  for (const auto& e : errors)
+    if (!e.empty()) throw ForecastError(e);
   return grid;
 }
 

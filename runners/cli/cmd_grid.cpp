@@ -17,6 +17,7 @@
 #include "forecast/joint_grid.hpp"
 #include "runners/cli/commands.hpp"
 #include "runners/report/csv.hpp"
+#include "runners/store.hpp"
 #include "sim/trace/trace.hpp"
 
 namespace wbaudit::cli {
@@ -28,6 +29,7 @@ using runners::report::csv_number;
 
 struct GridArgs {
   std::string trace;
+  std::string cell;  // TRACE a sweep directory: the reference cell (or a target, meaning its declared reference)
   std::vector<std::string> formats = {"bf16", "fp16", "e5m2", "e4m3", "e3m2", "e2m3", "e2m1", "int8", "int4"};
   std::vector<double> lr_scales = {0.125, 0.25, 0.5, 1, 2, 4, 8};
   std::vector<std::string> groups;
@@ -116,7 +118,41 @@ std::string file_stem(const std::string& group) {
   return s;
 }
 
-void run_grid(const GridArgs& a) {
+// TRACE itself, or the trace of the canonical attempt of the named cell's reference when TRACE is a sweep directory.
+std::string trace_path(const GridArgs& a) {
+  if (!fs::is_directory(a.trace)) {
+    if (!a.cell.empty())
+      throw std::runtime_error("--cell " + a.cell + ": " + a.trace + " is a file, not a sweep directory");
+    return a.trace;
+  }
+  const auto store = runners::SweepStore::open(a.trace);
+  std::vector<std::string> references;
+  for (const auto& c : store.cells())
+    if (c.role == "reference") references.push_back(c.name);
+  if (a.cell.empty()) {
+    std::string list;
+    for (const auto& n : references) list += "\n  " + n;
+    throw std::runtime_error(a.trace +
+                             " is a sweep directory: name its reference cell (or a target, for its "
+                             "declared reference) with --cell; references:" +
+                             list);
+  }
+  const runners::StoredCell* cell = store.find_by_name(a.cell);
+  if (!cell) throw std::runtime_error("--cell " + a.cell + ": no cell of that name in " + a.trace);
+  if (cell->role == "target") cell = store.find_by_name(cell->reference);
+  if (!cell) throw std::runtime_error("--cell " + a.cell + ": its reference is not a cell of " + a.trace);
+  const auto status = store.cell_status(cell->id);
+  if (!status.canonical_attempt) {
+    throw std::runtime_error(a.trace + ": reference " + cell->name + " has no canonical complete trace (" +
+                             (status.reasons.empty() ? runners::to_string(status.state) : status.reasons.front()) +
+                             "); run it with wbaudit run --resume");
+  }
+  return (status.attempts[*status.canonical_attempt].dir / "trace.h5").string();
+}
+
+void run_grid(GridArgs a) {
+  if (fs::is_directory(a.trace) && a.out.empty()) a.out = (fs::path(a.trace) / "grid").string();
+  a.trace = trace_path(a);
   sim::Trace trace = sim::read_trace(a.trace);
   std::vector<std::string> groups = a.groups;
   if (groups.empty()) {
@@ -214,9 +250,13 @@ void add_grid_command(CLI::App& app) {
   auto args = std::make_shared<GridArgs>();
   auto* cmd = app.add_subcommand(
       "grid", "The analytic grid of an fp32 reference trace: projected erased fraction over formats x lr scales");
-  cmd->add_option("trace", args->trace, "Reference trace.h5 (schema wbaudit.trace/2, mode reference)")
+  cmd->add_option("trace", args->trace,
+                  "Reference trace.h5 (schema wbaudit.trace/2, mode reference), or a sweep directory with --cell")
       ->required()
-      ->check(CLI::ExistingFile);
+      ->check(CLI::ExistingPath);
+  cmd->add_option("--cell", args->cell,
+                  "TRACE a sweep directory: the reference cell whose canonical trace is read (a target names its "
+                  "declared reference)");
   cmd->add_option("--formats", args->formats,
                   "Formats (comma-separated; any of `wbaudit formats`; intK takes the "
                   "group's scale from its absmax at initialization)")
@@ -231,8 +271,8 @@ void add_grid_command(CLI::App& app) {
   cmd->footer(
       "Example:\n"
       "  wbaudit run examples/tiny.toml -o runs/tiny\n"
-      "  wbaudit grid runs/tiny/runs/<reference id>/trace.h5 --formats bf16,e4m3,e3m2,int4 \\\n"
-      "      --lr-scales 0.25,0.5,1,2,4 --groups layer1.weight -o runs/tiny/grid\n"
+      "  wbaudit grid runs/tiny --cell target/lr_scale=0.5/format=e4m3 --formats bf16,e4m3,int4 -o runs/tiny/grid\n"
+      "TRACE may also be a reference trace.h5 itself (then without --cell).\n"
       "Writes DIR/grid.csv (group, format, lr_scale, step, erased_fraction), DIR/grid_summary.csv (mean, max and\n"
       "final over the selected steps) and DIR/grid_<group>.{svg,png}. A trace made before schema\n"
       "wbaudit.trace/2 has no joint histogram: re-run its reference with this wbaudit. See docs/forecasting.md.");

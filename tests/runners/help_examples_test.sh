@@ -49,7 +49,7 @@ while IFS= read -r example; do
   dir=$(sandbox)
   command=$(echo "$example" | sed 's/.*wbaudit \([a-z-]*\).*/\1/')
   case "$command" in
-    status | evaluate | report | deviate) needs=done ;;
+    status | evaluate | report | deviate | grid) needs=done ;;
     register) needs=submitted ;;
     *) needs="" ;;
   esac
