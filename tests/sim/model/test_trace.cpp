@@ -2,12 +2,16 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <random>
 
+#include "sim/trace/joint_recording.hpp"
 #include "sim/trace/trace.hpp"
 #include "trace_compare.hpp"
 
@@ -121,3 +125,37 @@ TEST(Trace, BadFilesNameTheFile) {
 }
 
 }  // namespace
+
+// The joint histogram's key sort (an LSD radix sort on 20 + w_bits + u_bits bits) against std::sort, on keys made by
+// joint_key from weights and proposals spanning zero, fp32 subnormals, normals and the largest finite floats, with
+// the u == 0 sentinel mixed in and dropped.
+TEST(JointRecording, RadixSortedKeysEqualStdSort) {
+  std::mt19937_64 rng(20261204);
+  const int wb = 11, ub = 4;
+  std::vector<std::uint64_t> keys;
+  auto any_float = [&] {
+    switch (rng() % 5) {
+      case 0:
+        return 0.0f;
+      case 1:
+        return std::bit_cast<float>(static_cast<std::uint32_t>(rng() % 0x800000u));  // subnormal
+      case 2:
+        return std::numeric_limits<float>::max();
+      default:
+        return std::bit_cast<float>(static_cast<std::uint32_t>(rng() % 0x7f800000u));
+    }
+  };
+  for (int i = 0; i < 200000; ++i) {
+    const float w = (rng() & 1 ? -1.0f : 1.0f) * any_float(), u = (rng() & 1 ? -1.0f : 1.0f) * any_float();
+    keys.push_back(u == 0.0f ? wbaudit::sim::kJointNoProposal : wbaudit::sim::joint_key(wb, ub, w, u));
+    if (i % 7 == 0) keys.push_back(keys.back());  // repeats
+  }
+  std::vector<std::uint64_t> expected;
+  for (auto k : keys)
+    if (k != wbaudit::sim::kJointNoProposal) {
+      expected.push_back(k);
+      ASSERT_LT(k, std::uint64_t{1} << (20 + wb + ub)) << "key beyond the radix sort's bits";
+    }
+  std::sort(expected.begin(), expected.end());
+  EXPECT_EQ(wbaudit::sim::detail::sorted_joint_keys(keys.data(), keys.size(), 20 + wb + ub), expected);
+}
