@@ -159,35 +159,3 @@ TEST(JointRecording, RadixSortedKeysEqualStdSort) {
   std::sort(expected.begin(), expected.end());
   EXPECT_EQ(wbaudit::sim::detail::sorted_joint_keys(keys.data(), keys.size(), 20 + wb + ub), expected);
 }
-
-// The parallel bucketed run-length encoding against std::sort + a plain run count, on the test's thread count
-// (the suite runs at 1 and 2 threads), for several key widths.
-TEST(JointRecording, ParallelRunsEqualSortedRunLengths) {
-  std::mt19937_64 rng(7);
-  for (int bits : {5, 11, 12, 35}) {
-    std::vector<std::uint64_t> keys;
-    for (int i = 0; i < 100000; ++i) {
-      const std::uint64_t k = (rng() % 3 == 0) ? rng() % 64 : rng() % (std::uint64_t{1} << bits);  // many repeats
-      keys.push_back(rng() % 11 == 0 ? wbaudit::sim::kJointNoProposal : k % (std::uint64_t{1} << bits));
-    }
-    std::vector<std::uint64_t> sorted;
-    for (auto k : keys)
-      if (k != wbaudit::sim::kJointNoProposal) sorted.push_back(k);
-    std::sort(sorted.begin(), sorted.end());
-    std::vector<std::uint64_t> want_keys{42};  // something already there: the runs are appended
-    std::vector<std::int64_t> want_counts{7};
-    for (std::size_t i = 0; i < sorted.size();) {
-      std::size_t j = i;
-      while (j < sorted.size() && sorted[j] == sorted[i]) ++j;
-      want_keys.push_back(sorted[i]);
-      want_counts.push_back(static_cast<std::int64_t>(j - i));
-      i = j;
-    }
-    std::vector<std::uint64_t> got_keys{42};
-    std::vector<std::int64_t> got_counts{7};
-    wbaudit::sim::detail::joint_key_runs(Kokkos::DefaultHostExecutionSpace(), keys.data(), keys.size(), bits, got_keys,
-                                         got_counts);
-    EXPECT_EQ(got_keys, want_keys) << bits << " bits";
-    EXPECT_EQ(got_counts, want_counts) << bits << " bits";
-  }
-}
