@@ -7,7 +7,6 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
-#include <optional>
 
 #include "forecast/error.hpp"
 #include "sim/trace/joint_histogram.hpp"
@@ -137,7 +136,7 @@ void pieces_of(const Rounder& r, double lo, double hi, bool point, std::vector<P
 // The |u| entries of one w bin and one direction, in increasing order (a point bin sorts before the interval above
 // it): views into the step's flat entry arrays (StepBins), so that a step's parse allocates a few arrays, not a few
 // per w bin.
-struct UCdf {
+struct UEntries {
   std::span<const double> lo, hi, count;
   std::span<const char> point;
   std::span<const std::uint32_t> idx;  // the entry's |u| bin: code * 2 + sticky
@@ -146,7 +145,7 @@ struct UCdf {
 struct WBin {
   double lo = 0, hi = 0;
   bool point = false;
-  UCdf dir[2];  // [0] away from zero (or w == 0), [1] toward zero
+  UEntries dir[2];  // [0] away from zero (or w == 0), [1] toward zero
 };
 
 struct Entries {
@@ -166,9 +165,10 @@ StepBins parse(const sim::JointHistogramLayout& layout, std::span<const std::uin
     throw ForecastError("analytic grid: " + std::to_string(keys.size()) + " keys but " + std::to_string(counts.size()) +
                         " counts");
   }
-  if (layout.w_bits < 0 || layout.w_bits > 12 || layout.u_bits < 0 || layout.u_bits > 12) {
+  // u_bits <= 6: the grid's dense per-gap slots hold 2^(9 + u_bits) |u| bins (wbaudit records u_bits = 4).
+  if (layout.w_bits < 0 || layout.w_bits > 12 || layout.u_bits < 0 || layout.u_bits > 6) {
     throw ForecastError("analytic grid: joint histogram layout w_bits " + std::to_string(layout.w_bits) + ", u_bits " +
-                        std::to_string(layout.u_bits) + " (expected 0..12)");
+                        std::to_string(layout.u_bits) + " (expected w_bits 0..12, u_bits 0..6)");
   }
   StepBins out;
   std::vector<std::array<std::size_t, 4>> ranges;  // per w bin: begin/end of direction 0, then of direction 1
@@ -217,9 +217,9 @@ StepBins parse(const sim::JointHistogramLayout& layout, std::span<const std::uin
       const Entries& e = out.entries[d];
       const std::size_t from = ranges[k][2 * d], n = ranges[k][2 * d + 1] - from;
       out.bins[k].dir[d] =
-          UCdf{std::span<const double>(e.lo).subspan(from, n), std::span<const double>(e.hi).subspan(from, n),
-               std::span<const double>(e.count).subspan(from, n), std::span<const char>(e.point).subspan(from, n),
-               std::span<const std::uint32_t>(e.idx).subspan(from, n)};
+          UEntries{std::span<const double>(e.lo).subspan(from, n), std::span<const double>(e.hi).subspan(from, n),
+                   std::span<const double>(e.count).subspan(from, n), std::span<const char>(e.point).subspan(from, n),
+                   std::span<const std::uint32_t>(e.idx).subspan(from, n)};
     }
   }
   return out;
@@ -231,10 +231,11 @@ void check_scale(double s) {
   }
 }
 
-// The same counts, aggregated first: every (piece, direction) of every w bin sends its |u| entries, weighted by the
-// piece's share, to the slot of its (gap, tie), where entries of the same |u| bin add up; then each slot's distinct
-// |u| bins are evaluated for every scale. Far fewer threshold evaluations (a step's w bins share a few dozen gaps
-// and a few thousand |u| bins), the same rule; only the order of the additions differs.
+// Erased counts of one step for every scale, given the format's pieces per w bin. Every (piece, direction) of every
+// w bin sends its |u| entries, weighted by the piece's share, to the slot of its (gap, tie), where entries of the
+// same |u| bin add up (a step's w bins share a few dozen gaps and a few thousand |u| bins); then each slot's |u| bins
+// are evaluated for every scale, the threshold t_k = gap / (2 s_k): a point bin counts 1 below t, `tie` at t; an
+// interval bin the uniform fraction (t - lo) / (hi - lo) clamped to [0, 1] (bins are sorted and do not overlap).
 struct GapSlot {
   double gap = 0, tie = 0;
   std::vector<double> weight;          // by |u| bin index
@@ -244,7 +245,6 @@ struct GapSlot {
 class Aggregator {
  public:
   explicit Aggregator(int u_bits) : m_u_bits(u_bits), m_size(std::size_t{1} << (9 + u_bits)) {}
-  static bool fits(int u_bits) { return u_bits <= 6; }  // dense slots of 2^(9 + u_bits) doubles
 
   void run(const std::vector<WBin>& bins, const Rounder& r, std::span<const double> twice_scales,
            std::vector<Piece>& pieces, double* out) {
@@ -252,7 +252,7 @@ class Aggregator {
       pieces_of(r, w.lo, w.hi, w.point, pieces);
       for (const Piece& p : pieces) {
         for (int d = 0; d < 2; ++d) {
-          const UCdf& c = w.dir[d];
+          const UEntries& c = w.dir[d];
           if (c.lo.empty()) continue;
           GapSlot& slot = slot_of(d == 0 ? p.gap_away : p.gap_toward, p.tie);
           for (std::size_t e = 0; e < c.lo.size(); ++e) {
@@ -310,42 +310,6 @@ class Aggregator {
   std::size_t m_used = 0, m_last = 0;
 };
 
-// Erased counts of one step for every scale, given the format's pieces per w bin. For each |u| entry the share
-// below each scale's threshold t_k = gap / (2 s_k) (rounded once, as before) is computed directly (1 or `tie` for a
-// point entry, the uniform fraction (t - lo) / (hi - lo) clamped to [0, 1] for an interval), a loop over the scales
-// without branches (entries are sorted and do not overlap).
-void erased_for_scales(const std::vector<WBin>& bins, const Rounder& r, std::span<const double> twice_scales,
-                       std::vector<Piece>& pieces, double* out) {
-  const std::size_t S = twice_scales.size();
-  const double* s2 = twice_scales.data();
-  for (std::size_t k = 0; k < S; ++k) out[k] = 0;
-  for (const WBin& w : bins) {
-    pieces_of(r, w.lo, w.hi, w.point, pieces);
-    for (const Piece& p : pieces) {
-      for (int d = 0; d < 2; ++d) {
-        const UCdf& c = w.dir[d];
-        const double gap = d == 0 ? p.gap_away : p.gap_toward;
-        for (std::size_t e = 0; e < c.lo.size(); ++e) {
-          const double lo = c.lo[e], weight = p.share * c.count[e];
-          if (c.point[e]) {
-            const double tie = p.tie;
-            for (std::size_t k = 0; k < S; ++k) {
-              const double t = gap / s2[k];
-              out[k] += weight * (t > lo ? 1.0 : t == lo ? tie : 0.0);
-            }
-          } else {
-            const double inv = 1.0 / (c.hi[e] - lo);
-            for (std::size_t k = 0; k < S; ++k) {
-              const double f = (gap / s2[k] - lo) * inv;
-              out[k] += weight * (f >= 1.0 ? 1.0 : f > 0.0 ? f : 0.0);
-            }
-          }
-        }
-      }
-    }
-  }
-}
-
 }  // namespace
 
 sim::FormatSpec grid_format(const sim::GroupTrace& group, std::string_view name) {
@@ -372,11 +336,7 @@ double joint_erased_count(const sim::JointHistogramLayout& layout, std::span<con
   std::vector<Piece> pieces;
   double out = 0;
   const double twice = 2.0 * lr_scale;  // exact
-  if (Aggregator::fits(layout.u_bits)) {
-    Aggregator(layout.u_bits).run(bins.bins, r, std::span<const double>(&twice, 1), pieces, &out);
-  } else {
-    erased_for_scales(bins.bins, r, std::span<const double>(&twice, 1), pieces, &out);
-  }
+  Aggregator(layout.u_bits).run(bins.bins, r, std::span<const double>(&twice, 1), pieces, &out);
   return out;
 }
 
@@ -462,15 +422,10 @@ FormatGrid format_grid(const sim::Trace& reference, std::string_view group, std:
       }
       if (total == 0) return;
       std::vector<Piece> pieces;
-      std::optional<Aggregator> aggregator;
-      if (Aggregator::fits(reference.joint.u_bits)) aggregator.emplace(reference.joint.u_bits);
+      Aggregator aggregator(reference.joint.u_bits);
       std::vector<double> erased(S);
       for (std::size_t f = 0; f < formats.size(); ++f) {
-        if (aggregator) {
-          aggregator->run(bins.bins, rounders[f], twice, pieces, erased.data());
-        } else {
-          erased_for_scales(bins.bins, rounders[f], twice, pieces, erased.data());
-        }
+        aggregator.run(bins.bins, rounders[f], twice, pieces, erased.data());
         for (std::size_t s = 0; s < S; ++s) grid.values[(f * S + s) * T + t] = erased[s] / total;
       }
     } catch (const std::exception& e) {

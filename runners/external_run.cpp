@@ -14,7 +14,6 @@
 #include "runners/identity.hpp"
 #include "runners/store.hpp"
 #include "runners/sweep_cells.hpp"
-#include "sim/precision/expected_erasure.hpp"
 #include "sim/trace/trace.hpp"
 
 namespace wbaudit::runners {
@@ -325,16 +324,8 @@ ExternalEvaluationCells read_external_evaluation_cells(const fs::path& dir, cons
       cell.group = group;
       cell.format = trace->format;
       cell.policy = trace->policy;
-      if (trace->policy != "nearest") {
-        const int bits = r.manifest.value("sr_bits", 0);
-        const std::string wanted = sim::projection_name(sim::make_policy(trace->policy, bits));
-        if (g.projected.at(trace->format).expected.contains(wanted)) {
-          cell.projection = wanted;
-        } else {
-          cell.projection_note =
-              "external reference " + ref.name + " has no " + wanted + " projection; scored against nearest";
-        }
-      }
+      choose_projection(cell, trace->policy, r.manifest.value("sr_bits", 0), g.projected.at(trace->format),
+                        "external reference " + ref.name);
       cell.params = nlohmann::json::object();
       cell.target_trace = trace;
       cell.reference_trace = ref_trace;

@@ -52,6 +52,20 @@ std::string TraceCache::problem(const std::string& cell_id) const {
   return reason;
 }
 
+void choose_projection(SweepEvaluationCell& cell, const std::string& policy, int sr_bits,
+                       const sim::ProjectedSeries& projected, const std::string& reference) {
+  if (policy == "nearest") return;
+  const std::string wanted = sim::projection_name(sim::make_policy(policy, sr_bits));
+  if (projected.expected.contains(wanted)) {
+    cell.projection = wanted;
+  } else {
+    cell.projection_note = policy == "master" ? "no projection models the master copy; scored against nearest"
+                                              : reference + " has no " + wanted +
+                                                    " projection (made before per-policy projections); scored against "
+                                                    "nearest";
+  }
+}
+
 SweepEvaluationCells read_sweep_evaluation_cells(const SweepStore& store, const SweepSpec& spec, TraceCache& cache,
                                                  const std::vector<std::string>& groups) {
   SweepEvaluationCells out;
@@ -93,21 +107,11 @@ SweepEvaluationCells read_sweep_evaluation_cells(const SweepStore& store, const 
       cell.group = group;
       cell.format = target->format;
       cell.policy = target->policy;
-      const auto& projected = ref->group(group).projected.at(target->format);
-      if (target->policy != "nearest") {
-        int bits = 0;
-        if (stored.config.contains("target") && stored.config["target"].contains("sr_bits"))
-          bits = stored.config["target"]["sr_bits"].get<int>();
-        const std::string wanted = sim::projection_name(sim::make_policy(target->policy, bits));
-        if (projected.expected.contains(wanted)) {
-          cell.projection = wanted;
-        } else {
-          cell.projection_note = target->policy == "master"
-                                     ? "no projection models the master copy; scored against nearest"
-                                     : "reference " + reference->name + " has no " + wanted +
-                                           " projection (made before per-policy projections); scored against nearest";
-        }
-      }
+      int bits = 0;
+      if (stored.config.contains("target") && stored.config["target"].contains("sr_bits"))
+        bits = stored.config["target"]["sr_bits"].get<int>();
+      choose_projection(cell, target->policy, bits, ref->group(group).projected.at(target->format),
+                        "reference " + reference->name);
       cell.params = spec_cell.params;
       cell.target_trace = target;
       cell.reference_trace = ref;

@@ -56,6 +56,11 @@ struct SweepEvaluationCells {
   std::vector<std::string> missing_names;  // the same, names only
 };
 
+// Sets cell.projection / cell.projection_note for a target of write-back `policy` (with `sr_bits`) scored against
+// `projected`, the reference's series for the target's format (`reference` names it in the note).
+void choose_projection(SweepEvaluationCell& cell, const std::string& policy, int sr_bits,
+                       const sim::ProjectedSeries& projected, const std::string& reference);
+
 // Groups: `groups` when not empty, else spec.evaluation.groups, else every group of the target's trace. Throws
 // StoreError when a group is absent from a trace or the reference lacks the target format's projection.
 SweepEvaluationCells read_sweep_evaluation_cells(const SweepStore& store, const SweepSpec& spec, TraceCache& cache,

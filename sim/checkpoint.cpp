@@ -67,16 +67,10 @@ void read_section(hid_t root, const char* section, Checkpoint& c, std::vector<fl
   }
 }
 
-// Like traces (sim/trace/trace.cpp), the checkpoint is built in memory (HDF5's core driver, no backing store) and its
-// file image written with plain POSIX calls: HDF5 never touches the disk, so a full disk is an ordinary write error
-// (ENOSPC, named), never a file id HDF5 cannot close (which crashed its exit-time cleanup). The bytes are the same
-// HDF5 file as before, read by read_checkpoint unchanged.
-std::vector<unsigned char> build_image(const std::string& file, const Checkpoint& c) {
-  Handle fcpl(untimed_plist(H5P_FILE_CREATE), H5Pclose, "creation property list", file);
-  Handle fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose, "access property list", file);
-  check(H5Pset_fapl_core(fapl.get(), 1 << 20, /*backing_store=*/false), "H5Pset_fapl_core", file);
-  Handle h5(H5Fcreate(file.c_str(), H5F_ACC_TRUNC, fcpl.get(), fapl.get()), H5Fclose, "create file", file);
-  const hid_t root = h5.get();
+// The checkpoint's content. Like a trace it is built in memory and written with plain POSIX writes (write_file:
+// detail::in_memory_file_image, write_new_file), so a full disk is a named error; the bytes are the same HDF5 file as
+// before, read by read_checkpoint unchanged.
+void write_content(hid_t root, const std::string& file, const Checkpoint& c) {
   write_string_attribute(root, "schema", kCheckpointSchema, file);
   write_string_attribute(root, "config_json", c.config_json, file);
   write_string_attribute(root, "model_kind", c.model_kind, file);
@@ -96,42 +90,10 @@ std::vector<unsigned char> build_image(const std::string& file, const Checkpoint
   write_section(root, "master", c, &TensorState::master, file);
   Handle trace = create_group(root, "trace", file);
   write_trace_to(trace.get(), c.trace, file);
-  check(H5Fflush(root, H5F_SCOPE_GLOBAL), "flush", file);
-  const ssize_t size = H5Fget_file_image(root, nullptr, 0);
-  if (size < 0) {
-    throw CheckpointError(file + ": HDF5 error: H5Fget_file_image");
-  }
-  std::vector<unsigned char> image(static_cast<std::size_t>(size));
-  if (H5Fget_file_image(root, image.data(), image.size()) != size) {
-    throw CheckpointError(file + ": HDF5 error: H5Fget_file_image");
-  }
-  return image;
-}
-
-void write_bytes(const std::string& file, const std::vector<unsigned char>& bytes) {
-  const int fd = ::open(file.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  if (fd < 0) {
-    throw CheckpointError(file + ": cannot create the checkpoint: " + std::strerror(errno));
-  }
-  std::size_t done = 0;
-  while (done < bytes.size()) {
-    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      const int err = n < 0 ? errno : ENOSPC;
-      ::close(fd);
-      throw CheckpointError(file + ": cannot write the checkpoint (" + std::to_string(bytes.size()) +
-                            " bytes): " + std::strerror(err));
-    }
-    done += static_cast<std::size_t>(n);
-  }
-  if (::close(fd) != 0) {
-    throw CheckpointError(file + ": cannot write the checkpoint: " + std::strerror(errno));
-  }
 }
 
 void write_file(const std::string& file, const Checkpoint& c) {
-  write_bytes(file, build_image(file, c));
+  write_new_file(file, in_memory_file_image(file, [&](hid_t root) { write_content(root, file, c); }), "checkpoint");
 }
 
 }  // namespace

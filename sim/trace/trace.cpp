@@ -148,51 +148,10 @@ void write_trace_to(hid_t root, const Trace& trace, const std::string& file) {
 
 namespace {
 
-// The trace is built in memory (HDF5's core driver, no backing store) and its file image written with plain POSIX
-// calls: HDF5 never touches the disk, so a full disk is an ordinary write error here (ENOSPC, named), never a file
-// id HDF5 cannot close (which crashed its exit-time cleanup).
-std::vector<unsigned char> build_image(const std::string& file, const Trace& trace) {
-  Handle fcpl(untimed_plist(H5P_FILE_CREATE), H5Pclose, "creation property list", file);
-  Handle fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose, "access property list", file);
-  check(H5Pset_fapl_core(fapl.get(), 1 << 20, /*backing_store=*/false), "H5Pset_fapl_core", file);
-  Handle h5(H5Fcreate(file.c_str(), H5F_ACC_TRUNC, fcpl.get(), fapl.get()), H5Fclose, "create file", file);
-  detail::write_trace_to(h5.get(), trace, file);
-  check(H5Fflush(h5.get(), H5F_SCOPE_GLOBAL), "flush", file);
-  const ssize_t size = H5Fget_file_image(h5.get(), nullptr, 0);
-  if (size < 0) {
-    throw TraceFileError(file + ": HDF5 error: H5Fget_file_image");
-  }
-  std::vector<unsigned char> image(static_cast<std::size_t>(size));
-  if (H5Fget_file_image(h5.get(), image.data(), image.size()) != size) {
-    throw TraceFileError(file + ": HDF5 error: H5Fget_file_image");
-  }
-  return image;
-}
-
-void write_bytes(const std::string& file, const std::vector<unsigned char>& bytes) {
-  const int fd = ::open(file.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  if (fd < 0) {
-    throw TraceFileError(file + ": cannot create the trace: " + std::strerror(errno));
-  }
-  std::size_t done = 0;
-  while (done < bytes.size()) {
-    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      const int err = n < 0 ? errno : ENOSPC;
-      ::close(fd);
-      throw TraceFileError(file + ": cannot write the trace (" + std::to_string(bytes.size()) +
-                           " bytes): " + std::strerror(err));
-    }
-    done += static_cast<std::size_t>(n);
-  }
-  if (::close(fd) != 0) {
-    throw TraceFileError(file + ": cannot write the trace: " + std::strerror(errno));
-  }
-}
-
+// Built in memory, then written with plain writes (detail::in_memory_file_image).
 void write_file(const std::string& file, const Trace& trace) {
-  write_bytes(file, build_image(file, trace));
+  write_new_file(file, in_memory_file_image(file, [&](hid_t root) { detail::write_trace_to(root, trace, file); }),
+                 "trace");
 }
 
 }  // namespace

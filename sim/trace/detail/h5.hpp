@@ -1,9 +1,13 @@
 #pragma once
 // HDF5 C API helpers shared by the trace and checkpoint files: owned identifiers, fixed little-endian file types,
 // attributes and 1-D/2-D datasets, with errors that name the file.
+#include <fcntl.h>
 #include <hdf5.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <cstdint>
+#include <cstring>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -234,6 +238,52 @@ std::vector<T> read_optional(hid_t loc, const std::string& name, const std::stri
 
 // The trace's attributes, datasets and groups written into / read from an open file or group.
 // The link names of an HDF5 group, in name order.
+// The bytes of an HDF5 file built in memory (HDF5's core driver, no backing store), `file` naming it in messages;
+// fill(root) writes its content. HDF5 never touches the disk, so a full disk is an ordinary write error in
+// write_new_file (ENOSPC, named), never a file id HDF5 cannot close (which crashed its exit-time cleanup).
+template <class Fill>
+std::vector<unsigned char> in_memory_file_image(const std::string& file, Fill&& fill) {
+  Handle fcpl(untimed_plist(H5P_FILE_CREATE), H5Pclose, "creation property list", file);
+  Handle fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose, "access property list", file);
+  check(H5Pset_fapl_core(fapl.get(), 1 << 20, /*backing_store=*/false), "H5Pset_fapl_core", file);
+  Handle h5(H5Fcreate(file.c_str(), H5F_ACC_TRUNC, fcpl.get(), fapl.get()), H5Fclose, "create file", file);
+  fill(h5.get());
+  check(H5Fflush(h5.get(), H5F_SCOPE_GLOBAL), "flush", file);
+  const ssize_t size = H5Fget_file_image(h5.get(), nullptr, 0);
+  if (size < 0) {
+    throw TraceFileError(file + ": HDF5 error: H5Fget_file_image");
+  }
+  std::vector<unsigned char> image(static_cast<std::size_t>(size));
+  if (H5Fget_file_image(h5.get(), image.data(), image.size()) != size) {
+    throw TraceFileError(file + ": HDF5 error: H5Fget_file_image");
+  }
+  return image;
+}
+
+// Writes `bytes` to the new file `file` (O_EXCL) with plain POSIX writes; a failure (a full disk named as ENOSPC)
+// throws TraceFileError naming the file and `what` ("trace", "checkpoint").
+inline void write_new_file(const std::string& file, const std::vector<unsigned char>& bytes, const std::string& what) {
+  const int fd = ::open(file.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    throw TraceFileError(file + ": cannot create the " + what + ": " + std::strerror(errno));
+  }
+  std::size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const int err = n < 0 ? errno : ENOSPC;
+      ::close(fd);
+      throw TraceFileError(file + ": cannot write the " + what + " (" + std::to_string(bytes.size()) +
+                           " bytes): " + std::strerror(err));
+    }
+    done += static_cast<std::size_t>(n);
+  }
+  if (::close(fd) != 0) {
+    throw TraceFileError(file + ": cannot write the " + what + ": " + std::strerror(errno));
+  }
+}
+
 inline std::vector<std::string> link_names(hid_t loc, const std::string& where, const std::string& file) {
   H5G_info_t info;
   check(H5Gget_info(loc, &info), "H5Gget_info " + where, file);
