@@ -39,7 +39,7 @@ struct CommGuard {
 
 std::vector<std::size_t> select_work(const SweepStore& store, const std::vector<CellTask>& cells, bool resume,
                                      std::size_t& skipped) {
-  std::vector<std::size_t> todo;
+  std::vector<std::size_t> to_run;
   skipped = 0;
   for (std::size_t i = 0; i < cells.size(); ++i) {
     const CellStatus status = store.cell_status(cells[i].id);
@@ -50,10 +50,10 @@ std::vector<std::size_t> select_work(const SweepStore& store, const std::vector<
     if (status.state == CellState::done) {
       ++skipped;
     } else {
-      todo.push_back(i);
+      to_run.push_back(i);
     }
   }
-  return todo;
+  return to_run;
 }
 
 void check_runnable(const SweepStore& store, const std::vector<CellTask>& cells) {
@@ -130,13 +130,13 @@ ExecSummary execute_sweep(const SweepStore& store, const std::vector<CellTask>& 
                                   std::to_string(opts.local_jobs));
     }
     check_runnable(store, cells);
-    const auto todo = select_work(store, cells, opts.resume, summary.skipped);
-    if (opts.local_jobs > 1 && todo.size() > 1) {
-      detail::run_in_local_workers(store, cells, todo, opts, summary);
+    const auto to_run = select_work(store, cells, opts.resume, summary.skipped);
+    if (opts.local_jobs > 1 && to_run.size() > 1) {
+      detail::run_in_local_workers(store, cells, to_run, opts, summary);
       summary.wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       return summary;
     }
-    for (std::size_t i : todo) {
+    for (std::size_t i : to_run) {
       if (run_cell_attempt(store, cells[i], fn, opts.progress, 0, summary.cell_seconds)) {
         ++summary.completed;
       } else {
@@ -156,12 +156,12 @@ ExecSummary execute_sweep(const SweepStore& store, const std::vector<CellTask>& 
   check_mpi(MPI_Comm_size(comm, &size), "MPI_Comm_size");
 
   // Rank 0 validates and decides the work; an error there is shared so that every rank throws instead of hanging.
-  std::vector<std::size_t> todo;
+  std::vector<std::size_t> to_run;
   std::string setup_error;
   if (rank == 0) {
     try {
       check_runnable(store, cells);
-      todo = select_work(store, cells, opts.resume, summary.skipped);
+      to_run = select_work(store, cells, opts.resume, summary.skipped);
     } catch (const std::exception& e) {
       setup_error = e.what();
       if (setup_error.empty()) {
@@ -191,7 +191,7 @@ ExecSummary execute_sweep(const SweepStore& store, const std::vector<CellTask>& 
   };
 
   if (rank == 0) {
-    // Dispatcher thread: answers work requests from the other ranks with the next index of `todo`, sharing the
+    // Dispatcher thread: answers work requests from the other ranks with the next index of `to_run`, sharing the
     // counter with this rank's own loop. Only this thread calls MPI until it is joined (MPI_THREAD_SERIALIZED).
     std::atomic<std::size_t> next{0};
     std::string dispatch_error;
@@ -215,7 +215,7 @@ ExecSummary execute_sweep(const SweepStore& store, const std::vector<CellTask>& 
             wait = std::min(wait * 2, std::chrono::microseconds(2000));
           }
           const std::size_t i = next.fetch_add(1);
-          long long assign = i < todo.size() ? static_cast<long long>(todo[i]) : kNoMoreWork;
+          long long assign = i < to_run.size() ? static_cast<long long>(to_run[i]) : kNoMoreWork;
           if (assign == kNoMoreWork) {
             ++stopped;
           }
@@ -227,12 +227,12 @@ ExecSummary execute_sweep(const SweepStore& store, const std::vector<CellTask>& 
       }
     });
     try {
-      for (std::size_t i = next.fetch_add(1); i < todo.size(); i = next.fetch_add(1)) {
-        run_index(todo[i]);
+      for (std::size_t i = next.fetch_add(1); i < to_run.size(); i = next.fetch_add(1)) {
+        run_index(to_run[i]);
       }
     } catch (const std::exception& e) {
       local_error = e.what();
-      next.store(todo.size());  // hand out no more work
+      next.store(to_run.size());  // hand out no more work
     }
     dispatcher.join();
     if (!dispatch_error.empty() && local_error.empty()) {
