@@ -11,7 +11,10 @@
 #include <algorithm>
 #include <chrono>
 
+#include <random>
+
 #include "sim/run.hpp"
+#include "sim/trace/joint_recording.hpp"
 
 namespace {
 
@@ -118,4 +121,42 @@ BENCHMARK(DecoderTargetE4m3StochasticStep)->Unit(benchmark::kMillisecond);
 BENCHMARK(DecoderReferenceRecordingEveryStep)->Unit(benchmark::kMillisecond);
 BENCHMARK(DecoderRatios)->Unit(benchmark::kMillisecond)->Iterations(5);
 
+// The joint histogram's runs of one large tensor (4M coordinates, w ~ N(0, 0.02), u ~ N(0, 1e-4): what
+// finish_joint_histograms sorts with all threads above kJointParallelSort) by the one-thread sort and by the
+// all-threads sort, interleaved; the counter is the one-thread time over the all-threads time.
+void JointRunsLargeTensor(benchmark::State& state) {
+  const std::size_t n = std::size_t{1} << 22;
+  std::mt19937_64 rng(7);
+  std::normal_distribution<float> wd(0.0f, 0.02f), ud(0.0f, 1e-4f);
+  const JointHistogramLayout layout;
+  std::vector<std::uint64_t> keys(n);
+  for (auto& k : keys) k = joint_key(layout.w_bits, layout.u_bits, wd(rng), ud(rng));
+  const int bits = 20 + layout.w_bits + layout.u_bits;
+  JointScratch scratch;
+  std::vector<std::uint64_t> temp, out_keys, copy;
+  std::vector<std::int64_t> out_counts;
+  std::vector<double> serial, parallel;
+  for (auto _ : state) {
+    copy = keys;
+    out_keys.clear();
+    out_counts.clear();
+    auto t0 = std::chrono::steady_clock::now();
+    detail::append_joint_runs_serial(copy.data(), n, bits, temp, out_keys, out_counts);
+    auto t1 = std::chrono::steady_clock::now();
+    serial.push_back(std::chrono::duration<double>(t1 - t0).count());
+    out_keys.clear();
+    out_counts.clear();
+    t0 = std::chrono::steady_clock::now();
+    detail::append_joint_runs(Kokkos::DefaultHostExecutionSpace(), keys.data(), n, bits, scratch, out_keys, out_counts);
+    t1 = std::chrono::steady_clock::now();
+    parallel.push_back(std::chrono::duration<double>(t1 - t0).count());
+  }
+  std::sort(serial.begin(), serial.end());
+  std::sort(parallel.begin(), parallel.end());
+  state.counters["one_thread_ms"] = serial[serial.size() / 2] * 1e3;
+  state.counters["all_threads_ms"] = parallel[parallel.size() / 2] * 1e3;
+  state.counters["one_thread_over_all_threads"] = serial[serial.size() / 2] / parallel[parallel.size() / 2];
+  state.counters["pairs"] = static_cast<double>(out_keys.size());
+}
+BENCHMARK(JointRunsLargeTensor)->Unit(benchmark::kMillisecond)->Iterations(5);
 }  // namespace

@@ -25,6 +25,12 @@ inline int exponent_of(double v) {
   return static_cast<int>((std::bit_cast<std::uint64_t>(v) >> 52) & 0x7ffu) - 1023;
 }
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+// Round to the nearest integer, ties to even, for 0 <= x < 2^52 (the default rounding mode, as std::nearbyint, which
+// is a library call here): adding 2^52 leaves no fraction bits, so the sum is rounded to an integer by the addition.
+inline double nearest_integer(double x) {
+  constexpr double k = 0x1p52;
+  return (x + k) - k;
+}
 
 // Nearest rounding of a magnitude into a format, written from the format's definition (docs/formats.md), not with
 // sim/precision's kernels: values of a binade e >= emin are multiples of 2^(e - M), below min normal multiples of
@@ -62,11 +68,16 @@ struct Rounder {
     if (v == 0) return min_sub;
     return pow2(std::max(exponent_of(v), emin) - man_bits);
   }
+  // 1 / unit(v) for a floating format: a power of two, so v * inv_unit(v) is exactly v / unit(v).
+  double inv_unit(double v) const {
+    if (v == 0) return pow2(man_bits - emin);
+    return pow2(man_bits - std::max(exponent_of(v), emin));
+  }
   double round(double v) const {
     if (v >= max_finite) return max_finite;
-    if (integer) return std::min(std::nearbyint(v / scale) * scale, max_finite);
-    const double g = unit(v);
-    return std::min(std::nearbyint(v / g) * g, max_finite);
+    // v < max finite: v / scale and v / unit(v) lie below 2^(M + 2) or the largest level.
+    if (integer) return std::min(nearest_integer(v / scale) * scale, max_finite);
+    return std::min(nearest_integer(v * inv_unit(v)) * unit(v), max_finite);
   }
   double gap_toward(double v) const {
     if (integer || v == 0) return unit(v);
@@ -76,34 +87,40 @@ struct Rounder {
   }
   double gap_away(double v) const { return v >= max_finite ? kInf : unit(v); }
   // At a tie the even level wins: an update of exactly half a gap is erased iff v's level is even.
-  double tie_weight(double v) const { return std::fmod(v / unit(v), 2.0) == 0 ? 1.0 : 0.0; }
+  double tie_weight(double v) const {
+    if (integer) return std::fmod(v / scale, 2.0) == 0 ? 1.0 : 0.0;
+    const double level = v * inv_unit(v);  // an integer below 2^(M+2): halving it is exact
+    return std::floor(level * 0.5) == level * 0.5 ? 1.0 : 0.0;
+  }
 };
 
 struct Piece {
   double share = 1;
   double gap_toward = 0;
   double gap_away = 0;
-  double tie = 0;  // weight of an update of exactly half a gap
+  double tie = 0;    // weight of an update of exactly half a gap
+  double value = 0;  // q(w) (the piece of several levels: the bin's middle)
 };
 
 Piece piece_of(const Rounder& r, double share, double wq) {
-  return Piece{share, r.gap_toward(wq), r.gap_away(wq), r.tie_weight(wq)};
+  return Piece{share, r.gap_toward(wq), r.gap_away(wq), r.tie_weight(wq), wq};
 }
 
 // The q(w) profile of a w bin: one piece when every w of the bin rounds to the same value, else the shares
 // (uniform in w) rounding to the special values 0, powers of two and max finite, and the rest with the binade's
 // gap on both sides and ties weighted 1/2 (their levels alternate).
-void pieces_of(const Rounder& r, double lo, double hi, bool point, std::vector<Piece>& out) {
+// Returns true when every w of the bin rounds to one level (the one piece then has share 1 and value q(w)).
+bool pieces_of(const Rounder& r, double lo, double hi, bool point, std::vector<Piece>& out) {
   out.clear();
   if (point) {
     out.push_back(piece_of(r, 1, r.round(lo)));
-    return;
+    return true;
   }
   const double eps = (hi - lo) * 0x1p-30;
   const double a = r.round(lo + eps), b = r.round(hi - eps);
   if (a == b) {
     out.push_back(piece_of(r, 1, a));
-    return;
+    return true;
   }
   double special[64];
   int n = 0;
@@ -129,8 +146,9 @@ void pieces_of(const Rounder& r, double lo, double hi, bool point, std::vector<P
   }
   if (rest > 1e-12) {
     const double g = r.unit(0.5 * (lo + hi));
-    out.push_back(Piece{rest, g, g, 0.5});
+    out.push_back(Piece{rest, g, g, 0.5, 0.5 * (lo + hi)});
   }
+  return false;
 }
 
 // The |u| entries of one w bin and one direction, in increasing order (a point bin sorts before the interval above
@@ -248,8 +266,22 @@ class Aggregator {
 
   void run(const std::vector<WBin>& bins, const Rounder& r, std::span<const double> twice_scales,
            std::vector<Piece>& pieces, double* out) {
+    // A w bin strictly inside the rounding cell of the previous bin's single level (by a margin far above the
+    // rounding error of v / scale) has the same one piece: w bins are sorted and a cell spans 2^(11 - M) of them.
+    double cell_lo = 0, cell_hi = -1;
     for (const WBin& w : bins) {
-      pieces_of(r, w.lo, w.hi, w.point, pieces);
+      const double eps = w.point ? 0.0 : (w.hi - w.lo) * 0x1p-30;
+      if (!(w.lo + eps > cell_lo && w.hi - eps < cell_hi)) {
+        if (pieces_of(r, w.lo, w.hi, w.point, pieces)) {
+          const Piece& p = pieces[0];
+          const double margin = p.gap_toward * 0x1p-20;
+          cell_lo = p.value == 0 ? -1.0 : p.value - p.gap_toward / 2 + margin;
+          cell_hi = p.value + p.gap_away / 2 - margin;  // inf at max finite
+        } else {
+          cell_lo = 0;
+          cell_hi = -1;
+        }
+      }
       for (const Piece& p : pieces) {
         for (int d = 0; d < 2; ++d) {
           const UEntries& c = w.dir[d];
@@ -266,8 +298,11 @@ class Aggregator {
     const std::size_t S = twice_scales.size();
     const double* s2 = twice_scales.data();
     for (std::size_t k = 0; k < S; ++k) out[k] = 0;
+    m_thresholds.resize(S);
+    double* th = m_thresholds.data();
     for (std::size_t n = 0; n < m_used; ++n) {
       GapSlot& slot = m_slots[n];
+      for (std::size_t k = 0; k < S; ++k) th[k] = slot.gap / s2[k];
       for (std::uint32_t i : slot.touched) {
         const double weight = slot.weight[i];
         slot.weight[i] = 0;
@@ -275,13 +310,13 @@ class Aggregator {
         sim::joint_bin_range(m_u_bits, i >> 1, lo, hi);
         if ((i & 1u) == 0) {
           for (std::size_t k = 0; k < S; ++k) {
-            const double t = slot.gap / s2[k];
+            const double t = th[k];
             out[k] += weight * (t > lo ? 1.0 : t == lo ? slot.tie : 0.0);
           }
         } else {
           const double inv = 1.0 / (hi - lo);
           for (std::size_t k = 0; k < S; ++k) {
-            const double f = (slot.gap / s2[k] - lo) * inv;
+            const double f = (th[k] - lo) * inv;
             out[k] += weight * (f >= 1.0 ? 1.0 : f > 0.0 ? f : 0.0);
           }
         }
@@ -306,7 +341,8 @@ class Aggregator {
 
   int m_u_bits;
   std::size_t m_size;
-  std::vector<GapSlot> m_slots;  // [0, m_used) in use for the current step; weights kept zeroed
+  std::vector<GapSlot> m_slots;      // [0, m_used) in use for the current step; weights kept zeroed
+  std::vector<double> m_thresholds;  // a slot's t_k
   std::size_t m_used = 0, m_last = 0;
 };
 
@@ -406,9 +442,10 @@ FormatGrid format_grid(const sim::Trace& reference, std::string_view group, std:
     }
   }
   // Steps are independent: each is computed whole by one thread (the same operations in the same order at any
-  // thread count), and an error is carried out of the parallel loop and thrown after it.
+  // thread count), and an error is carried out of the parallel loop and thrown after it. Each worker keeps one
+  // aggregator (its dense slots) for all its steps.
   std::vector<std::string> errors(T);
-  auto one_step = [&](std::size_t t) {
+  auto one_step = [&](std::size_t t, Aggregator& aggregator) {
     try {
       const auto begin = static_cast<std::size_t>(g.joint_offsets[t]);
       const auto end = static_cast<std::size_t>(g.joint_offsets[t + 1]);
@@ -422,7 +459,6 @@ FormatGrid format_grid(const sim::Trace& reference, std::string_view group, std:
       }
       if (total == 0) return;
       std::vector<Piece> pieces;
-      Aggregator aggregator(reference.joint.u_bits);
       std::vector<double> erased(S);
       for (std::size_t f = 0; f < formats.size(); ++f) {
         aggregator.run(bins.bins, rounders[f], twice, pieces, erased.data());
@@ -432,14 +468,21 @@ FormatGrid format_grid(const sim::Trace& reference, std::string_view group, std:
       errors[t] = e.what();
     }
   };
-  if (Kokkos::is_initialized()) {
+  const std::size_t workers =
+      Kokkos::is_initialized()
+          ? std::min<std::size_t>(T, static_cast<std::size_t>(Kokkos::DefaultHostExecutionSpace().concurrency()))
+          : 1;
+  auto worker = [&](std::size_t first) {
+    Aggregator aggregator(reference.joint.u_bits);
+    for (std::size_t t = first; t < T; t += workers) one_step(t, aggregator);
+  };
+  if (workers > 1) {
     Kokkos::parallel_for("wbaudit::forecast::format_grid::steps",
-                         Kokkos::RangePolicy<Kokkos::DefaultHostExecutionSpace, Kokkos::Schedule<Kokkos::Dynamic>>(
-                             0, static_cast<std::int64_t>(T)),
-                         [&](const std::int64_t t) { one_step(static_cast<std::size_t>(t)); });
+                         Kokkos::RangePolicy<Kokkos::DefaultHostExecutionSpace>(0, static_cast<std::int64_t>(workers)),
+                         [&](const std::int64_t w) { worker(static_cast<std::size_t>(w)); });
     Kokkos::fence();
-  } else {
-    for (std::size_t t = 0; t < T; ++t) one_step(t);
+  } else if (T > 0) {
+    worker(0);
   }
   for (const auto& e : errors)
     if (!e.empty()) throw ForecastError(e);

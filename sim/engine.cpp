@@ -238,7 +238,7 @@ void Training<ExecSpace>::step(const RunHooks& hooks) {
         }
         g.nonzero.push_back(nonzero);
         g.zero_weight.push_back(zero_weight);
-        record_joint_histogram(space, m_trace.joint, Kokkos::View<const float*, memory_space>(w), u, m_joint_key[t], g);
+        record_joint_keys(space, m_trace.joint, Kokkos::View<const float*, memory_space>(w), u, m_joint_key[t]);
         // Non-finite values were rejected above, so project_erasure sees finite inputs only.
         for (std::size_t f = 0; f < m_project_formats[t].size(); ++f) {
           const WritebackCounts c =
@@ -282,6 +282,11 @@ void Training<ExecSpace>::step(const RunHooks& hooks) {
       const std::vector<float> proposal = to_host(u), after = to_host(w);
       hooks.on_update(UpdateObservation{step, t, before, proposal, after});
     }
+  }
+  if (reference && record) {
+    std::vector<GroupTrace*> groups;
+    for (GroupTrace& g : m_trace.groups) groups.push_back(&g);
+    finish_joint_histograms(space, m_trace.joint, m_joint_key, groups, m_joint_scratch);
   }
   if (record) {
     m_trace.recorded_steps.push_back(step);

@@ -12,6 +12,7 @@
 #include "sim/precision/policy.hpp"
 #include "sim/precision/writeback.hpp"
 #include "sim/run.hpp"
+#include "sim/trace/joint_recording.hpp"
 
 namespace wbaudit::sim {
 
@@ -72,6 +73,7 @@ class Training {
   std::vector<Kokkos::View<float*, memory_space>> m_proposals, m_masters;
   std::vector<Kokkos::View<int*, memory_space>> m_bin_index;            // reference: histogram bin of each coordinate
   std::vector<Kokkos::View<std::uint64_t*, memory_space>> m_joint_key;  // reference: joint-histogram key
+  JointScratch m_joint_scratch;                                         // reference: its sort's buffers
   std::vector<FormatSpec> m_target_formats;                             // target: per tensor
   std::vector<std::vector<FormatSpec>> m_project_formats;               // reference: per tensor, per declared format
 };

@@ -1,12 +1,21 @@
 #pragma once
-// Recording of the joint (|w|, |u|) histogram of a reference trace at one recorded step (joint_histogram.hpp):
-// the key of every coordinate with u != 0 (one kernel), then on the host the keys sorted (in parallel) and run-length
-// encoded into GroupTrace::joint_keys / joint_counts, closing the step with joint_offsets. Sorting makes the pairs (and
-// so the trace) independent of the thread count. Inputs must be finite (the engine rejects non-finite values first).
+// Recording of the joint (|w|, |u|) histogram of a reference trace at one recorded step (joint_histogram.hpp): the
+// key of every coordinate with u != 0 (record_joint_keys, one kernel per tensor while its weights are those of the
+// step), then, once per step, for every tensor the distinct keys in increasing order with their counts, appended to
+// GroupTrace::joint_keys / joint_counts, closing the step with joint_offsets (finish_joint_histograms). The pairs are
+// the run-length encoding of the sorted keys, which is unique, so the trace does not depend on the thread count.
+// Inputs must be finite (the engine rejects non-finite values first).
+//
+// Tensors below kJointParallelSort coordinates (every tensor of a model of a few million parameters) are sorted one
+// per thread, the tensors in parallel: an LSD radix sort through one scratch array, in the tensor's L2-sized key
+// array. A larger tensor is sorted by all threads: a most-significant-digit bucket pass (the top 11 key bits: the |w|
+// exponent and its first mantissa bits) over fixed input slices, stable, then each bucket sorted on its remaining
+// bits and run-length encoded in place, the buckets in parallel. Scratch arrays persist between steps (JointScratch).
 #include <Kokkos_Core.hpp>
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <type_traits>
 #include <vector>
 
 #include "sim/trace/joint_histogram.hpp"
@@ -16,70 +25,183 @@ namespace wbaudit::sim {
 
 inline constexpr std::uint64_t kJointNoProposal = ~std::uint64_t{0};  // u == 0: not counted
 
+inline constexpr std::size_t kJointParallelSort = std::size_t{1} << 20;
+
+// Buffers reused from one recorded step to the next (they grow once).
+struct JointScratch {
+  std::vector<std::vector<std::uint64_t>> per_tensor;  // the one-thread sort's scratch, per tensor
+  std::vector<std::uint64_t> sorted;                   // the keys bucketed, then each bucket's distinct keys
+  std::vector<std::uint64_t> temp;                     // radix-sort ping-pong, then each bucket's counts
+  std::vector<std::size_t> slice_counts;
+  std::vector<std::size_t> bucket_begin, bucket_distinct, out_begin;
+};
+
 namespace detail {
-// The keys other than kJointNoProposal, in increasing order: an LSD radix sort on their `bits` significant bits
-// (keys are below 2^bits: 20 + w_bits + u_bits) in 11-bit digits, stable, a few linear passes instead of a
-// comparison sort (the order, so the trace, is the same as std::sort's).
-inline std::vector<std::uint64_t> sorted_joint_keys(const std::uint64_t* keys, std::size_t n, int bits) {
-  std::vector<std::uint64_t> a;
-  a.reserve(n);
+inline constexpr int kJointTopBits = 11;  // the bucket digit
+inline constexpr int kJointSlices = 16;   // fixed input slices of the bucket pass
+
+// The one-thread sort: the keys other than kJointNoProposal of keys[0, n) copied into `temp` (resized to fit), then
+// sorted by an LSD radix sort in 11-bit digits ping-ponging between `temp` and `keys` (which it overwrites), then
+// run-length encoded onto out_keys / out_counts. Keys are below 2^bits (bits = 20 + w_bits + u_bits).
+inline void append_joint_runs_serial(std::uint64_t* keys, std::size_t n, int bits, std::vector<std::uint64_t>& temp,
+                                     std::vector<std::uint64_t>& out_keys, std::vector<std::int64_t>& out_counts) {
+  if (temp.size() < n) temp.resize(n);
+  std::uint64_t* from = temp.data();
+  std::uint64_t* to = keys;
+  std::size_t m = 0;
   for (std::size_t i = 0; i < n; ++i)
-    if (keys[i] != kJointNoProposal) a.push_back(keys[i]);
-  std::vector<std::uint64_t> b(a.size());
+    if (keys[i] != kJointNoProposal) from[m++] = keys[i];
   constexpr int kDigit = 11;
   constexpr std::size_t kBuckets = std::size_t{1} << kDigit;
-  std::vector<std::size_t> count(kBuckets);
+  std::array<std::size_t, kBuckets> count;
   for (int shift = 0; shift < bits; shift += kDigit) {
-    std::fill(count.begin(), count.end(), 0);
-    for (std::uint64_t x : a) ++count[(x >> shift) & (kBuckets - 1)];
+    count.fill(0);
+    for (std::size_t i = 0; i < m; ++i) ++count[(from[i] >> shift) & (kBuckets - 1)];
     std::size_t sum = 0;
     for (auto& c : count) {
       const std::size_t here = c;
       c = sum;
       sum += here;
     }
-    for (std::uint64_t x : a) b[count[(x >> shift) & (kBuckets - 1)]++] = x;
-    a.swap(b);
+    for (std::size_t i = 0; i < m; ++i) to[count[(from[i] >> shift) & (kBuckets - 1)]++] = from[i];
+    std::swap(from, to);
   }
-  return a;
+  for (std::size_t i = 0; i < m;) {
+    std::size_t j = i + 1;
+    while (j < m && from[j] == from[i]) ++j;
+    out_keys.push_back(from[i]);
+    out_counts.push_back(static_cast<std::int64_t>(j - i));
+    i = j;
+  }
 }
 
-// The same, in parallel on `space`: kChunks fixed slices sorted independently, then merged pairwise. The sorted
-// sequence is unique, so the result does not depend on the thread count.
+// Sorts [a, a + n) on key bits [0, bits) (the bits above are equal within a bucket) by an LSD radix sort in 12-bit
+// digits through `t` (n elements); small buckets by std::sort. The result is in `a`.
+inline void sort_bucket(std::uint64_t* a, std::uint64_t* t, std::size_t n, int bits) {
+  if (n < 512 || bits <= 0 || n > std::size_t{0xffffffffu}) {
+    std::sort(a, a + n);
+    return;
+  }
+  constexpr int kDigit = 12;
+  constexpr std::size_t kBuckets = std::size_t{1} << kDigit;
+  std::array<std::uint32_t, kBuckets> count;
+  std::uint64_t* from = a;
+  std::uint64_t* to = t;
+  for (int shift = 0; shift < bits; shift += kDigit) {
+    count.fill(0);
+    for (std::size_t i = 0; i < n; ++i) ++count[(from[i] >> shift) & (kBuckets - 1)];
+    std::uint32_t sum = 0;
+    for (auto& c : count) {
+      const std::uint32_t here = c;
+      c = sum;
+      sum += here;
+    }
+    for (std::size_t i = 0; i < n; ++i) to[count[(from[i] >> shift) & (kBuckets - 1)]++] = from[i];
+    std::swap(from, to);
+  }
+  if (from != a) std::copy(from, from + n, a);
+}
+
+// The same result by all threads of `space` (the bucket pass, then the buckets in parallel), for a large tensor;
+// keys[0, n) is left unchanged.
 template <class ExecSpace>
-std::vector<std::uint64_t> sorted_joint_keys(const ExecSpace& space, const std::uint64_t* keys, std::size_t n,
-                                             int bits) {
-  if (space.concurrency() == 1) return sorted_joint_keys(keys, n, bits);  // one thread: no merge passes
-  constexpr int kChunks = 8;
-  std::array<std::vector<std::uint64_t>, kChunks> parts;
-  Kokkos::parallel_for("wbaudit::sim::trace::record_joint_histogram::sort",
-                       Kokkos::RangePolicy<ExecSpace>(space, 0, kChunks), [&](const int c) {
-                         const std::size_t lo = n * static_cast<std::size_t>(c) / kChunks;
-                         const std::size_t hi = n * static_cast<std::size_t>(c + 1) / kChunks;
-                         parts[static_cast<std::size_t>(c)] = sorted_joint_keys(keys + lo, hi - lo, bits);
+void append_joint_runs(const ExecSpace& space, const std::uint64_t* keys, std::size_t n, int bits, JointScratch& s,
+                       std::vector<std::uint64_t>& out_keys, std::vector<std::int64_t>& out_counts) {
+  const int top = std::min(bits, kJointTopBits);
+  const int low = bits - top;
+  const std::size_t buckets = std::size_t{1} << top;
+  constexpr int kSlices = kJointSlices;
+  if (s.sorted.size() < n) {
+    s.sorted.resize(n);
+    s.temp.resize(n);
+  }
+  s.slice_counts.assign(static_cast<std::size_t>(kSlices) * buckets, 0);
+  s.bucket_begin.resize(buckets + 1);
+  s.bucket_distinct.resize(buckets);
+  s.out_begin.resize(buckets + 1);
+  std::size_t* counts = s.slice_counts.data();
+  const auto slice_lo = [n](int c) { return n * static_cast<std::size_t>(c) / kSlices; };
+  Kokkos::parallel_for("wbaudit::sim::trace::record_joint_histogram::bucket_counts",
+                       Kokkos::RangePolicy<ExecSpace>(space, 0, kSlices), [&](const int c) {
+                         std::size_t* row = counts + static_cast<std::size_t>(c) * buckets;
+                         for (std::size_t i = slice_lo(c), hi = slice_lo(c + 1); i < hi; ++i)
+                           if (keys[i] != kJointNoProposal) ++row[keys[i] >> low];
                        });
   space.fence();
-  for (int width = 1; width < kChunks; width *= 2) {
-    Kokkos::parallel_for("wbaudit::sim::trace::record_joint_histogram::merge",
-                         Kokkos::RangePolicy<ExecSpace>(space, 0, kChunks / (2 * width)), [&](const int pair) {
-                           auto& a = parts[static_cast<std::size_t>(2 * width * pair)];
-                           auto& b = parts[static_cast<std::size_t>(2 * width * pair + width)];
-                           std::vector<std::uint64_t> merged(a.size() + b.size());
-                           std::merge(a.begin(), a.end(), b.begin(), b.end(), merged.begin());
-                           a.swap(merged);
-                           std::vector<std::uint64_t>().swap(b);
-                         });
-    space.fence();
+  // Stable bucket offsets: bucket-major, slice-minor (slice_counts becomes each slice's write position).
+  std::size_t sum = 0;
+  for (std::size_t b = 0; b < buckets; ++b) {
+    s.bucket_begin[b] = sum;
+    for (int c = 0; c < kSlices; ++c) {
+      std::size_t& here = counts[static_cast<std::size_t>(c) * buckets + b];
+      const std::size_t k = here;
+      here = sum;
+      sum += k;
+    }
   }
-  return std::move(parts[0]);
+  s.bucket_begin[buckets] = sum;
+  std::uint64_t* sorted = s.sorted.data();
+  std::uint64_t* temp = s.temp.data();
+  Kokkos::parallel_for("wbaudit::sim::trace::record_joint_histogram::bucket_scatter",
+                       Kokkos::RangePolicy<ExecSpace>(space, 0, kSlices), [&](const int c) {
+                         std::size_t* row = counts + static_cast<std::size_t>(c) * buckets;
+                         for (std::size_t i = slice_lo(c), hi = slice_lo(c + 1); i < hi; ++i)
+                           if (keys[i] != kJointNoProposal) sorted[row[keys[i] >> low]++] = keys[i];
+                       });
+  space.fence();
+  // Each bucket sorted on its low bits and run-length encoded in place: distinct keys in `sorted`, counts in `temp`.
+  Kokkos::parallel_for("wbaudit::sim::trace::record_joint_histogram::bucket_sort",
+                       Kokkos::RangePolicy<ExecSpace, Kokkos::Schedule<Kokkos::Dynamic>>(space, 0, buckets),
+                       [&](const std::size_t b) {
+                         const std::size_t lo = s.bucket_begin[b], m = s.bucket_begin[b + 1] - lo;
+                         if (m == 0) {
+                           s.bucket_distinct[b] = 0;
+                           return;
+                         }
+                         std::uint64_t* a = sorted + lo;
+                         std::uint64_t* t = temp + lo;
+                         sort_bucket(a, t, m, low);
+                         std::size_t d = 0;
+                         for (std::size_t i = 0; i < m;) {
+                           std::size_t j = i + 1;
+                           while (j < m && a[j] == a[i]) ++j;
+                           a[d] = a[i];
+                           t[d] = j - i;
+                           ++d;
+                           i = j;
+                         }
+                         s.bucket_distinct[b] = d;
+                       });
+  space.fence();
+  const std::size_t base = out_keys.size();
+  std::size_t total = 0;
+  for (std::size_t b = 0; b < buckets; ++b) {
+    s.out_begin[b] = total;
+    total += s.bucket_distinct[b];
+  }
+  out_keys.resize(base + total);
+  out_counts.resize(base + total);
+  std::uint64_t* ok = out_keys.data() + base;
+  std::int64_t* oc = out_counts.data() + base;
+  Kokkos::parallel_for("wbaudit::sim::trace::record_joint_histogram::bucket_copy",
+                       Kokkos::RangePolicy<ExecSpace, Kokkos::Schedule<Kokkos::Dynamic>>(space, 0, buckets),
+                       [&](const std::size_t b) {
+                         const std::size_t lo = s.bucket_begin[b], d = s.bucket_distinct[b], to = s.out_begin[b];
+                         for (std::size_t i = 0; i < d; ++i) {
+                           ok[to + i] = sorted[lo + i];
+                           oc[to + i] = static_cast<std::int64_t>(temp[lo + i]);
+                         }
+                       });
+  space.fence();
 }
 }  // namespace detail
 
+// The key of every coordinate of (w, u) into `keys` (kJointNoProposal where u == 0).
 template <class ExecSpace>
-void record_joint_histogram(const ExecSpace& space, const JointHistogramLayout& layout,
-                            Kokkos::View<const float*, typename ExecSpace::memory_space> w,
-                            Kokkos::View<const float*, typename ExecSpace::memory_space> u,
-                            Kokkos::View<std::uint64_t*, typename ExecSpace::memory_space> keys, GroupTrace& g) {
+void record_joint_keys(const ExecSpace& space, const JointHistogramLayout& layout,
+                       Kokkos::View<const float*, typename ExecSpace::memory_space> w,
+                       Kokkos::View<const float*, typename ExecSpace::memory_space> u,
+                       Kokkos::View<std::uint64_t*, typename ExecSpace::memory_space> keys) {
   const int wb = layout.w_bits, ub = layout.u_bits;
   Kokkos::parallel_for(
       "wbaudit::sim::trace::record_joint_histogram::keys", Kokkos::RangePolicy<ExecSpace>(space, 0, w.extent(0)),
@@ -87,19 +209,40 @@ void record_joint_histogram(const ExecSpace& space, const JointHistogramLayout& 
         const float ui = u(i);
         keys(i) = ui == 0.0f ? kJointNoProposal : joint_key(wb, ub, w(i), ui);
       });
+}
+
+// One recorded step's pairs for every tensor from the keys record_joint_keys wrote (groups[t] receives keys[t]'s
+// pairs); the keys are overwritten.
+template <class ExecSpace>
+void finish_joint_histograms(const ExecSpace& space, const JointHistogramLayout& layout,
+                             std::vector<Kokkos::View<std::uint64_t*, typename ExecSpace::memory_space>>& keys,
+                             const std::vector<GroupTrace*>& groups, JointScratch& scratch) {
+  static_assert(std::is_same_v<typename ExecSpace::memory_space, Kokkos::HostSpace>,
+                "finish_joint_histograms: the keys must be in host memory");
   space.fence();
-  auto host = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), keys);
-  std::vector<std::uint64_t> sorted = detail::sorted_joint_keys(space, host.data(), host.extent(0), 20 + wb + ub);
-  const std::uint64_t* begin = sorted.data();
-  const std::uint64_t* end = begin + sorted.size();
-  for (const std::uint64_t* p = begin; p != end;) {
-    const std::uint64_t* q = p;
-    while (q != end && *q == *p) ++q;
-    g.joint_keys.push_back(*p);
-    g.joint_counts.push_back(static_cast<std::int64_t>(q - p));
-    p = q;
+  const int bits = 20 + layout.w_bits + layout.u_bits;
+  const std::size_t n = groups.size();
+  scratch.per_tensor.resize(n);
+  std::vector<std::size_t> small;
+  for (std::size_t t = 0; t < n; ++t) {
+    const std::size_t size = keys[t].extent(0);
+    if (size >= kJointParallelSort && space.concurrency() > 1) {
+      detail::append_joint_runs(space, keys[t].data(), size, bits, scratch, groups[t]->joint_keys,
+                                groups[t]->joint_counts);
+    } else {
+      small.push_back(t);
+    }
   }
-  g.joint_offsets.push_back(static_cast<std::int64_t>(g.joint_keys.size()));
+  Kokkos::parallel_for("wbaudit::sim::trace::record_joint_histogram::per_tensor",
+                       Kokkos::RangePolicy<ExecSpace, Kokkos::Schedule<Kokkos::Dynamic>>(space, 0, small.size()),
+                       [&](const std::size_t k) {
+                         const std::size_t t = small[k];
+                         detail::append_joint_runs_serial(keys[t].data(), keys[t].extent(0), bits,
+                                                          scratch.per_tensor[t], groups[t]->joint_keys,
+                                                          groups[t]->joint_counts);
+                       });
+  space.fence();
+  for (GroupTrace* g : groups) g->joint_offsets.push_back(static_cast<std::int64_t>(g->joint_keys.size()));
 }
 
 }  // namespace wbaudit::sim
