@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <optional>
 #include <string>
 #include <thread>
@@ -21,6 +22,7 @@
 #include "sim/precision/policy.hpp"
 #include "sim/precision/rounding.hpp"
 #include "sim/precision/writeback.hpp"
+#include "sim/trace/joint_recording.hpp"
 #include "sim/trace/ratio_histogram.hpp"
 #include "sim/trace/record_schedule.hpp"
 #include "sim/trace/trace.hpp"
@@ -236,8 +238,13 @@ py::tuple writeback_py(py::array w, py::array u, const std::string& fmt_name, co
   return py::make_tuple(target, counts_dict(counts));
 }
 
+template <class T>
+py::array_t<T> array_of(const std::vector<T>& v) {
+  return py::array_t<T>(static_cast<py::ssize_t>(v.size()), v.data());
+}
+
 py::dict project_py(py::array w, py::array u, const std::vector<py::object>& formats_list, bool histogram, double d_min,
-                    double bin_width, int bins, const std::string& tensor, std::uint64_t step) {
+                    double bin_width, int bins, const std::string& tensor, std::uint64_t step, bool joint) {
   ensure_kokkos();
   same_shape(w, u, "w", "u");
   const float* wd = float32_data<const float>(w, "w", "fp32");
@@ -258,6 +265,8 @@ py::dict project_py(py::array w, py::array u, const std::vector<py::object>& for
   std::vector<std::int64_t> hist(static_cast<std::size_t>(bins), 0);
   std::vector<std::int64_t> erased(fmts.size());
   std::int64_t nonzero = 0, zero_weight = 0, bad = 0, first_bad = -1;
+  std::vector<std::uint64_t> joint_keys;
+  std::vector<std::int64_t> joint_counts;
   {
     py::gil_scoped_release release;
     const Kokkos::View<const float*, Space::memory_space, Kokkos::MemoryUnmanaged> wv(wd, n), uv(ud, n);
@@ -286,6 +295,17 @@ py::dict project_py(py::array w, py::array u, const std::vector<py::object>& for
       for (std::size_t f = 0; f < fmts.size(); ++f) {
         erased[f] = project_erasure(Space(), fmts[f], wv, uv).erased;
       }
+      if (joint) {  // the simulator's recording (sim/trace/joint_recording.hpp) with its default layout
+        const JointHistogramLayout layout;
+        Kokkos::View<std::uint64_t*, Space::memory_space> keys(
+            Kokkos::view_alloc(Kokkos::WithoutInitializing, "wbaudit::python::project::joint_keys"), n);
+        record_joint_keys(Space(), layout, Kokkos::View<const float*, Space::memory_space>(wv),
+                          Kokkos::View<const float*, Space::memory_space>(uv), keys);
+        Kokkos::fence();
+        JointScratch scratch;
+        append_joint_runs_of(Space(), keys.data(), static_cast<std::size_t>(n), 20 + layout.w_bits + layout.u_bits,
+                             scratch, joint_keys, joint_counts);
+      }
     }
   }
   if (bad > 0) {
@@ -303,6 +323,10 @@ py::dict project_py(py::array w, py::array u, const std::vector<py::object>& for
   out["erased"] = e;
   if (histogram) {
     out["ratio_histogram"] = py::array_t<std::int64_t>(static_cast<py::ssize_t>(bins), hist.data());
+  }
+  if (joint) {
+    out["joint_keys"] = array_of(joint_keys);
+    out["joint_counts"] = array_of(joint_counts);
   }
   return out;
 }
@@ -353,11 +377,6 @@ py::dict audit_py(py::array w, py::array u, py::array w_next, const std::string&
 
 // ---- traces -----------------------------------------------------------------------------------------------
 
-template <class T>
-py::array_t<T> array_of(const std::vector<T>& v) {
-  return py::array_t<T>(static_cast<py::ssize_t>(v.size()), v.data());
-}
-
 py::dict trace_to_dict(const Trace& t) {
   py::dict d;
   d["schema"] = t.schema;
@@ -394,10 +413,17 @@ py::dict trace_to_dict(const Trace& t) {
             py::dict(py::arg("erased") = array_of(s.erased), py::arg("fraction") = array_of(s.fraction));
       }
       gd["projected"] = projected;
+      if (g.has_joint()) {
+        gd["joint"] = py::dict(py::arg("offsets") = array_of(g.joint_offsets), py::arg("keys") = array_of(g.joint_keys),
+                               py::arg("counts") = array_of(g.joint_counts), py::arg("init_absmax") = g.init_absmax);
+      }
     }
     groups[py::str(g.name)] = gd;
   }
   d["groups"] = groups;
+  if (std::any_of(t.groups.begin(), t.groups.end(), [](const GroupTrace& g) { return g.has_joint(); })) {
+    d["joint"] = py::dict(py::arg("w_bits") = t.joint.w_bits, py::arg("u_bits") = t.joint.u_bits);
+  }
   return d;
 }
 
@@ -447,6 +473,11 @@ Trace trace_from_dict(const py::dict& d) {
     t.histogram.bin_width = h["bin_width"].cast<double>();
     t.histogram.bins = h["bins"].cast<int>();
   }
+  if (d.contains("joint")) {
+    const py::dict j = d["joint"];
+    t.joint.w_bits = j["w_bits"].cast<int>();
+    t.joint.u_bits = j["u_bits"].cast<int>();
+  }
   const auto groups = py::reinterpret_borrow<py::dict>(need("groups"));
   for (const auto& [key, value] : groups) {
     const py::dict gd = py::reinterpret_borrow<py::dict>(value);
@@ -473,6 +504,23 @@ Trace trace_from_dict(const py::dict& d) {
         s.fraction = vector_of<double>(pd["fraction"], w + "projected.fraction", T);
         g.projected[pname.cast<std::string>()] = std::move(s);
       }
+      if (gd.contains("joint")) {
+        if (!d.contains("joint")) {
+          throw py::value_error("write_trace: " + w + "joint given without the trace's \"joint\" layout (w_bits, u_bits)");
+        }
+        const py::dict jd = gd["joint"];
+        g.joint_offsets = vector_of<std::int64_t>(jd["offsets"], w + "joint.offsets", T + 1);
+        g.joint_keys = vector_of<std::uint64_t>(jd["keys"], w + "joint.keys", static_cast<std::size_t>(-1));
+        g.joint_counts = vector_of<std::int64_t>(jd["counts"], w + "joint.counts", g.joint_keys.size());
+        g.init_absmax = jd.contains("init_absmax") ? jd["init_absmax"].cast<double>()
+                                                   : std::numeric_limits<double>::quiet_NaN();
+        if (g.joint_offsets.front() != 0 ||
+            static_cast<std::size_t>(g.joint_offsets.back()) != g.joint_keys.size() ||
+            !std::is_sorted(g.joint_offsets.begin(), g.joint_offsets.end())) {
+          throw py::value_error("write_trace: " + w + "joint.offsets must rise from 0 to the number of keys (" +
+                                std::to_string(g.joint_keys.size()) + ")");
+        }
+      }
     }
     t.groups.push_back(std::move(g));
   }
@@ -485,6 +533,8 @@ PYBIND11_MODULE(_core, m) {
   m.doc() = "wbaudit's C++ core: formats, exact rounding and write-back, projected events, audit, traces";
   py::register_exception<NonFiniteError>(m, "NonFiniteError", PyExc_ValueError);
   m.def("_ensure_kokkos", &ensure_kokkos);
+  m.attr("JOINT_LAYOUT") = py::dict(py::arg("w_bits") = JointHistogramLayout{}.w_bits,
+                                    py::arg("u_bits") = JointHistogramLayout{}.u_bits);
   m.def("_finalize", [] {
     if (Kokkos::is_initialized()) {
       Kokkos::finalize();
@@ -520,12 +570,15 @@ PYBIND11_MODULE(_core, m) {
         "TypeError for a dtype other than float32, ValueError for a shape mismatch.");
   m.def("project", &project_py, py::arg("w"), py::arg("u"), py::arg("formats"), py::arg("histogram") = true,
         py::arg("d_min") = -16.0, py::arg("bin_width") = 0.125, py::arg("bins") = 512, py::arg("tensor") = "",
-        py::arg("step") = 0,
-        "project(w, u, formats, histogram=True, d_min=-16, bin_width=0.125, bins=512, tensor='', step=0) -> dict\n\n"
+        py::arg("step") = 0, py::arg("joint") = false,
+        "project(w, u, formats, histogram=True, d_min=-16, bin_width=0.125, bins=512, tensor='', step=0,\n"
+        "        joint=False) -> dict\n\n"
         "Projected events on an fp32 reference state (nothing is modified): for each format F of `formats` (names, "
         "or (name, scale) pairs for intK), erased[F] = #{u != 0 and q_F(q_F(w) + u) == q_F(w)} under nearest; "
         "nonzero = #{u != 0}; zero_weight = #{u != 0, w == 0}; ratio_histogram: int64 counts of d = "
-        "floor(log2|w|) - log2|u| over u != 0, w != 0 in the trace's bins (docs/trace-format.md).");
+        "floor(log2|w|) - log2|u| over u != 0, w != 0 in the trace's bins (docs/trace-format.md); with joint, "
+        "joint_keys (uint64, increasing) and joint_counts (int64): the joint (|w|, |u|) histogram of the analytic "
+        "grid over u != 0, as the simulator records it (w_bits 11, u_bits 4; docs/trace-format.md).");
   m.def("audit", &audit_py, py::arg("w"), py::arg("u"), py::arg("w_next"), py::arg("fmt"),
         py::arg("policy") = "nearest", py::arg("sr_bits") = 0, py::arg("seed") = py::none(), py::arg("step") = 0,
         py::arg("tensor_id") = 0, py::arg("scale") = py::none(), py::arg("tensor") = "",

@@ -2,7 +2,7 @@
 
 ReferenceRecorder: attached to an fp32 training loop around ``optimizer.step()``, it takes each parameter's proposal
 ``u = p_after - p_before`` and records, at the recording schedule, the projected events of every declared format and
-the ratio histogram of the analytic grid, then writes a reference ``trace.h5`` (groups named by
+the ratio histogram and the joint (|w|, |u|) histogram of the analytic grid (``wbaudit grid``), then writes a reference ``trace.h5`` (groups named by
 ``named_parameters()``).
 
 PersistentNative: wraps any optimizer so that each parameter lives in a low-precision format with no fp32 master:
@@ -134,16 +134,20 @@ class ReferenceRecorder:
         self.config = dict(config or {})
         self.steps_run = 0
         self._projected = {}
+        self._init_absmax = {}
         for name, p in self.params:
             specs = []
+            absmax = float(p.detach().abs().max()) if p.numel() else 0.0
+            self._init_absmax[name] = absmax
             for f in self.formats:
                 if f.startswith("int"):
                     k = int(f[3:])
-                    specs.append((f, int_scale_for_absmax(k, float(p.detach().abs().max()))))
+                    specs.append((f, int_scale_for_absmax(k, absmax)))
                 else:
                     specs.append(f)
             self._projected[name] = specs
-        self._rows = {name: {"nonzero": [], "zero_weight": [], "hist": [], "erased": {f: [] for f in self.formats}}
+        self._rows = {name: {"nonzero": [], "zero_weight": [], "hist": [], "erased": {f: [] for f in self.formats},
+                             "joint_keys": [], "joint_counts": []}
                       for name, _ in self.params}
         self.recorded_steps, self.loss, self.learning_rate = [], [], []
         self._before = None
@@ -158,8 +162,10 @@ class ReferenceRecorder:
             for (name, p), w in zip(self.params, self._before):
                 u = p.detach() - w  # the proposal the optimizer applied, in fp32
                 r = project(_np(w).reshape(-1), _np(u).reshape(-1), self._projected[name], True, _HIST["d_min"],
-                            _HIST["bin_width"], _HIST["bins"], name, step)
+                            _HIST["bin_width"], _HIST["bins"], name, step, joint=True)
                 row = self._rows[name]
+                row["joint_keys"].append(r["joint_keys"])
+                row["joint_counts"].append(r["joint_counts"])
                 row["nonzero"].append(r["nonzero"])
                 row["zero_weight"].append(r["zero_weight"])
                 row["hist"].append(r["ratio_histogram"])
@@ -194,6 +200,11 @@ class ReferenceRecorder:
                                   "fraction": np.array([_fraction(e, n) for e, n in zip(row["erased"][f],
                                                                                         row["nonzero"])])}
                               for f in self.formats},
+                "joint": {"offsets": np.concatenate([[0], np.cumsum([len(k) for k in row["joint_keys"]],
+                                                                    dtype=np.int64)]).astype(np.int64),
+                          "keys": np.concatenate(row["joint_keys"] or [np.zeros(0, np.uint64)]).astype(np.uint64),
+                          "counts": np.concatenate(row["joint_counts"] or [np.zeros(0, np.int64)]).astype(np.int64),
+                          "init_absmax": self._init_absmax[name]},
             }
         config = provenance({"mode": "reference", "project_formats": self.formats, "seed": self.seed,
                              "schedule": str(self.schedule.describe()),
@@ -204,7 +215,7 @@ class ReferenceRecorder:
                 "recorded_steps": np.array(self.recorded_steps, dtype=np.int64),
                 "loss": np.array(self.loss, dtype=np.float64),
                 "learning_rate": np.array(self.learning_rate, dtype=np.float64),
-                "histogram": dict(_HIST), "groups": groups}
+                "histogram": dict(_HIST), "joint": dict(_core.JOINT_LAYOUT), "groups": groups}
 
     def close(self):
         """Writes the trace (atomically) and returns its path."""

@@ -211,6 +211,19 @@ void record_joint_keys(const ExecSpace& space, const JointHistogramLayout& layou
       });
 }
 
+// One tensor's pairs from its keys (overwritten): by all threads of `space` from kJointParallelSort coordinates up,
+// else by this thread.
+template <class ExecSpace>
+void append_joint_runs_of(const ExecSpace& space, std::uint64_t* keys, std::size_t n, int bits, JointScratch& scratch,
+                          std::vector<std::uint64_t>& out_keys, std::vector<std::int64_t>& out_counts) {
+  if (n >= kJointParallelSort && space.concurrency() > 1) {
+    detail::append_joint_runs(space, keys, n, bits, scratch, out_keys, out_counts);
+  } else {
+    scratch.per_tensor.resize(std::max<std::size_t>(scratch.per_tensor.size(), 1));
+    detail::append_joint_runs_serial(keys, n, bits, scratch.per_tensor[0], out_keys, out_counts);
+  }
+}
+
 // One recorded step's pairs for every tensor from the keys record_joint_keys wrote (groups[t] receives keys[t]'s
 // pairs); the keys are overwritten.
 template <class ExecSpace>

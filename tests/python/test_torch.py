@@ -1,6 +1,7 @@
 """wbaudit.torch on small PyTorch runs: ReferenceRecorder's projected counts equal a brute-force recount from
 saved parameters; PersistentNative with fp32 + nearest is plain PyTorch bitwise; its target trace's counts equal a
 recount from the dumped trajectory, which `wbaudit audit` finds consistent."""
+import csv
 import subprocess
 
 import h5py
@@ -67,6 +68,47 @@ def test_reference_recorder_counts_equal_brute_force(tmp_path):
                 erased = np.sum((u != 0) & (nearest_np(vals, qw + u.astype(np.float64)) == qw))
                 assert g["projected"][f]["erased"][k] == erased, (name, k, f)
             assert g["ratio_histogram"][k].sum() + g["zero_weight"][k] == g["nonzero"][k]
+            # The joint histogram from its definition (docs/trace-format.md): |w| keeps 11 fraction bits and |u| 4,
+            # each with a sticky bit for the rest, then the direction bit (u points toward zero).
+            wbits, ubits = w.numpy().ravel().view(np.uint32).astype(np.uint64), u.view(np.uint32).astype(np.uint64)
+            aw, au = wbits & 0x7FFFFFFF, ubits & 0x7FFFFFFF
+            wk = ((aw >> 12) << 1) | ((aw & 0xFFF) != 0)
+            uk = ((au >> 19) << 1) | ((au & 0x7FFFF) != 0)
+            toward = ((aw != 0) & (((wbits ^ ubits) >> 31) != 0)).astype(np.uint64)
+            keys = ((((wk << 14) | uk) << 1) | toward)[u != 0]
+            want_keys, want_counts = np.unique(keys, return_counts=True)
+            j = g["joint"]
+            lo, hi = j["offsets"][k], j["offsets"][k + 1]
+            np.testing.assert_array_equal(j["keys"][lo:hi], want_keys, err_msg=f"{name} step {k}")
+            np.testing.assert_array_equal(j["counts"][lo:hi], want_counts, err_msg=f"{name} step {k}")
+    for name, p in make_model().named_parameters():  # the initialization: same seed
+        assert trace["groups"][name]["joint"]["init_absmax"] == float(p.detach().abs().max())
+
+
+def test_reference_recorder_trace_serves_the_analytic_grid(tmp_path, wbaudit_exe):
+    """`wbaudit grid` on a recorder's trace: at s = 1 its e4m3, bf16 and int4 fractions equal the exact projections
+    the recorder made (the grid is exact there on real traces, docs/forecasting.md)."""
+    model = make_model()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    formats = ["e4m3", "bf16", "int4"]
+    rec = ReferenceRecorder(model, formats=formats, path=tmp_path / "ref" / "trace.h5")
+    for x, y in batches(10):
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        with rec.step(loss=loss.item(), lr=1e-3):
+            opt.step()
+    path = rec.close()
+    trace = wbaudit.read_trace(path)
+    out = tmp_path / "grid"
+    subprocess.run([wbaudit_exe, "grid", str(path), "--formats", ",".join(formats), "--lr-scales", "1", "-o",
+                    str(out), "--no-figure"], check=True, capture_output=True)
+    rows = list(csv.DictReader(open(out / "grid.csv")))
+    assert len(rows) == len(trace["groups"]) * len(formats) * len(trace["recorded_steps"])
+    steps = list(trace["recorded_steps"])
+    for r in rows:
+        exact = trace["groups"][r["group"]]["projected"][r["format"]]["fraction"][steps.index(int(r["step"]))]
+        assert float(r["erased_fraction"]) == pytest.approx(exact, abs=1e-12), r
 
 
 def train(model, opt, steps, step_fn):
