@@ -40,30 +40,36 @@ namespace detail {
 inline constexpr int kJointTopBits = 11;  // the bucket digit
 inline constexpr int kJointSlices = 16;   // fixed input slices of the bucket pass
 
-// The one-thread sort: the keys other than kJointNoProposal of keys[0, n) copied into `temp` (resized to fit), then
-// sorted by an LSD radix sort in 11-bit digits ping-ponging between `temp` and `keys` (which it overwrites), then
+// The one-thread sort: the keys other than kJointNoProposal of keys[0, n) copied into `temp` (resized to fit) while
+// the digit histograms of every pass are counted, then sorted by an LSD radix sort in digits of at most 12 bits
+// (3 passes for the default 35-bit keys) ping-ponging between `temp` and `keys` (which it overwrites), then
 // run-length encoded onto out_keys / out_counts. Keys are below 2^bits (bits = 20 + w_bits + u_bits).
 inline void append_joint_runs_serial(std::uint64_t* keys, std::size_t n, int bits, std::vector<std::uint64_t>& temp,
                                      std::vector<std::uint64_t>& out_keys, std::vector<std::int64_t>& out_counts) {
   if (temp.size() < n) temp.resize(n);
+  const int passes = std::max(1, (bits + 11) / 12);
+  const int digit = (bits + passes - 1) / passes;
+  const std::size_t buckets = std::size_t{1} << digit, mask = buckets - 1;
+  std::vector<std::size_t> count(static_cast<std::size_t>(passes) * buckets, 0);
   std::uint64_t* from = temp.data();
   std::uint64_t* to = keys;
   std::size_t m = 0;
-  for (std::size_t i = 0; i < n; ++i)
-    if (keys[i] != kJointNoProposal) from[m++] = keys[i];
-  constexpr int kDigit = 11;
-  constexpr std::size_t kBuckets = std::size_t{1} << kDigit;
-  std::array<std::size_t, kBuckets> count;
-  for (int shift = 0; shift < bits; shift += kDigit) {
-    count.fill(0);
-    for (std::size_t i = 0; i < m; ++i) ++count[(from[i] >> shift) & (kBuckets - 1)];
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::uint64_t k = keys[i];
+    if (k == kJointNoProposal) continue;
+    from[m++] = k;
+    for (int p = 0; p < passes; ++p) ++count[static_cast<std::size_t>(p) * buckets + ((k >> (p * digit)) & mask)];
+  }
+  for (int p = 0; p < passes; ++p) {
+    std::size_t* c = count.data() + static_cast<std::size_t>(p) * buckets;
     std::size_t sum = 0;
-    for (auto& c : count) {
-      const std::size_t here = c;
-      c = sum;
+    for (std::size_t b = 0; b < buckets; ++b) {
+      const std::size_t here = c[b];
+      c[b] = sum;
       sum += here;
     }
-    for (std::size_t i = 0; i < m; ++i) to[count[(from[i] >> shift) & (kBuckets - 1)]++] = from[i];
+    const int shift = p * digit;
+    for (std::size_t i = 0; i < m; ++i) to[c[(from[i] >> shift) & mask]++] = from[i];
     std::swap(from, to);
   }
   for (std::size_t i = 0; i < m;) {
