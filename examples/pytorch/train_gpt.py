@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """A small GPT-style character model in PyTorch, trained on a text file, instrumented with wbaudit:
 
-  1. fp32 with ReferenceRecorder            -> OUT/reference/trace.h5  (projected e4m3/e5m2/bf16 events)
+  1. fp32 with ReferenceRecorder            -> OUT/reference/trace.h5  (projected e4m3/e5m2/bf16 events), and
+     its analytic grid (wbaudit grid: 7 formats x 4 learning-rate scales, before any low-precision run) -> OUT/grid
   2. persistent-native e4m3 (PersistentNative, same init and data order)
                                             -> OUT/e4m3/trace.h5 and OUT/e4m3/trajectory.h5
   3. wbaudit audit of that trajectory, wbaudit import of both traces, the forecast-vs-measured report and
@@ -136,6 +137,10 @@ def main():
     os.makedirs(f"{args.out}/e4m3")
     val_ref, t_ref = train(args, data, vocab, reference)
     print(f"fp32 reference:          validation loss {val_ref:.4f} ({t_ref:.1f} s) -> {args.out}/reference/trace.h5")
+    # Before any low-precision run: the analytic grid of the one reference over formats x learning-rate scales.
+    subprocess.run([args.wbaudit, "grid", f"{args.out}/reference/trace.h5", "--formats",
+                    "bf16,e5m2,e4m3,e3m2,e2m3,e2m1,int4", "--lr-scales", "0.25,0.5,1,2", "--out",
+                    f"{args.out}/grid"], check=True)
     val_e4m3, t_e4m3 = train(args, data, vocab, e4m3)
     print(f"persistent-native e4m3:  validation loss {val_e4m3:.4f} ({t_e4m3:.1f} s) -> {args.out}/e4m3/trace.h5")
     subprocess.run([args.wbaudit, "audit", f"{args.out}/e4m3/trajectory.h5", "--out", f"{args.out}/audit"],
