@@ -24,7 +24,7 @@ void give_up(const runners::SweepStore& store, const std::vector<std::string>& i
   const std::string job = job_env ? job_env : "";
   const std::string reason =
       "stopped at the time limit" + (time_limit.empty() ? std::string() : " (--time " + time_limit + ")") + " after " +
-      restarts + " requeues (SLURM_RESTART_COUNT=" + restarts + ", the cap of wbaudit submit --max-requeues " +
+      restarts + " requeue(s) (SLURM_RESTART_COUNT=" + restarts + ", the cap of wbaudit submit --max-requeues " +
       std::to_string(cap) +
       "): the cell does not finish within the task's time limit; resubmit with a longer --time (wbaudit submit "
       "--resume --time ...)";

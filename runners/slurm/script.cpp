@@ -142,7 +142,7 @@ std::string requeue_handler(const SlurmOptions& o, const std::string& task_index
     << "  wait \"$child\"\n"
     << "  restarts=\"${SLURM_RESTART_COUNT:-0}\"\n"
     << "  if [ \"$restarts\" -ge " << cap << " ]; then\n"
-    << "    echo \"wbaudit: time limit near after $restarts requeues (--max-requeues " << cap
+    << "    echo \"wbaudit: time limit near after $restarts requeue(s) (--max-requeues " << cap
     << "); $job gives up\" >&2\n"
     << "    \"$sweep/bin/wbaudit\" run-cells \"$sweep\" --tasks \"$tasks\"" << task_index << " --give-up " << cap
     << (o.time.empty() ? std::string() : " --time-limit " + o.time) << "\n"
