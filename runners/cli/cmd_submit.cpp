@@ -48,8 +48,8 @@ void add_submit_command(CLI::App& app) {
   auto args = std::make_shared<Args>();
   auto& o = args->slurm;
   auto* cmd = app.add_subcommand("submit",
-                                 "Submit a sweep to SLURM: a job array (cells chunked per task) and a "
-                                 "report job that runs after it; prints the job ids");
+                                 "Submit a sweep to SLURM: a job array (cells packed into tasks by estimated run "
+                                 "time, docs/slurm.md) and a report job that runs after it; prints the job ids");
   cmd->add_option("spec", args->spec, "Sweep spec (TOML)")->required()->check(CLI::ExistingFile);
   cmd->add_option("--out,-o", args->out, "Sweep directory (default: runs/<sweep name>)");
   cmd->add_flag("--resume", args->resume,
