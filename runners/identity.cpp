@@ -1,11 +1,13 @@
 #include "runners/identity.hpp"
 
 #define OMPI_SKIP_MPICXX 1
+#include <link.h>
 #include <mpi.h>
 #include <openssl/evp.h>
 #include <openssl/rand.h>
 
 #include <Kokkos_Core.hpp>
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <fstream>
@@ -166,6 +168,41 @@ const std::string& self_executable_sha256() {
   // Hash the open inode, not the path: a rebuild replacing the file must not change this process' identity.
   static const std::string digest = sha256_file("/proc/self/exe");
   return digest;
+}
+
+bool is_system_library_path(const std::filesystem::path& path) {
+  const std::string text = path.lexically_normal().string();
+  for (const char* dir : {"/lib/", "/lib32/", "/lib64/", "/usr/lib/", "/usr/lib32/", "/usr/lib64/"}) {
+    if (text.rfind(dir, 0) == 0) return true;
+  }
+  return false;
+}
+
+const std::vector<LoadedLibrary>& non_system_libraries() {
+  static const std::vector<LoadedLibrary> libraries = [] {
+    std::vector<std::filesystem::path> paths;
+    ::dl_iterate_phdr(
+        [](dl_phdr_info* info, std::size_t, void* data) {
+          // The executable itself has an empty name, the vDSO a name without a directory.
+          if (info->dlpi_name != nullptr && info->dlpi_name[0] == '/') {
+            static_cast<std::vector<std::filesystem::path>*>(data)->emplace_back(info->dlpi_name);
+          }
+          return 0;
+        },
+        &paths);
+    std::vector<LoadedLibrary> out;
+    for (const auto& path : paths) {
+      std::error_code ec;
+      const auto resolved = std::filesystem::canonical(path, ec);
+      if (is_system_library_path(path) || (!ec && is_system_library_path(resolved))) continue;
+      const std::string name = path.filename().string();
+      if (std::any_of(out.begin(), out.end(), [&](const LoadedLibrary& l) { return l.name == name; })) continue;
+      out.push_back({name, path, sha256_file(path)});
+    }
+    std::sort(out.begin(), out.end(), [](const LoadedLibrary& a, const LoadedLibrary& b) { return a.name < b.name; });
+    return out;
+  }();
+  return libraries;
 }
 
 nlohmann::json build_identity() {

@@ -18,6 +18,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace wbaudit::runners {
 
@@ -47,6 +48,19 @@ std::string random_uuid();
 // The running executable (/proc/self/exe resolved) and its SHA-256, computed once per process.
 std::filesystem::path self_executable();
 const std::string& self_executable_sha256();
+
+// A shared library this process loaded from outside the system directories (/lib, /lib32, /lib64, /usr/lib,
+// /usr/lib32, /usr/lib64 and below), e.g. Kokkos from ~/.cache/wbaudit/...: what a sweep freezes beside its
+// executable copy, in bin/lib/ (the executable's RUNPATH starts with $ORIGIN/lib, so the copy finds them there).
+struct LoadedLibrary {
+  std::string name;  // file name as loaded (the soname the executable asks for, e.g. libkokkoscore.so.3.4)
+  std::filesystem::path path;
+  std::string sha256;
+};
+// Those libraries, sorted by name; listed and hashed once per process (dl_iterate_phdr).
+const std::vector<LoadedLibrary>& non_system_libraries();
+// Whether a path lies in one of those system directories.
+bool is_system_library_path(const std::filesystem::path& path);
 
 // Build and library identity of this binary, as recorded in every attempt manifest:
 // {"version", "git_commit", "git_dirty", "kokkos_version", "mpi_version", "mpi_library"}.

@@ -85,7 +85,8 @@ nlohmann::json slurm_identity() {
   return out;
 }
 
-// Copies the executable into place atomically and returns the copy's hash (checked against the source's).
+// Copies the executable (or one of its libraries) into place atomically and returns the copy's hash (checked
+// against the source's).
 std::string freeze_executable(const fs::path& source, const std::string& source_sha256, const fs::path& target) {
   fs::create_directories(target.parent_path());
   const fs::path temp =
@@ -100,11 +101,10 @@ std::string freeze_executable(const fs::path& source, const std::string& source_
     const auto needed = fs::file_size(source, ignored);
     const auto space = fs::space(target.parent_path(), ignored);
     if (ec.value() == ENOSPC || (!ignored && space.available < needed)) {
-      why = "no space left on device (the executable is " + std::to_string(needed) + " bytes, " +
+      why = "no space left on device (the file is " + std::to_string(needed) + " bytes, " +
             std::to_string(space.available) + " available)";
     }
-    throw StoreError("cannot copy the executable " + source.string() + " to " + target.parent_path().string() + ": " +
-                     why);
+    throw StoreError("cannot copy " + source.string() + " to " + target.parent_path().string() + ": " + why);
   }
   fs::permissions(temp, fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec | fs::perms::others_read |
                             fs::perms::others_exec);
@@ -112,12 +112,19 @@ std::string freeze_executable(const fs::path& source, const std::string& source_
   std::string copied = sha256_file(temp);
   if (copied != source_sha256) {
     fs::remove(temp, ec);
-    throw StoreError("the executable " + source.string() + " changed while it was copied (hash " + copied +
-                     ", expected " + source_sha256 + ")");
+    throw StoreError(source.string() + " changed while it was copied (hash " + copied + ", expected " + source_sha256 +
+                     ")");
   }
   fs::rename(temp, target);
   fsync_path(target.parent_path(), true);
   return copied;
+}
+
+// {name: sha256} of the non-system libraries this process loaded, as recorded in attempt manifests.
+nlohmann::json loaded_libraries_json() {
+  nlohmann::json out = nlohmann::json::object();
+  for (const auto& library : non_system_libraries()) out[library.name] = library.sha256;
+  return out;
 }
 
 bool is_hex_digest(const std::string& s) {
@@ -265,6 +272,25 @@ SweepStore SweepStore::create(const fs::path& dir, const std::string& spec_text,
       store.m_repairs.push_back("the executable copy " + frozen.string() + " " + what + ": restored from " +
                                 executable.string() + " (the registered binary)");
     }
+    // The frozen shared libraries (bin/lib/): restored from this process' own, when their hashes are the
+    // registered ones.
+    for (const auto& [name, sha] : store.m_libraries) {
+      const fs::path frozen_lib = store.library_dir() / name;
+      const bool missing = !fs::exists(frozen_lib);
+      if (!missing && sha256_file(frozen_lib) == sha) continue;
+      const std::string what = missing ? "is missing" : "was modified (hash differs from sweep.json)";
+      const auto& loaded = non_system_libraries();
+      const auto it = std::find_if(loaded.begin(), loaded.end(),
+                                   [&](const LoadedLibrary& l) { return l.name == name && l.sha256 == sha; });
+      if (it == loaded.end()) {
+        throw StoreError("the frozen library " + frozen_lib.string() + " " + what +
+                         " and this executable did not load the registered one (hash " + sha +
+                         "); resume with the registered binary and its libraries to restore it");
+      }
+      freeze_executable(it->path, sha, frozen_lib);
+      store.m_repairs.push_back("the frozen library " + frozen_lib.string() + " " + what + ": restored from " +
+                                it->path.string() + " (the registered library)");
+    }
     const bool spec_missing = !fs::exists(store.spec_path());
     if (spec_missing || sha256_file(store.spec_path()) != store.m_spec_sha256) {
       write_file_atomic(store.spec_path(), spec_text);
@@ -326,6 +352,18 @@ SweepStore SweepStore::create(const fs::path& dir, const std::string& spec_text,
   }
   write_file_atomic(store.spec_path(), spec_text);
   store.m_binary_sha256 = freeze_executable(executable, executable_sha256, store.executable_path());
+  // Its shared libraries from outside the system directories beside it (bin/lib/, found through the executable's
+  // $ORIGIN/lib RUNPATH): a compute node without the build host's home directory runs the copy. Known only for this
+  // process' own executable.
+  nlohmann::json libraries = nlohmann::json::array();
+  if (options.executable.empty()) {
+    for (const auto& library : non_system_libraries()) {
+      store.m_libraries[library.name] =
+          freeze_executable(library.path, library.sha256, store.library_dir() / library.name);
+      libraries.push_back({{"name", library.name}, {"sha256", library.sha256}});
+    }
+    store.m_has_libraries = true;
+  }
 
   nlohmann::json cells_json = nlohmann::json::array();
   for (const auto& cell : store.m_cells) {
@@ -335,13 +373,14 @@ SweepStore SweepStore::create(const fs::path& dir, const std::string& spec_text,
                           {"reference", cell.reference},
                           {"config", cell.config}});
   }
-  const nlohmann::json sweep = {{"schema", kSweepSchema},
-                                {"sweep_uuid", store.m_sweep_uuid},
-                                {"created", store.m_created},
-                                {"spec_sha256", store.m_spec_sha256},
-                                {"binary_sha256", store.m_binary_sha256},
-                                {"build", build_identity()},
-                                {"cells", cells_json}};
+  nlohmann::json sweep = {{"schema", kSweepSchema},
+                          {"sweep_uuid", store.m_sweep_uuid},
+                          {"created", store.m_created},
+                          {"spec_sha256", store.m_spec_sha256},
+                          {"binary_sha256", store.m_binary_sha256},
+                          {"build", build_identity()},
+                          {"cells", cells_json}};
+  if (store.m_has_libraries) sweep["libraries"] = libraries;
   // The journal starts with the signed hash of sweep.json; sweep.json is written last: its presence marks a
   // completely created sweep directory.
   const std::string sweep_text = sweep.dump(1) + "\n";
@@ -373,6 +412,16 @@ SweepStore SweepStore::open(const fs::path& dir) {
     store.m_binary_sha256 = sweep.at("binary_sha256").get<std::string>();
     store.m_created = sweep.at("created").get<std::string>();
     store.m_sweep_uuid = sweep.value("sweep_uuid", std::string());
+    if (sweep.contains("libraries")) {
+      store.m_has_libraries = true;
+      for (const auto& library : sweep.at("libraries")) {
+        const std::string name = library.at("name").get<std::string>();
+        if (name.empty() || name.find('/') != std::string::npos || name == "." || name == "..") {
+          throw StoreError(file.string() + ": library name \"" + name + "\" is not a file name");
+        }
+        store.m_libraries[name] = library.at("sha256").get<std::string>();
+      }
+    }
     for (const auto& c : sweep.at("cells")) {
       StoredCell cell{c.at("id").get<std::string>(), c.at("name").get<std::string>(), c.at("role").get<std::string>(),
                       c.at("reference").get<std::string>(), c.at("config")};
@@ -521,6 +570,15 @@ std::vector<std::string> SweepStore::check_frozen_inputs() const {
     problems.push_back("executable copy " + executable_path().string() +
                        " was modified (hash differs from sweep.json)");
   }
+  for (const auto& [name, sha] : m_libraries) {
+    const fs::path file = library_dir() / name;
+    if (!fs::exists(file)) {
+      problems.push_back("frozen library " + file.string() +
+                         " is missing (resume with the registered binary restores it)");
+    } else if (sha256_file(file) != sha) {
+      problems.push_back("frozen library " + file.string() + " was modified (hash differs from sweep.json)");
+    }
+  }
   return problems;
 }
 
@@ -553,6 +611,7 @@ Attempt SweepStore::begin_attempt(const std::string& id) const {
                         {"slurm", slurm_identity()},
                         {"build", build_identity()},
                         {"executable_sha256", self_executable_sha256()},
+                        {"libraries", loaded_libraries_json()},
                         {"files", nlohmann::json::object()},
                         {"sweep_uuid", m_sweep_uuid},
                         {"journal_seq", seq}};
@@ -766,6 +825,15 @@ AttemptRecord SweepStore::read_attempt(const fs::path& attempt_dir, const std::s
     record.reasons.push_back("run by another binary (executable hash " +
                              m.value("executable_sha256", std::string("(none)")) + ", registered " + m_binary_sha256 +
                              ")");
+  }
+  for (const auto& [name, sha] : m_libraries) {
+    const auto libraries = m.value("libraries", nlohmann::json::object());
+    const std::string used = libraries.is_object() ? libraries.value(name, std::string()) : std::string();
+    if (used != sha) {
+      record.reasons.push_back(used.empty()
+                                   ? "run without the registered library " + name
+                                   : "run with another " + name + " (hash " + used + ", registered " + sha + ")");
+    }
   }
   if (!m_index.count(id)) {
     record.reasons.push_back("cell " + id + " is not part of the sweep");

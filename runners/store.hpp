@@ -96,7 +96,8 @@ class SweepStore {
   // With resume: refuses a spec whose text differs from the frozen one (hash shown), a sweep whose key is absent or
   // whose record (journal, sweep.json) was edited; repairs a missing or modified spec.toml from the given spec text
   // (its hash is the registered one) and a missing or modified bin/wbaudit from this executable when its hash is
-  // the registered one, and refuses otherwise. repairs() lists what was repaired.
+  // the registered one, and refuses otherwise; the same for each frozen library in bin/lib/ from the library this
+  // process loaded. repairs() lists what was repaired.
   static SweepStore create(const std::filesystem::path& dir, const std::string& spec_text,
                            std::vector<StoredCell> cells, const CreateOptions& options = {});
   // Opens an existing sweep directory (reads sweep.json; checks nothing else).
@@ -111,7 +112,13 @@ class SweepStore {
   const std::string& created() const { return m_created; }
   std::filesystem::path spec_path() const { return m_dir / "spec.toml"; }
   std::filesystem::path executable_path() const { return m_dir / "bin" / "wbaudit"; }
-  // Problems with the frozen inputs (missing/changed spec.toml or bin/wbaudit); empty when intact.
+  // The executable's shared libraries from outside the system directories, frozen beside it (runners/identity.hpp:
+  // non_system_libraries), by file name with their SHA-256 as registered in sweep.json. Empty for sweeps made before
+  // libraries were frozen, or created with CreateOptions::executable (whose libraries this process does not know).
+  std::filesystem::path library_dir() const { return m_dir / "bin" / "lib"; }
+  const std::map<std::string, std::string>& libraries() const { return m_libraries; }
+  // Problems with the frozen inputs (missing/changed spec.toml, bin/wbaudit or a library in bin/lib/); empty when
+  // intact.
   std::vector<std::string> check_frozen_inputs() const;
 
   // Signed provenance (runners/journal.hpp). The sweep's uuid (empty for sweeps made before signing), whether its
@@ -159,6 +166,8 @@ class SweepStore {
   std::map<std::string, std::size_t> m_index;
   std::string m_spec_sha256;
   std::string m_binary_sha256;
+  std::map<std::string, std::string> m_libraries;  // bin/lib/<name> -> sha256
+  bool m_has_libraries = false;                    // sweep.json lists its libraries (possibly none)
   std::string m_created;
   std::string m_sweep_uuid;
   std::string m_sweep_json_sha256;  // of the bytes of sweep.json read by open()

@@ -1,6 +1,7 @@
 // wbaudit run-cells DIR --tasks FILE [--task-index N]: internal; what the sbatch scripts run. Runs one array task's
 // chunk of cells (or all of them, spread over MPI ranks under mpirun), skipping cells that are already canonical
 // and complete, so a requeued or resubmitted task only does what is missing.
+#include <cstdlib>
 #include <fstream>
 #include <iostream>
 
@@ -10,6 +11,50 @@
 #include "runners/sweep_run.hpp"
 
 namespace wbaudit::cli {
+namespace {
+
+// A task stopped at its time limit once more after `cap` requeues: the attempts it left running (its own job's, or
+// those whose process is gone) are marked failed with the reason, so that `status` shows it; the cells it never
+// started stay pending.
+void give_up(const runners::SweepStore& store, const std::vector<std::string>& ids, int cap,
+             const std::string& time_limit) {
+  const char* restarts_env = std::getenv("SLURM_RESTART_COUNT");
+  const char* job_env = std::getenv("SLURM_JOB_ID");
+  const std::string restarts = restarts_env && *restarts_env ? restarts_env : "0";
+  const std::string job = job_env ? job_env : "";
+  const std::string reason =
+      "stopped at the time limit" + (time_limit.empty() ? std::string() : " (--time " + time_limit + ")") + " after " +
+      restarts + " requeue(s) (SLURM_RESTART_COUNT=" + restarts + ", the cap of wbaudit submit --max-requeues " +
+      std::to_string(cap) +
+      "): the cell does not finish within the task's time limit; resubmit with a longer --time (wbaudit submit "
+      "--resume --time ...)";
+  std::size_t marked = 0, pending = 0;
+  for (const auto& id : ids) {
+    const runners::CellStatus status = store.cell_status(id);
+    if (status.state == runners::CellState::done) continue;
+    // The newest attempt is the one this task was running when it stopped (older ones were stopped by the
+    // requeues before it and say so: "interrupted").
+    bool ours = false;
+    if (!status.attempts.empty()) {
+      const auto& attempt = status.attempts.back();
+      const auto slurm = attempt.manifest.is_object() ? attempt.manifest.value("slurm", nlohmann::json::object())
+                                                      : nlohmann::json::object();
+      const bool same_job = !job.empty() && slurm.value("job_id", std::string()) == job;
+      const bool gone = !attempt.reasons.empty() && attempt.reasons.front().rfind("interrupted", 0) == 0;
+      if (attempt.manifest_valid && attempt.status == runners::AttemptStatus::running && (same_job || gone)) {
+        (void)store.fail_abandoned_attempt(id, attempt.uuid, reason);
+        std::cerr << "wbaudit run-cells: cell " << status.cell->name << " (" << id << ") failed: " << reason << "\n";
+        ours = true;
+        ++marked;
+      }
+    }
+    if (!ours && status.state == runners::CellState::pending) ++pending;
+  }
+  std::cerr << "wbaudit run-cells: gave up after " << restarts << " requeue(s) (cap " << cap << "): " << marked
+            << " cell(s) marked failed, " << pending << " not started (still pending; wbaudit submit --resume)\n";
+}
+
+}  // namespace
 
 void add_run_cells_command(CLI::App& app) {
   struct Args {
@@ -17,6 +62,8 @@ void add_run_cells_command(CLI::App& app) {
     std::string tasks;
     int task_index = -1;
     bool quiet = false;
+    int give_up = -1;
+    std::string time_limit;
   };
   auto args = std::make_shared<Args>();
   auto* cmd = app.add_subcommand("run-cells", "Internal: run one task's cells of a submitted sweep");
@@ -25,6 +72,11 @@ void add_run_cells_command(CLI::App& app) {
   cmd->add_option("--tasks", args->tasks, "tasks.json of the submission")->required()->check(CLI::ExistingFile);
   cmd->add_option("--task-index", args->task_index, "Array task index (default: every task)");
   cmd->add_flag("--quiet,-q", args->quiet, "No progress output");
+  cmd->add_option("--give-up", args->give_up,
+                  "The task reached its time limit after this many requeues (the cap): mark the attempts it was "
+                  "running failed, naming the count, and run nothing")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--time-limit", args->time_limit, "With --give-up: the task's --time, for the message");
   cmd->callback([args] {
     const auto store = runners::SweepStore::open(args->dir);
     nlohmann::json tasks;
@@ -51,6 +103,10 @@ void add_run_cells_command(CLI::App& app) {
           ids.push_back(id.get<std::string>());
         }
       }
+    }
+    if (args->give_up >= 0) {
+      give_up(store, ids, args->give_up, args->time_limit);
+      throw ExitStatus{3};
     }
     for (const auto& problem : store.check_frozen_inputs()) {
       std::cerr << "wbaudit run-cells: warning: " << problem << "\n";

@@ -107,7 +107,11 @@ void add_status_command(CLI::App& app) {
                 << "spec     sha256 " << store.spec_sha256() << "\n"
                 << "binary   sha256 " << store.binary_sha256() << "\n";
       if (frozen.empty()) {
-        std::cout << "frozen   spec.toml and bin/wbaudit intact\n";
+        const std::size_t n = store.libraries().size();
+        std::cout << "frozen   spec.toml and bin/wbaudit"
+                  << (n == 0 ? std::string()
+                             : " and its " + std::to_string(n) + (n == 1 ? " library" : " libraries") + " in bin/lib/")
+                  << " intact\n";
       }
       for (const auto& p : frozen) {
         std::cout << "PROBLEM  " << p << "\n";

@@ -1,6 +1,8 @@
 #include "runners/slurm/script.hpp"
 
+#include <algorithm>
 #include <climits>
+#include <cmath>
 #include <regex>
 #include <sstream>
 #include <stdexcept>
@@ -57,6 +59,9 @@ void check_options(const SlurmOptions& o) {
   }
   if (o.array_throttle < 0) {
     throw std::invalid_argument("--array-throttle must be >= 0, not " + std::to_string(o.array_throttle));
+  }
+  if (o.max_requeues < 0) {
+    throw std::invalid_argument("--max-requeues must be >= 0, not " + std::to_string(o.max_requeues));
   }
   if (o.signal_seconds < 1) {
     throw std::invalid_argument("the requeue signal lead time must be >= 1 s");
@@ -125,16 +130,31 @@ void check_options(const SlurmOptions& o) {
 }
 
 // Requeue on USR1: the chunk runner is stopped (finished cells each sit in their own complete attempt) and the job
-// goes back to the queue; on restart it skips every cell that is already canonical and complete.
-const char* kRequeueHandler = R"(requeue() {
-  echo "wbaudit: time limit near; requeueing $job" >&2
-  kill -TERM "$child" 2>/dev/null
-  wait "$child"
-  scontrol requeue "$job"
-  exit 0
+// goes back to the queue; on restart it skips every cell that is already canonical and complete. After
+// max_requeues requeues (Slurm counts them in SLURM_RESTART_COUNT) the task gives up instead: run-cells --give-up
+// marks the attempt that was stopped (the cell that does not fit in --time) failed, naming the count, so `status`
+// says why, and the task exits 1. task_index: the run-cells arguments selecting this task's cells.
+std::string requeue_handler(const SlurmOptions& o, const std::string& task_index) {
+  const std::string cap = std::to_string(o.max_requeues);
+  std::ostringstream s;
+  s << "requeue() {\n"
+    << "  kill -TERM \"$child\" 2>/dev/null\n"
+    << "  wait \"$child\"\n"
+    << "  restarts=\"${SLURM_RESTART_COUNT:-0}\"\n"
+    << "  if [ \"$restarts\" -ge " << cap << " ]; then\n"
+    << "    echo \"wbaudit: time limit near after $restarts requeue(s) (--max-requeues " << cap
+    << "); $job gives up\" >&2\n"
+    << "    \"$sweep/bin/wbaudit\" run-cells \"$sweep\" --tasks \"$tasks\"" << task_index << " --give-up " << cap
+    << (o.time.empty() ? std::string() : " --time-limit " + o.time) << "\n"
+    << "    exit 1\n"
+    << "  fi\n"
+    << "  echo \"wbaudit: time limit near; requeueing $job (requeue $((restarts + 1)) of at most " << cap << ")\" >&2\n"
+    << "  scontrol requeue \"$job\"\n"
+    << "  exit 0\n"
+    << "}\n"
+    << "trap requeue USR1\n";
+  return s.str();
 }
-trap requeue USR1
-)";
 
 }  // namespace
 
@@ -168,6 +188,88 @@ TaskPlan plan_tasks(const std::vector<std::string>& cell_ids, int cells_per_task
     plan.tasks.emplace_back(cell_ids.begin() + i, cell_ids.begin() + std::min(n, i + per));
   }
   return plan;
+}
+
+namespace {
+
+// Greedy consecutive packing under a bound: a task takes cells while their sum stays within the bound (at least one).
+std::vector<std::pair<std::size_t, std::size_t>> pack_under(const std::vector<double>& seconds, double bound) {
+  std::vector<std::pair<std::size_t, std::size_t>> ranges;  // [begin, end)
+  std::size_t begin = 0;
+  double sum = 0;
+  for (std::size_t i = 0; i < seconds.size(); ++i) {
+    if (i > begin && sum + seconds[i] > bound) {
+      ranges.emplace_back(begin, i);
+      begin = i;
+      sum = 0;
+    }
+    sum += seconds[i];
+  }
+  if (begin < seconds.size()) ranges.emplace_back(begin, seconds.size());
+  return ranges;
+}
+
+}  // namespace
+
+TaskPlan plan_tasks_by_cost(const std::vector<std::string>& cell_ids, const std::vector<double>& cell_seconds,
+                            double target_seconds, std::optional<long> max_array_size) {
+  if (cell_seconds.size() != cell_ids.size()) {
+    throw std::invalid_argument("plan_tasks_by_cost: " + std::to_string(cell_ids.size()) + " cells but " +
+                                std::to_string(cell_seconds.size()) + " estimates");
+  }
+  if (!(target_seconds > 0) || !std::isfinite(target_seconds)) {
+    throw std::invalid_argument("the target task duration must be a positive number of seconds");
+  }
+  if (max_array_size && *max_array_size < 1) {
+    throw std::invalid_argument("MaxArraySize " + std::to_string(*max_array_size) + " leaves no array index");
+  }
+  double total = 0, largest = 0;
+  for (const double s : cell_seconds) {
+    if (!(s >= 0) || !std::isfinite(s)) throw std::invalid_argument("plan_tasks_by_cost: a negative estimate");
+    total += s;
+    largest = std::max(largest, s);
+  }
+  double bound = target_seconds;
+  auto ranges = pack_under(cell_seconds, bound);
+  if (max_array_size && static_cast<long>(ranges.size()) > *max_array_size) {
+    // Every cell in one task always fits; bisect between the largest cell and the total.
+    double lo = std::max(largest, target_seconds), hi = std::max(total, lo);
+    for (int i = 0; i < 200 && hi - lo > 1e-9 * hi; ++i) {
+      const double mid = 0.5 * (lo + hi);
+      if (static_cast<long>(pack_under(cell_seconds, mid).size()) <= *max_array_size) {
+        hi = mid;
+      } else {
+        lo = mid;
+      }
+    }
+    bound = hi;
+    ranges = pack_under(cell_seconds, bound);
+  }
+  TaskPlan plan;
+  plan.automatic = true;
+  plan.target_seconds = bound;
+  plan.cells_per_task = 0;
+  for (const auto& [b, e] : ranges) {
+    plan.tasks.emplace_back(cell_ids.begin() + static_cast<long>(b), cell_ids.begin() + static_cast<long>(e));
+    double sum = 0;
+    for (std::size_t i = b; i < e; ++i) sum += cell_seconds[i];
+    plan.task_seconds.push_back(sum);
+    plan.cells_per_task = std::max(plan.cells_per_task, static_cast<int>(e - b));
+  }
+  return plan;
+}
+
+double auto_task_seconds(const SlurmOptions& o) {
+  if (!(o.task_minutes > 0) || !std::isfinite(o.task_minutes)) {
+    throw std::invalid_argument("--task-minutes must be a positive number of minutes");
+  }
+  double target = 60.0 * o.task_minutes;
+  if (!o.time.empty()) {
+    if (const auto limit = slurm_time_seconds(o.time); limit && *limit != LONG_MAX && *limit > o.signal_seconds) {
+      target = std::min(target, 0.5 * static_cast<double>(*limit - o.signal_seconds));
+    }
+  }
+  return target;
 }
 
 std::optional<long> parse_max_array_size(const std::string& text) {
@@ -214,7 +316,7 @@ std::string render_array_script(const ScriptPaths& p, std::size_t task_count, co
     << "tasks=" << shell_quote(p.tasks_file.string()) << "\n"
     << "job=\"${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}\"\n"
     << "export OMP_PROC_BIND=false OMP_NUM_THREADS=\"${SLURM_CPUS_PER_TASK:-1}\"\n"
-    << key_export(p) << kRequeueHandler
+    << key_export(p) << requeue_handler(o, " --task-index \"$SLURM_ARRAY_TASK_ID\"")
     << "\"$sweep/bin/wbaudit\" run-cells \"$sweep\" --tasks \"$tasks\" --task-index \"$SLURM_ARRAY_TASK_ID\" "
        "--kokkos-threads=\"${SLURM_CPUS_PER_TASK:-1}\" &\n"
     << "child=$!\n"
@@ -245,7 +347,7 @@ std::string render_mpi_script(const ScriptPaths& p, const SlurmOptions& o) {
     << "tasks=" << shell_quote(p.tasks_file.string()) << "\n"
     << "job=\"$SLURM_JOB_ID\"\n"
     << "export OMP_PROC_BIND=false OMP_NUM_THREADS=\"${SLURM_CPUS_PER_TASK:-1}\"\n"
-    << key_export(p) << kRequeueHandler << "mpirun -n \"$SLURM_NTASKS\" --bind-to none "
+    << key_export(p) << requeue_handler(o, "") << "mpirun -n \"$SLURM_NTASKS\" --bind-to none "
     << (p.key_file.empty() ? "" : "-x WBAUDIT_KEY_FILE ")
     << "\"$sweep/bin/wbaudit\" run-cells \"$sweep\" --tasks \"$tasks\" "
        "--kokkos-threads=\"${SLURM_CPUS_PER_TASK:-1}\" &\n"

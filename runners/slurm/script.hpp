@@ -10,6 +10,12 @@
 
 namespace wbaudit::runners::slurm {
 
+// Defaults of `wbaudit submit` (docs/slurm.md): at most 32 array tasks at once, tasks filled with about 10 minutes of
+// estimated work, and a task that reaches its time limit requeued at most 3 times.
+inline constexpr int kDefaultArrayThrottle = 32;
+inline constexpr double kDefaultTaskMinutes = 10;
+inline constexpr int kDefaultMaxRequeues = 3;
+
 struct SlurmOptions {
   std::string job_name = "wbaudit";
   std::string partition;  // empty: the cluster default (no #SBATCH line)
@@ -18,9 +24,11 @@ struct SlurmOptions {
   std::string qos;
   std::string mem;  // e.g. "4G"
   int cpus_per_task = 1;
-  int array_throttle = 0;    // >0: at most this many array tasks at once (--array=0-N%K)
-  int cells_per_task = 1;    // cells per array task (raised to respect MaxArraySize)
-  int mpi_ranks = 0;         // >0: one MPI job with this many ranks instead of an array
+  int array_throttle = kDefaultArrayThrottle;  // >0: at most this many array tasks at once (--array=0-N%K)
+  int cells_per_task = 0;  // cells per array task (raised to respect MaxArraySize); 0: auto, packed by estimated cost
+  double task_minutes = kDefaultTaskMinutes;  // auto: the estimated run time to fill each array task with
+  int max_requeues = kDefaultMaxRequeues;     // requeues at the time limit before a task gives up (SLURM_RESTART_COUNT)
+  int mpi_ranks = 0;                          // >0: one MPI job with this many ranks instead of an array
   int signal_seconds = 120;  // USR1 this long before the time limit: stop, requeue; the requeued task resumes
   std::string report_command = "evaluate";  // wbaudit subcommand the report job runs on the sweep directory
   // Further sbatch options for the cells job(s), one "#SBATCH" line each, e.g. "--gres=gpu:1", "--constraint=avx2",
@@ -32,10 +40,24 @@ struct SlurmOptions {
 // Cells chunked into array tasks, in the given order. When ceil(cells / cells_per_task) exceeds max_array_size
 // (Slurm's MaxArraySize: indices 0..max-1), cells_per_task is raised to ceil(cells / max_array_size).
 struct TaskPlan {
-  int cells_per_task = 1;
+  int cells_per_task = 1;                       // the most cells in one task
   std::vector<std::vector<std::string>> tasks;  // cell ids per task index
+  bool automatic = false;                       // packed by estimated cost (--cells-per-task auto)
+  double target_seconds = 0;                    // automatic: the estimated seconds each task was filled up to
+  std::vector<double> task_seconds;             // automatic: estimated seconds per task
 };
 TaskPlan plan_tasks(const std::vector<std::string>& cell_ids, int cells_per_task, std::optional<long> max_array_size);
+
+// --cells-per-task auto: consecutive cells (in the given order) packed into tasks whose estimated seconds sum to at
+// most target_seconds; a cell estimated above the target gets a task of its own. When that makes more tasks than
+// max_array_size, the bound is raised to the smallest one whose packing fits (greedy packing under a bound gives the
+// fewest consecutive tasks for that bound, so the bound is found by bisection).
+TaskPlan plan_tasks_by_cost(const std::vector<std::string>& cell_ids, const std::vector<double>& cell_seconds,
+                            double target_seconds, std::optional<long> max_array_size);
+
+// The estimated seconds an automatic task is filled up to: task_minutes, but at most half of what --time leaves
+// after --signal-seconds (room for an estimate that is 2x short before the task requeues).
+double auto_task_seconds(const SlurmOptions& options);
 
 // MaxArraySize from the output of `scontrol show config`, if present.
 std::optional<long> parse_max_array_size(const std::string& scontrol_show_config);

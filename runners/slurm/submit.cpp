@@ -4,6 +4,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cerrno>
 #include <cstring>
@@ -11,6 +12,7 @@
 #include <sstream>
 
 #include "runners/identity.hpp"
+#include "sim/run.hpp"
 
 extern char** environ;
 
@@ -98,6 +100,74 @@ CommandResult run_command(const std::vector<std::string>& argv) {
   return result;
 }
 
+double estimate_cell_seconds(const nlohmann::json& cell_config) {
+  sim::RunConfig c;
+  try {
+    c = sim::run_config_from_json(cell_config);
+  } catch (const std::exception&) {
+    return 60;
+  }
+  const sim::ModelConfig& m = c.model;
+  const double batch = c.data.batch;
+  // Projections per step: a reference projects every target format under nearest and each projected policy.
+  const double projections =
+      c.mode == sim::RunMode::reference
+          ? static_cast<double>(c.project_formats.size()) * (1.0 + static_cast<double>(c.project_policies.size()))
+          : 1.0;
+  double step = 0;     // seconds per training step
+  double forward = 0;  // seconds of one forward pass of one batch (validation)
+  if (m.kind == "decoder") {
+    const double V = m.decoder.vocab, D = m.decoder.width, F = m.decoder.mlp_hidden, L = m.decoder.layers,
+                 S = m.decoder.seq_len;
+    const double params = 2 * V * D + D + L * (2 * D + 4 * D * D + 3 * F * D);
+    const double flops = 6 * batch * S * (params - V * D) + 12 * L * batch * S * S * D;
+    step = 20e-12 * flops + 50e-9 * params * projections;
+    forward = 20e-12 * flops / 3;
+  } else {
+    const double in = m.shape.input_dim, hid = m.shape.hidden, out = m.shape.output_dim, th = m.teacher_hidden;
+    const double params = in * hid + hid + hid * out + out;
+    const double flops = batch * (6 * (in * hid + hid * out) + 2 * (in * th + th * out));
+    step = 30e-6 + 0.3e-9 * flops + (5e-6 + 10e-9 * params) * projections;
+    forward = 0.3e-9 * flops / 3;
+  }
+  const double steps = static_cast<double>(c.steps);
+  double seconds = 0.05 + steps * step;
+  if (c.validation.every > 0) {
+    seconds += (steps / static_cast<double>(c.validation.every) + 1) * c.validation.batches * forward;
+  }
+  if (c.replay.checkpoints > 0) {
+    seconds += static_cast<double>(c.replay.checkpoints) * static_cast<double>(c.replay.steps) *
+               static_cast<double>(c.replay.policies.size()) * step;
+  }
+  return seconds;
+}
+
+double estimate_cell_seconds(const nlohmann::json& cell_config, int cpus) {
+  return estimate_cell_seconds(cell_config) / (1.0 + 0.5 * (std::max(cpus, 1) - 1));
+}
+
+TaskPlan plan_for(const std::vector<std::string>& cell_ids, const std::vector<nlohmann::json>& configs,
+                  const SlurmOptions& options, std::optional<long> max_array_size) {
+  TaskPlan plan;
+  if (options.mpi_ranks > 0) {
+    plan.cells_per_task = static_cast<int>(cell_ids.size());
+    if (!cell_ids.empty()) plan.tasks.push_back(cell_ids);
+    return plan;
+  }
+  if (options.cells_per_task > 0) return plan_tasks(cell_ids, options.cells_per_task, max_array_size);
+  if (options.cells_per_task < 0) {
+    throw std::invalid_argument("--cells-per-task must be auto or >= 1, not " + std::to_string(options.cells_per_task));
+  }
+  if (configs.size() != cell_ids.size()) {
+    throw std::invalid_argument("plan_for: " + std::to_string(cell_ids.size()) + " cells but " +
+                                std::to_string(configs.size()) + " configurations");
+  }
+  std::vector<double> seconds;
+  seconds.reserve(configs.size());
+  for (const auto& config : configs) seconds.push_back(estimate_cell_seconds(config, options.cpus_per_task));
+  return plan_tasks_by_cost(cell_ids, seconds, auto_task_seconds(options), max_array_size);
+}
+
 std::optional<long> query_max_array_size() {
   const CommandResult r = run_command({"scontrol", "show", "config"});
   if (r.exit_code != 0) {
@@ -107,19 +177,13 @@ std::optional<long> query_max_array_size() {
 }
 
 Submission plan_submission(const fs::path& sweep_dir, const std::vector<std::string>& cell_ids,
-                           const SlurmOptions& options, std::optional<long> max_array_size) {
+                           const std::vector<nlohmann::json>& configs, const SlurmOptions& options,
+                           std::optional<long> max_array_size) {
   Submission s;
   s.cell_ids = cell_ids;
   const fs::path dir = sweep_dir / "slurm" / "submit-<n>";
   ScriptPaths paths{sweep_dir, dir / "tasks.json", dir / "logs", {}};
-  if (options.mpi_ranks > 0) {
-    s.plan.cells_per_task = static_cast<int>(cell_ids.size());
-    if (!cell_ids.empty()) {
-      s.plan.tasks.push_back(cell_ids);
-    }
-  } else {
-    s.plan = plan_tasks(cell_ids, options.cells_per_task, max_array_size);
-  }
+  s.plan = plan_for(cell_ids, configs, options, max_array_size);
   if (!cell_ids.empty()) {
     s.cells_script = options.mpi_ranks > 0 ? render_mpi_script(paths, options)
                                            : render_array_script(paths, s.plan.tasks.size(), options);
@@ -131,9 +195,11 @@ Submission plan_submission(const fs::path& sweep_dir, const std::vector<std::str
 Submission submit(const SweepStore& store, const SlurmOptions& options) {
   store.require_key("submit");
   std::vector<std::string> todo;
+  std::vector<nlohmann::json> configs;
   for (const auto& status : store.status()) {
     if (status.needs_run()) {
       todo.push_back(status.cell->id);
+      configs.push_back(status.cell->config);
     }
   }
   const std::optional<long> max_array = options.mpi_ranks > 0 ? std::nullopt : query_max_array_size();
@@ -144,18 +210,15 @@ Submission submit(const SweepStore& store, const SlurmOptions& options) {
   ScriptPaths paths{sweep_dir, fs::absolute(s.dir) / "tasks.json", fs::absolute(s.dir) / "logs",
                     fs::absolute(store.key_path())};
   fs::create_directories(paths.log_dir);
-  if (options.mpi_ranks > 0) {
-    s.plan.cells_per_task = static_cast<int>(todo.size());
-    if (!todo.empty()) {
-      s.plan.tasks.push_back(todo);
-    }
-  } else {
-    s.plan = plan_tasks(todo, options.cells_per_task, max_array);
+  s.plan = plan_for(todo, configs, options, max_array);
+  nlohmann::json tasks = {{"schema", "wbaudit.slurm-tasks/1"},
+                          {"sweep_spec_sha256", store.spec_sha256()},
+                          {"cells_per_task", s.plan.cells_per_task},
+                          {"tasks", s.plan.tasks}};
+  if (s.plan.automatic) {
+    tasks["packing"] = {
+        {"kind", "auto"}, {"target_seconds", s.plan.target_seconds}, {"estimated_task_seconds", s.plan.task_seconds}};
   }
-  const nlohmann::json tasks = {{"schema", "wbaudit.slurm-tasks/1"},
-                                {"sweep_spec_sha256", store.spec_sha256()},
-                                {"cells_per_task", s.plan.cells_per_task},
-                                {"tasks", s.plan.tasks}};
   write_file_atomic(paths.tasks_file, tasks.dump(1) + "\n");
   s.report_script = render_report_script(paths, options);
   write_file_atomic(s.dir / "report.sbatch", s.report_script);

@@ -26,6 +26,18 @@ struct CommandResult {
 // Runs argv (no shell interpretation of the arguments) and captures its output. exit_code 127: not found.
 CommandResult run_command(const std::vector<std::string>& argv);
 
+// The estimated run time of one cell at one thread, in seconds, from its configuration alone (--cells-per-task
+// auto): steps x a per-step cost from the model's shape, plus validation and replay passes and a fixed 0.05 s per
+// cell (identity, manifest, trace write). The per-step constants were measured on this project's 2-core machine at
+// one thread (docs/slurm.md): two-layer 30 us + 0.3 ns per multiply-add FLOP of the forward and backward pass
+// (teacher included) + 5 us + 10 ns per coordinate per projected format and policy; decoder 0.02 ns per FLOP (it runs
+// on BLAS) (6 x tokens x matrix parameters + attention) + 50 ns per coordinate per projection. Expect it within 2-3x
+// elsewhere. A configuration that does not parse costs 60 s (its own validation names the problem).
+double estimate_cell_seconds(const nlohmann::json& cell_config);
+// The same for a task run with `cpus` threads: the threads are taken to share the work at half efficiency
+// (speed-up 1 + (cpus - 1) / 2).
+double estimate_cell_seconds(const nlohmann::json& cell_config, int cpus);
+
 // MaxArraySize from `scontrol show config`, or nullopt when scontrol is unavailable or does not say.
 std::optional<long> query_max_array_size();
 
@@ -41,8 +53,15 @@ struct Submission {
 
 // Plans and renders a submission for the cells of `cell_ids` (already filtered by the caller) without writing or
 // submitting anything: the dry run. paths_root is the sweep directory the scripts will name.
+// configs: each cell's configuration (for the cost estimate of --cells-per-task auto), parallel to cell_ids.
 Submission plan_submission(const std::filesystem::path& sweep_dir, const std::vector<std::string>& cell_ids,
-                           const SlurmOptions& options, std::optional<long> max_array_size);
+                           const std::vector<nlohmann::json>& configs, const SlurmOptions& options,
+                           std::optional<long> max_array_size);
+
+// The task plan of a submission: one task of every cell for --mpi-ranks, fixed chunks for --cells-per-task N, and
+// cells packed by estimated cost (estimate_cell_seconds at --cpus-per-task) for auto (cells_per_task 0).
+TaskPlan plan_for(const std::vector<std::string>& cell_ids, const std::vector<nlohmann::json>& configs,
+                  const SlurmOptions& options, std::optional<long> max_array_size);
 
 // Writes the submission files and submits them with sbatch (cells first, then the report job with
 // --dependency=afterany:<cells job>). Only cells without a canonical complete attempt are submitted; when there

@@ -4,6 +4,8 @@
 #  - an edited trace, a hand-made attempt directory, a corrupt manifest, an attempt recorded by another binary and
 #    another cell's attempt copied in with its manifest rewritten to this cell (all hashes matching) are reported non-canonical with their reasons, and `run --resume` reruns exactly those cells;
 #  - a missing executable copy is reported and restored by `run --resume`; a changed spec is refused;
+#  - the executable's non-system shared libraries are frozen into bin/lib/ and loaded from there (also from a copy of
+#    the sweep moved elsewhere: ldd and LD_DEBUG=libs); a modified one is reported and restored by `run --resume`;
 #  - a killed run (SIGKILL) leaves nothing that passes as complete and --resume finishes it;
 #  - register refuses once outcomes exist (unless --retrospective); deviate appends to the log;
 #  - a full disk (small tmpfs, when this user may mount one) fails with a clear message, loses nothing, and
@@ -62,6 +64,35 @@ rm "$d/bin/wbaudit"
 "${W[@]}" status "$d" --no-scheduler | grep -q "executable copy .* is missing" || fail "missing executable not reported"
 "${W[@]}" run "$spec" --out "$d" --resume --no-report -q || fail "resume with a missing executable copy"
 cmp -s "$d/bin/wbaudit" "$wbaudit" || fail "executable copy not restored"
+# The frozen executable's shared libraries from outside the system directories (Kokkos from ~/.cache here): frozen
+# into bin/lib/, every one of them, and found there by the copy (RUNPATH $ORIGIN/lib), also in a copy of the sweep
+# moved elsewhere; a modified one is reported and restored by --resume.
+outside_libs() { ldd "$1" | awk '$3 ~ "^/" {print $3}' | grep -Ev '^/(usr/)?lib(32|64)?/' ; }
+if [ -n "$(outside_libs "$wbaudit")" ]; then
+  for lib in $(outside_libs "$wbaudit"); do
+    cmp -s "$lib" "$d/bin/lib/$(basename "$lib")" || fail "$lib is not frozen in bin/lib"
+  done
+  cp -a "$d" "$work/moved"
+  outside_libs "$work/moved/bin/wbaudit" | grep -v "^$work/moved/bin/lib/" > "$work/outside"
+  [ -s "$work/outside" ] && fail "the frozen copy resolves libraries outside its sweep: $(cat "$work/outside")"
+  # What the loader actually initialises when the moved copy runs.
+  LD_DEBUG=libs "$work/moved/bin/wbaudit" status "$work/moved" --check --no-scheduler 2> "$work/ld.txt" > "$work/moved.st" \
+    || { cat "$work/moved.st"; fail "the moved copy of the sweep does not check"; }
+  grep "calling init: " "$work/ld.txt" | awk '{print $NF}' | grep -Ev '^/(usr/)?lib(32|64)?/' \
+    | grep -v "^$work/moved/bin/lib/" > "$work/inits" && fail "the moved copy loaded $(cat "$work/inits")"
+  grep -q "calling init: $work/moved/bin/lib/" "$work/ld.txt" || fail "the moved copy did not load its frozen libraries"
+  grep -q "and its [0-9]* librar.* in bin/lib/ intact" "$work/moved.st" || { cat "$work/moved.st"; fail "status: libraries"; }
+  lib=$(ls "$d"/bin/lib/* | head -1)
+  printf 'x' >> "$lib"
+  "${W[@]}" status "$d" --no-scheduler > "$work/stlib"
+  grep -q "frozen library $lib was modified" "$work/stlib" || { cat "$work/stlib"; fail "modified library not reported"; }
+  if "${W[@]}" status "$d" --check --no-scheduler > /dev/null; then fail "status --check passed a modified library"; fi
+  "${W[@]}" run "$spec" --out "$d" --resume --no-report -q 2> "$work/libres" || { cat "$work/libres"; fail "resume with a modified library"; }
+  grep -q "frozen library $lib was modified.*restored" "$work/libres" || { cat "$work/libres"; fail "library repair not said"; }
+  "${W[@]}" status "$d" --check --no-scheduler > /dev/null || fail "resume did not restore the library"
+else
+  echo "SKIP (part): this build loads no shared library from outside the system directories"
+fi
 sed 's/steps = 60/steps = 61/' "$spec" > "$work/changed.toml"
 if "${W[@]}" run "$work/changed.toml" --out "$d" --resume --no-report -q 2> "$work/err"; then fail "changed spec accepted"; fi
 grep -q "spec changed" "$work/err" || { cat "$work/err"; fail "changed spec: unclear message"; }
@@ -124,6 +155,7 @@ if "${W[@]}" deviate "$d" --reason "x" --cells no/such/cell 2> /dev/null; then f
 f="$work/full"
 mkdir -p "$f"
 size_kb=$(( $(stat -c %s "$wbaudit") / 1024 + 160 ))
+for lib in $(outside_libs "$wbaudit"); do size_kb=$(( size_kb + $(stat -L -c %s "$lib") / 1024 + 4 )); done  # bin/lib/
 if mount -t tmpfs -o size=${size_kb}k tmpfs "$f" 2> /dev/null; then
   mounted="$f"
   "${W[@]}" run "$spec" --out "$f/s" --no-report -q 2> "$work/full.err"

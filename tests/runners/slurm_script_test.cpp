@@ -1,15 +1,19 @@
 // sbatch rendering against golden files written by hand (tests/slurm/golden/), task chunking against
-// MaxArraySize, and the scontrol parser.
+// MaxArraySize, automatic packing by estimated cost (against a brute force), and the scontrol parser.
 #include "runners/slurm/script.hpp"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <climits>
 #include <fstream>
+#include <random>
 #include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
+
+#include "runners/slurm/submit.hpp"
 
 namespace sl = wbaudit::runners::slurm;
 
@@ -41,7 +45,11 @@ const sl::ScriptPaths kPaths{
 
 std::vector<std::string> ids(int n) {
   std::vector<std::string> out;
-  for (int i = 0; i < n; ++i) out.push_back("c" + std::to_string(i));
+  for (int i = 0; i < n; ++i) {
+    std::ostringstream name;
+    name << 'c' << i;
+    out.push_back(name.str());
+  }
   return out;
 }
 
@@ -193,4 +201,111 @@ TEST(SlurmScript, ScriptsExportTheSigningKey) {
   EXPECT_LT(array.find(line), array.find("run-cells"));
   // Without a key path nothing is exported (the golden scripts above).
   EXPECT_EQ(sl::render_array_script(kPaths, 2, full_options()).find("WBAUDIT_KEY_FILE"), std::string::npos);
+}
+
+// --cells-per-task auto: consecutive cells packed under the target; hand-worked cases, then the bound under a
+// MaxArraySize against a brute force over every split of the cells into consecutive tasks.
+TEST(SlurmScript, AutoPackingFillsTasksUpToTheTarget) {
+  auto plan = sl::plan_tasks_by_cost(ids(5), {1, 2, 3, 4, 5}, 5, std::nullopt);
+  ASSERT_EQ(plan.tasks.size(), 4u);  // [1 2] [3] [4] [5]: 1+2+3 = 6 > 5
+  EXPECT_EQ(plan.tasks[0], (std::vector<std::string>{"c0", "c1"}));
+  EXPECT_EQ(plan.tasks[3], std::vector<std::string>{"c4"});
+  EXPECT_TRUE(plan.automatic);
+  EXPECT_EQ(plan.cells_per_task, 2);
+  EXPECT_EQ(plan.task_seconds, (std::vector<double>{3, 3, 4, 5}));
+  // A cell above the target gets a task of its own.
+  plan = sl::plan_tasks_by_cost(ids(3), {10, 1, 1}, 5, std::nullopt);
+  ASSERT_EQ(plan.tasks.size(), 2u);
+  EXPECT_EQ(plan.tasks[1], (std::vector<std::string>{"c1", "c2"}));
+  // 68 cells of 0.1 s (the example): one task.
+  EXPECT_EQ(sl::plan_tasks_by_cost(ids(68), std::vector<double>(68, 0.1), 600, std::nullopt).tasks.size(), 1u);
+  // At most 2 array indices: [1 2 3] [4 5] (largest task 9) is the best split into 2 consecutive tasks.
+  plan = sl::plan_tasks_by_cost(ids(5), {1, 2, 3, 4, 5}, 5, 2);
+  ASSERT_EQ(plan.tasks.size(), 2u);
+  EXPECT_EQ(plan.tasks[0], (std::vector<std::string>{"c0", "c1", "c2"}));
+  EXPECT_NEAR(plan.target_seconds, 9, 1e-6);
+  EXPECT_TRUE(sl::plan_tasks_by_cost({}, {}, 5, 2).tasks.empty());
+  EXPECT_THROW((void)sl::plan_tasks_by_cost(ids(2), {1}, 5, std::nullopt), std::invalid_argument);
+  EXPECT_THROW((void)sl::plan_tasks_by_cost(ids(2), {1, 1}, 0, std::nullopt), std::invalid_argument);
+
+  std::mt19937 rng(7);
+  for (int trial = 0; trial < 300; ++trial) {
+    const int n = 1 + static_cast<int>(rng() % 8);
+    const long max_tasks = 1 + static_cast<long>(rng() % 4);
+    std::vector<double> cost;
+    for (int i = 0; i < n; ++i) cost.push_back(static_cast<double>(1 + rng() % 9));
+    const double target = static_cast<double>(1 + rng() % 12);
+    // Brute force: every split (a bit per gap between neighbours); the smallest largest task among splits that
+    // keep every task within the target (or hold one cell), else among those with at most max_tasks tasks.
+    double best_capped = 1e300;
+    std::size_t fewest = 1000;
+    for (unsigned mask = 0; mask < (1u << (n - 1)); ++mask) {
+      std::vector<double> sums{0};
+      std::vector<int> counts{0};
+      for (int i = 0; i < n; ++i) {
+        if (i > 0 && (mask >> (i - 1)) & 1u) {
+          sums.push_back(0);
+          counts.push_back(0);
+        }
+        sums.back() += cost[static_cast<std::size_t>(i)];
+        ++counts.back();
+      }
+      const double largest = *std::max_element(sums.begin(), sums.end());
+      bool within = true;
+      for (std::size_t t = 0; t < sums.size(); ++t) within = within && (sums[t] <= target || counts[t] == 1);
+      if (within) fewest = std::min(fewest, sums.size());
+      if (static_cast<long>(sums.size()) <= max_tasks) best_capped = std::min(best_capped, largest);
+    }
+    plan = sl::plan_tasks_by_cost(ids(n), cost, target, max_tasks);
+    std::vector<std::string> flat;
+    for (const auto& t : plan.tasks) flat.insert(flat.end(), t.begin(), t.end());
+    EXPECT_EQ(flat, ids(n));
+    ASSERT_LE(static_cast<long>(plan.tasks.size()), max_tasks);
+    const double largest = *std::max_element(plan.task_seconds.begin(), plan.task_seconds.end());
+    if (static_cast<long>(fewest) <= max_tasks) {
+      // The target alone fits: the fewest tasks that keep within it.
+      EXPECT_EQ(plan.tasks.size(), fewest) << "trial " << trial;
+      EXPECT_LE(largest, std::max(target, *std::max_element(cost.begin(), cost.end())));
+    } else {
+      EXPECT_NEAR(largest, best_capped, 1e-6) << "trial " << trial;
+    }
+  }
+}
+
+// The automatic target: --task-minutes, at most half of what --time leaves after the requeue lead time.
+TEST(SlurmScript, AutoTargetRespectsTheTimeLimit) {
+  sl::SlurmOptions o;
+  EXPECT_DOUBLE_EQ(sl::auto_task_seconds(o), 600);  // the default 10 minutes
+  o.time = "00:10:00";                              // (600 - 120) / 2
+  EXPECT_DOUBLE_EQ(sl::auto_task_seconds(o), 240);
+  o.time = "2-00:00:00";
+  EXPECT_DOUBLE_EQ(sl::auto_task_seconds(o), 600);
+  o.time = "UNLIMITED";
+  o.task_minutes = 30;
+  EXPECT_DOUBLE_EQ(sl::auto_task_seconds(o), 1800);
+  o.task_minutes = 0;
+  EXPECT_THROW((void)sl::auto_task_seconds(o), std::invalid_argument);
+}
+
+// The cost estimate, worked by hand from the documented constants (runners/slurm/submit.hpp) for a two-layer target
+// cell: 13 coordinates, 5 x (6 x 9 + 2 x 12) = 390 FLOPs per step, one projection.
+TEST(SlurmScript, CellCostEstimateFollowsItsFormula) {
+  const nlohmann::json target = {
+      {"schema", "wbaudit.cell/1"},
+      {"mode", "target"},
+      {"seed", 1},
+      {"steps", 100},
+      {"model", {{"kind", "two_layer"}, {"input_dim", 2}, {"hidden", 3}, {"output_dim", 1}, {"teacher_hidden", 4}}},
+      {"data", {{"batch", 5}}},
+      {"target", {{"format", "bf16"}}}};
+  const double step = 30e-6 + 0.3e-9 * 390 + (5e-6 + 10e-9 * 13);
+  EXPECT_NEAR(sl::estimate_cell_seconds(target), 0.05 + 100 * step, 1e-12);
+  EXPECT_NEAR(sl::estimate_cell_seconds(target, 3), (0.05 + 100 * step) / 2, 1e-12);  // 3 threads: speed-up 2
+  auto reference = target;
+  reference["mode"] = "reference";
+  reference.erase("target");
+  reference["project_formats"] = {"bf16", "e4m3", "fp16"};
+  EXPECT_NEAR(sl::estimate_cell_seconds(reference), 0.05 + 100 * (30e-6 + 0.3e-9 * 390 + 3 * (5e-6 + 10e-9 * 13)),
+              1e-12);
+  EXPECT_DOUBLE_EQ(sl::estimate_cell_seconds(nlohmann::json{{"steps", "many"}}), 60);
 }

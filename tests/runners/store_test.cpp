@@ -8,6 +8,7 @@
 
 #include <csignal>
 #include <fstream>
+#include <set>
 #include <sstream>
 
 #include "runners/identity.hpp"
@@ -345,4 +346,62 @@ TEST_F(StoreTest, AnotherCellsTraceUnderARewrittenManifestIsNonCanonical) {
   const auto unreadable = store.finish_attempt(junk, wr::AttemptStatus::complete, "", {"trace.h5"});
   EXPECT_FALSE(unreadable.canonical);
   EXPECT_TRUE(has_reason(unreadable.reasons, "cannot be checked against the cell")) << joined(unreadable.reasons);
+}
+
+// The executable's shared libraries from outside the system directories are frozen into bin/lib/ (checked against
+// the process' memory map, independently of the dl_iterate_phdr list the store uses), registered in sweep.json,
+// checked, repaired on resume, and part of an attempt's canonical identity.
+TEST_F(StoreTest, FrozenLibrariesAreCheckedRepairedAndPartOfTheIdentity) {
+  std::set<std::string> mapped;  // SHA-256 of every non-system shared object mapped into this process
+  {
+    std::ifstream maps("/proc/self/maps");
+    std::string line;
+    while (std::getline(maps, line)) {
+      const auto slash = line.find('/');
+      if (slash == std::string::npos) continue;
+      const fs::path file = line.substr(slash);
+      const std::string text = file.string();
+      if (text.find(".so") == std::string::npos) continue;
+      bool system = false;
+      for (const char* d : {"/lib/", "/lib32/", "/lib64/", "/usr/lib/", "/usr/lib32/", "/usr/lib64/"}) {
+        system = system || text.rfind(d, 0) == 0;
+      }
+      if (!system) mapped.insert(wr::sha256_file(file));
+    }
+  }
+  if (mapped.empty()) GTEST_SKIP() << "this build loads no shared library from outside the system directories";
+  const auto store = wr::SweepStore::create(dir, kSpec, three_cells());
+  std::set<std::string> frozen;
+  for (const auto& entry : fs::directory_iterator(dir / "bin" / "lib")) frozen.insert(wr::sha256_file(entry.path()));
+  EXPECT_EQ(frozen, mapped);
+  const auto sweep = nlohmann::json::parse(slurp(dir / "sweep.json"));
+  ASSERT_EQ(sweep.at("libraries").size(), store.libraries().size());
+  for (const auto& library : sweep["libraries"]) {
+    EXPECT_EQ(wr::sha256_file(dir / "bin" / "lib" / library["name"].get<std::string>()), library["sha256"]);
+  }
+  // An attempt records the libraries it ran with: canonical with the registered ones.
+  const std::string id = store.cells()[0].id;
+  wr::Attempt attempt = store.begin_attempt(id);
+  spit(attempt.dir() / "out.bin", "abc");
+  const auto record = store.finish_attempt(attempt, wr::AttemptStatus::complete, "", {"out.bin"});
+  EXPECT_TRUE(record.canonical) << joined(record.reasons);
+  const std::string name = store.libraries().begin()->first;
+  auto manifest = nlohmann::json::parse(slurp(attempt.dir() / "manifest.json"));
+  manifest["libraries"][name] = wr::sha256_hex("another build");
+  spit(attempt.dir() / "manifest.json", manifest.dump(1));
+  const auto other = store.read_attempt(attempt.dir(), id);
+  EXPECT_FALSE(other.canonical);
+  EXPECT_NE(joined(other.reasons).find("run with another " + name), std::string::npos) << joined(other.reasons);
+  // A modified library is reported, another executable cannot restore it, a resume with this one does.
+  const fs::path lib = dir / "bin" / "lib" / name;
+  const std::string original = slurp(lib);
+  spit(lib, original + "x");
+  const auto problems = wr::SweepStore::open(dir).check_frozen_inputs();
+  ASSERT_EQ(problems.size(), 1u);
+  EXPECT_NE(problems[0].find("frozen library " + lib.string() + " was modified"), std::string::npos) << problems[0];
+  const auto resumed = wr::SweepStore::create(dir, kSpec, three_cells(), options(true));
+  EXPECT_TRUE(resumed.check_frozen_inputs().empty());
+  EXPECT_EQ(slurp(lib), original);
+  ASSERT_EQ(resumed.repairs().size(), 1u);
+  EXPECT_NE(resumed.repairs()[0].find("restored"), std::string::npos) << resumed.repairs()[0];
 }

@@ -8,7 +8,9 @@
 #     with exactly one attempt each;
 #  4. a drained node (a node that never starts the job): status shows the scheduler's PENDING view while content
 #     says pending; after scancel, --resume completes the sweep;
-#  5. --mpi-ranks 2: the whole sweep as one MPI job, the sweep's signing key exported to both ranks.
+#  5. --mpi-ranks 2: the whole sweep as one MPI job, the sweep's signing key exported to both ranks;
+#  6. cells longer than --time: each task is stopped at its limit, requeued once (--max-requeues 1), stopped again
+#     and gives up; status reports both cells failed, naming SLURM_RESTART_COUNT and the cap.
 #   slurm_submit_test.sh WBAUDIT SOURCE_DIR
 set -uo pipefail
 wbaudit=$1
@@ -93,10 +95,21 @@ wait_jobs() {
 }
 
 # 1. Chunking against MaxArraySize: 21 cells, at most 8 array tasks -> 3 cells per task, 7 tasks.
-"$wbaudit" submit "$here/wide_sweep.toml" --out "$work/wide" --dry-run > "$work/dry.txt" || fail "dry run"
-grep -q "^# dry run: 21 cells in 7 task(s) of up to 3 cells" "$work/dry.txt" || { cat "$work/dry.txt"; fail "chunking"; }
+"$wbaudit" submit "$here/wide_sweep.toml" --out "$work/wide" --dry-run --cells-per-task 1 --array-throttle 0 \
+  > "$work/dry.txt" || fail "dry run"
+grep -q "^# dry run: 21 cells in 7 task(s) of up to 3 cells$" "$work/dry.txt" || { cat "$work/dry.txt"; fail "chunking"; }
 grep -q "^#SBATCH --array=0-6$" "$work/dry.txt" || fail "array range of the dry run"
 [ -e "$work/wide" ] && fail "the dry run wrote the sweep directory"
+# The defaults: --cells-per-task auto packs the 21 short cells (about 0.06 s each) into one task, throttled to 32.
+"$wbaudit" submit "$here/wide_sweep.toml" --out "$work/wide" --dry-run > "$work/dry_auto.txt" || fail "auto dry run"
+grep -q "^# dry run: 21 cells in 1 task(s) of up to 21 cells (--cells-per-task auto: " "$work/dry_auto.txt" \
+  || { head -1 "$work/dry_auto.txt"; fail "auto packing of short cells"; }
+grep -q "^#SBATCH --array=0-0%32$" "$work/dry_auto.txt" || fail "the default array throttle"
+# Tasks of 0.006 s would give each cell its own task, 21 > MaxArraySize 8: the bound rises to 3 cells per task.
+"$wbaudit" submit "$here/wide_sweep.toml" --out "$work/wide" --dry-run --task-minutes 0.0001 > "$work/dry_max.txt" \
+  || fail "auto dry run against MaxArraySize"
+grep -q "^# dry run: 21 cells in 7 task(s) of up to 3 cells (--cells-per-task auto: " "$work/dry_max.txt" \
+  || { head -1 "$work/dry_max.txt"; fail "auto packing against MaxArraySize"; }
 
 # 2. Submit the array, cancel one pending task.
 sweep="$work/sweep"
@@ -134,7 +147,8 @@ if "$wbaudit" status "$sweep" --check --no-scheduler > /dev/null; then fail "sta
 "$wbaudit" submit "$here/tiny_sweep.toml" --out "$sweep" --resume --report-command "status --no-scheduler" \
   > "$work/submit2.txt" 2>&1 || { cat "$work/submit2.txt"; fail "submit --resume"; }
 cat "$work/submit2.txt"
-grep -q "array of 1 tasks, 1 cells each, 1 cells" "$work/submit2.txt" || fail "resume did not submit exactly one cell"
+grep -q "array of 1 tasks, up to 1 cells each (--cells-per-task auto: .*), 1 cells)" "$work/submit2.txt" \
+  || fail "resume did not submit exactly one cell"
 python3 -c "import json,sys; t=json.load(open(sys.argv[1]))['tasks']; assert t == [[sys.argv[2]]], t" \
   "$sweep/slurm/submit-2/tasks.json" "$cancelled" || fail "resume submitted other cells"
 job2=$(awk '/^cells job/ {print $3}' "$work/submit2.txt")
@@ -184,4 +198,40 @@ wait_jobs "$job5,$rep5"
 grep -q "export WBAUDIT_KEY_FILE=.*wbaudit/keys/" "$sweep5/slurm/submit-1/cells.sbatch" || fail "the MPI script does not export the key"
 grep -q "mpirun .* -x WBAUDIT_KEY_FILE " "$sweep5/slurm/submit-1/cells.sbatch" || fail "the key is not passed to the MPI ranks"
 [ "$(grep -c '"event":"finish"' "$sweep5/journal.jsonl")" -eq 8 ] || fail "the journal lacks the ranks' finish entries"
-echo "PASS: Slurm array, cancelled task resumed alone, afterany report job, drained node recovered, one MPI job"
+
+# 6. Cells longer than --time (20M steps, about 20 min each): USR1 50 s before the 1-minute limit stops each task
+#    and requeues it once; stopped again, it gives up. Slurm delays a requeued job's start by about 2 minutes
+#    (BeginTime); the test moves that start to now, which changes nothing else.
+sweep6="$work/sweep6"
+sed -e 's/^steps = 60$/steps = 20000000/' -e 's/^k = 10$/k = 5000000/' -e 's/^"target.format" = .*/"target.format" = ["bf16"]/' \
+  -e 's/^"optimizer.lr_scale" = .*/"optimizer.lr_scale" = [0.5]/' "$here/tiny_sweep.toml" > "$work/long.toml"
+"$wbaudit" submit "$work/long.toml" --out "$sweep6" --time 1 --signal-seconds 50 --max-requeues 1 \
+  --report-command "status --no-scheduler" > "$work/submit6.txt" 2>&1 || { cat "$work/submit6.txt"; fail "submit long cells"; }
+grep -q "array of 2 tasks, up to 1 cells each (--cells-per-task auto: " "$work/submit6.txt" \
+  || { cat "$work/submit6.txt"; fail "auto packing gives each long cell its own task"; }
+job6=$(awk '/^cells job/ {print $3}' "$work/submit6.txt")
+rep6=$(awk '/^report job/ {print $3}' "$work/submit6.txt")
+for _ in $(seq 1 300); do
+  [ -z "$(squeue -h -j "$job6" 2>/dev/null)" ] && break
+  squeue -h -r -j "$job6" -o "%i %r" 2>/dev/null | awk '$2 == "BeginTime" {print $1}' | while read -r task; do
+    scontrol update jobid="$task" starttime=now 2>/dev/null
+  done
+  sleep 1
+done
+wait_jobs "$job6,$rep6"
+"$wbaudit" status "$sweep6" --json --no-scheduler > "$work/status6.json"
+python3 - "$work/status6.json" <<'PY' || { cat "$sweep6"/slurm/submit-1/logs/*.err; fail "the requeue cap"; }
+import json, sys
+s = json.load(open(sys.argv[1]))
+assert s["counts"]["failed"] == 2 and s["counts"]["done"] == 0, s["counts"]
+for c in s["cells"]:
+    # Two attempts: the one stopped by the requeue, and the one after it that gave up.
+    assert len(c["attempts"]) == 2, c
+    last = c["attempts"][-1]
+    assert last["status"] == "failed", last
+    assert "after 1 requeue(s) (SLURM_RESTART_COUNT=1, the cap of wbaudit submit --max-requeues 1)" in last["exit_reason"], last
+    assert "--time 1" in last["exit_reason"], last
+PY
+grep -q "requeueing .* (requeue 1 of at most 1)" "$sweep6"/slurm/submit-1/logs/*_0.err || fail "no requeue before the cap"
+grep -q "gives up" "$sweep6"/slurm/submit-1/logs/*_0.err || fail "the task did not give up at the cap"
+echo "PASS: Slurm array, cancelled task resumed alone, afterany report job, drained node recovered, one MPI job, requeue cap"
