@@ -31,7 +31,6 @@ namespace {
 
 // Slices are a fixed number of coordinates, so the work split (and every result) is independent of the thread count.
 constexpr std::int64_t kSlice = 1 << 15;
-constexpr std::size_t kFastBlock = std::size_t{1} << 18;  // 1 MB per array
 
 std::string text(float v) {
   char buf[48];
@@ -63,77 +62,34 @@ struct SliceResult {
   std::string error;  // a non-finite value (the exception of sim::audit_writeback, with global coordinates)
 };
 
-// The vectorized fast path of one chunk: w[t] is re-rounded (quantize) and w[t+1] recomputed with the write-back
-// kernels (nearest, and the claimed policy replayed from the run's seed); when every coordinate matches, the kernels'
-// counts are the realized counts. Returns false (the caller then runs the coordinate-by-coordinate audit, which
-// finds and explains every mismatch) when anything differs or is not finite, or when SR has no seed to replay.
+// The vectorized fast path of one chunk (sim::replay_writeback): w[t] re-rounded unless already verified, w[t+1]
+// recomputed under nearest and the claimed policy replayed from the run's seed, compared with the realized w[t+1], in
+// one pass. When every coordinate matches, the replay's counts are the realized counts. Returns false (the caller
+// then runs the coordinate-by-coordinate audit, which finds and explains every mismatch) when anything differs or is
+// not finite, or when SR has no seed to replay.
 bool audit_chunk_fast(const sim::FormatSpec& fmt, const TrajectoryAuditOptions& options, std::uint32_t tensor_id,
                       std::int64_t step, std::int64_t begin, std::span<const float> w, std::span<const float> u,
-                      std::span<const float> w_next, std::vector<float>& quantized, std::vector<float>& nearest,
-                      std::vector<float>& claimed, std::vector<float>& zeros, bool w_known_stored,
-                      AuditCounts& counts) {
+                      std::span<const float> w_next, bool w_known_stored, AuditCounts& counts) {
   using Space = Kokkos::DefaultHostExecutionSpace;
-  using Vector = Kokkos::View<float*, Space::memory_space, Kokkos::MemoryUnmanaged>;
   using ConstVector = Kokkos::View<const float*, Space::memory_space, Kokkos::MemoryUnmanaged>;
   const bool nearest_policy = options.policy.policy == sim::Policy::nearest;
   if (!nearest_policy && !options.seed) {
     return false;
   }
-  // The chunk goes through in sub-blocks of kFastBlock coordinates, so that the copies, the write-back passes and
-  // the comparison of one sub-block work on data still in cache (a whole 2M-coordinate chunk is 8 MB per array).
-  const std::size_t n = w.size();
-  const std::size_t block = std::min<std::size_t>(n, kFastBlock);
-  quantized.resize(block);
-  nearest.resize(block);
-  if (!nearest_policy) claimed.resize(block);
-  if (zeros.size() < block) zeros.assign(block, 0.0f);
-  sim::WritebackCounts near_counts, claimed_counts;
-  for (std::size_t lo = 0; lo < n; lo += block) {
-    const std::size_t len = std::min(block, n - lo);
-    if (!w_known_stored) std::copy_n(w.data() + lo, len, quantized.data());
-    std::copy_n(w.data() + lo, len, nearest.data());
-    const ConstVector uv(u.data() + lo, len);
-    sim::WritebackOptions wo;
-    wo.first_coordinate = static_cast<std::uint64_t>(begin) + lo;
-    try {
-      // q(w + 0) == w iff w is a value of the format (the vectorized write-back; quantize is a scalar loop)
-      sim::writeback(Space(), fmt, sim::WritebackPolicy{}, sim::RngKey{0, 0, tensor_id}, Vector(quantized.data(), len),
-                     ConstVector(zeros.data(), len), wo);
-      const auto nc = sim::writeback(Space(), fmt, sim::WritebackPolicy{}, sim::RngKey{0, 0, tensor_id},
-                                     Vector(nearest.data(), len), uv, wo);
-      near_counts += nc;
-      if (nearest_policy) {
-        claimed_counts += nc;
-      } else {
-        std::copy_n(w.data() + lo, len, claimed.data());
-        claimed_counts += sim::writeback(Space(), fmt, options.policy,
-                                         sim::RngKey{*options.seed, static_cast<std::uint64_t>(step), tensor_id},
-                                         Vector(claimed.data(), len), uv, wo);
-      }
-    } catch (const sim::NonFiniteError&) {
-      return false;
-    }
-    const float* q = w_known_stored ? w.data() + lo : quantized.data();
-    const float* e = nearest_policy ? nearest.data() : claimed.data();
-    const float* wp = w.data() + lo;
-    const float* np_ = w_next.data() + lo;
-    std::int64_t mismatches = 0;  // NaN compares unequal, so non-finite values also take the slow path
-    Kokkos::parallel_reduce(
-        "wbaudit::runners::audit_trajectory::compare", Kokkos::RangePolicy<Space>(0, static_cast<std::int64_t>(len)),
-        [=](const std::int64_t i, std::int64_t& bad) {
-          bad += static_cast<std::int64_t>(!(q[i] == wp[i]) | !(np_[i] == e[i]));
-        },
-        mismatches);
-    if (mismatches != 0) {
-      return false;
-    }
+  const sim::RngKey key{nearest_policy ? 0 : *options.seed, nearest_policy ? 0 : static_cast<std::uint64_t>(step),
+                        tensor_id};
+  const sim::ReplayReport r = sim::replay_writeback(
+      Space(), fmt, options.policy, key, ConstVector(w.data(), w.size()), ConstVector(u.data(), u.size()),
+      ConstVector(w_next.data(), w_next.size()), static_cast<std::uint64_t>(begin), w_known_stored);
+  if (r.mismatched != 0) {
+    return false;
   }
-  counts.nonzero = claimed_counts.nonzero;
-  counts.erased = claimed_counts.erased;
-  counts.saturated = claimed_counts.saturated;
-  counts.applied = claimed_counts.applied;
-  counts.sr_truncated = claimed_counts.sr_truncated;
-  counts.nearest_erased = near_counts.erased;
+  counts.nonzero = r.counts.nonzero;
+  counts.erased = r.counts.erased;
+  counts.saturated = r.counts.saturated;
+  counts.applied = r.counts.applied;
+  counts.sr_truncated = r.counts.sr_truncated;
+  counts.nearest_erased = r.nearest_erased;
   counts.inconsistent = 0;
   return true;
 }
@@ -196,7 +152,7 @@ TrajectoryAudit audit_trajectory(TrajectorySource& source, const TrajectoryAudit
   }
   audit.counts.assign(audit.groups.size(), std::vector<AuditCounts>(T));
 
-  std::vector<float> w, u, w_next, quantized, nearest, claimed, zeros;
+  std::vector<float> w, u, w_next;
   std::vector<SliceResult> slices;
   for (std::size_t t = 0; t < n_tensors; ++t) {
     const TrajectoryTensor& info = source.tensors[t];
@@ -220,8 +176,7 @@ TrajectoryAudit audit_trajectory(TrajectorySource& source, const TrajectoryAudit
         const auto t1 = Clock::now();
         audit.bytes_read += count * 12;
         AuditCounts fast;
-        if (audit_chunk_fast(formats[t], options, info.tensor_id, step, begin, w, u, w_next, quantized, nearest,
-                             claimed, zeros, w_known_stored, fast)) {
+        if (audit_chunk_fast(formats[t], options, info.tensor_id, step, begin, w, u, w_next, w_known_stored, fast)) {
           row_stored = 1;
           audit.counts[t][k] += fast;
           audit.coordinates += count;
