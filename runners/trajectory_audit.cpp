@@ -4,6 +4,8 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <exception>
+#include <functional>
 #include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -69,7 +71,8 @@ struct SliceResult {
 // not finite, or when SR has no seed to replay.
 bool audit_chunk_fast(const sim::FormatSpec& fmt, const TrajectoryAuditOptions& options, std::uint32_t tensor_id,
                       std::int64_t step, std::int64_t begin, std::span<const float> w, std::span<const float> u,
-                      std::span<const float> w_next, bool w_known_stored, AuditCounts& counts) {
+                      std::span<const float> w_next, bool w_known_stored, AuditCounts& counts,
+                      const std::function<void()>& alongside) {
   using Space = Kokkos::DefaultHostExecutionSpace;
   using ConstVector = Kokkos::View<const float*, Space::memory_space, Kokkos::MemoryUnmanaged>;
   const bool nearest_policy = options.policy.policy == sim::Policy::nearest;
@@ -80,7 +83,7 @@ bool audit_chunk_fast(const sim::FormatSpec& fmt, const TrajectoryAuditOptions& 
                         tensor_id};
   const sim::ReplayReport r = sim::replay_writeback(
       Space(), fmt, options.policy, key, ConstVector(w.data(), w.size()), ConstVector(u.data(), u.size()),
-      ConstVector(w_next.data(), w_next.size()), static_cast<std::uint64_t>(begin), w_known_stored);
+      ConstVector(w_next.data(), w_next.size()), static_cast<std::uint64_t>(begin), w_known_stored, alongside);
   if (r.mismatched != 0) {
     return false;
   }
@@ -152,8 +155,39 @@ TrajectoryAudit audit_trajectory(TrajectorySource& source, const TrajectoryAudit
   }
   audit.counts.assign(audit.groups.size(), std::vector<AuditCounts>(T));
 
-  std::vector<float> w, u, w_next;
+  // Two sets of chunk buffers (24 bytes per coordinate of the chunk): while one chunk is audited, one of the
+  // kernel's threads reads the next into `ahead` (sim::replay_writeback's `alongside`). Errors of that read are
+  // raised when its chunk's turn comes, so they surface in the same order as with reading chunk by chunk.
+  struct Rows {
+    std::vector<float> w, u, w_next;
+  };
+  Rows cur, ahead;
+  bool ahead_ready = false;
+  std::exception_ptr ahead_error;
+  double ahead_seconds = 0;
+  std::int64_t ahead_bytes = 0;
+  // Without w_next, a row that fits in one chunk is read once: w[t+1] of step k is w[t] of step k + 1.
+  auto reuses_row = [&](std::size_t t, std::size_t k) {
+    const TrajectoryTensor& info = source.tensors[t];
+    return !info.has_w_next && k > 0 && info.size <= options.chunk;
+  };
+  // Reads the chunk (t, k, begin) into r (not r.w where the row is reused); returns seconds, adds to bytes.
+  auto read_rows = [&](std::size_t t, std::size_t k, std::int64_t begin, Rows& r, std::int64_t& bytes) {
+    const auto count = static_cast<std::size_t>(std::min(options.chunk, source.tensors[t].size - begin));
+    const bool reuse = reuses_row(t, k);
+    if (!reuse) {
+      r.w.resize(count);
+    }
+    r.u.resize(count);
+    r.w_next.resize(count);
+    const auto t0 = Clock::now();
+    source.read(t, k, begin, reuse ? std::span<float>() : std::span<float>(r.w), r.u, r.w_next);
+    bytes += static_cast<std::int64_t>(count) * (reuse ? 8 : 12);
+    return std::chrono::duration<double>(Clock::now() - t0).count();
+  };
+  std::vector<float>&w = cur.w, &u = cur.u, &w_next = cur.w_next;
   std::vector<SliceResult> slices;
+  const auto start = Clock::now();
   for (std::size_t t = 0; t < n_tensors; ++t) {
     const TrajectoryTensor& info = source.tensors[t];
     const sim::FormatParams params = sim::format_params(formats[t]);
@@ -168,20 +202,57 @@ TrajectoryAudit audit_trajectory(TrajectorySource& source, const TrajectoryAudit
         const bool w_known_stored = !info.has_w_next && k > 0 && row_stored;
         row_stored = 0;
         const std::int64_t count = std::min(options.chunk, info.size - begin);
-        w.resize(static_cast<std::size_t>(count));
-        u.resize(w.size());
-        w_next.resize(w.size());
-        const auto t0 = Clock::now();
-        source.read(t, k, begin, w, u, w_next);
-        const auto t1 = Clock::now();
-        audit.bytes_read += count * 12;
+        const bool reuse_row = reuses_row(t, k);
+        if (ahead_ready) {
+          ahead_ready = false;
+          if (ahead_error) {
+            std::rethrow_exception(ahead_error);
+          }
+          if (reuse_row) {
+            std::swap(ahead.w, cur.w_next);
+          }
+          std::swap(cur, ahead);
+          audit.read_seconds += ahead_seconds;
+          audit.bytes_read += ahead_bytes;
+        } else {
+          if (reuse_row) {
+            std::swap(cur.w, cur.w_next);
+          }
+          audit.read_seconds += read_rows(t, k, begin, cur, audit.bytes_read);
+        }
+        // The next chunk in the order of the loops, if any.
+        std::size_t nt = t, nk = k;
+        std::int64_t nb = begin + options.chunk;
+        if (nb >= info.size) {
+          nb = 0;
+          if (++nk == T) {
+            nk = 0;
+            ++nt;
+          }
+        }
+        std::function<void()> read_ahead;
+        if (nt < n_tensors) {
+          read_ahead = [&, nt, nk, nb] {
+            ahead_error = nullptr;
+            ahead_bytes = 0;
+            try {
+              ahead_seconds = read_rows(nt, nk, nb, ahead, ahead_bytes);
+            } catch (...) {
+              ahead_error = std::current_exception();
+            }
+            ahead_ready = true;
+          };
+        }
         AuditCounts fast;
-        if (audit_chunk_fast(formats[t], options, info.tensor_id, step, begin, w, u, w_next, w_known_stored, fast)) {
+        const bool fast_ok = audit_chunk_fast(formats[t], options, info.tensor_id, step, begin, w, u, w_next,
+                                              w_known_stored, fast, read_ahead);
+        if (read_ahead && !ahead_ready) {
+          read_ahead();  // the fast path did not run (SR without a seed)
+        }
+        if (fast_ok) {
           row_stored = 1;
           audit.counts[t][k] += fast;
           audit.coordinates += count;
-          audit.read_seconds += std::chrono::duration<double>(t1 - t0).count();
-          audit.audit_seconds += std::chrono::duration<double>(Clock::now() - t1).count();
           continue;
         }
         const std::int64_t n_slices = (count + kSlice - 1) / kSlice;
@@ -248,9 +319,6 @@ TrajectoryAudit audit_trajectory(TrajectorySource& source, const TrajectoryAudit
               }
             });
         Kokkos::fence();
-        const auto t2 = Clock::now();
-        audit.read_seconds += std::chrono::duration<double>(t1 - t0).count();
-        audit.audit_seconds += std::chrono::duration<double>(t2 - t1).count();
         AuditCounts& c = audit.counts[t][k];
         for (SliceResult& r : slices) {
           if (!r.error.empty()) {
@@ -268,6 +336,7 @@ TrajectoryAudit audit_trajectory(TrajectorySource& source, const TrajectoryAudit
       }
     }
   }
+  audit.elapsed_seconds = std::chrono::duration<double>(Clock::now() - start).count();
   for (std::size_t g = 0; g < members.size(); ++g) {
     for (std::size_t k = 0; k < T; ++k) {
       for (std::size_t t : members[g]) {

@@ -117,6 +117,7 @@ struct ReplayKernel {
   bool w_stored = false;
   std::uint64_t first = 0;
   std::int64_t n = 0;
+  const std::function<void()>* alongside = nullptr;  // item 0 when set; block b is then item b + 1
 
   KOKKOS_INLINE_FUNCTION void init(value_type& c) const { c = value_type{}; }
   KOKKOS_INLINE_FUNCTION void join(volatile value_type& a, const volatile value_type& b) const {
@@ -130,7 +131,12 @@ struct ReplayKernel {
     a.mismatched = a.mismatched + b.mismatched;
   }
 
-  void operator()(std::int64_t block, value_type& c) const {
+  void operator()(std::int64_t item, value_type& c) const {
+    if (alongside && item == 0) {
+      (*alongside)();
+      return;
+    }
+    const std::int64_t block = alongside ? item - 1 : item;
     const std::int64_t begin = block * kBlock;
     const std::int64_t len = std::min(kBlock, n - begin);
     const std::uint64_t at = first + static_cast<std::uint64_t>(begin);
@@ -184,7 +190,7 @@ ReplayReport replay_writeback(const ExecSpace& space, const FormatSpec& fmt, con
                               Kokkos::View<const float*, typename ExecSpace::memory_space> w,
                               Kokkos::View<const float*, typename ExecSpace::memory_space> u,
                               Kokkos::View<const float*, typename ExecSpace::memory_space> w_next,
-                              std::uint64_t first_coordinate, bool w_stored) {
+                              std::uint64_t first_coordinate, bool w_stored, const std::function<void()>& alongside) {
   using MS = typename ExecSpace::memory_space;
   if (w.extent(0) != u.extent(0) || w.extent(0) != w_next.extent(0)) {
     throw std::invalid_argument("replay_writeback: extents differ (w " + std::to_string(w.extent(0)) + ", u " +
@@ -220,8 +226,17 @@ ReplayReport replay_writeback(const ExecSpace& space, const FormatSpec& fmt, con
   kernel.n = static_cast<std::int64_t>(w.extent(0));
   const std::int64_t blocks = (kernel.n + kernel.kBlock - 1) / kernel.kBlock;
   ReplaySums sums;
-  Kokkos::parallel_reduce("wbaudit::sim::precision::replay_writeback::kernel",
-                          Kokkos::RangePolicy<ExecSpace>(space, 0, blocks), kernel, sums);
+  if (alongside) {
+    // Dynamic: the thread that runs `alongside` takes fewer blocks (the counts are integer sums, so any split gives
+    // the same totals).
+    kernel.alongside = &alongside;
+    Kokkos::parallel_reduce("wbaudit::sim::precision::replay_writeback::kernel_alongside",
+                            Kokkos::RangePolicy<ExecSpace, Kokkos::Schedule<Kokkos::Dynamic>>(space, 0, blocks + 1),
+                            kernel, sums);
+  } else {
+    Kokkos::parallel_reduce("wbaudit::sim::precision::replay_writeback::kernel",
+                            Kokkos::RangePolicy<ExecSpace>(space, 0, blocks), kernel, sums);
+  }
   ReplayReport r;
   r.counts.nonzero = sums.nonzero;
   r.counts.erased = sums.erased;
@@ -234,11 +249,11 @@ ReplayReport replay_writeback(const ExecSpace& space, const FormatSpec& fmt, con
   return r;
 }
 
-#define WBAUDIT_INSTANTIATE_REPLAY(SPACE)                                                                        \
-  template ReplayReport replay_writeback<SPACE>(const SPACE&, const FormatSpec&, const WritebackPolicy&, RngKey, \
-                                                Kokkos::View<const float*, SPACE::memory_space>,                 \
-                                                Kokkos::View<const float*, SPACE::memory_space>,                 \
-                                                Kokkos::View<const float*, SPACE::memory_space>, std::uint64_t, bool);
+#define WBAUDIT_INSTANTIATE_REPLAY(SPACE)                                                               \
+  template ReplayReport replay_writeback<SPACE>(                                                        \
+      const SPACE&, const FormatSpec&, const WritebackPolicy&, RngKey,                                  \
+      Kokkos::View<const float*, SPACE::memory_space>, Kokkos::View<const float*, SPACE::memory_space>, \
+      Kokkos::View<const float*, SPACE::memory_space>, std::uint64_t, bool, const std::function<void()>&);
 
 #ifdef KOKKOS_ENABLE_SERIAL
 WBAUDIT_INSTANTIATE_REPLAY(Kokkos::Serial)

@@ -3,6 +3,7 @@
 // event exactly and list the coordinates inconsistent with the policy.
 #include <Kokkos_Core.hpp>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <span>
 #include <string>
@@ -53,7 +54,9 @@ AuditReport audit_writeback(const FormatSpec& fmt, const WritebackPolicy& policy
 // are consistent and `counts` are their realized events (`nearest_erased`: what nearest would have erased); otherwise
 // the caller audits coordinate by coordinate (audit_writeback), which explains every mismatch. Throws
 // std::invalid_argument where the write-back kernel does (sr_bits outside 0..32, an RNG counter out of range) and for
-// Policy::master or extents that differ. Integer counts, bitwise identical for any thread count.
+// Policy::master or extents that differ. Integer counts, bitwise identical for any thread count. `alongside`, when
+// given, runs once on one of the kernel's threads while the others replay (the caller reads its next chunk there);
+// it must not throw.
 struct ReplayReport {
   WritebackCounts counts;           // under `policy` (nonfinite stays 0)
   std::int64_t nearest_erased = 0;  // u != 0 and q_nearest(w + u) == w
@@ -65,6 +68,7 @@ ReplayReport replay_writeback(const ExecSpace& space, const FormatSpec& fmt, con
                               Kokkos::View<const float*, typename ExecSpace::memory_space> w,
                               Kokkos::View<const float*, typename ExecSpace::memory_space> u,
                               Kokkos::View<const float*, typename ExecSpace::memory_space> w_next,
-                              std::uint64_t first_coordinate, bool w_stored);
+                              std::uint64_t first_coordinate, bool w_stored,
+                              const std::function<void()>& alongside = {});
 
 }  // namespace wbaudit::sim
