@@ -36,7 +36,8 @@ struct TrajectoryTensor {
 class TrajectorySource {
  public:
   virtual ~TrajectorySource() = default;
-  // Reads row k (recorded step steps[k]) of tensor `tensor`: coordinates [begin, begin + w.size()).
+  // Reads row k (recorded step steps[k]) of tensor `tensor`: coordinates [begin, begin + u.size()); an empty span
+  // is not read (without w_next, w_next is row k + 1 of w).
   virtual void read(std::size_t tensor, std::size_t k, std::int64_t begin, std::span<float> w, std::span<float> u,
                     std::span<float> w_next) = 0;
 

@@ -4,6 +4,8 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <exception>
+#include <functional>
 #include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -31,7 +33,6 @@ namespace {
 
 // Slices are a fixed number of coordinates, so the work split (and every result) is independent of the thread count.
 constexpr std::int64_t kSlice = 1 << 15;
-constexpr std::size_t kFastBlock = std::size_t{1} << 18;  // 1 MB per array
 
 std::string text(float v) {
   char buf[48];
@@ -63,77 +64,35 @@ struct SliceResult {
   std::string error;  // a non-finite value (the exception of sim::audit_writeback, with global coordinates)
 };
 
-// The vectorized fast path of one chunk: w[t] is re-rounded (quantize) and w[t+1] recomputed with the write-back
-// kernels (nearest, and the claimed policy replayed from the run's seed); when every coordinate matches, the kernels'
-// counts are the realized counts. Returns false (the caller then runs the coordinate-by-coordinate audit, which
-// finds and explains every mismatch) when anything differs or is not finite, or when SR has no seed to replay.
+// The vectorized fast path of one chunk (sim::replay_writeback): w[t] re-rounded unless already verified, w[t+1]
+// recomputed under nearest and the claimed policy replayed from the run's seed, compared with the realized w[t+1], in
+// one pass. When every coordinate matches, the replay's counts are the realized counts. Returns false (the caller
+// then runs the coordinate-by-coordinate audit, which finds and explains every mismatch) when anything differs or is
+// not finite, or when SR has no seed to replay.
 bool audit_chunk_fast(const sim::FormatSpec& fmt, const TrajectoryAuditOptions& options, std::uint32_t tensor_id,
                       std::int64_t step, std::int64_t begin, std::span<const float> w, std::span<const float> u,
-                      std::span<const float> w_next, std::vector<float>& quantized, std::vector<float>& nearest,
-                      std::vector<float>& claimed, std::vector<float>& zeros, bool w_known_stored,
-                      AuditCounts& counts) {
+                      std::span<const float> w_next, bool w_known_stored, AuditCounts& counts,
+                      const std::function<void()>& alongside) {
   using Space = Kokkos::DefaultHostExecutionSpace;
-  using Vector = Kokkos::View<float*, Space::memory_space, Kokkos::MemoryUnmanaged>;
   using ConstVector = Kokkos::View<const float*, Space::memory_space, Kokkos::MemoryUnmanaged>;
   const bool nearest_policy = options.policy.policy == sim::Policy::nearest;
   if (!nearest_policy && !options.seed) {
     return false;
   }
-  // The chunk goes through in sub-blocks of kFastBlock coordinates, so that the copies, the write-back passes and
-  // the comparison of one sub-block work on data still in cache (a whole 2M-coordinate chunk is 8 MB per array).
-  const std::size_t n = w.size();
-  const std::size_t block = std::min<std::size_t>(n, kFastBlock);
-  quantized.resize(block);
-  nearest.resize(block);
-  if (!nearest_policy) claimed.resize(block);
-  if (zeros.size() < block) zeros.assign(block, 0.0f);
-  sim::WritebackCounts near_counts, claimed_counts;
-  for (std::size_t lo = 0; lo < n; lo += block) {
-    const std::size_t len = std::min(block, n - lo);
-    if (!w_known_stored) std::copy_n(w.data() + lo, len, quantized.data());
-    std::copy_n(w.data() + lo, len, nearest.data());
-    const ConstVector uv(u.data() + lo, len);
-    sim::WritebackOptions wo;
-    wo.first_coordinate = static_cast<std::uint64_t>(begin) + lo;
-    try {
-      // q(w + 0) == w iff w is a value of the format (the vectorized write-back; quantize is a scalar loop)
-      sim::writeback(Space(), fmt, sim::WritebackPolicy{}, sim::RngKey{0, 0, tensor_id}, Vector(quantized.data(), len),
-                     ConstVector(zeros.data(), len), wo);
-      const auto nc = sim::writeback(Space(), fmt, sim::WritebackPolicy{}, sim::RngKey{0, 0, tensor_id},
-                                     Vector(nearest.data(), len), uv, wo);
-      near_counts += nc;
-      if (nearest_policy) {
-        claimed_counts += nc;
-      } else {
-        std::copy_n(w.data() + lo, len, claimed.data());
-        claimed_counts += sim::writeback(Space(), fmt, options.policy,
-                                         sim::RngKey{*options.seed, static_cast<std::uint64_t>(step), tensor_id},
-                                         Vector(claimed.data(), len), uv, wo);
-      }
-    } catch (const sim::NonFiniteError&) {
-      return false;
-    }
-    const float* q = w_known_stored ? w.data() + lo : quantized.data();
-    const float* e = nearest_policy ? nearest.data() : claimed.data();
-    const float* wp = w.data() + lo;
-    const float* np_ = w_next.data() + lo;
-    std::int64_t mismatches = 0;  // NaN compares unequal, so non-finite values also take the slow path
-    Kokkos::parallel_reduce(
-        "wbaudit::runners::audit_trajectory::compare", Kokkos::RangePolicy<Space>(0, static_cast<std::int64_t>(len)),
-        [=](const std::int64_t i, std::int64_t& bad) {
-          bad += static_cast<std::int64_t>(!(q[i] == wp[i]) | !(np_[i] == e[i]));
-        },
-        mismatches);
-    if (mismatches != 0) {
-      return false;
-    }
+  const sim::RngKey key{nearest_policy ? 0 : *options.seed, nearest_policy ? 0 : static_cast<std::uint64_t>(step),
+                        tensor_id};
+  const sim::ReplayReport r = sim::replay_writeback(
+      Space(), fmt, options.policy, key, ConstVector(w.data(), w.size()), ConstVector(u.data(), u.size()),
+      ConstVector(w_next.data(), w_next.size()), static_cast<std::uint64_t>(begin), w_known_stored, alongside);
+  if (r.mismatched != 0) {
+    return false;
   }
-  counts.nonzero = claimed_counts.nonzero;
-  counts.erased = claimed_counts.erased;
-  counts.saturated = claimed_counts.saturated;
-  counts.applied = claimed_counts.applied;
-  counts.sr_truncated = claimed_counts.sr_truncated;
-  counts.nearest_erased = near_counts.erased;
+  counts.nonzero = r.counts.nonzero;
+  counts.erased = r.counts.erased;
+  counts.saturated = r.counts.saturated;
+  counts.applied = r.counts.applied;
+  counts.sr_truncated = r.counts.sr_truncated;
+  counts.nearest_erased = r.nearest_erased;
   counts.inconsistent = 0;
   return true;
 }
@@ -196,8 +155,39 @@ TrajectoryAudit audit_trajectory(TrajectorySource& source, const TrajectoryAudit
   }
   audit.counts.assign(audit.groups.size(), std::vector<AuditCounts>(T));
 
-  std::vector<float> w, u, w_next, quantized, nearest, claimed, zeros;
+  // Two sets of chunk buffers (24 bytes per coordinate of the chunk): while one chunk is audited, one of the
+  // kernel's threads reads the next into `ahead` (sim::replay_writeback's `alongside`). Errors of that read are
+  // raised when its chunk's turn comes, so they surface in the same order as with reading chunk by chunk.
+  struct Rows {
+    std::vector<float> w, u, w_next;
+  };
+  Rows cur, ahead;
+  bool ahead_ready = false;
+  std::exception_ptr ahead_error;
+  double ahead_seconds = 0;
+  std::int64_t ahead_bytes = 0;
+  // Without w_next, a row that fits in one chunk is read once: w[t+1] of step k is w[t] of step k + 1.
+  auto reuses_row = [&](std::size_t t, std::size_t k) {
+    const TrajectoryTensor& info = source.tensors[t];
+    return !info.has_w_next && k > 0 && info.size <= options.chunk;
+  };
+  // Reads the chunk (t, k, begin) into r (not r.w where the row is reused); returns seconds, adds to bytes.
+  auto read_rows = [&](std::size_t t, std::size_t k, std::int64_t begin, Rows& r, std::int64_t& bytes) {
+    const auto count = static_cast<std::size_t>(std::min(options.chunk, source.tensors[t].size - begin));
+    const bool reuse = reuses_row(t, k);
+    if (!reuse) {
+      r.w.resize(count);
+    }
+    r.u.resize(count);
+    r.w_next.resize(count);
+    const auto t0 = Clock::now();
+    source.read(t, k, begin, reuse ? std::span<float>() : std::span<float>(r.w), r.u, r.w_next);
+    bytes += static_cast<std::int64_t>(count) * (reuse ? 8 : 12);
+    return std::chrono::duration<double>(Clock::now() - t0).count();
+  };
+  std::vector<float>&w = cur.w, &u = cur.u, &w_next = cur.w_next;
   std::vector<SliceResult> slices;
+  const auto start = Clock::now();
   for (std::size_t t = 0; t < n_tensors; ++t) {
     const TrajectoryTensor& info = source.tensors[t];
     const sim::FormatParams params = sim::format_params(formats[t]);
@@ -212,21 +202,57 @@ TrajectoryAudit audit_trajectory(TrajectorySource& source, const TrajectoryAudit
         const bool w_known_stored = !info.has_w_next && k > 0 && row_stored;
         row_stored = 0;
         const std::int64_t count = std::min(options.chunk, info.size - begin);
-        w.resize(static_cast<std::size_t>(count));
-        u.resize(w.size());
-        w_next.resize(w.size());
-        const auto t0 = Clock::now();
-        source.read(t, k, begin, w, u, w_next);
-        const auto t1 = Clock::now();
-        audit.bytes_read += count * 12;
+        const bool reuse_row = reuses_row(t, k);
+        if (ahead_ready) {
+          ahead_ready = false;
+          if (ahead_error) {
+            std::rethrow_exception(ahead_error);
+          }
+          if (reuse_row) {
+            std::swap(ahead.w, cur.w_next);
+          }
+          std::swap(cur, ahead);
+          audit.read_seconds += ahead_seconds;
+          audit.bytes_read += ahead_bytes;
+        } else {
+          if (reuse_row) {
+            std::swap(cur.w, cur.w_next);
+          }
+          audit.read_seconds += read_rows(t, k, begin, cur, audit.bytes_read);
+        }
+        // The next chunk in the order of the loops, if any.
+        std::size_t nt = t, nk = k;
+        std::int64_t nb = begin + options.chunk;
+        if (nb >= info.size) {
+          nb = 0;
+          if (++nk == T) {
+            nk = 0;
+            ++nt;
+          }
+        }
+        std::function<void()> read_ahead;
+        if (nt < n_tensors) {
+          read_ahead = [&, nt, nk, nb] {
+            ahead_error = nullptr;
+            ahead_bytes = 0;
+            try {
+              ahead_seconds = read_rows(nt, nk, nb, ahead, ahead_bytes);
+            } catch (...) {
+              ahead_error = std::current_exception();
+            }
+            ahead_ready = true;
+          };
+        }
         AuditCounts fast;
-        if (audit_chunk_fast(formats[t], options, info.tensor_id, step, begin, w, u, w_next, quantized, nearest,
-                             claimed, zeros, w_known_stored, fast)) {
+        const bool fast_ok = audit_chunk_fast(formats[t], options, info.tensor_id, step, begin, w, u, w_next,
+                                              w_known_stored, fast, read_ahead);
+        if (read_ahead && !ahead_ready) {
+          read_ahead();  // the fast path did not run (SR without a seed)
+        }
+        if (fast_ok) {
           row_stored = 1;
           audit.counts[t][k] += fast;
           audit.coordinates += count;
-          audit.read_seconds += std::chrono::duration<double>(t1 - t0).count();
-          audit.audit_seconds += std::chrono::duration<double>(Clock::now() - t1).count();
           continue;
         }
         const std::int64_t n_slices = (count + kSlice - 1) / kSlice;
@@ -293,9 +319,6 @@ TrajectoryAudit audit_trajectory(TrajectorySource& source, const TrajectoryAudit
               }
             });
         Kokkos::fence();
-        const auto t2 = Clock::now();
-        audit.read_seconds += std::chrono::duration<double>(t1 - t0).count();
-        audit.audit_seconds += std::chrono::duration<double>(t2 - t1).count();
         AuditCounts& c = audit.counts[t][k];
         for (SliceResult& r : slices) {
           if (!r.error.empty()) {
@@ -313,6 +336,7 @@ TrajectoryAudit audit_trajectory(TrajectorySource& source, const TrajectoryAudit
       }
     }
   }
+  audit.elapsed_seconds = std::chrono::duration<double>(Clock::now() - start).count();
   for (std::size_t g = 0; g < members.size(); ++g) {
     for (std::size_t k = 0; k < T; ++k) {
       for (std::size_t t : members[g]) {

@@ -1,7 +1,8 @@
 #pragma once
 // The exact audit of a realized trajectory (docs/science.md §2 "Exact audit", docs/formats.md): every recorded
 // write-back w[t] -> w[t+1] of every tensor is re-derived with sim::audit_writeback, in slices of coordinates that
-// run in parallel on the host execution space (Kokkos threads), streaming the file chunk by chunk.
+// run in parallel on the host execution space (Kokkos threads), streaming the file chunk by chunk (the next chunk is
+// read while one is audited).
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -58,7 +59,8 @@ struct TrajectoryAudit {
   std::int64_t inconsistent = 0;                 // all of them
   std::int64_t coordinates = 0;                  // coordinate-steps audited
   std::int64_t bytes_read = 0;
-  double read_seconds = 0, audit_seconds = 0;
+  double read_seconds = 0;     // time spent reading (with more than one thread, mostly alongside the audit)
+  double elapsed_seconds = 0;  // the whole audit
   bool consistent() const { return inconsistent == 0; }
 };
 

@@ -199,10 +199,10 @@ void run_audit(const Args& a) {
               << c.inconsistent << "\n";
   }
   const double mb = static_cast<double>(audit.bytes_read) / 1e6;
-  const double seconds = audit.read_seconds + audit.audit_seconds;
+  const double seconds = audit.elapsed_seconds;
   char line[256];
-  std::snprintf(line, sizeof line, "  read %.1f MB in %.3f s, audited in %.3f s (%.1f M coordinates/s overall)\n", mb,
-                audit.read_seconds, audit.audit_seconds,
+  std::snprintf(line, sizeof line, "  read %.1f MB in %.3f s, audited in %.3f s in all (%.1f M coordinates/s)\n", mb,
+                audit.read_seconds, seconds,
                 seconds > 0 ? static_cast<double>(audit.coordinates) / seconds / 1e6 : 0.0);
   std::cout << line;
   if (audit.consistent()) {

@@ -50,54 +50,60 @@ KOKKOS_INLINE_FUNCTION void add_outcome(detail::BlockCounts& c, float w, float u
 // Each block runs one of the vectorized loops of writeback_blocks.cpp, which decide almost every coordinate exactly
 // and flag the rest; flagged coordinates are redone here with the exact scalar path (writeback_value, the same
 // random words), or, when w or u is NaN/inf, left unchanged and counted as non-finite.
-enum class Lanes { fp32_float, fp32_integer, fp64 };
+using Lanes = detail::BlockLanes;
+
+template <int Mode>  // Mode: 0 nearest, 1 stochastic, 2 deadzone-sr
+std::int64_t writeback_block_mode(const detail::BlockWriteback& wb, std::uint64_t first, float* wp, const float* up,
+                                  std::int64_t len, detail::BlockCounts& bc) {
+  constexpr std::int64_t kBlock = detail::kWritebackBlock;
+  unsigned char flags[kBlock];
+  const detail::BlockParams& bp = wb.bp;
+  std::int64_t flagged;
+  if constexpr (Mode == 0) {
+    flagged = wb.lanes == Lanes::fp32_float     ? detail::nearest_block_float(bp, wp, up, flags, len, bc)
+              : wb.lanes == Lanes::fp32_integer ? detail::nearest_block_integer(bp, wp, up, flags, len, bc)
+                                                : detail::nearest_block_fp64(bp, wb.p.integer, wp, up, flags, len, bc);
+  } else {
+    std::uint32_t words[kBlock];
+    detail::philox_first_words(wb.key, first, len, words);
+    flagged = detail::stochastic_block(bp, wb.p.integer, Mode, wp, up, words, flags, len, bc);
+  }
+  std::int64_t nonfinite = 0;
+  if (flagged > 0) {
+    for (std::int64_t k = 0; k < len; ++k) {
+      if (!flags[k]) {
+        continue;
+      }
+      const float wi = wp[k], ui = up[k];
+      if (!finite(wi) || !finite(ui)) {
+        nonfinite += 1;  // left unchanged
+        continue;
+      }
+      const WritebackOutcome o =
+          writeback_value(wb.p, wb.policy, wb.key, first + static_cast<std::uint64_t>(k), wi, ui);
+      wp[k] = o.value;
+      add_outcome(bc, wi, ui, o);
+    }
+  }
+  return nonfinite;
+}
 
 template <class MemorySpace, int Mode>  // Mode: 0 nearest, 1 stochastic, 2 deadzone-sr
 struct BlockKernel : CountsReducerBase {
   static constexpr std::int64_t kBlock = detail::kWritebackBlock;
   FloatView<MemorySpace> w;
   ConstFloatView<MemorySpace> u;
-  FormatParams p;
-  detail::BlockParams bp;
-  Lanes lanes = Lanes::fp64;
-  WritebackPolicy policy;
-  RngKey key;
+  detail::BlockWriteback wb;
   std::uint64_t first_coordinate = 0;
   std::int64_t n = 0;
 
   KOKKOS_INLINE_FUNCTION void operator()(std::int64_t block, value_type& c) const {
     const std::int64_t begin = block * kBlock;
     const std::int64_t len = (begin + kBlock < n ? begin + kBlock : n) - begin;
-    float* wp = w.data() + begin;  // written in place; flagged coordinates keep their value
-    const float* up = u.data() + begin;
-    unsigned char flags[kBlock];
     detail::BlockCounts bc;
-    std::int64_t flagged;
-    if constexpr (Mode == 0) {
-      flagged = lanes == Lanes::fp32_float     ? detail::nearest_block_float(bp, wp, up, flags, len, bc)
-                : lanes == Lanes::fp32_integer ? detail::nearest_block_integer(bp, wp, up, flags, len, bc)
-                                               : detail::nearest_block_fp64(bp, p.integer, wp, up, flags, len, bc);
-    } else {
-      std::uint32_t words[kBlock];
-      detail::philox_first_words(key, first_coordinate + static_cast<std::uint64_t>(begin), len, words);
-      flagged = detail::stochastic_block(bp, p.integer, Mode, wp, up, words, flags, len, bc);
-    }
-    if (flagged > 0) {
-      for (std::int64_t k = 0; k < len; ++k) {
-        if (!flags[k]) {
-          continue;
-        }
-        const float wi = wp[k], ui = up[k];
-        if (!finite(wi) || !finite(ui)) {
-          c.nonfinite += 1;  // left unchanged
-          continue;
-        }
-        const WritebackOutcome o =
-            writeback_value(p, policy, key, first_coordinate + static_cast<std::uint64_t>(begin + k), wi, ui);
-        wp[k] = o.value;
-        add_outcome(bc, wi, ui, o);
-      }
-    }
+    // written in place; flagged coordinates keep their value
+    c.nonfinite += writeback_block_mode<Mode>(wb, first_coordinate + static_cast<std::uint64_t>(begin),
+                                              w.data() + begin, u.data() + begin, len, bc);
     c.nonzero += bc.nonzero;
     c.erased += bc.erased;
     c.applied += bc.applied;
@@ -108,10 +114,7 @@ struct BlockKernel : CountsReducerBase {
 };
 
 Lanes lanes_for(const FormatParams& p) {
-  if (!detail::fp32_lanes_cover(p)) {
-    return Lanes::fp64;
-  }
-  return p.integer ? Lanes::fp32_integer : Lanes::fp32_float;
+  return detail::block_lanes(p);
 }
 
 // Nearest write-back of a block in place with the loop for `lanes` (used by project_erasure).
@@ -353,6 +356,34 @@ Kokkos::RangePolicy<ExecSpace> range(const ExecSpace& space, std::size_t n, int 
 
 }  // namespace
 
+namespace detail {
+
+BlockLanes block_lanes(const FormatParams& p) {
+  if (!fp32_lanes_cover(p)) {
+    return BlockLanes::fp64;
+  }
+  return p.integer ? BlockLanes::fp32_integer : BlockLanes::fp32_float;
+}
+
+BlockWriteback block_writeback(const FormatParams& p, const WritebackPolicy& policy, const RngKey& key) {
+  return BlockWriteback{p, block_params(p, policy.sr_bits), block_lanes(p), policy, key};
+}
+
+std::int64_t writeback_block(const BlockWriteback& wb, std::uint64_t first, float* w, const float* u, std::int64_t len,
+                             BlockCounts& counts) {
+  switch (wb.policy.policy) {
+    case Policy::nearest:
+    case Policy::master:  // as writeback_value: nearest (the master copy lives outside)
+      return writeback_block_mode<0>(wb, first, w, u, len, counts);
+    case Policy::stochastic:
+      return writeback_block_mode<1>(wb, first, w, u, len, counts);
+    default:
+      return writeback_block_mode<2>(wb, first, w, u, len, counts);
+  }
+}
+
+}  // namespace detail
+
 template <class ExecSpace>
 WritebackCounts writeback(const ExecSpace& space, const FormatSpec& fmt, const WritebackPolicy& policy, RngKey key,
                           Kokkos::View<float*, typename ExecSpace::memory_space> w,
@@ -381,11 +412,7 @@ WritebackCounts writeback(const ExecSpace& space, const FormatSpec& fmt, const W
     constexpr std::int64_t block = decltype(kernel)::kBlock;
     kernel.w = w;
     kernel.u = u;
-    kernel.p = p;
-    kernel.bp = detail::block_params(p, policy.sr_bits);
-    kernel.lanes = lanes_for(p);
-    kernel.policy = policy;
-    kernel.key = key;
+    kernel.wb = detail::block_writeback(p, policy, key);
     kernel.first_coordinate = options.first_coordinate;
     kernel.n = n;
     Kokkos::parallel_reduce("wbaudit::sim::precision::writeback::kernel",

@@ -11,6 +11,7 @@
 // coordinate).
 #include <cstdint>
 
+#include "sim/precision/policy.hpp"
 #include "sim/precision/rng.hpp"
 #include "sim/precision/rounding.hpp"
 
@@ -156,5 +157,27 @@ std::int64_t stochastic_block_integer(const BlockParams& bp, int mode, float* w,
 void philox_groups(std::uint32_t k0, std::uint32_t k1, std::uint32_t step, std::uint32_t tensor, std::uint64_t g0,
                    std::int64_t groups, std::uint32_t* out);
 }  // namespace avx2
+
+// ---- One block of the write-back kernel (writeback.cpp), for the precision layer's other kernels ----
+// Which nearest loop a format runs: fp32 lanes (floating formats; intK where fp32_lanes_cover) or fp64 lanes.
+enum class BlockLanes { fp32_float, fp32_integer, fp64 };
+BlockLanes block_lanes(const FormatParams& p);
+
+// What a write-back of blocks needs, derived once per launch: the format, its loop constants, the policy, the key.
+struct BlockWriteback {
+  FormatParams p;
+  BlockParams bp;
+  BlockLanes lanes = BlockLanes::fp64;
+  WritebackPolicy policy;
+  RngKey key;
+};
+BlockWriteback block_writeback(const FormatParams& p, const WritebackPolicy& policy, const RngKey& key);
+
+// w <- q^policy(w + u) in place for one block of len <= kWritebackBlock coordinates, the first of which is coordinate
+// `first` of its tensor (the RNG counter), exactly as the write-back kernel computes it: the vectorized loop, then
+// writeback_value for the coordinates it flags. Coordinates whose w or u is NaN/inf are left unchanged and out of the
+// counts (BlockCounts::random and ::truncated: SR's sr_applied and sr_truncated); returns how many there are.
+std::int64_t writeback_block(const BlockWriteback& wb, std::uint64_t first, float* w, const float* u, std::int64_t len,
+                             BlockCounts& counts);
 
 }  // namespace wbaudit::sim::detail

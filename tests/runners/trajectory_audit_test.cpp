@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <set>
 #include <tuple>
 
@@ -124,12 +125,14 @@ fs::path write_trajectory(const Captured& cap, const std::vector<std::int64_t>& 
   return dir;
 }
 
-runners::TrajectoryAudit audit(const fs::path& dir, const std::string& policy, std::int64_t chunk = 1 << 22) {
+runners::TrajectoryAudit audit(const fs::path& dir, const std::string& policy, std::int64_t chunk = 1 << 22,
+                               std::optional<std::uint64_t> seed = std::nullopt) {
   auto source = runners::open_trajectory(dir);
   runners::TrajectoryAuditOptions o;
   o.format = "e4m3";
   o.policy = sim::make_policy(policy);
   o.chunk = chunk;
+  o.seed = seed;  // the run's seed: the SR fast path replays the draws
   o.groups = {{"layer1", {"layer1.weight", "layer1.bias"}}};
   return runners::audit_trajectory(*source, o);
 }
@@ -143,8 +146,12 @@ TEST_P(SimulatorTrajectory, IsConsistentAndCountsEqualTheTrace) {
     const Captured cap = capture(config(policy, record));
     const auto& steps = cap.trace.recorded_steps;
     const fs::path dir = write_trajectory(cap, steps, consecutive, policy);
-    for (const std::int64_t chunk : {std::int64_t{1} << 22, std::int64_t{7}}) {
-      const runners::TrajectoryAudit a = audit(dir, policy, chunk);
+    for (const auto& [chunk, seed] : {std::pair<std::int64_t, std::optional<std::uint64_t>>{1 << 22, std::nullopt},
+                                      {7, std::nullopt},
+                                      {1 << 22, 11},
+                                      {7, 11}}) {
+      SCOPED_TRACE("chunk " + std::to_string(chunk) + (seed ? ", seed 11" : ""));
+      const runners::TrajectoryAudit a = audit(dir, policy, chunk, seed);
       EXPECT_TRUE(a.consistent()) << policy << ": " << (a.listed.empty() ? "" : a.listed[0].reason);
       ASSERT_EQ(a.groups.size(), sim::kTwoLayerTensors + 1u);
       std::int64_t erased = 0, applied = 0;

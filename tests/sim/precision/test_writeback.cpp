@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <span>
 #include <string>
 
 #include "reference_formats.hpp"
@@ -350,4 +351,69 @@ TEST(Audit, ConsistentTrajectoriesPassAndTamperedCoordinatesAreListed) {
     EXPECT_NE(std::string(e.what()).find("coordinate 1"), std::string::npos) << e.what();
   }
   EXPECT_THROW(audit_writeback(fmt, {Policy::master, 0}, w, w, w), std::invalid_argument);
+}
+
+// The vectorized replay (the trajectory audit's fast path) against the coordinate-by-coordinate audit, an
+// independent implementation (the exact scalar bracket): same counts where everything is consistent, and every
+// tampered, off-grid or non-finite coordinate counted as a mismatch; results do not depend on where the range starts
+// within the blocks.
+TEST(Audit, ReplayAgreesWithTheCoordinateByCoordinateAudit) {
+  using Space = Kokkos::DefaultHostExecutionSpace;
+  using Const = Kokkos::View<const float*, Space::memory_space, Kokkos::MemoryUnmanaged>;
+  const RngKey key{77, 12, 4};  // run<> keys its write-backs so
+  for (const auto& [fmt, ref] : test_formats()) {
+    const Data d = make_data(fmt, ref, 20000, 23);
+    const std::size_t n = d.w.size();
+    for (const auto& pol : kPolicies) {
+      SCOPED_TRACE(std::string(fmt.name) + " " + policy_name(pol.policy) + " r=" + std::to_string(pol.sr_bits));
+      std::vector<float> next;
+      run<Kokkos::OpenMP>(fmt, pol, d, next);
+      const AuditReport rep = audit_writeback(fmt, pol, d.w, d.u, next, 4, 12, key);
+      ASSERT_TRUE(rep.consistent());
+      auto replay = [&](const std::vector<float>& w, const std::vector<float>& u, const std::vector<float>& nx,
+                        bool w_stored, RngKey k = RngKey{77, 12, 4}) {
+        return replay_writeback(Space(), fmt, pol, k, Const(w.data(), n), Const(u.data(), n), Const(nx.data(), n), 0,
+                                w_stored);
+      };
+      for (const bool w_stored : {false, true}) {
+        const ReplayReport r = replay(d.w, d.u, next, w_stored);
+        EXPECT_EQ(r.mismatched, 0);
+        EXPECT_EQ(r.counts.nonzero, rep.counts.nonzero);
+        EXPECT_EQ(r.counts.erased, rep.counts.erased);
+        EXPECT_EQ(r.counts.applied, rep.counts.applied);
+        EXPECT_EQ(r.counts.saturated, rep.counts.saturated);
+        EXPECT_EQ(r.counts.sr_applied, rep.counts.sr_applied);
+        EXPECT_EQ(r.counts.sr_truncated, rep.counts.sr_truncated);
+        EXPECT_EQ(r.nearest_erased, rep.nearest_erased);
+      }
+      // A sub-range that starts inside a block: its RNG counters are first_coordinate + i.
+      const std::size_t off = 1000, len = 5000;
+      const ReplayReport part =
+          replay_writeback(Space(), fmt, pol, key, Const(d.w.data() + off, len), Const(d.u.data() + off, len),
+                           Const(next.data() + off, len), off, false);
+      const AuditReport part_ref =
+          audit_writeback(fmt, pol, std::span(d.w).subspan(off, len), std::span(d.u).subspan(off, len),
+                          std::span(next).subspan(off, len), 4, 12);
+      EXPECT_EQ(part.mismatched, 0);
+      EXPECT_EQ(part.counts.erased, part_ref.counts.erased);
+      EXPECT_EQ(part.nearest_erased, part_ref.nearest_erased);
+      // Tampered w_next (two grid steps away), an off-grid w (unless already verified), a NaN proposal.
+      const FormatParams p = format_params(fmt);
+      std::vector<float> bad = next;
+      const double moved = succ(p, succ(p, next[17]));
+      bad[17] = static_cast<float>(std::isfinite(moved) ? moved : pred(p, pred(p, next[17])));
+      EXPECT_EQ(replay(d.w, d.u, bad, true).mismatched, 1);
+      std::vector<float> w_off = d.w;
+      w_off[3000] = static_cast<float>(d.w[3000] + gap_up(p, d.w[3000]) / 3);
+      if (w_off[3000] != d.w[3000] && std::isfinite(w_off[3000])) {
+        EXPECT_GE(replay(w_off, d.u, next, false).mismatched, 1);
+      }
+      std::vector<float> u_nan = d.u;
+      u_nan[19999] = NAN;
+      EXPECT_GE(replay(d.w, u_nan, next, true).mismatched, 1);
+      if (pol.policy != Policy::nearest) {  // another seed's draws are not this run's
+        EXPECT_GT(replay(d.w, d.u, next, true, RngKey{78, 12, 4}).mismatched, 0);
+      }
+    }
+  }
 }
