@@ -15,6 +15,7 @@
 
 #include "runners/analysis_spec.hpp"
 #include "runners/identity.hpp"
+#include "runners/toml_error.hpp"
 
 namespace wbaudit::runners {
 namespace fs = std::filesystem;
@@ -89,11 +90,12 @@ std::string current_user() {
 
 std::vector<std::string> analysis_outcome_cells(const SweepStore& store, const fs::path& analysis) {
   toml::table table;
+  const std::string text = read_text(analysis);
   try {
-    table = toml::parse_file(analysis.string());
+    table = toml::parse(text, analysis.string());
   } catch (const toml::parse_error& e) {
     std::ostringstream where;
-    where << analysis.string() << ":" << e.source().begin.line << ": " << e.description();
+    where << analysis.string() << ":" << e.source().begin.line << ": " << toml_error_description(e, text);
     throw RegistryError(where.str());
   }
   std::vector<std::string> patterns;

@@ -114,6 +114,25 @@ TEST_F(RegistryTest, PatternsAndBadAnalyses) {
   }
 }
 
+// toml++ names a redefined dotted key mangled ("ananalysis.required_cells"); every TOML reader of the registry says
+// the file, the line and the key as written.
+TEST_F(RegistryTest, DuplicateKeysAreNamedAsWritten) {
+  const auto store = wr::SweepStore::create(dir, "spec", cells());
+  spit(analysis, "analysis.required_cells = [\"target/*\"]\nanalysis.required_cells = [\"ref/*\"]\n");
+  for (int reader = 0; reader < 2; ++reader) {
+    try {
+      if (reader == 0) (void)wr::analysis_outcome_cells(store, analysis);
+      if (reader == 1) (void)wr::register_analysis(store, analysis, false);
+      FAIL() << "a duplicate key was accepted";
+    } catch (const wr::RegistryError& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find(analysis.string() + ":2: duplicate key \"analysis.required_cells\""), std::string::npos)
+          << what;
+      EXPECT_EQ(what.find("ananalysis"), std::string::npos) << what;
+    }
+  }
+}
+
 TEST_F(RegistryTest, AnAnalysisEvaluateWouldRefuseIsNeverFrozen) {
   const auto store = wr::SweepStore::create(dir, "spec", cells());
   for (const std::string& bad : {std::string("[analysis]\npredictors = [\"sourse\", \"template\"]\n"),
