@@ -139,7 +139,14 @@ bool process_gone(const nlohmann::json& manifest) {
   if (pid <= 0) {
     return false;
   }
-  return ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH;
+  if (::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) return true;
+  // A zombie has exited and only waits to be reaped: a worker killed with its parent is reparented to PID 1, which in
+  // a container may reap it late or never. /proc/PID/stat: "pid (comm) S ...", the state after the last ')'.
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string text;
+  std::getline(stat, text);
+  const std::size_t close = text.rfind(')');
+  return close != std::string::npos && close + 2 < text.size() && (text[close + 2] == 'Z' || text[close + 2] == 'X');
 }
 
 }  // namespace
