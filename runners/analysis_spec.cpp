@@ -170,6 +170,13 @@ AnalysisSpec parse_analysis_spec(const std::string& text, const std::filesystem:
     out << source_name.string() << ":" << e.source().begin.line << ": " << toml_error_description(e, text);
     throw AnalysisError(out.str());
   }
+  if (root.empty()) {
+    // Silently the defaults would hide a wrong file (an empty or truncated analysis); without --analysis evaluate
+    // uses the default analysis on purpose.
+    throw AnalysisError(source_name.string() +
+                        ": the analysis spec is empty (no key); give the analysis' tables (docs/specs.md), or leave "
+                        "out --analysis for the default analysis");
+  }
   AnalysisSpec spec = default_analysis_spec();
   spec.name = source_name.stem().string();
   spec.description.clear();

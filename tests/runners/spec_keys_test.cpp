@@ -161,6 +161,15 @@ TEST(SpecKeys, ParsersRefuseWhatTheTablesOmit) {
               std::string::npos)
         << e.what();
   }
+  // An empty analysis (or only comments) is refused, not silently the defaults.
+  for (const std::string empty : {"", "# nothing yet\n\n"}) {
+    try {
+      wbaudit::runners::parse_analysis_spec(empty, "a.toml");
+      ADD_FAILURE() << "an empty analysis was accepted";
+    } catch (const wbaudit::runners::AnalysisError& e) {
+      EXPECT_NE(std::string(e.what()).find("a.toml: the analysis spec is empty"), std::string::npos) << e.what();
+    }
+  }
   try {
     wbaudit::runners::parse_analysis_spec("[crossing]\nburnin = 3\n", "a.toml");
     ADD_FAILURE() << "crossing.burnin accepted";
