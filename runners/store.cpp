@@ -421,6 +421,21 @@ const std::string& SweepStore::key_problem() const {
   return m_signing->key_problem;
 }
 
+std::string SweepStore::sign(const std::string& context, const nlohmann::json& value) const {
+  require_key("sign a record of");
+  return sign_json(*m_signing->key, context, value);
+}
+
+std::string SweepStore::signature_problem(const std::string& context, const nlohmann::json& value) const {
+  if (!can_verify()) return "cannot be verified: " + key_problem();
+  if (!value.is_object() || !value.contains("hmac"))
+    return "not signed (written by hand, or before records were signed)";
+  if (!signature_valid(*m_signing->key, context, value))
+    return "not signed by this sweep's key (edited, or made "
+           "with another sweep's key)";
+  return {};
+}
+
 void SweepStore::require_key(const std::string& what) const {
   if (!can_verify()) {
     throw StoreError("cannot " + what + " the sweep " + m_dir.string() + " without its signing key: " + key_problem());
