@@ -103,6 +103,34 @@ nlohmann::json to_json(const toml::node& node, const std::string& key, const Rea
 
 }  // namespace
 
+const std::map<std::string, std::vector<std::string>>& analysis_table_keys() {
+  static const std::map<std::string, std::vector<std::string>> tables = {
+      {"", {"analysis", "required_cells", "source", "template", "bootstrap", "crossing", "gates"}},
+      {"analysis",
+       {"name", "description", "outcome", "predictors", "baselines", "groups", "missing", "required_cells",
+        "scored_runs"}},
+      {"source", {"reference", "overrides", "sweep", "method"}},
+      {"template", {"class", "history", "history_sweep", "history_cells", "missing_class"}},
+      {"bootstrap", {"resamples", "seed", "method", "confidence", "unit"}},
+      {"crossing", {"threshold", "burn_in", "tolerance", "min_group_size"}},
+      {"gates[]", {"name", "statistic", "predictor", "comparator", "threshold"}},
+  };
+  return tables;
+}
+
+std::vector<std::string> analysis_spec_keys() {
+  std::vector<std::string> keys;
+  const auto& tables = analysis_table_keys();
+  for (const auto& k : tables.at("")) {
+    if (!tables.count(k) && k != "gates") keys.push_back(k);
+  }
+  for (const auto& [table, names] : tables) {
+    if (table.empty()) continue;
+    for (const auto& k : names) keys.push_back(table + "." + k);
+  }
+  return keys;
+}
+
 const std::vector<std::string>& known_predictors() {
   static const std::vector<std::string> names = {"source", "analytic-grid", "template", "matched-reference",
                                                  "common-time"};
@@ -142,20 +170,25 @@ AnalysisSpec parse_analysis_spec(const std::string& text, const std::filesystem:
     out << source_name.string() << ":" << e.source().begin.line << ": " << toml_error_description(e, text);
     throw AnalysisError(out.str());
   }
+  if (root.empty()) {
+    // Silently the defaults would hide a wrong file (an empty or truncated analysis); without --analysis evaluate
+    // uses the default analysis on purpose.
+    throw AnalysisError(source_name.string() +
+                        ": the analysis spec is empty (no key); give the analysis' tables (docs/specs.md), or leave "
+                        "out --analysis for the default analysis");
+  }
   AnalysisSpec spec = default_analysis_spec();
   spec.name = source_name.stem().string();
   spec.description.clear();
   spec.text = text;
   spec.path = source_name;
-  r.only(root, "", {"analysis", "required_cells", "source", "template", "bootstrap", "crossing", "gates"});
+  r.only(root, "", analysis_table_keys().at(""));
 
   const toml::node* required = root.get("required_cells");
   std::string required_key = "required_cells";
   if (const auto* node = root.get("analysis")) {
     const auto& a = r.table(*node, "analysis");
-    r.only(a, "analysis.",
-           {"name", "description", "outcome", "predictors", "baselines", "groups", "missing", "required_cells",
-            "scored_runs"});
+    r.only(a, "analysis.", analysis_table_keys().at("analysis"));
     if (const auto* n = a.get("name")) spec.name = r.string(*n, "analysis.name");
     if (const auto* n = a.get("description")) spec.description = r.string(*n, "analysis.description");
     if (const auto* n = a.get("outcome")) {
@@ -210,7 +243,7 @@ AnalysisSpec parse_analysis_spec(const std::string& text, const std::filesystem:
 
   if (const auto* node = root.get("source")) {
     const auto& s = r.table(*node, "source");
-    r.only(s, "source.", {"reference", "overrides", "sweep", "method"});
+    r.only(s, "source.", analysis_table_keys().at("source"));
     if (const auto* n = s.get("method")) {
       spec.source_method = r.string(*n, "source.method");
       if (spec.source_method != "projection" && spec.source_method != "analytic-grid")
@@ -233,7 +266,7 @@ AnalysisSpec parse_analysis_spec(const std::string& text, const std::filesystem:
 
   if (const auto* node = root.get("template")) {
     const auto& t = r.table(*node, "template");
-    r.only(t, "template.", {"class", "history", "history_sweep", "history_cells", "missing_class"});
+    r.only(t, "template.", analysis_table_keys().at("template"));
     if (const auto* n = t.get("class")) {
       spec.template_class = r.strings(*n, "template.class");
       if (spec.template_class.empty()) r.fail(n, "template.class", "empty class definition");
@@ -272,7 +305,7 @@ AnalysisSpec parse_analysis_spec(const std::string& text, const std::filesystem:
 
   if (const auto* node = root.get("bootstrap")) {
     const auto& b = r.table(*node, "bootstrap");
-    r.only(b, "bootstrap.", {"resamples", "seed", "method", "confidence", "unit"});
+    r.only(b, "bootstrap.", analysis_table_keys().at("bootstrap"));
     if (const auto* n = b.get("resamples")) {
       auto v = r.integer(*n, "bootstrap.resamples");
       if (v < 2 || v > 10000000) r.fail(n, "bootstrap.resamples", "must be in [2, 1e7], got " + std::to_string(v));
@@ -306,7 +339,7 @@ AnalysisSpec parse_analysis_spec(const std::string& text, const std::filesystem:
 
   if (const auto* node = root.get("crossing")) {
     const auto& c = r.table(*node, "crossing");
-    r.only(c, "crossing.", {"threshold", "burn_in", "tolerance", "min_group_size"});
+    r.only(c, "crossing.", analysis_table_keys().at("crossing"));
     if (const auto* n = c.get("min_group_size")) {
       spec.min_group_size = r.integer(*n, "crossing.min_group_size");
       if (*spec.min_group_size < 0) r.fail(n, "crossing.min_group_size", "must be >= 0");
@@ -345,7 +378,7 @@ AnalysisSpec parse_analysis_spec(const std::string& text, const std::filesystem:
     std::set<std::string> names;
     for (auto& [key, table, name] : entries) {
       const auto& g = *table;
-      r.only(g, key + ".", {"name", "statistic", "predictor", "comparator", "threshold"});
+      r.only(g, key + ".", analysis_table_keys().at("gates[]"));
       GateSpec gate;
       gate.line = g.source().begin.line;
       for (auto* field : {"statistic", "comparator", "threshold"}) {

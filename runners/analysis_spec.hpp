@@ -27,6 +27,11 @@ class AnalysisError : public std::runtime_error {
 // Predictor names (forecast::predictor_name): "source", "analytic-grid", "template", "matched-reference",
 // "common-time". Baselines for skill: "template", "common-time".
 const std::vector<std::string>& known_predictors();
+// The keys the analysis parser accepts, by table: "" (the top level), "analysis", "source", "template",
+// "bootstrap", "crossing", "gates[]" (each [[gates]] entry, or each [gates.NAME] table). analysis_spec_keys: the
+// same as dotted paths ("crossing.burn_in", "gates[].statistic"); docs/specs.md documents exactly these.
+const std::map<std::string, std::vector<std::string>>& analysis_table_keys();
+std::vector<std::string> analysis_spec_keys();
 
 // Statistics evaluate computes, per predictor: bias, mae, rmse_macro, rmse_pooled, skill_vs_<baseline>,
 // sign_agreement_rate, anomaly_correlation, cell_anomaly_correlation, error_share_time, error_share_cell,

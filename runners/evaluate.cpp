@@ -297,9 +297,9 @@ EvaluationResult evaluate_sweep(const fs::path& sweep_dir, const EvaluateOptions
   std::optional<Registration> registration;
   if (options.analysis) {
     result.analysis = load_analysis_spec(*options.analysis);
-    registration = find_registration(sweep_dir, result.analysis.text);
+    registration = find_registration(sweep_dir, result.analysis.text, store);
   } else {
-    auto regs = registrations(sweep_dir);
+    auto regs = registrations(sweep_dir, store);
     if (regs.size() > 1) {
       std::vector<std::string> list;
       for (auto& r : regs) list.push_back(r.frozen.string());
@@ -340,6 +340,13 @@ EvaluationResult evaluate_sweep(const fs::path& sweep_dir, const EvaluateOptions
   }
 
   // Standing: preregistered, retrospective (registered so, or under a deviation) or exploratory.
+  if (registration && !registration->signature_problem.empty()) {
+    // An edited or hand-made registration establishes nothing: exploratory, and said why.
+    result.standing = "not preregistered (the registration is not verified)";
+    result.standing_reasons.push_back("registration " + registration->sha256.substr(0, 12) + ": " +
+                                      registration->signature_problem);
+    registration.reset();
+  }
   if (registration) {
     result.registration_sha256 = registration->sha256;
     result.standing = "preregistered";
@@ -349,10 +356,12 @@ EvaluationResult evaluate_sweep(const fs::path& sweep_dir, const EvaluateOptions
                                         std::to_string(registration->outcomes_present_at_registration.size()) +
                                         " outcomes already present)");
     }
-  } else {
+  } else if (result.standing.empty()) {
     result.standing = "not preregistered (exploratory)";
   }
-  for (const auto& d : read_deviations(sweep_dir)) {
+  for (const auto& d : read_deviations(sweep_dir, store)) {
+    if (!d.signature_problem.empty())
+      result.standing_reasons.push_back("deviation log line " + std::to_string(d.line) + ": " + d.signature_problem);
     bool touches = d.cells.empty();
     for (auto& c : d.cells) touches = touches || std::find(required.begin(), required.end(), c) != required.end();
     if (!touches) continue;

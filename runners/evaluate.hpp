@@ -89,7 +89,8 @@ struct EvaluationResult {
   AnalysisSpec analysis;
   std::string effective_analysis;  // the complete effective analysis (TOML, every default explicit); analysis.toml
   std::string analysis_sha256;     // SHA-256 of effective_analysis
-  std::string standing;            // "preregistered", "retrospective" or "not preregistered (exploratory)"
+  std::string standing;            // "preregistered", "retrospective", "not preregistered (exploratory)" or "not
+                                   // preregistered (the registration is not verified)"
   std::vector<std::string> standing_reasons;
   std::optional<std::string> registration_sha256;
   std::string sweep_name;

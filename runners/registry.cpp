@@ -15,6 +15,7 @@
 
 #include "runners/analysis_spec.hpp"
 #include "runners/identity.hpp"
+#include "runners/toml_error.hpp"
 
 namespace wbaudit::runners {
 namespace fs = std::filesystem;
@@ -89,11 +90,12 @@ std::string current_user() {
 
 std::vector<std::string> analysis_outcome_cells(const SweepStore& store, const fs::path& analysis) {
   toml::table table;
+  const std::string text = read_text(analysis);
   try {
-    table = toml::parse_file(analysis.string());
+    table = toml::parse(text, analysis.string());
   } catch (const toml::parse_error& e) {
     std::ostringstream where;
-    where << analysis.string() << ":" << e.source().begin.line << ": " << e.description();
+    where << analysis.string() << ":" << e.source().begin.line << ": " << toml_error_description(e, text);
     throw RegistryError(where.str());
   }
   std::vector<std::string> patterns;
@@ -179,20 +181,21 @@ Registration register_analysis(const SweepStore& store, const fs::path& analysis
   }
   r.frozen = dir / "analysis.toml";
   write_file_atomic(r.frozen, text);
-  const nlohmann::json record = {{"schema", kRegistrationSchema},
-                                 {"sha256", r.sha256},
-                                 {"registered", r.registered},
-                                 {"who", r.who},
-                                 {"source", r.source},
-                                 {"retrospective", r.retrospective},
-                                 {"outcome_cells", r.outcome_cells},
-                                 {"outcomes_present_at_registration", r.outcomes_present_at_registration},
-                                 {"sweep_spec_sha256", store.spec_sha256()}};
+  nlohmann::json record = {{"schema", kRegistrationSchema},
+                           {"sha256", r.sha256},
+                           {"registered", r.registered},
+                           {"who", r.who},
+                           {"source", r.source},
+                           {"retrospective", r.retrospective},
+                           {"outcome_cells", r.outcome_cells},
+                           {"outcomes_present_at_registration", r.outcomes_present_at_registration},
+                           {"sweep_spec_sha256", store.spec_sha256()}};
+  if (store.can_verify()) record["hmac"] = store.sign(kRegistrationSchema, record);
   write_file_atomic(dir / "registration.json", record.dump(1) + "\n");
   return r;
 }
 
-std::vector<Registration> registrations(const fs::path& sweep_dir) {
+std::vector<Registration> registrations(const fs::path& sweep_dir, const SweepStore* store) {
   std::vector<Registration> out;
   const fs::path root = sweep_dir / "registry";
   if (!fs::exists(root)) {
@@ -204,7 +207,9 @@ std::vector<Registration> registrations(const fs::path& sweep_dir) {
       continue;  // an interrupted registration: nothing was registered
     }
     try {
-      Registration r = registration_from_json(nlohmann::json::parse(read_text(file)), entry.path());
+      const nlohmann::json j = nlohmann::json::parse(read_text(file));
+      Registration r = registration_from_json(j, entry.path());
+      if (store) r.signature_problem = store->signature_problem(kRegistrationSchema, j);
       if (sha256_file(r.frozen) != r.sha256) {
         throw RegistryError("frozen analysis " + r.frozen.string() + " does not match its registered hash");
       }
@@ -217,9 +222,10 @@ std::vector<Registration> registrations(const fs::path& sweep_dir) {
   return out;
 }
 
-std::optional<Registration> find_registration(const fs::path& sweep_dir, const std::string& analysis_text) {
+std::optional<Registration> find_registration(const fs::path& sweep_dir, const std::string& analysis_text,
+                                              const SweepStore* store) {
   const std::string digest = sha256_hex(analysis_text);
-  for (auto& r : registrations(sweep_dir)) {
+  for (auto& r : registrations(sweep_dir, store)) {
     if (r.sha256 == digest) {
       return r;
     }
@@ -267,13 +273,14 @@ Deviation record_deviation(const SweepStore& store, const std::string& what, con
   const fs::path log = store.dir() / "deviations.jsonl";
   (void)read_deviations(store.dir());  // refuse to extend a log that was edited
   const std::string before = fs::exists(log) ? read_text(log) : std::string();
-  const nlohmann::json entry = {{"schema", kDeviationSchema},
-                                {"who", d.who},
-                                {"when", d.when},
-                                {"what", d.what},
-                                {"why", d.why},
-                                {"cells", d.cells},
-                                {"prev_sha256", sha256_hex(before)}};
+  nlohmann::json entry = {{"schema", kDeviationSchema},
+                          {"who", d.who},
+                          {"when", d.when},
+                          {"what", d.what},
+                          {"why", d.why},
+                          {"cells", d.cells},
+                          {"prev_sha256", sha256_hex(before)}};
+  if (store.can_verify()) entry["hmac"] = store.sign(kDeviationSchema, entry);
   const std::string line = entry.dump() + "\n";
   const int fd = ::open(log.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
   if (fd < 0) {
@@ -289,7 +296,7 @@ Deviation record_deviation(const SweepStore& store, const std::string& what, con
   return d;
 }
 
-std::vector<Deviation> read_deviations(const fs::path& sweep_dir) {
+std::vector<Deviation> read_deviations(const fs::path& sweep_dir, const SweepStore* store) {
   std::vector<Deviation> out;
   const fs::path log = sweep_dir / "deviations.jsonl";
   if (!fs::exists(log)) {
@@ -311,7 +318,8 @@ std::vector<Deviation> read_deviations(const fs::path& sweep_dir) {
                             ": hash chain broken (the log was edited before this entry)");
       }
       out.push_back({j.at("who").get<std::string>(), j.at("when").get<std::string>(), j.at("what").get<std::string>(),
-                     j.at("why").get<std::string>(), j.at("cells").get<std::vector<std::string>>()});
+                     j.at("why").get<std::string>(), j.at("cells").get<std::vector<std::string>>(), line_number,
+                     store ? store->signature_problem(kDeviationSchema, j) : std::string()});
     } catch (const nlohmann::json::exception& e) {
       throw RegistryError(log.string() + ":" + std::to_string(line_number) + ": corrupt entry: " + e.what());
     }

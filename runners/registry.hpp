@@ -5,6 +5,8 @@
 //   DIR/registry/<sha256>/analysis.toml      the frozen analysis, byte for byte
 //   DIR/registry/<sha256>/registration.json  hash, time, who, source path, retrospective flag, the outcome cells
 //   DIR/deviations.jsonl                     one JSON object per line; each carries the SHA-256 of the log before it
+// Both registration.json and each deviation entry carry an HMAC-SHA256 under the sweep's key ("hmac",
+// runners/journal.hpp) when the key is present, so that status and evaluate flag an edited or hand-made one.
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -38,6 +40,9 @@ struct Registration {
   std::vector<std::string> outcome_cells;                     // names
   std::vector<std::string> outcomes_present_at_registration;  // names (non-empty only when retrospective)
   std::filesystem::path frozen;                               // DIR/registry/<sha256>/analysis.toml
+  // Empty when registration.json is signed by the sweep's key (SweepStore::signature_problem), else why not;
+  // also empty when registrations() was not given the store (nothing checked).
+  std::string signature_problem;
 };
 
 // Freezes the analysis. Refuses (RegistryError listing the cells) when any outcome cell already has an attempt that
@@ -45,9 +50,11 @@ struct Registration {
 Registration register_analysis(const SweepStore& store, const std::filesystem::path& analysis, bool retrospective,
                                const std::string& who = "");
 
-std::vector<Registration> registrations(const std::filesystem::path& sweep_dir);
+// With `store`, each registration's signature is checked (Registration::signature_problem).
+std::vector<Registration> registrations(const std::filesystem::path& sweep_dir, const SweepStore* store = nullptr);
 // The registration of this analysis text (by hash), if any.
-std::optional<Registration> find_registration(const std::filesystem::path& sweep_dir, const std::string& analysis_text);
+std::optional<Registration> find_registration(const std::filesystem::path& sweep_dir, const std::string& analysis_text,
+                                              const SweepStore* store = nullptr);
 
 struct CellProblem {
   std::string cell;    // name
@@ -62,6 +69,8 @@ struct Deviation {
   std::string what;
   std::string why;
   std::vector<std::string> cells;  // names
+  int line = 0;                    // in deviations.jsonl
+  std::string signature_problem;   // as Registration::signature_problem
 };
 
 // Appends one entry (O_APPEND, one write, fsync). Cells may be given by name or id; unknown cells are an error.
@@ -69,7 +78,9 @@ Deviation record_deviation(const SweepStore& store, const std::string& what, con
                            const std::vector<std::string>& cells, const std::string& who = "");
 // Reads and verifies the log: every line parses and its prev_sha256 matches the bytes before it; a broken chain or
 // a truncated/edited log is a RegistryError naming the line.
-std::vector<Deviation> read_deviations(const std::filesystem::path& sweep_dir);
+// With `store`, each entry's signature is checked too (Deviation::signature_problem): an edited last entry, which
+// no later prev_sha256 covers, or an entry appended by hand.
+std::vector<Deviation> read_deviations(const std::filesystem::path& sweep_dir, const SweepStore* store = nullptr);
 
 // The invoking user ($USER, else the passwd name of the uid, else "uid <n>").
 std::string current_user();

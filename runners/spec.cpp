@@ -109,6 +109,12 @@ std::string value_text(const json& value) {
   return value.dump();
 }
 
+std::string join(const std::vector<std::string>& items) {
+  std::string out;
+  for (const auto& s : items) out += (out.empty() ? "" : ", ") + s;
+  return out;
+}
+
 std::vector<std::string> string_list(const json& value, const std::string& path, const Context& ctx) {
   if (!value.is_array()) ctx.fail(ctx.line_of(path), path + ": expected an array of strings");
   std::vector<std::string> out;
@@ -119,8 +125,8 @@ std::vector<std::string> string_list(const json& value, const std::string& path,
   return out;
 }
 
-// Learning rates set relative to the target format's mantissa width: lr = lr_scale * 2^-(M+1), where erasure
-// begins for |u| ~ 2^-(M+1) |w| (docs/science.md section 3, study 1).
+// Learning rates set relative to the target format (lr_for_scale): lr = lr_scale * 2^-(M+1), where erasure begins
+// for |u| ~ 2^-(M+1) |w| (docs/science.md section 3, study 1).
 void resolve_lr_scale(json& config, const std::string& cell, const Context& ctx) {
   if (!config.contains("optimizer") || !config["optimizer"].is_object() || !config["optimizer"].contains("lr_scale")) {
     return;
@@ -140,14 +146,9 @@ void resolve_lr_scale(json& config, const std::string& cell, const Context& ctx)
   } catch (const std::exception& e) {
     ctx.fail(ctx.line_of("target.format"), std::string("target.format: ") + e.what());
   }
-  if (format.kind != sim::FormatKind::floating) {
-    ctx.fail(
-        ctx.line_of("optimizer.lr_scale"),
-        "optimizer.lr_scale is defined for floating formats only; give optimizer.lr for " + std::string(format.name));
-  }
-  double scale = opt["lr_scale"].get<double>();
+  const double scale = opt["lr_scale"].get<double>();
   opt.erase("lr_scale");
-  opt["lr"] = std::ldexp(scale, -(format.man_bits + 1));
+  opt["lr"] = lr_for_scale(format, scale);
 }
 
 // A text data source is identified by its content: the SHA-256 of data.path goes into the cell (so a changed file is
@@ -199,6 +200,62 @@ void validate(const SweepCell& cell, const Context& ctx) {
 
 }  // namespace
 
+double lr_for_scale(const sim::FormatSpec& format, double lr_scale) {
+  if (format.kind == sim::FormatKind::floating) return std::ldexp(lr_scale, -(format.man_bits + 1));
+  // intK: half the step of a tensor whose absmax is 1 (scale 1 / L, L = 2^(K-1) - 1), as 2^-(M+1) is half the
+  // spacing of floating values in [1, 2).
+  return lr_scale / (2.0 * format.int_max_level);
+}
+
+const std::map<std::string, std::vector<std::string>>& sweep_table_keys() {
+  static const std::map<std::string, std::vector<std::string>> tables = {
+      {"",
+       {"sweep", "seed", "steps", "model", "data", "optimizer", "schedule", "record", "target", "reference", "grid",
+        "evaluation", "validation", "replay"}},
+      {"sweep", {"name", "description", "max_cells"}},
+      {"evaluation", {"groups", "threshold", "burn_in", "tolerance", "min_group_size"}},
+      {"reference", {"project_formats"}},
+  };
+  return tables;
+}
+
+std::vector<SpecKey> sweep_spec_keys() {
+  std::vector<SpecKey> keys;
+  const auto& tables = sweep_table_keys();
+  // The sweep-level tables: never grid axes.
+  for (const auto& [table, names] : tables) {
+    if (table.empty()) continue;
+    for (const auto& k : names) keys.push_back({table + "." + k, false, "any"});
+  }
+  keys.push_back({"grid", false, "any"});
+  // The cell configuration: every key but those the runner sets (schema, mode, project_*) can be a grid axis.
+  const auto& run = sim::run_config_key_tables();
+  const std::set<std::string> runner_set = {"schema", "mode", "project_formats", "project_policies"};
+  for (const auto& k : run.at("")) {
+    if (runner_set.count(k) || run.count(k) || run.count(k + "/two_layer")) continue;
+    keys.push_back({k, true, "any"});
+  }
+  for (const auto& [table, names] : run) {
+    if (table.empty() || table == "project_policies[]") continue;
+    const auto slash = table.find('/');
+    const std::string prefix = table.substr(0, slash);
+    const std::string models = slash == std::string::npos ? "any" : table.substr(slash + 1);
+    for (const auto& k : names) {
+      const std::string path = prefix + "." + k;
+      // A key of both model kinds' tables (data.batch, model.kind) is one key for any model.
+      auto same = std::find_if(keys.begin(), keys.end(), [&](const SpecKey& x) { return x.path == path; });
+      if (same != keys.end()) {
+        same->models = "any";
+        continue;
+      }
+      keys.push_back({path, true, models});
+    }
+  }
+  // Read by the runner, not the simulator: lr relative to the target format (resolve_lr_scale).
+  keys.push_back({"optimizer.lr_scale", true, "any"});
+  return keys;
+}
+
 std::string role_name(CellRole role) {
   return role == CellRole::reference ? "reference" : "target";
 }
@@ -246,14 +303,23 @@ SweepSpec parse_sweep_spec(const std::string& text, const std::filesystem::path&
   }
   json doc = to_json(root, "", ctx);
 
-  static const std::set<std::string> kTopLevel = {"sweep",     "seed",       "steps",      "model",  "data",
-                                                  "optimizer", "schedule",   "record",     "target", "reference",
-                                                  "grid",      "evaluation", "validation", "replay"};
+  const auto& tables = sweep_table_keys();
   for (auto& [key, value] : doc.items()) {
-    if (!kTopLevel.count(key)) {
-      std::string known;
-      for (auto& k : kTopLevel) known += (known.empty() ? "" : ", ") + k;
-      ctx.fail(ctx.line_of(key), "unknown key \"" + key + "\" (known: " + known + ")");
+    const auto& known = tables.at("");
+    if (std::find(known.begin(), known.end(), key) == known.end()) {
+      ctx.fail(ctx.line_of(key), "unknown key \"" + key + "\" (known: " + join(known) + ")");
+    }
+  }
+  // The sweep-level tables' keys; what follows reads their values.
+  for (auto* table : {"sweep", "evaluation", "reference"}) {
+    if (!doc.contains(table)) continue;
+    if (!doc[table].is_object()) ctx.fail(ctx.line_of(table), std::string(table) + ": expected a table");
+    const auto& known = tables.at(table);
+    for (auto& [key, value] : doc[table].items()) {
+      if (std::find(known.begin(), known.end(), key) == known.end()) {
+        ctx.fail(ctx.line_of(std::string(table) + "." + key),
+                 std::string(table) + "." + key + ": unknown key (known: " + join(known) + ")");
+      }
     }
   }
 
@@ -279,8 +345,7 @@ SweepSpec parse_sweep_spec(const std::string& text, const std::filesystem::path&
       } else if (key == "description" && value.is_string()) {
         spec.description = value.get<std::string>();
       } else {
-        ctx.fail(ctx.line_of("sweep." + key),
-                 "sweep." + key + ": unknown key or wrong type (known: name, description, max_cells)");
+        ctx.fail(ctx.line_of("sweep." + key), "sweep." + key + ": wrong type (" + value.dump() + ")");
       }
     }
   }
@@ -307,8 +372,7 @@ SweepSpec parse_sweep_spec(const std::string& text, const std::filesystem::path&
         spec.evaluation.tolerance = value.get<double>();
         if (!(spec.evaluation.tolerance > 0)) ctx.fail(ctx.line_of(path), path + ": must be > 0, got " + value.dump());
       } else {
-        ctx.fail(ctx.line_of(path),
-                 path + ": unknown key or wrong type (known: groups, threshold, burn_in, tolerance, min_group_size)");
+        ctx.fail(ctx.line_of(path), path + ": wrong type (" + value.dump() + ")");
       }
     }
   }
@@ -316,8 +380,6 @@ SweepSpec parse_sweep_spec(const std::string& text, const std::filesystem::path&
   std::vector<std::string> project_formats;
   if (doc.contains("reference")) {
     for (auto& [key, value] : doc["reference"].items()) {
-      if (key != "project_formats")
-        ctx.fail(ctx.line_of("reference." + key), "reference." + key + ": unknown key (known: project_formats)");
       project_formats = string_list(value, "reference.project_formats", ctx);
     }
   }

@@ -3,12 +3,15 @@
 // reference runs they need, and the evaluation settings. Errors name the file, line and key.
 #include <cstdint>
 #include <filesystem>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "sim/precision/format.hpp"
 
 namespace wbaudit::runners {
 
@@ -68,6 +71,23 @@ inline constexpr std::int64_t kDefaultMaxCells = 100000;
 SweepSpec load_sweep_spec(const std::filesystem::path& path);
 // The same from text; source_name is used in error messages.
 SweepSpec parse_sweep_spec(const std::string& text, const std::filesystem::path& source_name);
+
+// A key a sweep spec may set: its dotted path, whether [grid] may vary it, and the model kinds it applies to ("any",
+// "two_layer", "decoder"). docs/specs.md documents exactly these (tests/runners/spec_keys_test.cpp).
+struct SpecKey {
+  std::string path;
+  bool grid_axis = false;
+  std::string models;
+};
+std::vector<SpecKey> sweep_spec_keys();
+// The keys of the spec's top level ("") and of its sweep-level tables ("sweep", "evaluation", "reference"); the
+// parser refuses any other. The cell configuration's tables are sim::run_config_key_tables.
+const std::map<std::string, std::vector<std::string>>& sweep_table_keys();
+
+// optimizer.lr_scale = s as a learning rate, relative to the target format: half its spacing at weights of
+// magnitude ~1. Floating formats: lr = s * 2^-(M+1) (half the spacing in [1, 2)); intK: lr = s / (2 L), L =
+// 2^(K-1) - 1 (half the step of a tensor whose absmax at initialization is 1: scale 1 / L). docs/specs.md.
+double lr_for_scale(const sim::FormatSpec& format, double lr_scale);
 
 std::string role_name(CellRole role);
 

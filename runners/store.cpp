@@ -146,7 +146,14 @@ bool process_gone(const nlohmann::json& manifest) {
   if (pid <= 0) {
     return false;
   }
-  return ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH;
+  if (::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) return true;
+  // A zombie has exited and only waits to be reaped: a worker killed with its parent is reparented to PID 1, which in
+  // a container may reap it late or never. /proc/PID/stat: "pid (comm) S ...", the state after the last ')'.
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string text;
+  std::getline(stat, text);
+  const std::size_t close = text.rfind(')');
+  return close != std::string::npos && close + 2 < text.size() && (text[close + 2] == 'Z' || text[close + 2] == 'X');
 }
 
 }  // namespace
@@ -461,6 +468,21 @@ bool SweepStore::can_verify() const {
 
 const std::string& SweepStore::key_problem() const {
   return m_signing->key_problem;
+}
+
+std::string SweepStore::sign(const std::string& context, const nlohmann::json& value) const {
+  require_key("sign a record of");
+  return sign_json(*m_signing->key, context, value);
+}
+
+std::string SweepStore::signature_problem(const std::string& context, const nlohmann::json& value) const {
+  if (!can_verify()) return "cannot be verified: " + key_problem();
+  if (!value.is_object() || !value.contains("hmac"))
+    return "not signed (written by hand, or before records were signed)";
+  if (!signature_valid(*m_signing->key, context, value))
+    return "not signed by this sweep's key (edited, or made "
+           "with another sweep's key)";
+  return {};
 }
 
 void SweepStore::require_key(const std::string& what) const {

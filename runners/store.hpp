@@ -128,6 +128,11 @@ class SweepStore {
   const std::string& key_problem() const;
   // Throws StoreError ("cannot <what> the sweep DIR without its signing key: ...") unless can_verify().
   void require_key(const std::string& what) const;
+  // The sweep's other signed records (the registry, the deviation log; runners/registry.hpp): sign() is the HMAC of
+  // `value` under the sweep's key (journal.hpp sign_json; throws StoreError without the key); signature_problem()
+  // is empty when value["hmac"] is that signature, else why not ("cannot be verified: ..." without the key).
+  std::string sign(const std::string& context, const nlohmann::json& value) const;
+  std::string signature_problem(const std::string& context, const nlohmann::json& value) const;
   // Where the key was found (or is looked for).
   std::filesystem::path key_path() const;
   std::filesystem::path journal_path() const { return m_dir / "journal.jsonl"; }

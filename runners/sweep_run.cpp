@@ -231,7 +231,23 @@ ExecSummary run_sweep(const SweepSpec& spec, const RunOptions& options, MPI_Comm
                            "--kokkos-threads=" + std::to_string(options.worker_threads), "--", options.out.string()};
   }
   ProgressPrinter printer(store.cells().size(), rank, ranks);
-  if (options.progress) exec.progress = [&printer](const ProgressEvent& e) { printer(e); };
+  const std::int64_t burn_in = crossing_burn_in(spec).steps;
+  std::set<std::string> target_ids;
+  for (const auto& cell : store.cells())
+    if (cell.role == "target") target_ids.insert(cell.id);
+  exec.progress = [&](const ProgressEvent& e) {
+    if (options.progress) printer(e);
+    if (e.kind != ProgressEvent::Kind::completed || !target_ids.count(e.cell_id) || e.attempt.empty()) return;
+    std::string warning;
+    try {
+      const sim::Trace trace = sim::read_trace(options.out / "cells" / e.cell_id / "attempts" / e.attempt / "trace.h5");
+      warning = early_crossing_warning(e.name, trace, spec.evaluation.groups, spec.evaluation.threshold,
+                                       spec.evaluation.min_group_size, burn_in);
+    } catch (const std::exception&) {
+      return;  // the store's checks name an unreadable trace; a warning is no place for it
+    }
+    if (!warning.empty()) std::cerr << "wbaudit run: warning: " << warning << "\n" << std::flush;
+  };
   if (options.progress && rank == 0) {
     std::cerr << "wbaudit run: " << spec.name << ": " << spec.count(CellRole::target) << " target runs, "
               << spec.count(CellRole::reference) << " fp32 reference runs -> " << options.out.string();
@@ -319,6 +335,32 @@ std::vector<report::LossCell> loss_cells(const SweepStore& store, const SweepSpe
 }
 
 }  // namespace
+
+std::string early_crossing_warning(const std::string& cell_name, const sim::Trace& target,
+                                   const std::vector<std::string>& groups, double threshold,
+                                   std::int64_t min_group_size, std::int64_t burn_in) {
+  std::ostringstream found;
+  int count = 0;
+  for (const auto& g : target.groups) {
+    if (groups.empty() ? g.size < min_group_size : std::find(groups.begin(), groups.end(), g.name) == groups.end())
+      continue;
+    for (std::size_t t = 0; t < target.recorded_steps.size() && t < g.erased_fraction.size(); ++t) {
+      if (t >= kEarlyRecordedSteps && target.recorded_steps[t] > burn_in) break;
+      if (!(g.erased_fraction[t] >= threshold)) continue;  // NaN (no proposal) is not a crossing
+      found << (count++ ? ", " : "") << g.name << " " << std::setprecision(3) << g.erased_fraction[t] << " at step "
+            << target.recorded_steps[t];
+      break;
+    }
+  }
+  if (count == 0) return {};
+  std::ostringstream out;
+  out << cell_name << ": erased fraction at or above the threshold " << threshold << " by the burn-in (step " << burn_in
+      << ") or within the first " << kEarlyRecordedSteps << " recorded steps (" << found.str()
+      << "): above the threshold at initialization or crossing before its trajectory is resolved, which leaves "
+         "little to forecast; lower optimizer.lr_scale, raise the weights' scale (weights below the format's min "
+         "normal erase most updates), or record more early steps (docs/specs.md)";
+  return out.str();
+}
 
 void print_outputs(std::ostream& out, const SweepOutputs& outputs) {
   out << "crossings: " << outputs.crossing_summary << "\n";

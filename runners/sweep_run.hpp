@@ -4,6 +4,7 @@
 #define OMPI_SKIP_MPICXX 1
 #include <mpi.h>
 
+#include <cstdint>
 #include <filesystem>
 #include <ostream>
 #include <string>
@@ -12,6 +13,7 @@
 #include "runners/executor.hpp"
 #include "runners/spec.hpp"
 #include "runners/store.hpp"
+#include "sim/trace/trace.hpp"
 
 namespace wbaudit::runners {
 
@@ -42,6 +44,17 @@ void check_sweep_directory(const std::filesystem::path& dir, const SweepSpec& sp
 
 // The CellFn that runs one cell with the simulator and writes DIR/trace.h5 (atomically).
 CellFn simulator_cell_fn();
+
+// The early-crossing warning (docs/specs.md): a target run whose erased fraction, in a group of `groups` (empty:
+// every group of at least min_group_size coordinates), is at or above `threshold` at a recorded step up to the
+// crossing burn-in or among its first kEarlyRecordedSteps recorded steps is "above at initialization" or crosses
+// before its trajectory is resolved: usually a learning rate or initialization the format cannot resolve. Returns
+// the warning naming the cell and each such group with its first such step and fraction; empty when there is none.
+// `wbaudit run` prints it after each such target cell.
+inline constexpr std::size_t kEarlyRecordedSteps = 3;
+std::string early_crossing_warning(const std::string& cell_name, const sim::Trace& target,
+                                   const std::vector<std::string>& groups, double threshold,
+                                   std::int64_t min_group_size, std::int64_t burn_in);
 
 // Creates (or, with resume, reopens) the sweep directory and runs every cell that is not canonical and complete.
 // Collective over comm when it is not MPI_COMM_NULL; rank 0 writes the report.

@@ -26,8 +26,8 @@ std::string join_path(const std::string& prefix, const std::string& key) {
 // Reads the members of one JSON object, rejecting unknown keys and wrong types with the key path.
 class ObjectReader {
  public:
-  ObjectReader(const json& object, std::string path, std::set<std::string> known)
-      : m_object(object), m_path(std::move(path)), m_known(std::move(known)) {
+  ObjectReader(const json& object, std::string path, const std::set<std::string>& known)
+      : m_object(object), m_path(std::move(path)), m_known(known) {
     if (!object.is_object()) {
       throw ConfigError((m_path.empty() ? "cell" : m_path) + ": expected an object");
     }
@@ -104,7 +104,7 @@ class ObjectReader {
  private:
   const json& m_object;
   std::string m_path;
-  std::set<std::string> m_known;
+  const std::set<std::string>& m_known;
 };
 
 std::string number_text(double x) {
@@ -170,7 +170,36 @@ std::map<std::string, std::string> group_formats_from_json(const json& gf, const
   return out;
 }
 
+// The known keys of each table of a cell configuration (sim/run.hpp run_config_key_tables).
+const std::set<std::string>& known_keys(const std::string& table) {
+  return run_config_key_tables().at(table);
+}
+
 }  // namespace
+
+const std::map<std::string, std::set<std::string>>& run_config_key_tables() {
+  static const std::map<std::string, std::set<std::string>> tables = {
+      {"",
+       {"schema", "mode", "seed", "steps", "model", "data", "optimizer", "schedule", "record", "target",
+        "project_formats", "project_policies", "validation", "replay"}},
+      {"model/two_layer",
+       {"kind", "input_dim", "hidden", "output_dim", "activation", "teacher_hidden", "teacher_seed", "init_scale"}},
+      {"model/decoder",
+       {"kind", "vocab", "width", "heads", "layers", "mlp_hidden", "seq_len", "rotary_fraction", "rotary_base",
+        "norm_eps", "parallel_residual", "init_std"}},
+      {"data/two_layer", {"batch", "noise"}},
+      {"data/decoder",
+       {"batch", "source", "path", "sha256", "validation_fraction", "markov_order", "markov_branching", "markov_seed"}},
+      {"optimizer", {"kind", "lr", "beta1", "beta2", "eps", "momentum", "weight_decay"}},
+      {"schedule", {"kind", "warmup_steps", "period", "min_lr_ratio", "step_size", "gamma"}},
+      {"record", {"kind", "k", "points"}},
+      {"target", {"format", "policy", "sr_bits", "group_formats"}},
+      {"validation", {"every", "batches"}},
+      {"replay", {"checkpoints", "steps", "format", "group_formats", "sr_bits", "policies"}},
+      {"project_policies[]", {"policy", "sr_bits"}},
+  };
+  return tables;
+}
 
 std::string known_model_kinds() {
   return "decoder, two_layer";
@@ -229,9 +258,7 @@ std::string storage_format_of(const std::string& default_format,
 
 RunConfig run_config_from_json(const json& j) {
   RunConfig c;
-  const ObjectReader top(j, "",
-                         {"schema", "mode", "seed", "steps", "model", "data", "optimizer", "schedule", "record",
-                          "target", "project_formats", "project_policies", "validation", "replay"});
+  const ObjectReader top(j, "", known_keys(""));
   std::string schema = kCellSchema;
   top.string("schema", schema);
   require(schema == kCellSchema, "schema", "unsupported schema \"" + schema + "\" (expected " + kCellSchema + ")");
@@ -260,9 +287,7 @@ RunConfig run_config_from_json(const json& j) {
   const json* data_json = top.find("data");
   if (c.model.kind == "two_layer") {
     if (const json* m = model_json) {
-      const ObjectReader r(
-          *m, "model",
-          {"kind", "input_dim", "hidden", "output_dim", "activation", "teacher_hidden", "teacher_seed", "init_scale"});
+      const ObjectReader r(*m, "model", known_keys("model/two_layer"));
       r.integer("input_dim", c.model.shape.input_dim);
       r.integer("hidden", c.model.shape.hidden);
       r.integer("output_dim", c.model.shape.output_dim);
@@ -279,7 +304,7 @@ RunConfig run_config_from_json(const json& j) {
     require(c.model.teacher_hidden > 0, "model.teacher_hidden", "must be positive");
     require(c.model.init_scale > 0, "model.init_scale", "must be positive");
     if (const json* d = data_json) {
-      const ObjectReader r(*d, "data", {"batch", "noise"});
+      const ObjectReader r(*d, "data", known_keys("data/two_layer"));
       r.integer("batch", c.data.batch);
       r.number("noise", c.data.noise);
     }
@@ -287,9 +312,7 @@ RunConfig run_config_from_json(const json& j) {
   } else {
     DecoderConfig& dc = c.model.decoder;
     if (const json* m = model_json) {
-      const ObjectReader r(*m, "model",
-                           {"kind", "vocab", "width", "heads", "layers", "mlp_hidden", "seq_len", "rotary_fraction",
-                            "rotary_base", "norm_eps", "parallel_residual", "init_std"});
+      const ObjectReader r(*m, "model", known_keys("model/decoder"));
       r.integer("vocab", dc.vocab);
       r.integer("width", dc.width);
       r.integer("heads", dc.heads);
@@ -318,9 +341,7 @@ RunConfig run_config_from_json(const json& j) {
     require(dc.norm_eps >= 0, "model.norm_eps", "must be non-negative, got " + number_text(dc.norm_eps));
     require(dc.init_std > 0, "model.init_std", "must be positive, got " + number_text(dc.init_std));
     if (const json* d = data_json) {
-      const ObjectReader r(*d, "data",
-                           {"batch", "source", "path", "sha256", "validation_fraction", "markov_order",
-                            "markov_branching", "markov_seed"});
+      const ObjectReader r(*d, "data", known_keys("data/decoder"));
       r.integer("batch", c.data.batch);
       r.string("source", c.data.source);
       r.string("path", c.data.path);
@@ -344,7 +365,7 @@ RunConfig run_config_from_json(const json& j) {
   require(c.data.batch > 0, "data.batch", "must be positive, got " + std::to_string(c.data.batch));
 
   if (const json* o = top.find("optimizer")) {
-    const ObjectReader r(*o, "optimizer", {"kind", "lr", "beta1", "beta2", "eps", "momentum", "weight_decay"});
+    const ObjectReader r(*o, "optimizer", known_keys("optimizer"));
     std::string kind = optimizer_kind_name(c.optimizer.kind);
     r.string("kind", kind);
     c.optimizer.kind = named("optimizer.kind", [&] { return optimizer_kind_from_name(kind); });
@@ -363,7 +384,7 @@ RunConfig run_config_from_json(const json& j) {
   require(c.optimizer.weight_decay >= 0, "optimizer.weight_decay", "must be non-negative");
 
   if (const json* s = top.find("schedule")) {
-    const ObjectReader r(*s, "schedule", {"kind", "warmup_steps", "period", "min_lr_ratio", "step_size", "gamma"});
+    const ObjectReader r(*s, "schedule", known_keys("schedule"));
     std::string kind = schedule_kind_name(c.schedule.kind);
     r.string("kind", kind);
     c.schedule.kind = named("schedule.kind", [&] { return schedule_kind_from_name(kind); });
@@ -380,7 +401,7 @@ RunConfig run_config_from_json(const json& j) {
   require(c.schedule.gamma > 0, "schedule.gamma", "must be positive");
 
   if (const json* rec = top.find("record")) {
-    const ObjectReader r(*rec, "record", {"kind", "k", "points"});
+    const ObjectReader r(*rec, "record", known_keys("record"));
     std::string kind = record_kind_name(c.record.kind);
     r.string("kind", kind);
     c.record.kind = named("record.kind", [&] { return record_kind_from_name(kind); });
@@ -392,7 +413,7 @@ RunConfig run_config_from_json(const json& j) {
 
   if (const json* t = top.find("target")) {
     require(c.mode == RunMode::target, "target", "only allowed in target mode");
-    const ObjectReader r(*t, "target", {"format", "policy", "sr_bits", "group_formats"});
+    const ObjectReader r(*t, "target", known_keys("target"));
     r.string("format", c.target.format);
     r.string("policy", c.target.policy);
     r.integer("sr_bits", c.target.sr_bits);
@@ -409,7 +430,7 @@ RunConfig run_config_from_json(const json& j) {
   }
 
   if (const json* v = top.find("validation")) {
-    const ObjectReader r(*v, "validation", {"every", "batches"});
+    const ObjectReader r(*v, "validation", known_keys("validation"));
     r.integer("every", c.validation.every);
     r.integer("batches", c.validation.batches);
   }
@@ -417,7 +438,7 @@ RunConfig run_config_from_json(const json& j) {
   require(c.validation.batches > 0, "validation.batches", "must be positive");
 
   if (const json* rp = top.find("replay")) {
-    const ObjectReader r(*rp, "replay", {"checkpoints", "steps", "format", "group_formats", "sr_bits", "policies"});
+    const ObjectReader r(*rp, "replay", known_keys("replay"));
     r.integer("checkpoints", c.replay.checkpoints);
     r.integer("steps", c.replay.steps);
     r.string("format", c.replay.format);
@@ -466,7 +487,7 @@ RunConfig run_config_from_json(const json& j) {
     require(p->is_array(), "project_policies", "expected an array of {policy, sr_bits} objects");
     for (std::size_t i = 0; i < p->size(); ++i) {
       const std::string path = "project_policies[" + std::to_string(i) + "]";
-      const ObjectReader r((*p)[i], path, {"policy", "sr_bits"});
+      const ObjectReader r((*p)[i], path, known_keys("project_policies[]"));
       std::string name;
       int sr_bits = 0;
       require(r.find("policy") != nullptr, path + ".policy", "missing (stochastic or deadzone-sr)");

@@ -7,6 +7,7 @@
 #include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -122,6 +123,11 @@ struct RunConfig {
 // Strict parsing: unknown keys, wrong types, non-positive steps/dimensions, unknown names and formats throw
 // ConfigError naming the key path. Missing keys take the defaults above.
 RunConfig run_config_from_json(const nlohmann::json& json);
+// The keys run_config_from_json accepts, by table: "" (the top level), "model/two_layer", "model/decoder",
+// "data/two_layer", "data/decoder" (by model.kind), "optimizer", "schedule", "record", "target", "validation",
+// "replay", "project_policies[]" (each entry). The parser reads its known keys from here (docs/specs.md is tested
+// against it).
+const std::map<std::string, std::set<std::string>>& run_config_key_tables();
 // Canonical JSON: every field, keys sorted, "schema" included; only the mode's own section (target or
 // project_formats, and project_policies when not empty, so that nearest-only reference cells keep their ids).
 // run_config_from_json(to_json(c)) == c.

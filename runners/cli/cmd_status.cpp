@@ -52,11 +52,19 @@ void add_status_command(CLI::App& app) {
     std::vector<runners::Deviation> deviations;
     std::string deviation_error;
     try {
-      deviations = runners::read_deviations(store.dir());
+      deviations = runners::read_deviations(store.dir(), &store);
     } catch (const std::exception& e) {
       deviation_error = e.what();
     }
-    const auto registrations = runners::registrations(store.dir());
+    const auto registrations = runners::registrations(store.dir(), &store);
+    // Edited or hand-made registrations and deviations (signed by the sweep's key, runners/registry.hpp).
+    std::vector<std::string> signature_problems;
+    for (const auto& r : registrations)
+      if (!r.signature_problem.empty())
+        signature_problems.push_back("registration " + r.sha256.substr(0, 12) + ": " + r.signature_problem);
+    for (const auto& d : deviations)
+      if (!d.signature_problem.empty())
+        signature_problems.push_back("deviation log line " + std::to_string(d.line) + ": " + d.signature_problem);
 
     if (args->json) {
       nlohmann::json out = {{"sweep", store.dir().string()},
@@ -69,7 +77,8 @@ void add_status_command(CLI::App& app) {
                             {"journal_torn_tail", store.journal_torn_tail()},
                             {"scheduler", scheduler},
                             {"deviations", deviations.size()},
-                            {"registrations", registrations.size()}};
+                            {"registrations", registrations.size()},
+                            {"signature_problems", signature_problems}};
       if (!deviation_error.empty()) {
         out["deviation_log_error"] = deviation_error;
       }
@@ -161,6 +170,9 @@ void add_status_command(CLI::App& app) {
       if (!deviation_error.empty()) {
         std::cout << "PROBLEM  " << deviation_error << "\n";
       }
+      if (store.can_verify()) {  // without the key every attempt is already said to be unverifiable
+        for (const auto& p : signature_problems) std::cout << "PROBLEM  " << p << "\n";
+      }
       if (scheduler.value("available", false)) {
         std::cout << "scheduler (informational; completion is decided from content):\n";
         if (scheduler["jobs"].empty()) {
@@ -174,8 +186,9 @@ void add_status_command(CLI::App& app) {
         std::cout << "scheduler: " << scheduler["message"].get<std::string>() << "\n";
       }
     }
-    if (args->check && (counts[runners::CellState::done] != statuses.size() || !frozen.empty() || !record.empty() ||
-                        foreign > 0 || !store.can_verify())) {
+    if (args->check &&
+        (counts[runners::CellState::done] != statuses.size() || !frozen.empty() || !record.empty() || foreign > 0 ||
+         !store.can_verify() || !signature_problems.empty() || !deviation_error.empty())) {
       throw ExitStatus{2};
     }
   });

@@ -150,6 +150,29 @@ grep -q "outcomes it names already exist" "$work/reg" || { cat "$work/reg"; fail
 [ "$(wc -l < "$d/deviations.jsonl")" -eq 2 ] || fail "deviation log should have 2 lines"
 "${W[@]}" status "$d" --no-scheduler | grep -q "deviations 2" || fail "status does not show the deviations"
 if "${W[@]}" deviate "$d" --reason "x" --cells no/such/cell 2> /dev/null; then fail "deviate accepted an unknown cell"; fi
+# The registry and the deviation log are signed: an edited last deviation (which no hash chain covers) and an edited
+# registration are flagged by status, and evaluate does not count the edited registration as one.
+"${W[@]}" status "$d" --no-scheduler | grep -q "PROBLEM  .*\(registration\|deviation\)" && fail "signed records flagged before any edit"
+cp "$d/deviations.jsonl" "$work/deviations.saved"
+sed -i '2s/"why":"second"/"why":"third"/' "$d/deviations.jsonl"
+grep -q '"why":"third"' "$d/deviations.jsonl" || fail "could not edit the deviation"
+"${W[@]}" status "$d" --no-scheduler > "$work/dev.status" || true
+grep -q "^PROBLEM  deviation log line 2: not signed by this sweep's key" "$work/dev.status" \
+  || { cat "$work/dev.status"; fail "status does not flag the edited deviation"; }
+cp "$work/deviations.saved" "$d/deviations.jsonl"
+reg=$(ls "$d"/registry/*/registration.json)
+cp "$reg" "$work/registration.saved"
+sed -i 's/"retrospective": true/"retrospective": false/' "$reg"
+grep -q '"retrospective": false' "$reg" || fail "could not edit the registration"
+"${W[@]}" status "$d" --json --no-scheduler | python3 -c '
+import json, sys
+p = json.load(sys.stdin)["signature_problems"]
+assert len(p) == 1 and p[0].startswith("registration ") and "not signed by this sweep" in p[0], p' \
+  || fail "status --json does not flag the edited registration"
+"${W[@]}" evaluate "$d" -o "$work/ev-edited" > "$work/ev-edited.out" 2>&1 || { cat "$work/ev-edited.out"; fail "evaluate after the registration edit"; }
+grep -q "(not preregistered (the registration is not verified))" "$work/ev-edited.out" \
+  || { cat "$work/ev-edited.out"; fail "evaluate counted an edited registration"; }
+cp "$work/registration.saved" "$reg"
 
 # Full disk: a tmpfs just large enough for the sweep's frozen inputs and a few traces.
 f="$work/full"

@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 
@@ -52,6 +53,8 @@ struct RegistryTest : ::testing::Test {
   fs::path dir = fs::temp_directory_path() / ("wbaudit_registry_" + wr::random_uuid());
   fs::path analysis = dir.string() + "_analysis.toml";
   void TearDown() override {
+    ::unsetenv("WBAUDIT_KEY_FILE");
+    fs::remove(dir.string() + "_key");
     fs::remove_all(dir);
     fs::remove(analysis);
   }
@@ -114,6 +117,25 @@ TEST_F(RegistryTest, PatternsAndBadAnalyses) {
   }
 }
 
+// toml++ names a redefined dotted key mangled ("ananalysis.required_cells"); every TOML reader of the registry says
+// the file, the line and the key as written.
+TEST_F(RegistryTest, DuplicateKeysAreNamedAsWritten) {
+  const auto store = wr::SweepStore::create(dir, "spec", cells());
+  spit(analysis, "analysis.required_cells = [\"target/*\"]\nanalysis.required_cells = [\"ref/*\"]\n");
+  for (int reader = 0; reader < 2; ++reader) {
+    try {
+      if (reader == 0) (void)wr::analysis_outcome_cells(store, analysis);
+      if (reader == 1) (void)wr::register_analysis(store, analysis, false);
+      FAIL() << "a duplicate key was accepted";
+    } catch (const wr::RegistryError& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find(analysis.string() + ":2: duplicate key \"analysis.required_cells\""), std::string::npos)
+          << what;
+      EXPECT_EQ(what.find("ananalysis"), std::string::npos) << what;
+    }
+  }
+}
+
 TEST_F(RegistryTest, AnAnalysisEvaluateWouldRefuseIsNeverFrozen) {
   const auto store = wr::SweepStore::create(dir, "spec", cells());
   for (const std::string& bad : {std::string("[analysis]\npredictors = [\"sourse\", \"template\"]\n"),
@@ -157,4 +179,73 @@ TEST_F(RegistryTest, DeviationLogIsAppendOnlyAndChained) {
   // So does removing the first line.
   spit(dir / "deviations.jsonl", both.substr(first.size()));
   EXPECT_THROW((void)wr::read_deviations(dir), wr::RegistryError);
+}
+
+// The registry and the deviation log are signed with the sweep's key (the HMAC of journal.hpp): an edited
+// registration.json, an edited last deviation (no later prev_sha256 covers it) or a deviation appended by hand with
+// a correct chain hash is flagged; without the key nothing is verified and each says so.
+TEST_F(RegistryTest, RegistrationsAndDeviationsAreSigned) {
+  const fs::path key = dir.string() + "_key";
+  ::setenv("WBAUDIT_KEY_FILE", key.c_str(), 1);
+  const auto store = wr::SweepStore::create(dir, "spec", cells());
+  ASSERT_TRUE(store.can_verify()) << store.key_problem();
+  spit(analysis, gate(0.2));
+  const auto reg = wr::register_analysis(store, analysis, false, "alice");
+  (void)wr::record_deviation(store, "reran on partition b", "node failure", {"target/e4m3"}, "bob");
+  ASSERT_EQ(wr::registrations(dir, &store).size(), 1u);
+  EXPECT_EQ(wr::registrations(dir, &store)[0].signature_problem, "");
+  ASSERT_EQ(wr::read_deviations(dir, &store).size(), 1u);
+  EXPECT_EQ(wr::read_deviations(dir, &store)[0].signature_problem, "");
+
+  // An edited registration (who registered it) keeps its frozen analysis and hash, but not its signature.
+  const fs::path record = dir / "registry" / reg.sha256 / "registration.json";
+  const std::string signed_record = slurp(record);
+  std::string edited = signed_record;
+  edited.replace(edited.find("\"alice\""), 7, "\"carol\"");
+  spit(record, edited);
+  const auto regs = wr::registrations(dir, &store);
+  ASSERT_EQ(regs.size(), 1u);
+  EXPECT_EQ(regs[0].who, "carol");
+  EXPECT_NE(regs[0].signature_problem.find("not signed by this sweep's key"), std::string::npos)
+      << regs[0].signature_problem;
+  EXPECT_EQ(wr::find_registration(dir, slurp(analysis), &store)->signature_problem, regs[0].signature_problem);
+  // Unsigned (hand-made, or written before records were signed).
+  nlohmann::json unsigned_record = nlohmann::json::parse(signed_record);
+  unsigned_record.erase("hmac");
+  spit(record, unsigned_record.dump(1) + "\n");
+  EXPECT_NE(wr::registrations(dir, &store)[0].signature_problem.find("not signed"), std::string::npos);
+  spit(record, signed_record);
+  EXPECT_EQ(wr::registrations(dir, &store)[0].signature_problem, "");
+
+  // The last deviation edited: the chain cannot see it, the signature does.
+  const fs::path log = dir / "deviations.jsonl";
+  const std::string one = slurp(log);
+  std::string why = one;
+  why.replace(why.find("node failure"), 12, "cosmic rays!");
+  spit(log, why);
+  ASSERT_EQ(wr::read_deviations(dir, &store).size(), 1u);
+  EXPECT_NE(wr::read_deviations(dir, &store)[0].signature_problem.find("not signed by this sweep's key"),
+            std::string::npos);
+  EXPECT_EQ(wr::read_deviations(dir)[0].signature_problem, "");  // not checked without the store
+  // A deviation appended by hand with the right chain hash: the chain holds, the signature is missing.
+  nlohmann::json forged = {{"schema", wr::kDeviationSchema},
+                           {"who", "mallory"},
+                           {"when", "2026-01-01T00:00:00Z"},
+                           {"what", "nothing"},
+                           {"why", "because"},
+                           {"cells", nlohmann::json::array()},
+                           {"prev_sha256", wr::sha256_hex(one)}};
+  spit(log, one + forged.dump() + "\n");
+  const auto devs = wr::read_deviations(dir, &store);
+  ASSERT_EQ(devs.size(), 2u);
+  EXPECT_EQ(devs[0].signature_problem, "");
+  EXPECT_EQ(devs[1].line, 2);
+  EXPECT_NE(devs[1].signature_problem.find("not signed"), std::string::npos) << devs[1].signature_problem;
+
+  // Without the key: nothing is verified, and each record says so.
+  ::unsetenv("WBAUDIT_KEY_FILE");
+  fs::remove(key);
+  const auto keyless = wr::SweepStore::open(dir);
+  EXPECT_NE(wr::registrations(dir, &keyless)[0].signature_problem.find("cannot be verified"), std::string::npos);
+  EXPECT_NE(wr::read_deviations(dir, &keyless)[0].signature_problem.find("cannot be verified"), std::string::npos);
 }

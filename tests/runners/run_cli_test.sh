@@ -69,4 +69,13 @@ fi
 grep -q "is being run by another wbaudit process" "$work/err" || { cat "$work/err"; fail "lock message"; }
 exec 9>&-
 "$wbaudit" run "$src/examples/tiny.toml" --out "$work/t1" --resume -q || fail "resume after the lock was released"
+# The early-crossing warning (docs/specs.md): e2m3 at lr_scale 0.5 (lr 2^-5; weights ~0.35, below e2m3's min normal
+# 1, whose subnormal spacing is 2^-3) erases every update from step 0, even with -q; the bf16 cell of the same grid
+# crosses later and is not named.
+sed 's/^"target.format" = .*/"target.format" = ["e2m3", "bf16"]/; s/^"optimizer.lr_scale" = .*/"optimizer.lr_scale" = [0.5]/' \
+  "$src/examples/tiny.toml" > "$work/early.toml"
+"$wbaudit" run "$work/early.toml" --out "$work/early" -q 2> "$work/early.err" || { cat "$work/early.err"; fail "early run"; }
+grep -q '^wbaudit run: warning: target/lr_scale=0.5/format=e2m3: erased fraction at or above the threshold 0.5 .*(layer1.weight 1 at step 0, layer2.weight 1 at step 0)' "$work/early.err" \
+  || { cat "$work/early.err"; fail "no early-crossing warning naming the e2m3 cell, its groups, fractions and step"; }
+[ "$(grep -c 'warning:' "$work/early.err")" -eq 1 ] || { cat "$work/early.err"; fail "expected exactly one warning"; }
 echo "run_cli_test: all checks passed"

@@ -6,7 +6,10 @@
 
 #include <cmath>
 #include <filesystem>
+#include <limits>
+#include <map>
 #include <string>
+#include <vector>
 
 #include "runners/spec.hpp"
 #include "runners/sweep_run.hpp"
@@ -96,6 +99,46 @@ TEST(SweepSpec, LearningRateScaleIsRelativeToMantissaWidth) {
   }
   // Distinct learning rates: two references.
   EXPECT_EQ(spec.count(CellRole::reference), 2u);
+}
+
+// intK: lr = s / (2 L), L = 2^(K-1) - 1, half the step of a tensor of absmax 1 (docs/specs.md). By hand: int4 has
+// L = 7, so s = 0.5 gives 0.5 / 14; int8 has L = 127, so s = 0.5 gives 0.5 / 254; int2 has L = 1: 0.5 / 2 = 0.25.
+TEST(SweepSpec, LearningRateScaleOfIntegerFormatsIsRelativeToTheirStep) {
+  auto spec = parse_sweep_spec(kBase + R"(
+[grid]
+"target.format" = ["int4", "int8", "int2"]
+"optimizer.lr_scale" = [0.5]
+)",
+                               "spec.toml");
+  ASSERT_EQ(spec.count(CellRole::target), 3u);
+  std::map<std::string, double> lr;
+  for (const auto& cell : spec.cells) {
+    if (cell.role != CellRole::target) continue;
+    EXPECT_FALSE(cell.config.at("optimizer").contains("lr_scale"));
+    lr[cell.config.at("target").at("format").get<std::string>()] = cell.config.at("optimizer").at("lr").get<double>();
+  }
+  EXPECT_EQ(lr.at("int4"), 0.5 / 14);
+  EXPECT_EQ(lr.at("int8"), 0.5 / 254);
+  EXPECT_EQ(lr.at("int2"), 0.25);
+  EXPECT_EQ(spec.count(CellRole::reference), 3u);  // three learning rates
+}
+
+// Cell names: the axes sorted by dotted path (not in file order), the last one varying fastest; references named by
+// their non-target axes and lr (docs/specs.md "Cell names and their order").
+TEST(SweepSpec, CellNamesFollowTheSortedAxes) {
+  auto spec = parse_sweep_spec(kBase + R"(
+[grid]
+"target.format" = ["e4m3", "bf16"]
+seed = [5, 6]
+"optimizer.lr" = [0.5]
+)",
+                               "spec.toml");
+  std::vector<std::string> targets, references;
+  for (const auto& cell : spec.cells) (cell.role == CellRole::target ? targets : references).push_back(cell.name);
+  EXPECT_EQ(targets,
+            (std::vector<std::string>{"target/lr=0.5/seed=5/format=e4m3", "target/lr=0.5/seed=5/format=bf16",
+                                      "target/lr=0.5/seed=6/format=e4m3", "target/lr=0.5/seed=6/format=bf16"}));
+  EXPECT_EQ(references, (std::vector<std::string>{"reference/lr=0.5/seed=5", "reference/lr=0.5/seed=6"}));
 }
 
 TEST(SweepSpec, NestedGridTablesAreAxesToo) {
@@ -244,3 +287,49 @@ TEST(RunSweep, ACellThatCannotFitInMemoryIsRefusedBeforeAnythingIsWritten) {
 }
 
 }  // namespace
+
+namespace {
+
+// A hand-made target trace: groups with the given sizes and erased fractions on recorded steps 0, 5, 10, 20.
+wbaudit::sim::Trace early_trace(const std::vector<std::pair<std::string, std::vector<double>>>& groups,
+                                std::int64_t size = 128) {
+  wbaudit::sim::Trace t;
+  t.mode = "target";
+  t.recorded_steps = {0, 5, 10, 20};
+  for (const auto& [name, fractions] : groups) {
+    wbaudit::sim::GroupTrace g;
+    g.name = name;
+    g.size = size;
+    g.erased_fraction = fractions;
+    t.groups.push_back(g);
+  }
+  return t;
+}
+
+}  // namespace
+
+// The early-crossing warning (docs/specs.md): a group at or above the threshold at one of the first 3 recorded steps
+// (0, 5, 10 here) or at a step up to the burn-in is named with its first such step and fraction; NaN is no crossing.
+TEST(EarlyCrossingWarning, NamesTheCellGroupStepAndFraction) {
+  using wbaudit::runners::early_crossing_warning;
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const auto trace = early_trace({{"layer1.weight", {0.25, 0.75, 0.9, 1.0}},
+                                  {"layer2.weight", {0.5, 0.5, 0.5, 0.5}},
+                                  {"layer1.bias", {nan, 0.1, 0.2, 0.9}}});
+  const std::string w = early_crossing_warning("target/format=e2m3", trace, {}, 0.5, 64, 0);
+  EXPECT_EQ(w.rfind("target/format=e2m3: ", 0), 0u) << w;
+  EXPECT_NE(w.find("layer1.weight 0.75 at step 5, layer2.weight 0.5 at step 0"), std::string::npos) << w;
+  EXPECT_EQ(w.find("layer1.bias"), std::string::npos) << w;  // crosses at step 20 only, after the burn-in
+  // With a burn-in of 20 steps, step 20 is early too.
+  EXPECT_NE(early_crossing_warning("c", trace, {}, 0.5, 64, 20).find("layer1.bias 0.9 at step 20"), std::string::npos);
+  EXPECT_EQ(early_crossing_warning("c", trace, {}, 0.5, 64, 19).find("layer1.bias"), std::string::npos);
+  // Only the evaluation groups, when given; a threshold above every early fraction: no warning.
+  const std::string only2 = early_crossing_warning("c", trace, {"layer2.weight"}, 0.5, 64, 0);
+  EXPECT_EQ(only2.find("layer1.weight"), std::string::npos) << only2;
+  EXPECT_NE(only2.find("layer2.weight 0.5 at step 0"), std::string::npos) << only2;
+  EXPECT_EQ(early_crossing_warning("c", trace, {}, 0.95, 64, 0), "");
+  // Groups below min_group_size are left out, as from the crossing headline.
+  EXPECT_EQ(early_crossing_warning("c", early_trace({{"g", {1.0, 1.0, 1.0, 1.0}}}, 8), {}, 0.5, 64, 0), "");
+  // A crossing after the first three recorded steps and the burn-in is an ordinary one.
+  EXPECT_EQ(early_crossing_warning("c", early_trace({{"g", {0.1, 0.2, 0.3, 0.9}}}), {}, 0.5, 64, 10), "");
+}
