@@ -78,8 +78,9 @@ struct BlockKernel : CountsReducerBase {
                 : lanes == Lanes::fp32_integer ? detail::nearest_block_integer(bp, wp, up, flags, len, bc)
                                                : detail::nearest_block_fp64(bp, p.integer, wp, up, flags, len, bc);
     } else {
-      std::uint32_t words[kBlock];
-      detail::philox_first_words(key, first_coordinate + static_cast<std::uint64_t>(begin), len, words);
+      alignas(64) std::uint32_t scratch[detail::kPhiloxScratch];
+      const std::uint32_t* words =
+          detail::philox_first_words_in(key, first_coordinate + static_cast<std::uint64_t>(begin), len, scratch);
       flagged = detail::stochastic_block(bp, p.integer, Mode, wp, up, words, flags, len, bc);
     }
     if (flagged > 0) {

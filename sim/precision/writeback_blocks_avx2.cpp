@@ -378,7 +378,12 @@ std::int64_t nearest_float(const BlockParams& bp, float* __restrict master, floa
     const __m256 wf = load_ps(w + k, live, tail), uf = load_ps(u + k, live, tail);
     const Rounded<Master> in(master, k, live, tail, wf, uf);
     const Sum& s = in.s;
-    const V r = round_nearest_bits<Subnormals>(c, shift_subnormal<Subnormals>(c, s));
+    V r;
+    if (Subnormals && any(_mm256_cmpgt_epi32(c.sub_bits, s.ab)) != 0) {
+      r = round_nearest_bits<Subnormals>(c, shift_subnormal<Subnormals>(c, s));
+    } else {  // no lane in the format's subnormal range: the plain rounding gives the same bits, with less work
+      r = round_nearest_bits<false>(c, shift_subnormal<false>(c, s));
+    }
     const __m256 v = as_ps(or_(r, s.sign));
     const Edge edge = edge_lanes<true>(s, c.max_bits);
     const V flag = or_(edge.bad, in.bad_w);
@@ -435,7 +440,7 @@ std::int64_t stochastic_float(const BlockParams& bp, float* __restrict w, const 
                               const std::uint32_t* __restrict words, unsigned char* __restrict flags, std::int64_t len,
                               BlockCounts& counts) {
   const FloatRound c(bp);
-  const V unit_bit = u32(bp.mask + 1), emin_field = u32(bp.emin_field);
+  const V unit_bit = u32(bp.mask + 1);
   const V window = u32((1u << bp.k_shift) + 2u);
   const __m128i k_shift = _mm_cvtsi32_si128(static_cast<int>(bp.k_shift));
   const __m128i r_drop = _mm_cvtsi32_si128(RBits ? 32 - bp.sr_bits : 0);
@@ -469,8 +474,8 @@ std::int64_t stochastic_float(const BlockParams& bp, float* __restrict w, const 
     undecided = and_(undecided, off);
     V step_down = unit_bit;
     if constexpr (Subnormals) {
-      const V pow2 = eq(and_(x.ab, u32(0x7fffffu)), zero_si());
-      const V at_min = and_(pow2, eq(_mm256_srli_epi32(x.ab, 23), emin_field));
+      // |x| is the min normal (a power of two with the exponent field emin_field: only the min normal itself)
+      const V at_min = eq(x.ab, c.sub_bits);
       step_down = _mm256_add_epi32(unit_bit, and_(at_min, unit_bit));
     }
     const V kept = and_(x.ab, c.keep);
