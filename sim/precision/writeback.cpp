@@ -64,8 +64,8 @@ std::int64_t writeback_block_mode(const detail::BlockWriteback& wb, std::uint64_
               : wb.lanes == Lanes::fp32_integer ? detail::nearest_block_integer(bp, wp, up, flags, len, bc)
                                                 : detail::nearest_block_fp64(bp, wb.p.integer, wp, up, flags, len, bc);
   } else {
-    std::uint32_t words[kBlock];
-    detail::philox_first_words(wb.key, first, len, words);
+    alignas(64) std::uint32_t scratch[detail::kPhiloxScratch];
+    const std::uint32_t* words = detail::philox_first_words_in(wb.key, first, len, scratch);
     flagged = detail::stochastic_block(bp, wb.p.integer, Mode, wp, up, words, flags, len, bc);
   }
   std::int64_t nonfinite = 0;

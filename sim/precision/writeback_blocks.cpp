@@ -784,24 +784,36 @@ std::int64_t stochastic_block(const BlockParams& bp, bool integer, int mode, flo
   });
 }
 
+const std::uint32_t* philox_first_words_in(const RngKey& key, std::uint64_t first, std::int64_t len,
+                                           std::uint32_t* scratch) {
+  if (len <= 0) {
+    return scratch;
+  }
+  const std::uint64_t g0 = first >> 2;
+  const auto groups = static_cast<std::int64_t>(((first + static_cast<std::uint64_t>(len) - 1) >> 2) - g0 + 1);
+  const auto k0 = static_cast<std::uint32_t>(key.seed), k1 = static_cast<std::uint32_t>(key.seed >> 32);
+  const auto step = static_cast<std::uint32_t>(key.step);
+  switch (isa_now()) {  // each rounds groups up to whole batches (at most 32 groups), which scratch has room for
+    case BlockIsa::avx512:
+      avx512::philox_groups(k0, k1, step, key.tensor_id, g0, groups, scratch);
+      break;
+    case BlockIsa::avx2:
+      avx2::philox_groups(k0, k1, step, key.tensor_id, g0, groups, scratch);
+      break;
+    default:
+      philox_groups(k0, k1, step, key.tensor_id, g0, groups, scratch);
+      break;
+  }
+  return scratch + (first & 3u);
+}
+
 void philox_first_words(const RngKey& key, std::uint64_t first, std::int64_t len, std::uint32_t* words) {
   if (len <= 0) {
     return;
   }
-  const std::uint64_t g0 = first >> 2;
-  const auto groups = static_cast<std::int64_t>(((first + static_cast<std::uint64_t>(len) - 1) >> 2) - g0 + 1);
-  alignas(64) std::uint32_t block[4 * (kWritebackBlock / 4 + 2 + 32)];  // room for whole batches of 32 groups
-  const BlockIsa isa = isa_now();
-  if (isa == BlockIsa::avx512 || isa == BlockIsa::avx2) {
-    (isa == BlockIsa::avx512 ? avx512::philox_groups : avx2::philox_groups)(
-        static_cast<std::uint32_t>(key.seed), static_cast<std::uint32_t>(key.seed >> 32),
-        static_cast<std::uint32_t>(key.step), key.tensor_id, g0, groups, block);
-    std::memcpy(words, block + (first & 3u), static_cast<std::size_t>(len) * sizeof(std::uint32_t));
-    return;
-  }
-  philox_groups(static_cast<std::uint32_t>(key.seed), static_cast<std::uint32_t>(key.seed >> 32),
-                static_cast<std::uint32_t>(key.step), key.tensor_id, g0, groups, block);
-  std::memcpy(words, block + (first & 3u), static_cast<std::size_t>(len) * sizeof(std::uint32_t));
+  alignas(64) std::uint32_t scratch[kPhiloxScratch];
+  std::memcpy(words, philox_first_words_in(key, first, len, scratch),
+              static_cast<std::size_t>(len) * sizeof(std::uint32_t));
 }
 
 }  // namespace wbaudit::sim::detail

@@ -91,6 +91,11 @@ std::int64_t stochastic_block(const BlockParams& bp, bool integer, int mode, flo
 // the Philox4x32-10 block with counter (c / 4, step, tensor), exactly as PhiloxStream::first_words, computed for
 // all groups of the block at once in vector lanes.
 void philox_first_words(const RngKey& key, std::uint64_t first, std::int64_t len, std::uint32_t* words);
+// The same words computed in place in scratch (at least kPhiloxScratch words: whole batches of groups), without the
+// copy: returns where coordinate first's word lies in scratch (the others follow it).
+inline constexpr std::int64_t kPhiloxScratch = 4 * (kWritebackBlock / 4 + 2 + 32);
+const std::uint32_t* philox_first_words_in(const RngKey& key, std::uint64_t first, std::int64_t len,
+                                           std::uint32_t* scratch);
 
 // ---- Which loops run ----
 // Three implementations, chosen at load time: the AVX-512 loops (writeback_blocks_avx512.cpp, intrinsics) when the

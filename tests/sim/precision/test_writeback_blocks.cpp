@@ -528,3 +528,73 @@ TEST(WritebackBlocks, StochasticDecisionAtTheBoundaryOfTheRandomWord) {
     std::printf("checked %lld boundary decisions\n", static_cast<long long>(checked));
   });
 }
+
+// The AVX2 loops decide a vector (8 coordinates) without the subnormal work when none of its lanes lies at or below
+// the format's min normal (nearest: every floating format; SR: min normal <= 2^-4). Vectors of 8 normal lanes
+// alternate here with vectors holding one lane at the edge (w at +-min normal or subnormal; sums on the grid around
+// the min normal, and sums within an fp32 rounding of w, whose SR step down from the min normal is the wide one), in
+// every position; every coordinate must equal the exact scalar path, and nearest the brute force.
+TEST(WritebackBlocks, VectorsWithAndWithoutSubnormalLanesEqualTheExactPath) {
+  for_each_implementation([&] {
+    std::int64_t checked = 0;
+    for (const Case& c : all_formats()) {
+      if (!c.table || c.fmt.kind != FormatKind::floating || c.fmt.min_normal <= 0x1p-126) {
+        continue;  // only formats whose subnormal range lies in fp32's normal range
+      }
+      const auto table = wbaudit::test::ref_table(c.ref);
+      std::vector<float> normal;  // format values of magnitude >= 4 * min normal
+      for (const auto& v : table) {
+        if (std::fabs(v.value) >= 4 * c.fmt.min_normal && std::isfinite(v.value)) {
+          normal.push_back(static_cast<float>(v.value));
+        }
+      }
+      ASSERT_FALSE(normal.empty());
+      SplitMix rng{41};
+      const double mn = c.fmt.min_normal, ms = c.fmt.min_subnormal;
+      std::vector<float> w, u;
+      for (int vec = 0; vec < 2048; ++vec) {
+        const int edge_lane = vec % 2 == 0 ? -1 : static_cast<int>(rng.below(8));
+        for (int lane = 0; lane < 8; ++lane) {
+          float wi, ui;
+          if (lane == edge_lane) {
+            const double sign = rng.below(2) ? 1.0 : -1.0;
+            wi = static_cast<float>(sign * (rng.below(2) ? mn : ms * static_cast<double>(1 + rng.below(3))));
+            const double steps[] = {-1.5, -1, -0.5, -0.25, 0.25, 0.5, 1, 1.5};
+            if (rng.below(2) == 0) {  // sums on or off the format's grid near the edge
+              ui = static_cast<float>(sign * ms * steps[rng.below(8)] * (rng.below(4) == 0 ? 1.0 + 0x1p-20 : 1.0));
+            } else {  // sums that round (in fp32) to w itself, just below or above it
+              ui = static_cast<float>((rng.below(2) ? 1.0 : -1.0) * mn *
+                                      std::ldexp(1.0, -24 - static_cast<int>(rng.below(16))));
+            }
+          } else {
+            wi = normal[rng.below(normal.size())];
+            // an update below half the spacing up to a few spacings: erased, rounded, stochastic
+            ui = static_cast<float>(std::fabs(wi) * std::ldexp(rng.uniform() - 0.5, -static_cast<int>(rng.below(8))));
+          }
+          w.push_back(wi);
+          u.push_back(ui);
+        }
+      }
+      const FormatParams p = format_params(c.fmt);
+      for (const auto& pol : kPolicies) {
+        SCOPED_TRACE(describe(c.fmt, pol));
+        const RngKey key{0xfeedull, 12, 1};
+        Kokkos::View<float*> wv = to_view(w, "w"), uv = to_view(u, "u");
+        writeback(c.fmt, pol, key, wv, uv);
+        const std::vector<float> hw = from_view(wv);
+        for (std::size_t i = 0; i < w.size(); ++i) {
+          const WritebackOutcome o = writeback_value(p, pol, key, i, w[i], u[i]);
+          ASSERT_EQ(bits_of(hw[i]), bits_of(o.value))
+              << "coordinate " << i << ": w = " << std::hexfloat << w[i] << ", u = " << u[i] << std::defaultfloat;
+          if (pol.policy == Policy::nearest) {
+            ASSERT_EQ(static_cast<double>(hw[i]),
+                      wbaudit::test::ref_nearest_search(table, static_cast<double>(w[i]) + static_cast<double>(u[i])))
+                << "coordinate " << i;
+          }
+          ++checked;
+        }
+      }
+    }
+    std::printf("checked %lld coordinate write-backs\n", static_cast<long long>(checked));
+  });
+}
