@@ -241,7 +241,9 @@ class PersistentNative:
     unmatched parameters stay fp32). The parameters are rounded into their formats (nearest) at construction;
     intK formats take the per-tensor scale from the absmax of that initialization. Each step: the wrapped optimizer
     steps in fp32, u = p_after - p_before (fp32), and p <- q_F^policy(p_before + u) with wbaudit's write-back (SR keyed
-    by (seed, step, tensor id, coordinate), tensor id = position in the parameter order). trajectory: a path to dump
+    by (seed, step, tensor id, coordinate), tensor id = position in the parameter order). With fp32 this is plain
+    PyTorch except where p_after - p_before is inexact in fp32 (a weight crossed zero or changed magnitude by 2x),
+    where the proposal's rounding stays in the run. trajectory: a path to dump
     the realized trajectory (w, u, w_next at the recorded steps) for `wbaudit audit`.
     """
 

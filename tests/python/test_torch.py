@@ -1,5 +1,6 @@
 """wbaudit.torch on small PyTorch runs: ReferenceRecorder's projected counts equal a brute-force recount from
-saved parameters; PersistentNative with fp32 + nearest is plain PyTorch bitwise; its target trace's counts equal a
+saved parameters; PersistentNative with fp32 + nearest is PyTorch followed by the proposal's
+fp32 round trip, bitwise; its target trace's counts equal a
 recount from the dumped trajectory, which `wbaudit audit` finds consistent."""
 import csv
 import subprocess
@@ -119,17 +120,55 @@ def train(model, opt, steps, step_fn):
         step_fn(loss)
 
 
-def test_persistent_native_fp32_nearest_is_plain_pytorch(tmp_path):
+def test_persistent_native_fp32_nearest_is_pytorch_with_the_proposal_round_trip(tmp_path):
+    """fp32 + nearest writes q(w + u) with u = fl(p_after - w): plain PyTorch followed by the same round trip in torch's
+    own fp32 arithmetic is the independent reference (bitwise over 40 steps). The round trip is the identity wherever
+    p_after - w is exact in fp32 (Sterbenz: the weight neither crossed zero nor changed magnitude by 2x); the test
+    also checks, on one step from a shared state, that the coordinates where native differs from plain PyTorch are
+    exactly those where float64 says the round trip is inexact."""
+    def round_trip_step(opt, params):
+        before = [p.detach().clone() for p in params]
+        opt.step()
+        with torch.no_grad():
+            for p, w in zip(params, before):
+                p.copy_(w + (p - w))
+
     plain = make_model()
     opt = torch.optim.AdamW(plain.parameters(), lr=3e-3)
-    train(plain, opt, 40, lambda loss: opt.step())
+    train(plain, opt, 40, lambda loss: round_trip_step(opt, list(plain.parameters())))
     native = make_model()
     pn = PersistentNative(torch.optim.AdamW(native.parameters(), lr=3e-3), formats="fp32", model=native,
                           path=tmp_path / "t.h5")
     train(native, pn, 40, lambda loss: pn.step(loss=loss.item()))
     for (n, a), (_, b) in zip(plain.named_parameters(), native.named_parameters()):
         assert torch.equal(a.view(torch.int32), b.view(torch.int32)), n
-    pn.close()
+    trace = wbaudit.read_trace(pn.close())
+    for name, _ in native.named_parameters():
+        assert list(trace["groups"][name]["erased"]) == [0] * 40, name
+
+    # One step with a large learning rate from a shared state, so that some weights cross zero.
+    x, y = batches(1, seed=5)[0]
+    models = [make_model(seed=3), make_model(seed=3)]
+    opts = [torch.optim.SGD(m.parameters(), lr=0.5) for m in models]
+    pn = PersistentNative(opts[1], formats="fp32", model=models[1], path=None)
+    before = [p.detach().clone() for p in models[0].parameters()]
+    for m, o in zip(models, opts):
+        o.zero_grad()
+        torch.nn.functional.mse_loss(m(x), y).backward()
+    opts[0].step()
+    pn.step()
+    inexact_total = 0
+    for w, a, b in zip(before, models[0].parameters(), models[1].parameters()):
+        w64, a64 = w.double().numpy().ravel(), a.detach().double().numpy().ravel()
+        u32 = (a.detach() - w).numpy().ravel()
+        inexact = u32.astype(np.float64) != a64 - w64  # fp32 subtraction rounded (float64 holds it exactly here)
+        differs = a.detach().view(torch.int32).numpy().ravel() != b.detach().view(torch.int32).numpy().ravel()
+        assert not np.any(differs & ~inexact)
+        # where the subtraction rounded, native holds fl(w + u), computed here in float64 then rounded once
+        np.testing.assert_array_equal(b.detach().numpy().ravel()[inexact],
+                                      (w64 + u32.astype(np.float64)).astype(np.float32)[inexact])
+        inexact_total += int(inexact.sum())
+    assert inexact_total > 0  # the step exercised the case
 
 
 @pytest.mark.parametrize("policy", ["nearest", "stochastic"])

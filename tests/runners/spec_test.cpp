@@ -94,8 +94,12 @@ TEST(SweepSpec, LearningRateScaleIsRelativeToMantissaWidth) {
     if (cell.role != CellRole::target) continue;
     double lr = cell.config.at("optimizer").at("lr").get<double>();
     EXPECT_FALSE(cell.config.at("optimizer").contains("lr_scale"));
-    if (cell.config.at("target").at("format") == "e4m3") EXPECT_EQ(lr, 0.125);
-    if (cell.config.at("target").at("format") == "bf16") EXPECT_EQ(lr, 0.0078125);
+    if (cell.config.at("target").at("format") == "e4m3") {
+      EXPECT_EQ(lr, 0.125);
+    }
+    if (cell.config.at("target").at("format") == "bf16") {
+      EXPECT_EQ(lr, 0.0078125);
+    }
   }
   // Distinct learning rates: two references.
   EXPECT_EQ(spec.count(CellRole::reference), 2u);
