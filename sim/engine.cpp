@@ -7,6 +7,9 @@
 #include <cmath>
 #include <limits>
 #include <string_view>
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
 
 #include "sim/checkpoint.hpp"
 #include "sim/model/decoder_task.hpp"
@@ -20,6 +23,22 @@
 namespace wbaudit::sim {
 
 namespace {
+
+// A hint that the whole pages of [p, p + bytes) may be backed by transparent huge pages (Linux; ignored elsewhere and
+// where the kernel declines): a trace's joint-histogram pairs fill ~14 bytes per coordinate per recorded step, and
+// faulting them in 4 KiB at a time is a visible share of a recorded step.
+void advise_huge_pages(void* p, std::size_t bytes) {
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+  const std::uintptr_t page = 4096, begin = (reinterpret_cast<std::uintptr_t>(p) + page - 1) & ~(page - 1);
+  const std::uintptr_t end = (reinterpret_cast<std::uintptr_t>(p) + bytes) & ~(page - 1);
+  if (end > begin + (std::uintptr_t{2} << 20)) {
+    madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);
+  }
+#else
+  (void)p;
+  (void)bytes;
+#endif
+}
 
 template <class View>
 std::vector<float> to_host(const View& v) {
@@ -287,6 +306,19 @@ void Training<ExecSpace>::step(const RunHooks& hooks) {
     std::vector<GroupTrace*> groups;
     for (GroupTrace& g : m_trace.groups) groups.push_back(&g);
     finish_joint_histograms(space, m_trace.joint, m_joint_key, groups, m_joint_scratch);
+    if (m_next == 0) {
+      // The pairs of one recorded step are about as many at every step: room for all of them now, so that the
+      // vectors do not grow by copying (and touching fresh pages) at every doubling; at most one pair per coordinate.
+      const std::size_t n_rec = m_recorded.size();
+      for (GroupTrace& g : m_trace.groups) {
+        const std::size_t first = g.joint_keys.size();
+        const std::size_t want = std::min(first + first / 4 + 64, static_cast<std::size_t>(g.size)) * n_rec;
+        g.joint_keys.reserve(want);
+        g.joint_counts.reserve(want);
+        advise_huge_pages(g.joint_keys.data(), want * sizeof(std::uint64_t));
+        advise_huge_pages(g.joint_counts.data(), want * sizeof(std::int64_t));
+      }
+    }
   }
   if (record) {
     m_trace.recorded_steps.push_back(step);
