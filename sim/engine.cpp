@@ -3,6 +3,7 @@
 // reference projection, recording, validation, checkpoints and replays.
 #include "sim/engine.hpp"
 
+#include <unistd.h>
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -19,6 +20,7 @@
 #include "sim/precision/writeback.hpp"
 #include "sim/trace/expected_projection.hpp"
 #include "sim/trace/joint_recording.hpp"
+#include "sim/trace/ratio_histogram.hpp"
 
 namespace wbaudit::sim {
 
@@ -60,6 +62,28 @@ void from_host(const View& v, const std::vector<float>& values) {
 double fraction(std::int64_t erased, std::int64_t nonzero) {
   return nonzero == 0 ? std::numeric_limits<double>::quiet_NaN()
                       : static_cast<double>(erased) / static_cast<double>(nonzero);
+}
+
+// Room for every recorded step's joint-histogram pairs (at most one per coordinate with u != 0, ~0.9 per coordinate on
+// a 1M-parameter decoder) when that bound fits in a quarter of the machine's memory, so that recorded steps never
+// grow the vectors by copying them into fresh pages; the reservation is address space, touched only as pairs are
+// written. Above that bound the vectors grow as usual.
+void reserve_joint_pairs(std::vector<GroupTrace>& groups, std::size_t recorded) {
+  double bytes = 0;
+  for (const GroupTrace& g : groups) {
+    bytes += static_cast<double>(g.size) * static_cast<double>(recorded) * 16.0;
+  }
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  if (pages <= 0 || page <= 0 || bytes > static_cast<double>(pages) * static_cast<double>(page) / 4.0) {
+    return;
+  }
+  for (GroupTrace& g : groups) {
+    const std::size_t want = static_cast<std::size_t>(g.size) * recorded;
+    g.joint_keys.reserve(want);
+    g.joint_counts.reserve(want);
+    advise_huge_pages(g.joint_keys.data(), want * sizeof(std::uint64_t));
+    advise_huge_pages(g.joint_counts.data(), want * sizeof(std::int64_t));
+  }
 }
 
 }  // namespace
@@ -150,6 +174,9 @@ Training<ExecSpace>::Training(const ExecSpace& space, const RunConfig& config)
     }
     trace.groups.push_back(std::move(g));
   }
+  if (reference) {
+    reserve_joint_pairs(trace.groups, n_rec);
+  }
   if (const auto optimum = m_model->optimal_validation_loss()) {
     trace.optimal_validation_loss = *optimum;
   }
@@ -211,27 +238,14 @@ void Training<ExecSpace>::step(const RunHooks& hooks) {
     }
     if (reference) {
       if (record) {
-        // The d histogram (bins: -1 for u == 0, -2 for w == 0, -3 for non-finite), then the projected events per
-        // declared format.
+        // The d histogram (ratio_histogram.hpp; bins: -1 for u == 0, -2 for w == 0, -3 for non-finite), then the
+        // projected events per declared format.
         const auto bins = m_bin_index[t];
         const double d_min = layout.d_min, width = layout.bin_width;
         const int nbins = layout.bins;
         Kokkos::parallel_for(
             "wbaudit::sim::Training::ratio_bins", Kokkos::RangePolicy<ExecSpace>(space, 0, w.extent(0)),
-            KOKKOS_LAMBDA(const std::size_t i) {
-              const float ui = u(i), wi = w(i);
-              if (!std::isfinite(ui) || !std::isfinite(wi)) {
-                bins(i) = -3;
-              } else if (ui == 0.0f) {
-                bins(i) = -1;
-              } else if (wi == 0.0f) {
-                bins(i) = -2;
-              } else {
-                const double d = static_cast<double>(std::ilogb(wi)) - std::log2(std::fabs(static_cast<double>(ui)));
-                const double b = std::floor((d - d_min) / width);
-                bins(i) = b < 0 ? 0 : (b >= nbins ? nbins - 1 : static_cast<int>(b));
-              }
-            });
+            KOKKOS_LAMBDA(const std::size_t i) { bins(i) = ratio_bin(d_min, width, nbins, w(i), u(i)); });
         space.fence();
         const auto host_bins = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), bins);
         std::int64_t nonzero = 0, zero_weight = 0, bad = 0;
@@ -306,19 +320,6 @@ void Training<ExecSpace>::step(const RunHooks& hooks) {
     std::vector<GroupTrace*> groups;
     for (GroupTrace& g : m_trace.groups) groups.push_back(&g);
     finish_joint_histograms(space, m_trace.joint, m_joint_key, groups, m_joint_scratch);
-    if (m_next == 0) {
-      // The pairs of one recorded step are about as many at every step: room for all of them now, so that the
-      // vectors do not grow by copying (and touching fresh pages) at every doubling; at most one pair per coordinate.
-      const std::size_t n_rec = m_recorded.size();
-      for (GroupTrace& g : m_trace.groups) {
-        const std::size_t first = g.joint_keys.size();
-        const std::size_t want = std::min(first + first / 4 + 64, static_cast<std::size_t>(g.size)) * n_rec;
-        g.joint_keys.reserve(want);
-        g.joint_counts.reserve(want);
-        advise_huge_pages(g.joint_keys.data(), want * sizeof(std::uint64_t));
-        advise_huge_pages(g.joint_counts.data(), want * sizeof(std::int64_t));
-      }
-    }
   }
   if (record) {
     m_trace.recorded_steps.push_back(step);

@@ -1,9 +1,11 @@
 #pragma once
 // The bin of one coordinate in the reference trace's log2-ratio histogram (docs/trace-format.md): d =
 // floor(log2|w|) - log2|u| in bins of RatioHistogramLayout, clamped into the first and last bins. The same rule
-// as the simulator's reference recording (sim/run.cpp), as a function the Python recorder shares.
+// as the simulator's reference recording (sim/engine.cpp), one function the engine and the Python recorder share.
 #include <Kokkos_Core.hpp>
+#include <bit>
 #include <cmath>
+#include <cstdint>
 
 #include "sim/trace/trace.hpp"
 
@@ -12,6 +14,54 @@ namespace wbaudit::sim {
 inline constexpr int kRatioBinZeroProposal = -1;  // u == 0: not a proposal
 inline constexpr int kRatioBinZeroWeight = -2;    // u != 0 and w == 0: counted in zero_weight, not binned
 inline constexpr int kRatioBinNonFinite = -3;     // w or u NaN/inf
+
+// The rule as written: d in double through std::log2, then the bin.
+KOKKOS_INLINE_FUNCTION int ratio_bin_by_log2(double d_min, double bin_width, int bins, float w, float u) {
+  const double d = static_cast<double>(std::ilogb(w)) - std::log2(std::fabs(static_cast<double>(u)));
+  const double b = std::floor((d - d_min) / bin_width);
+  return b < 0 ? 0 : (b >= bins ? bins - 1 : static_cast<int>(b));
+}
+
+namespace detail {
+// |x| = (1 + f 2^-23) 2^e for finite nonzero x, subnormals normalized: e and the 23-bit fraction f.
+KOKKOS_INLINE_FUNCTION void exponent_and_fraction(float x, int& e, std::uint32_t& f) {
+  const std::uint32_t bits = std::bit_cast<std::uint32_t>(x) & 0x7fffffffu;
+  const std::uint32_t field = bits >> 23;
+  f = bits & 0x7fffffu;
+  if (field != 0) {
+    e = static_cast<int>(field) - 127;
+    return;
+  }
+  const int shift = __builtin_clz(f) - 8;  // the leading bit of a subnormal's fraction moved to bit 23
+  f = (f << shift) & 0x7fffffu;
+  e = -126 - shift;
+}
+
+// For bins of 1/8 binade: 1 + kEighthBinadeFraction[j - 1] 2^-23 is the least float in [1, 2) above 2^(j/8)
+// (floor((2^(j/8) - 1) 2^23) + 1; each 2^(j/8) lies at least 0.067 of a float step from the floats around it, so
+// double rounding in ratio_bin_by_log2 never puts a float on the other side: tests/sim/model/test_trace.cpp checks
+// every fraction).
+inline constexpr std::uint32_t kEighthBinadeFraction[7] = {759234,  1587185, 2490071, 3474676,
+                                                           4548395, 5719293, 6996167};
+}  // namespace detail
+
+// The bin of finite nonzero w, u. With the default layout's 1/8-binade bins and an integer d_min, exactly
+// ratio_bin_by_log2 from the bits: log2|u| = e_u + lambda with lambda = log2(1 + f 2^-23) in [0, 1), so
+// floor(8 (e_w - e_u - lambda - d_min)) = 8 (e_w - e_u - d_min) - ceil(8 lambda), and ceil(8 lambda) counts the
+// thresholds 2^(j/8) below 1 + f 2^-23 (plus one when f != 0).
+KOKKOS_INLINE_FUNCTION int ratio_bin_finite(double d_min, double bin_width, int bins, float w, float u) {
+  if (bin_width != 0.125 || d_min != std::floor(d_min) || std::fabs(d_min) > 1024.0) {
+    return ratio_bin_by_log2(d_min, bin_width, bins, w, u);
+  }
+  int ew = 0, eu = 0;
+  std::uint32_t fw = 0, fu = 0;
+  detail::exponent_and_fraction(w, ew, fw);
+  detail::exponent_and_fraction(u, eu, fu);
+  int ceil8 = fu != 0 ? 1 : 0;
+  for (std::uint32_t t : detail::kEighthBinadeFraction) ceil8 += fu >= t ? 1 : 0;
+  const int b = 8 * (ew - eu - static_cast<int>(d_min)) - ceil8;
+  return b < 0 ? 0 : (b >= bins ? bins - 1 : b);
+}
 
 KOKKOS_INLINE_FUNCTION int ratio_bin(double d_min, double bin_width, int bins, float w, float u) {
   if (!std::isfinite(u) || !std::isfinite(w)) {
@@ -23,9 +73,7 @@ KOKKOS_INLINE_FUNCTION int ratio_bin(double d_min, double bin_width, int bins, f
   if (w == 0.0f) {
     return kRatioBinZeroWeight;
   }
-  const double d = static_cast<double>(std::ilogb(w)) - std::log2(std::fabs(static_cast<double>(u)));
-  const double b = std::floor((d - d_min) / bin_width);
-  return b < 0 ? 0 : (b >= bins ? bins - 1 : static_cast<int>(b));
+  return ratio_bin_finite(d_min, bin_width, bins, w, u);
 }
 
 }  // namespace wbaudit::sim

@@ -11,7 +11,10 @@
 #include <limits>
 #include <random>
 
+#include <boost/multiprecision/cpp_int.hpp>
+
 #include "sim/trace/joint_recording.hpp"
+#include "sim/trace/ratio_histogram.hpp"
 #include "sim/trace/trace.hpp"
 #include "trace_compare.hpp"
 
@@ -193,4 +196,54 @@ TEST(JointRecording, RunsEqualStdSortAndCount) {
       ASSERT_EQ(out_counts, expected_counts) << "all threads: w_bits " << wb << ", round " << round;
     }
   }
+}
+
+// The d histogram's bin from the bits (ratio_bin) against the rule in double through std::log2 (what every trace so far
+// was written with) for every one of the 2^23 fractions of u, with u normal and with u subnormal (all 2^23 of them),
+// at exponent gaps that reach both clamped ends; then, near each threshold 2^(j/8), against exact integer arithmetic:
+// log2(1 + f 2^-23) > j/8  <=>  (2^23 + f)^8 > 2^(184 + j).
+TEST(RatioHistogram, BinFromBitsEqualsLog2RuleForEveryFraction) {
+  const RatioHistogramLayout layout;
+  const auto by_log2 = [&](float w, float u) {
+    return ratio_bin_by_log2(layout.d_min, layout.bin_width, layout.bins, w, u);
+  };
+  const auto fast = [&](float w, float u) { return ratio_bin(layout.d_min, layout.bin_width, layout.bins, w, u); };
+  std::int64_t mismatches = 0;
+  for (std::uint32_t f = 0; f < (1u << 23); ++f) {
+    const float u_normal = std::bit_cast<float>((127u << 23) | f);  // 1 + f 2^-23
+    const float u_sub = std::bit_cast<float>(std::max(f, 1u));      // subnormal
+    for (float w : {1.0f, -3.0f, 0x1p-20f, 0x1p+20f, 0x1p-149f, 0x1p+127f}) {
+      const float us[] = {u_normal, -u_normal, std::ldexp(u_normal, -30), std::ldexp(u_normal, 40), u_sub};
+      for (float u : us) {
+        mismatches += fast(w, u) != by_log2(w, u) ? 1 : 0;
+      }
+    }
+  }
+  EXPECT_EQ(mismatches, 0);
+  // The clamped ends are reached (the loop above covers them): d = 0 - 40 -> bin 0; d = 127 + 149 -> the last bin.
+  EXPECT_EQ(fast(1.0f, 0x1p+40f), 0);
+  EXPECT_EQ(fast(0x1p+127f, 0x1p-149f), layout.bins - 1);
+  // Exact thresholds: with w = 1 (e_w = 0) and u = 1 + f 2^-23, bin = 8 * 16 - ceil(8 log2 u).
+  using boost::multiprecision::cpp_int;
+  const std::uint32_t near[] = {759234, 1587185, 2490071, 3474676, 4548395, 5719293, 6996167};
+  for (int j = 1; j <= 7; ++j) {
+    const cpp_int limit = cpp_int(1) << (184 + j);
+    for (std::int64_t d = -300; d <= 300; ++d) {
+      const auto f = static_cast<std::uint32_t>(static_cast<std::int64_t>(near[j - 1]) + d);
+      cpp_int m8 = cpp_int((1u << 23) + f);
+      m8 = m8 * m8;
+      m8 = m8 * m8;
+      m8 = m8 * m8;
+      int ceil8 = f != 0 ? 1 : 0;  // ceil(8 lambda) = 1 + #{k in 1..7 : lambda > k / 8} for lambda > 0
+      for (int k = 1; k <= 7; ++k) ceil8 += m8 > (cpp_int(1) << (184 + k)) ? 1 : 0;
+      const float u = std::bit_cast<float>((127u << 23) | f);
+      ASSERT_EQ(fast(1.0f, u), 128 - ceil8) << "f = " << f;
+      ASSERT_EQ((m8 > limit), f >= near[j - 1]) << "threshold " << j << " at f = " << f;
+    }
+  }
+  // Zero, non-finite and zero-weight cases keep their codes.
+  EXPECT_EQ(fast(1.0f, 0.0f), kRatioBinZeroProposal);
+  EXPECT_EQ(fast(0.0f, 1.0f), kRatioBinZeroWeight);
+  EXPECT_EQ(fast(std::numeric_limits<float>::infinity(), 1.0f), kRatioBinNonFinite);
+  EXPECT_EQ(fast(1.0f, std::numeric_limits<float>::quiet_NaN()), kRatioBinNonFinite);
 }
