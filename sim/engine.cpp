@@ -148,8 +148,6 @@ Training<ExecSpace>::Training(const ExecSpace& space, const RunConfig& config)
                              sizes[t]);
     const std::vector<float> init = to_host(m_model->parameter(t));
     if (reference) {
-      m_bin_index.emplace_back(Kokkos::view_alloc(space, Kokkos::WithoutInitializing, "wbaudit::sim::Training::bin"),
-                               sizes[t]);
       m_joint_key.emplace_back(Kokkos::view_alloc(space, Kokkos::WithoutInitializing, "wbaudit::sim::Training::key"),
                                sizes[t]);
       double absmax = 0;
@@ -240,32 +238,12 @@ void Training<ExecSpace>::step(const RunHooks& hooks) {
       if (record) {
         // The d histogram (ratio_histogram.hpp; bins: -1 for u == 0, -2 for w == 0, -3 for non-finite), then the
         // projected events per declared format.
-        const auto bins = m_bin_index[t];
-        const double d_min = layout.d_min, width = layout.bin_width;
         const int nbins = layout.bins;
-        Kokkos::parallel_for(
-            "wbaudit::sim::Training::ratio_bins", Kokkos::RangePolicy<ExecSpace>(space, 0, w.extent(0)),
-            KOKKOS_LAMBDA(const std::size_t i) { bins(i) = ratio_bin(d_min, width, nbins, w(i), u(i)); });
-        space.fence();
-        const auto host_bins = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), bins);
-        std::int64_t nonzero = 0, zero_weight = 0, bad = 0;
-        std::int64_t* row = g.ratio_histogram.data() + m_next * static_cast<std::size_t>(nbins);
-        for (std::size_t i = 0; i < host_bins.extent(0); ++i) {
-          const int b = host_bins(i);
-          if (b == -1) {
-            continue;
-          }
-          if (b == -3) {
-            ++bad;
-            continue;
-          }
-          ++nonzero;
-          if (b == -2) {
-            ++zero_weight;
-          } else {
-            ++row[static_cast<std::size_t>(b)];
-          }
-        }
+        const std::vector<std::int64_t> counts =
+            ratio_histogram_counts(space, layout, Kokkos::View<const float*, memory_space>(w), u);
+        std::copy(counts.begin(), counts.begin() + nbins,
+                  g.ratio_histogram.begin() + static_cast<std::ptrdiff_t>(m_next * static_cast<std::size_t>(nbins)));
+        const std::int64_t nonzero = counts[nbins], zero_weight = counts[nbins + 1], bad = counts[nbins + 2];
         if (bad > 0) {
           non_finite(g.name, step, std::to_string(bad) + " coordinates");
         }

@@ -71,7 +71,6 @@ class Training {
   std::int64_t m_step = 0;
   Trace m_trace;
   std::vector<Kokkos::View<float*, memory_space>> m_proposals, m_masters;
-  std::vector<Kokkos::View<int*, memory_space>> m_bin_index;            // reference: histogram bin of each coordinate
   std::vector<Kokkos::View<std::uint64_t*, memory_space>> m_joint_key;  // reference: joint-histogram key
   JointScratch m_joint_scratch;                                         // reference: its sort's buffers
   std::vector<FormatSpec> m_target_formats;                             // target: per tensor

@@ -6,6 +6,7 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <vector>
 
 #include "sim/trace/trace.hpp"
 
@@ -74,6 +75,52 @@ KOKKOS_INLINE_FUNCTION int ratio_bin(double d_min, double bin_width, int bins, f
     return kRatioBinZeroWeight;
   }
   return ratio_bin_finite(d_min, bin_width, bins, w, u);
+}
+
+// One recorded step's d histogram of (w, u) in a single pass: counts[0, bins) the bins, then counts[bins] the
+// proposals (u != 0, finite), counts[bins + 1] those with w == 0 (not binned), counts[bins + 2] the coordinates with a
+// non-finite w or u. An integer array reduction, so the counts do not depend on the thread count.
+template <class ExecSpace>
+struct RatioHistogramReduce {
+  using value_type = std::int64_t[];
+  using size_type = std::size_t;
+  size_type value_count;
+  Kokkos::View<const float*, typename ExecSpace::memory_space> w, u;
+  double d_min, bin_width;
+  int bins;
+
+  KOKKOS_INLINE_FUNCTION void operator()(const std::size_t i, value_type counts) const {
+    const int b = ratio_bin(d_min, bin_width, bins, w(i), u(i));
+    if (b == kRatioBinZeroProposal) {
+      return;
+    }
+    if (b == kRatioBinNonFinite) {
+      ++counts[bins + 2];
+      return;
+    }
+    ++counts[bins];
+    ++counts[b == kRatioBinZeroWeight ? bins + 1 : b];
+  }
+  KOKKOS_INLINE_FUNCTION void init(value_type counts) const {
+    for (size_type k = 0; k < value_count; ++k) counts[k] = 0;
+  }
+  KOKKOS_INLINE_FUNCTION void join(volatile value_type dst, const volatile value_type src) const {
+    for (size_type k = 0; k < value_count; ++k) dst[k] += src[k];
+  }
+};
+
+template <class ExecSpace>
+std::vector<std::int64_t> ratio_histogram_counts(const ExecSpace& space, const RatioHistogramLayout& layout,
+                                                 Kokkos::View<const float*, typename ExecSpace::memory_space> w,
+                                                 Kokkos::View<const float*, typename ExecSpace::memory_space> u) {
+  const std::size_t n = static_cast<std::size_t>(layout.bins) + 3;
+  std::vector<std::int64_t> counts(n, 0);
+  Kokkos::View<std::int64_t*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged> result(counts.data(), n);
+  Kokkos::parallel_reduce("wbaudit::sim::trace::ratio_histogram", Kokkos::RangePolicy<ExecSpace>(space, 0, w.extent(0)),
+                          RatioHistogramReduce<ExecSpace>{n, w, u, layout.d_min, layout.bin_width, layout.bins},
+                          result);
+  space.fence();
+  return counts;
 }
 
 }  // namespace wbaudit::sim
