@@ -24,19 +24,24 @@ using namespace wbaudit::sim;
 
 constexpr std::int64_t kSteps = 6;
 
-RunConfig cell(RunMode mode) {
+// The two shapes of about 1M parameters: this bench's own (width 128, 4 layers, SwiGLU 344, batch 8: 0.85M) and the
+// "1M shape" of decoder_bench and the torch comparison (width 192, 2 layers, SwiGLU 512, batch 16: 0.98M), both with
+// 4 heads, vocab 256, sequence 128.
+enum class Shape { engine, million };
+
+RunConfig cell(RunMode mode, Shape shape = Shape::engine) {
   RunConfig c;
   c.mode = mode;
   c.steps = kSteps;
   c.model.kind = "decoder";
   c.model.decoder = DecoderConfig{};
-  c.model.decoder.width = 128;
+  c.model.decoder.width = shape == Shape::engine ? 128 : 192;
   c.model.decoder.heads = 4;
-  c.model.decoder.layers = 4;
-  c.model.decoder.mlp_hidden = 344;
+  c.model.decoder.layers = shape == Shape::engine ? 4 : 2;
+  c.model.decoder.mlp_hidden = shape == Shape::engine ? 344 : 512;
   c.model.decoder.vocab = 256;
   c.model.decoder.seq_len = 128;
-  c.data.batch = 8;
+  c.data.batch = shape == Shape::engine ? 8 : 16;
   c.data.source = "markov";
   c.optimizer.kind = OptimizerKind::adam;
   c.optimizer.lr = 1e-3;
@@ -47,19 +52,19 @@ RunConfig cell(RunMode mode) {
   return c;
 }
 
-RunConfig plain() {
-  return cell(RunMode::reference);
+RunConfig plain(Shape shape = Shape::engine) {
+  return cell(RunMode::reference, shape);
 }
-RunConfig target_nearest() {
-  return cell(RunMode::target);
+RunConfig target_nearest(Shape shape = Shape::engine) {
+  return cell(RunMode::target, shape);
 }
-RunConfig target_sr() {
-  RunConfig c = cell(RunMode::target);
+RunConfig target_sr(Shape shape = Shape::engine) {
+  RunConfig c = cell(RunMode::target, shape);
   c.target.policy = "stochastic";
   return c;
 }
-RunConfig recording_every_step() {
-  RunConfig c = cell(RunMode::reference);
+RunConfig recording_every_step(Shape shape = Shape::engine) {
+  RunConfig c = cell(RunMode::reference, shape);
   c.project_formats = {"bf16", "e4m3", "e5m2"};
   c.record = RecordConfig{RecordKind::every, 1, 2};
   return c;
@@ -73,6 +78,7 @@ RunConfig recording_every_step() {
 struct StepTime {
   double step = 0, whole = 0;
   double joint_pairs_per_coordinate = 0;  // joint-histogram pairs stored per recorded (step, coordinate)
+  double parameters = 0;
 };
 StepTime seconds_per_step(const RunConfig& c) {
   using Clock = std::chrono::steady_clock;
@@ -87,13 +93,15 @@ StepTime seconds_per_step(const RunConfig& c) {
     if (s >= 1 && s <= c.steps - 2) middle += std::chrono::duration<double>(Clock::now() - a).count();
   }
   const auto t2 = Clock::now();
-  double pairs = 0, coordinates = 0;
+  double pairs = 0, coordinates = 0, parameters = 0;
   for (const GroupTrace& g : training.trace().groups) {
+    parameters += static_cast<double>(g.size);
     pairs += static_cast<double>(g.joint_keys.size());
     coordinates += static_cast<double>(g.size) * static_cast<double>(training.trace().recorded_steps.size());
   }
   return {middle / static_cast<double>(c.steps - 2),
-          std::chrono::duration<double>(t2 - t0).count() / static_cast<double>(c.steps), pairs / coordinates};
+          std::chrono::duration<double>(t2 - t0).count() / static_cast<double>(c.steps), pairs / coordinates,
+          parameters};
 }
 
 void run(benchmark::State& state, const RunConfig& c) {
@@ -120,17 +128,18 @@ void DecoderReferenceRecordingEveryStep(benchmark::State& state) {
   run(state, recording_every_step());
 }
 
-void DecoderRatios(benchmark::State& state) {
+void ratios(benchmark::State& state, Shape shape) {
   std::vector<double> p, t, s, r, pw, rw;
   for (auto _ : state) {
-    const StepTime plain_time = seconds_per_step(plain());
+    const StepTime plain_time = seconds_per_step(plain(shape));
     p.push_back(plain_time.step);
     pw.push_back(plain_time.whole);
-    t.push_back(seconds_per_step(target_nearest()).step);
-    s.push_back(seconds_per_step(target_sr()).step);
-    const StepTime recording_time = seconds_per_step(recording_every_step());
+    t.push_back(seconds_per_step(target_nearest(shape)).step);
+    s.push_back(seconds_per_step(target_sr(shape)).step);
+    const StepTime recording_time = seconds_per_step(recording_every_step(shape));
     r.push_back(recording_time.step);
     state.counters["joint_pairs_per_coordinate"] = recording_time.joint_pairs_per_coordinate;
+    state.counters["parameters"] = recording_time.parameters;
     rw.push_back(recording_time.whole);
   }
   const auto median = [](std::vector<double> v) {
@@ -166,7 +175,15 @@ BENCHMARK(DecoderPlainFp32Step)->Unit(benchmark::kMillisecond);
 BENCHMARK(DecoderTargetE4m3NearestStep)->Unit(benchmark::kMillisecond);
 BENCHMARK(DecoderTargetE4m3StochasticStep)->Unit(benchmark::kMillisecond);
 BENCHMARK(DecoderReferenceRecordingEveryStep)->Unit(benchmark::kMillisecond);
+void DecoderRatios(benchmark::State& state) {
+  ratios(state, Shape::engine);
+}
+void DecoderRatiosMillionShape(benchmark::State& state) {
+  ratios(state, Shape::million);
+}
+
 BENCHMARK(DecoderRatios)->Unit(benchmark::kMillisecond)->Iterations(5);
+BENCHMARK(DecoderRatiosMillionShape)->Unit(benchmark::kMillisecond)->Iterations(5);
 
 // The joint histogram's runs of one large tensor (4M coordinates, w ~ N(0, 0.02), u ~ N(0, 1e-4): what
 // finish_joint_histograms sorts with all threads above kJointParallelSort) by the one-thread sort and by the
@@ -180,7 +197,8 @@ void JointRunsLargeTensor(benchmark::State& state) {
   for (auto& k : keys) k = joint_key(layout.w_bits, layout.u_bits, wd(rng), ud(rng));
   const int bits = 20 + layout.w_bits + layout.u_bits;
   JointScratch scratch;
-  std::vector<std::uint64_t> temp, out_keys, copy;
+  std::vector<std::uint64_t> temp;
+  std::vector<std::uint64_t> out_keys, copy;
   std::vector<std::int64_t> out_counts;
   std::vector<double> serial, parallel;
   for (auto _ : state) {
