@@ -1,9 +1,10 @@
 // The decoder on the training engine (issue targets: target mode and reference recording <= 1.3x the fp32 step):
-// a ~1M-parameter decoder (width 128, 4 heads, 4 layers, SwiGLU 344, vocab 256, sequence 128, batch 8, Adam) run as
-// a plain fp32 cell (reference mode; its steps 1 .. 4 record nothing and are the baseline), an e4m3 nearest target
-// (norm gains fp32), an e4m3 stochastic target, and reference recording (projections for bf16, e4m3, e5m2 + the d
-// histogram) at every step and at 16 log-spaced steps. The Ratios benchmark interleaves them and reports per-step time
-// ratios to the plain cell; peak resident memory is reported too.
+// a ~1M-parameter decoder (width 128, 4 heads, 4 layers, SwiGLU 344, vocab 256, sequence 128, batch 8, Adam; the
+// *MillionShape ratios use decoder_bench's 1M shape instead) run as a plain fp32 cell (reference mode; its steps
+// 1 .. 4 record nothing and are the baseline), an e4m3 nearest target (norm gains fp32), an e4m3 stochastic target,
+// and reference recording at every step (projections for bf16, e4m3, e5m2, the d histogram and the joint histogram).
+// The Ratios benchmarks interleave them and report per-step time ratios to the plain cell; peak resident memory and
+// the machine's cost of a fresh page are reported too.
 #include <benchmark/benchmark.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
@@ -197,8 +198,7 @@ void JointRunsLargeTensor(benchmark::State& state) {
   for (auto& k : keys) k = joint_key(layout.w_bits, layout.u_bits, wd(rng), ud(rng));
   const int bits = 20 + layout.w_bits + layout.u_bits;
   JointScratch scratch;
-  std::vector<std::uint64_t> temp;
-  std::vector<std::uint64_t> out_keys, copy;
+  std::vector<std::uint64_t> temp, out_keys, copy;
   std::vector<std::int64_t> out_counts;
   std::vector<double> serial, parallel;
   for (auto _ : state) {

@@ -3,14 +3,10 @@
 // reference projection, recording, validation, checkpoints and replays.
 #include "sim/engine.hpp"
 
-#include <unistd.h>
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <string_view>
-#if defined(__linux__)
-#include <sys/mman.h>
-#endif
 
 #include "sim/checkpoint.hpp"
 #include "sim/model/decoder_task.hpp"
@@ -25,22 +21,6 @@
 namespace wbaudit::sim {
 
 namespace {
-
-// A hint that the whole pages of [p, p + bytes) may be backed by transparent huge pages (Linux; ignored elsewhere and
-// where the kernel declines): a trace's joint-histogram pairs fill ~14 bytes per coordinate per recorded step, and
-// faulting them in 4 KiB at a time is a visible share of a recorded step.
-void advise_huge_pages(void* p, std::size_t bytes) {
-#if defined(__linux__) && defined(MADV_HUGEPAGE)
-  const std::uintptr_t page = 4096, begin = (reinterpret_cast<std::uintptr_t>(p) + page - 1) & ~(page - 1);
-  const std::uintptr_t end = (reinterpret_cast<std::uintptr_t>(p) + bytes) & ~(page - 1);
-  if (end > begin + (std::uintptr_t{2} << 20)) {
-    madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);
-  }
-#else
-  (void)p;
-  (void)bytes;
-#endif
-}
 
 template <class View>
 std::vector<float> to_host(const View& v) {
@@ -62,28 +42,6 @@ void from_host(const View& v, const std::vector<float>& values) {
 double fraction(std::int64_t erased, std::int64_t nonzero) {
   return nonzero == 0 ? std::numeric_limits<double>::quiet_NaN()
                       : static_cast<double>(erased) / static_cast<double>(nonzero);
-}
-
-// Room for every recorded step's joint-histogram pairs (at most one per coordinate with u != 0, ~0.9 per coordinate on
-// a 1M-parameter decoder) when that bound fits in a quarter of the machine's memory, so that recorded steps never
-// grow the vectors by copying them into fresh pages; the reservation is address space, touched only as pairs are
-// written. Above that bound the vectors grow as usual.
-void reserve_joint_pairs(std::vector<GroupTrace>& groups, std::size_t recorded) {
-  double bytes = 0;
-  for (const GroupTrace& g : groups) {
-    bytes += static_cast<double>(g.size) * static_cast<double>(recorded) * 16.0;
-  }
-  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-  if (pages <= 0 || page <= 0 || bytes > static_cast<double>(pages) * static_cast<double>(page) / 4.0) {
-    return;
-  }
-  for (GroupTrace& g : groups) {
-    const std::size_t want = static_cast<std::size_t>(g.size) * recorded;
-    g.joint_keys.reserve(want);
-    g.joint_counts.reserve(want);
-    advise_huge_pages(g.joint_keys.data(), want * sizeof(std::uint64_t));
-    advise_huge_pages(g.joint_counts.data(), want * sizeof(std::int64_t));
-  }
 }
 
 }  // namespace

@@ -270,26 +270,19 @@ py::dict project_py(py::array w, py::array u, const std::vector<py::object>& for
   {
     py::gil_scoped_release release;
     const Kokkos::View<const float*, Space::memory_space, Kokkos::MemoryUnmanaged> wv(wd, n), uv(ud, n);
-    // Bins per coordinate, then a serial histogram (integer counts: independent of the thread count).
-    std::vector<int> bin(static_cast<std::size_t>(n));
-    int* bp = bin.data();
-    Kokkos::parallel_for("wbaudit::python::project::ratio_bins", Kokkos::RangePolicy<Space>(0, n),
-                         [=](const std::int64_t i) { bp[i] = ratio_bin(d_min, bin_width, bins, wd[i], ud[i]); });
-    Kokkos::fence();
-    for (std::int64_t i = 0; i < n; ++i) {
-      const int b = bp[i];
-      if (b == kRatioBinZeroProposal) continue;
-      if (b == kRatioBinNonFinite) {
-        if (first_bad < 0) first_bad = i;
-        ++bad;
-        continue;
-      }
-      ++nonzero;
-      if (b == kRatioBinZeroWeight) {
-        ++zero_weight;
-      } else if (histogram) {
-        ++hist[static_cast<std::size_t>(b)];
-      }
+    // The simulator's d histogram (sim/trace/ratio_histogram.hpp: integer counts, independent of the thread count).
+    const RatioHistogramLayout ratio_layout{d_min, bin_width, bins};
+    const std::vector<std::int64_t> counts =
+        ratio_histogram_counts(Space(), ratio_layout, Kokkos::View<const float*, Space::memory_space>(wv),
+                               Kokkos::View<const float*, Space::memory_space>(uv));
+    if (histogram) {
+      std::copy(counts.begin(), counts.begin() + bins, hist.begin());
+    }
+    nonzero = counts[static_cast<std::size_t>(bins)];
+    zero_weight = counts[static_cast<std::size_t>(bins) + 1];
+    bad = counts[static_cast<std::size_t>(bins) + 2];
+    for (std::int64_t i = 0; bad > 0 && first_bad < 0 && i < n; ++i) {
+      if (!std::isfinite(wd[i]) || !std::isfinite(ud[i])) first_bad = i;
     }
     if (bad == 0) {
       for (std::size_t f = 0; f < fmts.size(); ++f) {
@@ -506,16 +499,16 @@ Trace trace_from_dict(const py::dict& d) {
       }
       if (gd.contains("joint")) {
         if (!d.contains("joint")) {
-          throw py::value_error("write_trace: " + w + "joint given without the trace's \"joint\" layout (w_bits, u_bits)");
+          throw py::value_error("write_trace: " + w +
+                                "joint given without the trace's \"joint\" layout (w_bits, u_bits)");
         }
         const py::dict jd = gd["joint"];
         g.joint_offsets = vector_of<std::int64_t>(jd["offsets"], w + "joint.offsets", T + 1);
         g.joint_keys = vector_of<std::uint64_t>(jd["keys"], w + "joint.keys", static_cast<std::size_t>(-1));
         g.joint_counts = vector_of<std::int64_t>(jd["counts"], w + "joint.counts", g.joint_keys.size());
-        g.init_absmax = jd.contains("init_absmax") ? jd["init_absmax"].cast<double>()
-                                                   : std::numeric_limits<double>::quiet_NaN();
-        if (g.joint_offsets.front() != 0 ||
-            static_cast<std::size_t>(g.joint_offsets.back()) != g.joint_keys.size() ||
+        g.init_absmax =
+            jd.contains("init_absmax") ? jd["init_absmax"].cast<double>() : std::numeric_limits<double>::quiet_NaN();
+        if (g.joint_offsets.front() != 0 || static_cast<std::size_t>(g.joint_offsets.back()) != g.joint_keys.size() ||
             !std::is_sorted(g.joint_offsets.begin(), g.joint_offsets.end())) {
           throw py::value_error("write_trace: " + w + "joint.offsets must rise from 0 to the number of keys (" +
                                 std::to_string(g.joint_keys.size()) + ")");
@@ -533,8 +526,8 @@ PYBIND11_MODULE(_core, m) {
   m.doc() = "wbaudit's C++ core: formats, exact rounding and write-back, projected events, audit, traces";
   py::register_exception<NonFiniteError>(m, "NonFiniteError", PyExc_ValueError);
   m.def("_ensure_kokkos", &ensure_kokkos);
-  m.attr("JOINT_LAYOUT") = py::dict(py::arg("w_bits") = JointHistogramLayout{}.w_bits,
-                                    py::arg("u_bits") = JointHistogramLayout{}.u_bits);
+  m.attr("JOINT_LAYOUT") =
+      py::dict(py::arg("w_bits") = JointHistogramLayout{}.w_bits, py::arg("u_bits") = JointHistogramLayout{}.u_bits);
   m.def("_finalize", [] {
     if (Kokkos::is_initialized()) {
       Kokkos::finalize();

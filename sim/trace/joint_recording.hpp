@@ -11,6 +11,7 @@
 // array. A larger tensor is sorted by all threads: a most-significant-digit bucket pass (the top 11 key bits: the |w|
 // exponent and its first mantissa bits) over fixed input slices, stable, then each bucket sorted on its remaining
 // bits and run-length encoded in place, the buckets in parallel. Scratch arrays persist between steps (JointScratch).
+#include <unistd.h>
 #include <Kokkos_Core.hpp>
 #include <algorithm>
 #include <array>
@@ -40,22 +41,29 @@ struct JointScratch {
 };
 
 namespace detail {
+// madvise on the whole pages inside [p, p + bytes), when there are at least `min_bytes` of them (Linux; a no-op
+// elsewhere, and where the kernel refuses).
+inline void advise_pages(const void* p, std::size_t bytes, int advice, std::size_t min_bytes = 1) {
+#if defined(__linux__)
+  constexpr std::uintptr_t kPage = 4096;
+  const auto begin = (reinterpret_cast<std::uintptr_t>(p) + kPage - 1) & ~(kPage - 1);
+  const auto end = (reinterpret_cast<std::uintptr_t>(p) + bytes) & ~(kPage - 1);
+  if (end > begin && end - begin >= min_bytes) madvise(reinterpret_cast<void*>(begin), end - begin, advice);
+#else
+  (void)p;
+  (void)bytes;
+  (void)advice;
+  (void)min_bytes;
+#endif
+}
+
 // Where `v` has room for `extra` more elements, asks the kernel to back that room with pages now, in one call
-// (Linux >= 5.14 MADV_POPULATE_WRITE; a no-op elsewhere or where refused): on a VM, faulting a trace's fresh pages one
-// at a time as pairs are appended costs a trap each.
+// (Linux >= 5.14 MADV_POPULATE_WRITE = 23, absent from older headers): on a VM, faulting a trace's fresh pages one at
+// a time as pairs are appended costs a trap each.
 template <class T>
 void populate_tail(std::vector<T>& v, std::size_t extra) {
-#if defined(__linux__)
-  constexpr int kPopulateWrite = 23;  // MADV_POPULATE_WRITE, absent from older headers
   if (extra == 0 || v.capacity() < v.size() + extra) return;
-  constexpr std::uintptr_t kPage = 4096;
-  const auto begin = (reinterpret_cast<std::uintptr_t>(v.data() + v.size()) + kPage - 1) & ~(kPage - 1);
-  const auto end = reinterpret_cast<std::uintptr_t>(v.data() + v.size() + extra) & ~(kPage - 1);
-  if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, kPopulateWrite);
-#else
-  (void)v;
-  (void)extra;
-#endif
+  advise_pages(v.data() + v.size(), extra * sizeof(T), 23);
 }
 
 inline constexpr int kJointTopBits = 11;  // the bucket digit
@@ -224,6 +232,30 @@ void append_joint_runs(const ExecSpace& space, const std::uint64_t* keys, std::s
   space.fence();
 }
 }  // namespace detail
+
+// Room for every recorded step's pairs (at most one per coordinate with u != 0, ~0.9 per coordinate on a 1M-parameter
+// decoder) when that bound fits in a quarter of the machine's memory, so that recorded steps never grow the vectors
+// by copying them into fresh pages; the reservation is address space, touched only as pairs are written (with a
+// transparent-huge-page hint). Above that bound the vectors grow as usual.
+inline void reserve_joint_pairs(std::vector<GroupTrace>& groups, std::size_t recorded) {
+  double bytes = 0;
+  for (const GroupTrace& g : groups) {
+    bytes += static_cast<double>(g.size) * static_cast<double>(recorded) * 16.0;
+  }
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  if (pages <= 0 || page <= 0 || bytes > static_cast<double>(pages) * static_cast<double>(page) / 4.0) {
+    return;
+  }
+  for (GroupTrace& g : groups) {
+    const std::size_t want = static_cast<std::size_t>(g.size) * recorded;
+    g.joint_keys.reserve(want);
+    g.joint_counts.reserve(want);
+#if defined(MADV_HUGEPAGE)
+    detail::advise_pages(g.joint_keys.data(), want * sizeof(std::uint64_t), MADV_HUGEPAGE, std::size_t{2} << 20);
+    detail::advise_pages(g.joint_counts.data(), want * sizeof(std::int64_t), MADV_HUGEPAGE, std::size_t{2} << 20);
+#endif
+  }
+}
 
 // The key of every coordinate of (w, u) into `keys` (kJointNoProposal where u == 0).
 template <class ExecSpace>

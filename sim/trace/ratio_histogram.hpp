@@ -105,7 +105,7 @@ struct RatioHistogramReduce {
     for (size_type k = 0; k < value_count; ++k) counts[k] = 0;
   }
   KOKKOS_INLINE_FUNCTION void join(volatile value_type dst, const volatile value_type src) const {
-    for (size_type k = 0; k < value_count; ++k) dst[k] += src[k];
+    for (size_type k = 0; k < value_count; ++k) dst[k] = dst[k] + src[k];  // no compound assignment on volatile (C++20)
   }
 };
 

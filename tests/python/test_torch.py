@@ -1,7 +1,6 @@
 """wbaudit.torch on small PyTorch runs: ReferenceRecorder's projected counts equal a brute-force recount from
-saved parameters; PersistentNative with fp32 + nearest is PyTorch followed by the proposal's
-fp32 round trip, bitwise; its target trace's counts equal a
-recount from the dumped trajectory, which `wbaudit audit` finds consistent."""
+saved parameters; PersistentNative with fp32 + nearest is PyTorch followed by the proposal's fp32 round trip, bitwise;
+its target trace's counts equal a recount from the dumped trajectory, which `wbaudit audit` finds consistent."""
 import csv
 import subprocess
 
