@@ -197,8 +197,8 @@ void Training<ExecSpace>::step(const RunHooks& hooks) {
         // The d histogram (ratio_histogram.hpp; bins: -1 for u == 0, -2 for w == 0, -3 for non-finite), then the
         // projected events per declared format.
         const int nbins = layout.bins;
-        const std::vector<std::int64_t> counts =
-            ratio_histogram_counts(space, layout, Kokkos::View<const float*, memory_space>(w), u);
+        const std::vector<std::int64_t> counts = record_ratio_histogram_and_joint_keys(
+            space, layout, m_trace.joint, Kokkos::View<const float*, memory_space>(w), u, m_joint_key[t]);
         std::copy(counts.begin(), counts.begin() + nbins,
                   g.ratio_histogram.begin() + static_cast<std::ptrdiff_t>(m_next * static_cast<std::size_t>(nbins)));
         const std::int64_t nonzero = counts[nbins], zero_weight = counts[nbins + 1], bad = counts[nbins + 2];
@@ -207,7 +207,6 @@ void Training<ExecSpace>::step(const RunHooks& hooks) {
         }
         g.nonzero.push_back(nonzero);
         g.zero_weight.push_back(zero_weight);
-        record_joint_keys(space, m_trace.joint, Kokkos::View<const float*, memory_space>(w), u, m_joint_key[t]);
         // Non-finite values were rejected above, so project_erasure sees finite inputs only.
         for (std::size_t f = 0; f < m_project_formats[t].size(); ++f) {
           const WritebackCounts c =

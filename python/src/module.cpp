@@ -238,8 +238,8 @@ py::tuple writeback_py(py::array w, py::array u, const std::string& fmt_name, co
   return py::make_tuple(target, counts_dict(counts));
 }
 
-template <class T>
-py::array_t<T> array_of(const std::vector<T>& v) {
+template <class T, class Allocator>
+py::array_t<T> array_of(const std::vector<T, Allocator>& v) {
   return py::array_t<T>(static_cast<py::ssize_t>(v.size()), v.data());
 }
 
@@ -504,8 +504,11 @@ Trace trace_from_dict(const py::dict& d) {
         }
         const py::dict jd = gd["joint"];
         g.joint_offsets = vector_of<std::int64_t>(jd["offsets"], w + "joint.offsets", T + 1);
-        g.joint_keys = vector_of<std::uint64_t>(jd["keys"], w + "joint.keys", static_cast<std::size_t>(-1));
-        g.joint_counts = vector_of<std::int64_t>(jd["counts"], w + "joint.counts", g.joint_keys.size());
+        const std::vector<std::uint64_t> keys =
+            vector_of<std::uint64_t>(jd["keys"], w + "joint.keys", static_cast<std::size_t>(-1));
+        const std::vector<std::int64_t> counts = vector_of<std::int64_t>(jd["counts"], w + "joint.counts", keys.size());
+        g.joint_keys.assign(keys.begin(), keys.end());
+        g.joint_counts.assign(counts.begin(), counts.end());
         g.init_absmax =
             jd.contains("init_absmax") ? jd["init_absmax"].cast<double>() : std::numeric_limits<double>::quiet_NaN();
         if (g.joint_offsets.front() != 0 || static_cast<std::size_t>(g.joint_offsets.back()) != g.joint_keys.size() ||

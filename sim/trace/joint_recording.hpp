@@ -23,6 +23,7 @@
 #endif
 
 #include "sim/trace/joint_histogram.hpp"
+#include "sim/trace/ratio_histogram.hpp"
 #include "sim/trace/trace.hpp"
 
 namespace wbaudit::sim {
@@ -60,8 +61,9 @@ inline void advise_pages(const void* p, std::size_t bytes, int advice, std::size
 // Where `v` has room for `extra` more elements, asks the kernel to back that room with pages now, in one call
 // (Linux >= 5.14 MADV_POPULATE_WRITE = 23, absent from older headers): on a VM, faulting a trace's fresh pages one at
 // a time as pairs are appended costs a trap each.
-template <class T>
-void populate_tail(std::vector<T>& v, std::size_t extra) {
+template <class Vector>
+void populate_tail(Vector& v, std::size_t extra) {
+  using T = typename Vector::value_type;
   if (extra == 0 || v.capacity() < v.size() + extra) return;
   advise_pages(v.data() + v.size(), extra * sizeof(T), 23);
 }
@@ -73,8 +75,9 @@ inline constexpr int kJointSlices = 16;   // fixed input slices of the bucket pa
 // the digit histograms of every pass are counted, then sorted by an LSD radix sort in digits of at most 12 bits
 // (3 passes for the default 35-bit keys) ping-ponging between `temp` and `keys` (which it overwrites), then
 // run-length encoded onto out_keys / out_counts. Keys are below 2^bits (bits = 20 + w_bits + u_bits).
-inline void append_joint_runs_serial(std::uint64_t* keys, std::size_t n, int bits, std::vector<std::uint64_t>& temp,
-                                     std::vector<std::uint64_t>& out_keys, std::vector<std::int64_t>& out_counts) {
+template <class Keys, class Counts>
+void append_joint_runs_serial(std::uint64_t* keys, std::size_t n, int bits, std::vector<std::uint64_t>& temp,
+                              Keys& out_keys, Counts& out_counts) {
   if (temp.size() < n) temp.resize(n);
   const int passes = std::max(1, (bits + 11) / 12);
   const int digit = (bits + passes - 1) / passes;
@@ -141,9 +144,9 @@ inline void sort_bucket(std::uint64_t* a, std::uint64_t* t, std::size_t n, int b
 
 // The same result by all threads of `space` (the bucket pass, then the buckets in parallel), for a large tensor;
 // keys[0, n) is left unchanged.
-template <class ExecSpace>
+template <class ExecSpace, class Keys, class Counts>
 void append_joint_runs(const ExecSpace& space, const std::uint64_t* keys, std::size_t n, int bits, JointScratch& s,
-                       std::vector<std::uint64_t>& out_keys, std::vector<std::int64_t>& out_counts) {
+                       Keys& out_keys, Counts& out_counts) {
   const int top = std::min(bits, kJointTopBits);
   const int low = bits - top;
   const std::size_t buckets = std::size_t{1} << top;
@@ -250,10 +253,6 @@ inline void reserve_joint_pairs(std::vector<GroupTrace>& groups, std::size_t rec
     const std::size_t want = static_cast<std::size_t>(g.size) * recorded;
     g.joint_keys.reserve(want);
     g.joint_counts.reserve(want);
-#if defined(MADV_HUGEPAGE)
-    detail::advise_pages(g.joint_keys.data(), want * sizeof(std::uint64_t), MADV_HUGEPAGE, std::size_t{2} << 20);
-    detail::advise_pages(g.joint_counts.data(), want * sizeof(std::int64_t), MADV_HUGEPAGE, std::size_t{2} << 20);
-#endif
   }
 }
 
@@ -272,11 +271,34 @@ void record_joint_keys(const ExecSpace& space, const JointHistogramLayout& layou
       });
 }
 
+// Writes the joint key of coordinate i (kJointNoProposal where u == 0): record_joint_keys's rule, run inside the d
+// histogram's pass by record_ratio_histogram_and_joint_keys.
+template <class MemorySpace>
+struct JointKeyWriter {
+  Kokkos::View<std::uint64_t*, MemorySpace> keys;
+  int w_bits, u_bits;
+  KOKKOS_INLINE_FUNCTION void operator()(const std::size_t i, const float w, const float u) const {
+    keys(i) = u == 0.0f ? kJointNoProposal : joint_key(w_bits, u_bits, w, u);
+  }
+};
+
+// One tensor's d histogram (ratio_histogram_counts: the bins, then the proposals, zero weights and non-finite
+// coordinates) and, in the same pass over (w, u), its joint keys into `keys` (record_joint_keys).
+template <class ExecSpace>
+std::vector<std::int64_t> record_ratio_histogram_and_joint_keys(
+    const ExecSpace& space, const RatioHistogramLayout& ratio, const JointHistogramLayout& joint,
+    Kokkos::View<const float*, typename ExecSpace::memory_space> w,
+    Kokkos::View<const float*, typename ExecSpace::memory_space> u,
+    Kokkos::View<std::uint64_t*, typename ExecSpace::memory_space> keys) {
+  return ratio_histogram_counts(space, ratio, w, u,
+                                JointKeyWriter<typename ExecSpace::memory_space>{keys, joint.w_bits, joint.u_bits});
+}
+
 // One tensor's pairs from its keys (overwritten): by all threads of `space` from kJointParallelSort coordinates up,
 // else by this thread.
-template <class ExecSpace>
+template <class ExecSpace, class Keys, class Counts>
 void append_joint_runs_of(const ExecSpace& space, std::uint64_t* keys, std::size_t n, int bits, JointScratch& scratch,
-                          std::vector<std::uint64_t>& out_keys, std::vector<std::int64_t>& out_counts) {
+                          Keys& out_keys, Counts& out_counts) {
   if (n >= kJointParallelSort && space.concurrency() > 1) {
     detail::append_joint_runs(space, keys, n, bits, scratch, out_keys, out_counts);
   } else {

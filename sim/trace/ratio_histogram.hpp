@@ -46,22 +46,32 @@ inline constexpr std::uint32_t kEighthBinadeFraction[7] = {759234,  1587185, 249
                                                            4548395, 5719293, 6996167};
 }  // namespace detail
 
-// The bin of finite nonzero w, u. With the default layout's 1/8-binade bins and an integer d_min, exactly
-// ratio_bin_by_log2 from the bits: log2|u| = e_u + lambda with lambda = log2(1 + f 2^-23) in [0, 1), so
-// floor(8 (e_w - e_u - lambda - d_min)) = 8 (e_w - e_u - d_min) - ceil(8 lambda), and ceil(8 lambda) counts the
-// thresholds 2^(j/8) below 1 + f 2^-23 (plus one when f != 0).
-KOKKOS_INLINE_FUNCTION int ratio_bin_finite(double d_min, double bin_width, int bins, float w, float u) {
-  if (bin_width != 0.125 || d_min != std::floor(d_min) || std::fabs(d_min) > 1024.0) {
-    return ratio_bin_by_log2(d_min, bin_width, bins, w, u);
-  }
+// True when the layout's bins are 1/8 binade from an integer d_min (the default layout): ratio_bin_eighth applies.
+KOKKOS_INLINE_FUNCTION bool ratio_bins_are_eighths(double d_min, double bin_width) {
+  return bin_width == 0.125 && d_min == std::floor(d_min) && std::fabs(d_min) <= 1024.0;
+}
+
+// The bin of finite nonzero w, u for 1/8-binade bins from the integer d_min, exactly ratio_bin_by_log2 from the
+// bits: log2|u| = e_u + lambda with lambda = log2(1 + f 2^-23) in [0, 1), so floor(8 (e_w - e_u - lambda - d_min)) =
+// 8 (e_w - e_u - d_min) - ceil(8 lambda), and ceil(8 lambda) counts the thresholds 2^(j/8) below 1 + f 2^-23 (plus
+// one when f != 0).
+KOKKOS_INLINE_FUNCTION int ratio_bin_eighth(int d_min, int bins, float w, float u) {
   int ew = 0, eu = 0;
   std::uint32_t fw = 0, fu = 0;
   detail::exponent_and_fraction(w, ew, fw);
   detail::exponent_and_fraction(u, eu, fu);
   int ceil8 = fu != 0 ? 1 : 0;
   for (std::uint32_t t : detail::kEighthBinadeFraction) ceil8 += fu >= t ? 1 : 0;
-  const int b = 8 * (ew - eu - static_cast<int>(d_min)) - ceil8;
+  const int b = 8 * (ew - eu - d_min) - ceil8;
   return b < 0 ? 0 : (b >= bins ? bins - 1 : b);
+}
+
+// The bin of finite nonzero w, u: ratio_bin_eighth for the default layout's bins, else ratio_bin_by_log2.
+KOKKOS_INLINE_FUNCTION int ratio_bin_finite(double d_min, double bin_width, int bins, float w, float u) {
+  if (!ratio_bins_are_eighths(d_min, bin_width)) {
+    return ratio_bin_by_log2(d_min, bin_width, bins, w, u);
+  }
+  return ratio_bin_eighth(static_cast<int>(d_min), bins, w, u);
 }
 
 KOKKOS_INLINE_FUNCTION int ratio_bin(double d_min, double bin_width, int bins, float w, float u) {
@@ -77,10 +87,20 @@ KOKKOS_INLINE_FUNCTION int ratio_bin(double d_min, double bin_width, int bins, f
   return ratio_bin_finite(d_min, bin_width, bins, w, u);
 }
 
+// Nothing more to do per coordinate (RatioHistogramReduce's default).
+struct NoPerCoordinate {
+  KOKKOS_INLINE_FUNCTION void operator()(std::size_t, float, float) const {}
+};
+
+inline constexpr std::size_t kRatioHistogramChunk = 4096;  // coordinates per work item of RatioHistogramReduce
+
 // One recorded step's d histogram of (w, u) in a single pass: counts[0, bins) the bins, then counts[bins] the
 // proposals (u != 0, finite), counts[bins + 1] those with w == 0 (not binned), counts[bins + 2] the coordinates with a
-// non-finite w or u. An integer array reduction, so the counts do not depend on the thread count.
-template <class ExecSpace>
+// non-finite w or u. An integer array reduction over chunks of kRatioHistogramChunk coordinates (the three totals
+// kept in registers within a chunk: incrementing them in the reduction array chained every coordinate through
+// memory), so the counts do not depend on the thread count. `each(i, w, u)` runs on every coordinate in the same pass
+// (the joint keys, joint_recording.hpp).
+template <class ExecSpace, class Each = NoPerCoordinate>
 struct RatioHistogramReduce {
   using value_type = std::int64_t[];
   using size_type = std::size_t;
@@ -88,18 +108,34 @@ struct RatioHistogramReduce {
   Kokkos::View<const float*, typename ExecSpace::memory_space> w, u;
   double d_min, bin_width;
   int bins;
+  Each each;
 
-  KOKKOS_INLINE_FUNCTION void operator()(const std::size_t i, value_type counts) const {
-    const int b = ratio_bin(d_min, bin_width, bins, w(i), u(i));
-    if (b == kRatioBinZeroProposal) {
-      return;
+  KOKKOS_INLINE_FUNCTION void operator()(const std::size_t chunk, value_type counts) const {
+    const std::size_t lo = chunk * kRatioHistogramChunk, n = w.extent(0);
+    const std::size_t hi = n - lo < kRatioHistogramChunk ? n : lo + kRatioHistogramChunk;
+    const bool eighths = ratio_bins_are_eighths(d_min, bin_width);
+    const int d_min_int = eighths ? static_cast<int>(d_min) : 0;
+    std::int64_t proposals = 0, zero_weight = 0, bad = 0;
+    for (std::size_t i = lo; i < hi; ++i) {
+      const float wi = w(i), ui = u(i);
+      each(i, wi, ui);
+      if (!std::isfinite(ui) || !std::isfinite(wi)) {
+        ++bad;
+        continue;
+      }
+      if (ui == 0.0f) {
+        continue;
+      }
+      ++proposals;
+      if (wi == 0.0f) {
+        ++zero_weight;
+        continue;
+      }
+      ++counts[eighths ? ratio_bin_eighth(d_min_int, bins, wi, ui) : ratio_bin_by_log2(d_min, bin_width, bins, wi, ui)];
     }
-    if (b == kRatioBinNonFinite) {
-      ++counts[bins + 2];
-      return;
-    }
-    ++counts[bins];
-    ++counts[b == kRatioBinZeroWeight ? bins + 1 : b];
+    counts[bins] += proposals;
+    counts[bins + 1] += zero_weight;
+    counts[bins + 2] += bad;
   }
   KOKKOS_INLINE_FUNCTION void init(value_type counts) const {
     for (size_type k = 0; k < value_count; ++k) counts[k] = 0;
@@ -109,16 +145,18 @@ struct RatioHistogramReduce {
   }
 };
 
-template <class ExecSpace>
+template <class ExecSpace, class Each = NoPerCoordinate>
 std::vector<std::int64_t> ratio_histogram_counts(const ExecSpace& space, const RatioHistogramLayout& layout,
                                                  Kokkos::View<const float*, typename ExecSpace::memory_space> w,
-                                                 Kokkos::View<const float*, typename ExecSpace::memory_space> u) {
+                                                 Kokkos::View<const float*, typename ExecSpace::memory_space> u,
+                                                 Each each = {}) {
   const std::size_t n = static_cast<std::size_t>(layout.bins) + 3;
   std::vector<std::int64_t> counts(n, 0);
   Kokkos::View<std::int64_t*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged> result(counts.data(), n);
-  Kokkos::parallel_reduce("wbaudit::sim::trace::ratio_histogram", Kokkos::RangePolicy<ExecSpace>(space, 0, w.extent(0)),
-                          RatioHistogramReduce<ExecSpace>{n, w, u, layout.d_min, layout.bin_width, layout.bins},
-                          result);
+  const std::size_t chunks = (w.extent(0) + kRatioHistogramChunk - 1) / kRatioHistogramChunk;
+  Kokkos::parallel_reduce(
+      "wbaudit::sim::trace::ratio_histogram", Kokkos::RangePolicy<ExecSpace>(space, 0, chunks),
+      RatioHistogramReduce<ExecSpace, Each>{n, w, u, layout.d_min, layout.bin_width, layout.bins, each}, result);
   space.fence();
   return counts;
 }

@@ -257,8 +257,10 @@ Trace read_trace_from(hid_t root, const std::string& file) {
       const std::string jwhere = where + "joint/";
       g.init_absmax = read_scalar_attribute<double>(jh.get(), "init_absmax", file);
       g.joint_offsets = read_dataset<std::int64_t>(jh.get(), "offsets", jwhere, file);
-      g.joint_keys = read_dataset<std::uint64_t>(jh.get(), "keys", jwhere, file);
-      g.joint_counts = read_dataset<std::int64_t>(jh.get(), "counts", jwhere, file);
+      const std::vector<std::uint64_t> keys = read_dataset<std::uint64_t>(jh.get(), "keys", jwhere, file);
+      const std::vector<std::int64_t> counts = read_dataset<std::int64_t>(jh.get(), "counts", jwhere, file);
+      g.joint_keys.assign(keys.begin(), keys.end());
+      g.joint_counts.assign(counts.begin(), counts.end());
       if (g.joint_offsets.empty() || g.joint_keys.size() != g.joint_counts.size() ||
           static_cast<std::size_t>(g.joint_offsets.back()) != g.joint_keys.size()) {
         throw TraceFileError(file + ": " + jwhere + ": " + std::to_string(g.joint_keys.size()) + " keys, " +

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "sim/trace/joint_histogram.hpp"
+#include "sim/trace/large_page_allocator.hpp"
 
 namespace wbaudit::sim {
 
@@ -54,8 +55,10 @@ struct GroupTrace {
   // Reference mode, schema 2 (joint_histogram.hpp): step t's sorted (key, count) pairs are entries
   // [joint_offsets[t], joint_offsets[t + 1]) of joint_keys / joint_counts; empty when the trace has none.
   std::vector<std::int64_t> joint_offsets;  // [T + 1]
-  std::vector<std::uint64_t> joint_keys;
-  std::vector<std::int64_t> joint_counts;
+  // (Their storage is advised for huge pages, large_page_allocator.hpp: appending a recorded step's pairs into fresh
+  // 4 KiB pages dominated the cost of recording.)
+  LargePageVector<std::uint64_t> joint_keys;
+  LargePageVector<std::int64_t> joint_counts;
   double init_absmax = std::numeric_limits<double>::quiet_NaN();  // max |w| at initialization (intK scales)
   bool has_joint() const { return !joint_offsets.empty(); }
 };

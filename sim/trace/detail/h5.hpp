@@ -147,10 +147,11 @@ inline void write_dataset(hid_t loc, const char* name, const std::vector<T>& dat
 }
 
 // A 1-D dataset stored chunked and deflated (shuffle + deflate level 6): for the large sparse datasets.
-template <class T>
-inline void write_compressed_vector(hid_t loc, const char* name, const std::vector<T>& data, const std::string& file) {
+template <class T, class Allocator>
+inline void write_compressed_vector(hid_t loc, const char* name, const std::vector<T, Allocator>& data,
+                                    const std::string& file) {
   if (data.empty()) {
-    write_dataset(loc, name, data, {0}, file);
+    write_dataset(loc, name, std::vector<T>{}, {0}, file);
     return;
   }
   const hsize_t n = data.size();
