@@ -226,4 +226,67 @@ TEST(DecoderEngine, BadInputIsRefusedNamingTheValue) {
   fs::remove_all(dir);
 }
 
+TEST(DecoderEngine, ACheckpointOfAnotherModelIsRefusedNamingBoth) {
+  // A two-layer run's checkpoint handed to a decoder run: refused before any state is restored, naming both kinds.
+  RunConfig two_layer;
+  two_layer.mode = RunMode::target;
+  two_layer.steps = 4;
+  two_layer.model.shape = TwoLayerShape{5, 9, 3, Activation::tanh};
+  two_layer.target.format = "e4m3";
+  const fs::path dir = scratch("foreign_model");
+  Training<Kokkos::DefaultExecutionSpace> training(Kokkos::DefaultExecutionSpace(), two_layer);
+  training.run(2);
+  write_checkpoint(dir / "two_layer.h5", training.checkpoint());
+  RunHooks hooks;
+  hooks.checkpoints.resume_from = dir / "two_layer.h5";
+  try {
+    run_cell(Kokkos::DefaultExecutionSpace(), decoder_config(RunMode::target), {}, hooks);
+    ADD_FAILURE() << "a two_layer checkpoint was accepted by a decoder run";
+  } catch (const CheckpointError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("written by a two_layer model, this run is decoder"), std::string::npos) << what;
+    EXPECT_NE(what.find("step 2"), std::string::npos) << what;
+  }
+  fs::remove_all(dir);
+}
+
+TEST(DecoderEngine, ADivergingRunStopsAtTheStepThatWentNonFiniteAndKeepsItsCheckpoints) {
+  // fp32 SGD at lr 1e30: the first update throws the weights to ~1e29 and the next forward overflows. The run must
+  // stop with the step (and, for a non-finite proposal, the tensor) named, and every checkpoint written before that
+  // step must stay whole and readable (checkpoints are written to a temporary name, then renamed).
+  RunConfig cfg = decoder_config(RunMode::reference);
+  cfg.optimizer.kind = OptimizerKind::sgd;
+  cfg.optimizer.lr = 1e30;
+  const fs::path dir = scratch("diverge");
+  RunHooks hooks;
+  hooks.checkpoints.dir = dir;
+  hooks.checkpoints.every = 1;
+  std::string what;
+  try {
+    run_cell(Kokkos::DefaultExecutionSpace(), cfg, {}, hooks);
+    ADD_FAILURE() << "a run at lr 1e30 finished";
+  } catch (const std::exception& e) {
+    what = e.what();
+  }
+  const bool loss = what.find("training loss is ") != std::string::npos;
+  const bool proposal = what.find("non-finite weight or proposal in tensor ") != std::string::npos;
+  EXPECT_TRUE(loss || proposal) << what;
+  const auto at = what.find(" at step ");
+  ASSERT_NE(at, std::string::npos) << what;
+  const std::int64_t failed = std::stoll(what.substr(at + 9));
+  EXPECT_GE(failed, 1) << what;  // step 0's loss is that of the initial weights, finite
+  EXPECT_LT(failed, cfg.steps) << what;
+  int checkpoints = 0;
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    const std::string name = entry.path().filename().string();
+    EXPECT_EQ(name.rfind("checkpoint-", 0), 0u) << "left behind: " << name;
+    const Checkpoint c = read_checkpoint(entry.path());  // whole: a truncated or half-written file throws
+    EXPECT_LE(c.step, failed) << name;
+    EXPECT_EQ(c.model_kind, "decoder");
+    ++checkpoints;
+  }
+  EXPECT_GE(checkpoints, 1);
+  fs::remove_all(dir);
+}
+
 }  // namespace
