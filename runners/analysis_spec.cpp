@@ -275,11 +275,13 @@ AnalysisSpec parse_analysis_spec(const std::string& text, const std::filesystem:
     const toml::node* history_node = t.get("history");
     if (history_node) {
       history = r.string(*history_node, "template.history");
-      if (history != "leave-run-out" && history != "sweep")
+      if (history != "leave-run-out" && history != "sweep" && history != "declared")
         r.fail(history_node, "template.history",
                "unknown history \"" + history +
                    "\" (known: leave-run-out: the sweep's own target runs, each scored run left out of its "
-                   "template; sweep: the target runs of template.history_sweep)");
+                   "template; declared: the target runs of this sweep named by template.history_cells, none of "
+                   "them scored; sweep: the target runs of template.history_sweep)");
+      spec.history_declared = history == "declared";
     }
     if (const auto* n = t.get("history_sweep")) {
       spec.history_sweep = r.string(*n, "template.history_sweep");
@@ -294,6 +296,9 @@ AnalysisSpec parse_analysis_spec(const std::string& text, const std::filesystem:
     if (const auto* n = t.get("history_cells")) {
       spec.history_cells = r.strings(*n, "template.history_cells");
       if (spec.history_cells.empty()) r.fail(n, "template.history_cells", "empty: no run would be historical");
+    } else if (spec.history_declared) {
+      r.fail(history_node, "template.history_cells",
+             "required with history = \"declared\" (the target runs of this sweep declared historical)");
     }
     if (const auto* n = t.get("missing_class")) {
       auto v = r.string(*n, "template.missing_class");
@@ -491,7 +496,9 @@ std::string effective_analysis_toml(const AnalysisSpec& spec, const std::vector<
   if (!spec.source_sweep.empty()) t << "sweep = " << toml_string(spec.source_sweep) << "\n";
   if (spec.source_method != "projection") t << "method = " << toml_string(spec.source_method) << "\n";
   t << "\n[template]\nclass = " << toml_strings(spec.template_class) << "\n";
-  if (spec.history_sweep.empty()) {
+  if (spec.history_declared) {
+    t << "history = \"declared\"\n";
+  } else if (spec.history_sweep.empty()) {
     t << "history = \"leave-run-out\"\n";
   } else {
     t << "history = \"sweep\"\nhistory_sweep = " << toml_string(spec.history_sweep) << "\n";

@@ -76,6 +76,9 @@ struct AnalysisSpec {
   // earlier sweep, e.g. at other seeds; relative to the evaluated sweep directory), never the scored runs; empty:
   // leave-run-out over this sweep's own target runs. history_cells then selects among that sweep's targets.
   std::string history_sweep;
+  // `[template] history = "declared"`: the history is the canonical target runs of this sweep that history_cells
+  // names (required), none of them scored (analysis.scored_runs must leave them out): runs declared historical.
+  bool history_declared = false;
   bool template_missing_inconclusive = false;  // a class without history: error (default) or inconclusive
 
   stats::BootstrapSpec bootstrap;

@@ -386,6 +386,9 @@ EvaluationResult evaluate_sweep(const fs::path& sweep_dir, const EvaluateOptions
     result.standing = "exploratory: external runs (wbaudit import), never canonical";
     for (auto& p : external->provenance) result.standing_reasons.push_back(p);
   }
+  // history = "declared" draws from every target run of the sweep, scored or not (those scored are refused below).
+  const std::vector<SweepEvaluationCell> sweep_cells =
+      analysis.history_declared ? read.cells : std::vector<SweepEvaluationCell>{};
   if (!analysis.scored_runs.empty()) {
     // A declared cohort: only its target runs are scored (and serve as leave-run-out history).
     for (auto& pattern : analysis.scored_runs) {
@@ -617,7 +620,38 @@ EvaluationResult evaluate_sweep(const fs::path& sweep_dir, const EvaluateOptions
   std::optional<SweepStore> history_store;
   std::optional<TraceCache> history_cache;
   std::optional<SweepEvaluationCells> history_read;
-  if (analysis.history_sweep.empty()) {
+  if (analysis.history_declared) {
+    // Runs of this sweep declared historical: never a scored run, so no outcome being scored enters a template.
+    const std::string where = analysis.path.string() + ": template.history_cells";
+    std::set<std::string> runs_used, known_classes;
+    for (auto& c : sweep_cells) {
+      if (!matches_any(analysis.history_cells, c.target->name)) continue;
+      if (analysis.scored_runs.empty() || matches_any(analysis.scored_runs, c.target->name))
+        throw AnalysisError(where + ": the run " + c.target->name + " is declared historical and is also scored (" +
+                            (analysis.scored_runs.empty()
+                                 ? std::string("analysis.scored_runs is not declared, so every target run is scored")
+                                 : "it matches analysis.scored_runs " + join(analysis.scored_runs)) +
+                            "): the history must not contain the outcomes being scored");
+      history.push_back({c.target->name, class_of(c), forecast::measured_series(*c.target_trace, c.group)});
+      known_classes.insert(history.back().template_class);
+      runs_used.insert(c.target->name);
+    }
+    if (runs_used.empty())
+      throw AnalysisError(where + " " + join(analysis.history_cells) + " matches no complete target run of " +
+                          sweep_dir.string());
+    if (!analysis.template_missing_inconclusive) {
+      for (auto& c : cells) {
+        const std::string k = class_of(c);
+        if (known_classes.contains(k)) continue;
+        throw AnalysisError(where + " " + join(analysis.history_cells) +
+                            ": no historical run of the template class \"" + k + "\" (needed by " + c.target->name +
+                            "; its classes: " + join({known_classes.begin(), known_classes.end()}) +
+                            "); declare such runs historical, or template.missing_class = \"inconclusive\"");
+      }
+    }
+    result.template_history = "the " + std::to_string(runs_used.size()) + " target runs of this sweep declared " +
+                              "historical (" + join(analysis.history_cells) + "), none of them scored (outcome-blind)";
+  } else if (analysis.history_sweep.empty()) {
     for (auto& c : cells) {
       if (!analysis.history_cells.empty() && !matches_any(analysis.history_cells, c.target->name)) continue;
       history.push_back({c.target->name, class_of(c), forecast::measured_series(*c.target_trace, c.group)});

@@ -317,6 +317,80 @@ TEST_F(EvaluateTest, TemplateIsLeaveRunOut) {
   EXPECT_TRUE(differs) << "the two runs' outcomes coincide: the test could not tell leave-run-out apart";
 }
 
+TEST_F(EvaluateTest, DeclaredHistoryIsRunsOfThisSweepThatAreNeverScored) {
+  // history = "declared": the lr_scale=0.5 runs are historical, the lr_scale=4.0 runs are scored. Each class
+  // (format, group) has one historical run, so the template of a scored run is that run's outcome, read here from
+  // its trace file; a historical run is never scored, and declaring a scored run historical is refused.
+  const std::string text = R"([analysis]
+predictors = ["source", "template", "common-time"]
+baselines = ["template", "common-time"]
+scored_runs = ["target/lr_scale=4.0/*"]
+[template]
+history = "declared"
+history_cells = ["target/lr_scale=0.5/*"]
+[bootstrap]
+resamples = 200
+seed = 11
+method = "percentile"
+unit = "run"
+)";
+  wr::EvaluateOptions options;
+  options.analysis = analysis("declared_history", text);
+  options.figures = false;
+  auto result = wr::evaluate_sweep(sweep, options);
+  EXPECT_NE(result.template_history.find("declared historical"), std::string::npos) << result.template_history;
+  auto dir = wr::write_evaluation_report(result, options);
+  const auto store = wr::SweepStore::open(sweep);
+  int checked = 0;
+  std::set<std::string> scored;
+  for (const char* format : {"bf16", "e4m3"}) {
+    const std::string name = std::string("target/lr_scale=4.0/format=") + format;
+    const auto history = trace_of(sweep, store, std::string("target/lr_scale=0.5/format=") + format);
+    const auto steps = trace_of(sweep, store, name).recorded_steps;
+    for (auto& row : read_csv(dir / "series.csv")) {
+      scored.insert(row["cell"]);
+      if (row["cell"].rfind(name + "/", 0) != 0) continue;
+      const std::string group = row["cell"].substr(name.size() + 1);
+      const auto a = history.group(group).erased_fraction;
+      const auto k = std::find(steps.begin(), steps.end(), std::stoll(row["step"])) - steps.begin();
+      ASSERT_LT(std::size_t(k), a.size());
+      EXPECT_NEAR(std::stod(row["template"]), a[k], 1e-12) << row["cell"] << " step " << row["step"];
+      ++checked;
+    }
+  }
+  EXPECT_EQ(checked,
+            4 * static_cast<int>(trace_of(sweep, store, "target/lr_scale=4.0/format=bf16").recorded_steps.size()));
+  for (auto& cell : scored)
+    EXPECT_EQ(cell.find("lr_scale=0.5"), std::string::npos) << "a historical run was scored: " << cell;
+
+  // A run both historical and scored: refused, naming it.
+  std::string overlap = text;
+  overlap.replace(overlap.find("target/lr_scale=0.5/*"), 21, "target/*format=bf16");
+  options.analysis = analysis("declared_overlap", overlap);
+  try {
+    (void)wr::evaluate_sweep(sweep, options);
+    FAIL() << "a scored run was accepted as history";
+  } catch (const wr::AnalysisError& e) {
+    EXPECT_NE(std::string(e.what()).find("target/lr_scale=4.0/format=bf16 is declared historical and is also scored"),
+              std::string::npos)
+        << e.what();
+  }
+  // Without a cohort every target run is scored, so any declared history overlaps it.
+  std::string no_cohort = text;
+  no_cohort.erase(no_cohort.find("scored_runs"), std::string("scored_runs = [\"target/lr_scale=4.0/*\"]\n").size());
+  options.analysis = analysis("declared_no_cohort", no_cohort);
+  try {
+    (void)wr::evaluate_sweep(sweep, options);
+    FAIL() << "declared history without a cohort was accepted";
+  } catch (const wr::AnalysisError& e) {
+    EXPECT_NE(std::string(e.what()).find("every target run is scored"), std::string::npos) << e.what();
+  }
+  // history = "declared" needs history_cells.
+  std::string no_cells = text;
+  no_cells.erase(no_cells.find("history_cells"), std::string("history_cells = [\"target/lr_scale=0.5/*\"]\n").size());
+  EXPECT_THROW((void)wr::parse_analysis_spec(no_cells, "c.toml"), wr::AnalysisError);
+}
+
 TEST_F(EvaluateTest, EveryDeclaredGateHasAVerdictWithItsInterval) {
   wr::EvaluateOptions options;
   options.analysis = analysis("gates", basic_analysis(kGates));
