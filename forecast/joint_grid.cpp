@@ -9,6 +9,8 @@
 #include <limits>
 
 #include "forecast/error.hpp"
+#include "sim/precision/rounding.hpp"
+#include "sim/precision/writeback.hpp"
 #include "sim/trace/joint_histogram.hpp"
 
 namespace wbaudit::forecast {
@@ -346,6 +348,31 @@ class Aggregator {
   std::size_t m_used = 0, m_last = 0;
 };
 
+// A small group's step counted coordinate by coordinate from the w and u the reference kept (GroupTrace::exact_w,
+// exact_u): erased iff q(q(w) + fl(s u)) == q(w) under nearest, with sim/precision's own rounding and write-back, so
+// at s = 1 this is the trace's exact projection. erased[f * S + s]; returns the proposals counted.
+double exact_erased_counts(const sim::GroupTrace& g, std::size_t t, std::span<const sim::FormatParams> formats,
+                           std::span<const double> lr_scales, std::vector<double>& erased) {
+  const auto n = static_cast<std::size_t>(g.size);
+  const std::size_t S = lr_scales.size();
+  erased.assign(formats.size() * S, 0.0);
+  double total = 0;
+  for (std::size_t i = t * n; i < (t + 1) * n; ++i) {
+    const float u = g.exact_u[i];
+    if (u == 0.0f) continue;
+    total += 1;
+    for (std::size_t f = 0; f < formats.size(); ++f) {
+      const auto wq = static_cast<float>(sim::round_nearest(formats[f], static_cast<double>(g.exact_w[i])));
+      for (std::size_t s = 0; s < S; ++s) {
+        const auto us = static_cast<float>(lr_scales[s] * static_cast<double>(u));
+        const float after = sim::writeback_value(formats[f], sim::WritebackPolicy{}, sim::RngKey{}, 0, wq, us).value;
+        erased[f * S + s] += after == wq ? 1.0 : 0.0;
+      }
+    }
+  }
+  return total;
+}
+
 }  // namespace
 
 sim::FormatSpec grid_format(const sim::GroupTrace& group, std::string_view name) {
@@ -423,7 +450,11 @@ FormatGrid format_grid(const sim::Trace& reference, std::string_view group, std:
   const sim::GroupTrace& g = find_group(reference, group);
   require_joint_histogram(reference, g);
   std::vector<Rounder> rounders;
-  for (const auto& name : formats) rounders.emplace_back(grid_format(g, name));
+  std::vector<sim::FormatParams> params;  // for a group the reference kept exactly
+  for (const auto& name : formats) {
+    rounders.emplace_back(grid_format(g, name));
+    params.push_back(sim::format_params(grid_format(g, name)));
+  }
   FormatGrid grid;
   grid.group = g.name;
   grid.formats.assign(formats.begin(), formats.end());
@@ -447,6 +478,18 @@ FormatGrid format_grid(const sim::Trace& reference, std::string_view group, std:
   std::vector<std::string> errors(T);
   auto one_step = [&](std::size_t t, Aggregator& aggregator) {
     try {
+      if (g.has_exact()) {
+        std::vector<double> erased;
+        const double total = exact_erased_counts(g, t, params, lr_scales, erased);
+        if (t < g.nonzero.size() && static_cast<double>(g.nonzero[t]) != total) {
+          throw ForecastError("analytic grid: group \"" + g.name + "\" step " + std::to_string(grid.steps[t]) +
+                              ": its kept coordinates hold " + std::to_string(total) + " proposals but nonzero is " +
+                              std::to_string(g.nonzero[t]));
+        }
+        if (total == 0) return;
+        for (std::size_t k = 0; k < erased.size(); ++k) grid.values[k * T + t] = erased[k] / total;  // k = f S + s
+        return;
+      }
       const auto begin = static_cast<std::size_t>(g.joint_offsets[t]);
       const auto end = static_cast<std::size_t>(g.joint_offsets[t + 1]);
       double total = 0;

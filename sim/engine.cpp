@@ -207,6 +207,13 @@ void Training<ExecSpace>::step(const RunHooks& hooks) {
         }
         g.nonzero.push_back(nonzero);
         g.zero_weight.push_back(zero_weight);
+        if (g.size <= kJointExactMaxCoordinates) {
+          space.fence();
+          const auto wh = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), w);
+          const auto uh = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), u);
+          g.exact_w.insert(g.exact_w.end(), wh.data(), wh.data() + wh.extent(0));
+          g.exact_u.insert(g.exact_u.end(), uh.data(), uh.data() + uh.extent(0));
+        }
         // Non-finite values were rejected above, so project_erasure sees finite inputs only.
         for (std::size_t f = 0; f < m_project_formats[t].size(); ++f) {
           const WritebackCounts c =

@@ -93,6 +93,16 @@ void write_trace_to(hid_t root, const Trace& trace, const std::string& file) {
         write_vector(jh.get(), "offsets", g.joint_offsets, file);
         write_compressed_vector(jh.get(), "keys", g.joint_keys, file);
         write_compressed_vector(jh.get(), "counts", g.joint_counts, file);
+        if (g.has_exact()) {
+          const std::size_t want = static_cast<std::size_t>(g.size) * (g.joint_offsets.size() - 1);
+          if (g.exact_w.size() != want || g.exact_u.size() != want) {
+            throw TraceFileError(file + ": group " + g.name + ": exact w, u hold " + std::to_string(g.exact_w.size()) +
+                                 ", " + std::to_string(g.exact_u.size()) + " values, expected " + std::to_string(want) +
+                                 " (size x recorded steps)");
+          }
+          write_compressed_vector(jh.get(), "w", g.exact_w, file);
+          write_compressed_vector(jh.get(), "u", g.exact_u, file);
+        }
       }
       Handle projected = create_group(gh.get(), "projected", file);
       for (const auto& [format, series] : g.projected) {
@@ -261,6 +271,17 @@ Trace read_trace_from(hid_t root, const std::string& file) {
       const std::vector<std::int64_t> counts = read_dataset<std::int64_t>(jh.get(), "counts", jwhere, file);
       g.joint_keys.assign(keys.begin(), keys.end());
       g.joint_counts.assign(counts.begin(), counts.end());
+      if (has_link(jh.get(), "w")) {
+        g.exact_w = read_dataset<float>(jh.get(), "w", jwhere, file);
+        g.exact_u = read_dataset<float>(jh.get(), "u", jwhere, file);
+        const std::size_t steps = g.joint_offsets.empty() ? 0 : g.joint_offsets.size() - 1;
+        const std::size_t want = static_cast<std::size_t>(g.size) * steps;
+        if (want == 0 || g.exact_w.size() != want || g.exact_u.size() != want) {
+          throw TraceFileError(file + ": " + jwhere + "w, u: " + std::to_string(g.exact_w.size()) + ", " +
+                               std::to_string(g.exact_u.size()) +
+                               " values, expected size x recorded steps = " + std::to_string(want));
+        }
+      }
       if (g.joint_offsets.empty() || g.joint_keys.size() != g.joint_counts.size() ||
           static_cast<std::size_t>(g.joint_offsets.back()) != g.joint_keys.size()) {
         throw TraceFileError(file + ": " + jwhere + ": " + std::to_string(g.joint_keys.size()) + " keys, " +

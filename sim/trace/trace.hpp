@@ -60,7 +60,11 @@ struct GroupTrace {
   LargePageVector<std::uint64_t> joint_keys;
   LargePageVector<std::int64_t> joint_counts;
   double init_absmax = std::numeric_limits<double>::quiet_NaN();  // max |w| at initialization (intK scales)
+  // Reference mode, groups of at most kJointExactMaxCoordinates (joint_histogram.hpp): step t's w and u are entries
+  // [t * size, (t + 1) * size); empty otherwise (and in traces written before them).
+  std::vector<float> exact_w, exact_u;
   bool has_joint() const { return !joint_offsets.empty(); }
+  bool has_exact() const { return !exact_w.empty(); }
 };
 
 // Study 6 (checkpoint replay): one write-back policy's replays, from every checkpoint of the run, for the same

@@ -4,6 +4,7 @@
 // fp16 (the target). Prints max and RMS per format (docs/forecasting.md tabulates the full-size runs).
 #include <gtest/gtest.h>
 
+#include <Kokkos_Core.hpp>
 #include <cmath>
 #include <cstdio>
 #include <map>
@@ -12,6 +13,8 @@
 
 #include "forecast/joint_grid.hpp"
 #include "forecast/tables.hpp"
+#include "sim/precision/rounding.hpp"
+#include "sim/precision/writeback.hpp"
 #include "sim/run.hpp"
 
 namespace wbaudit::forecast {
@@ -95,16 +98,69 @@ TEST(JointGridReference, WithinTargetOnRealTraces) {
   std::map<std::string, Stats> stats;
   const std::pair<sim::OptimizerKind, double> runs[] = {
       {sim::OptimizerKind::adam, 2e-4}, {sim::OptimizerKind::adam, 4e-3}, {sim::OptimizerKind::sgd, 0.05}};
+  // Each trace twice: as recorded (its groups of at most kJointExactMaxCoordinates are counted from their kept w and
+  // u, exact at s = 1) and with those dropped, so that every group is read from the joint histogram alone.
+  auto both = [&](const sim::Trace& trace, const std::string& label) {
+    compare(trace, label, stats);
+    sim::Trace histogram_only = trace;
+    for (auto& g : histogram_only.groups) {
+      g.exact_w.clear();
+      g.exact_u.clear();
+    }
+    compare(histogram_only, label + " (histogram only)", stats);
+  };
   for (const auto& [kind, lr] : runs) {
-    compare(sim::run_cell(two_layer(kind, lr)), "two-layer lr " + std::to_string(lr), stats);
+    both(sim::run_cell(two_layer(kind, lr)), "two-layer lr " + std::to_string(lr));
   }
-  compare(sim::run_cell(decoder()), "decoder", stats);
+  both(sim::run_cell(decoder()), "decoder");
   for (const auto& f : kFormats) {
     const Stats& s = stats[f];
     ASSERT_GT(s.n, 0);
     std::printf("  %-5s points %5ld  max %.3e  rms %.3e  (target %.3f)\n", f.c_str(), s.n, s.max,
                 std::sqrt(s.sum2 / static_cast<double>(s.n)), target_of(f));
   }
+}
+
+// A small group is counted from the w and u the reference kept, at any lr scale: the grid equals a brute-force
+// count over the w and u the observation hook saw at every recorded step (not the trace's copy), for an integer and a
+// floating format at scales that fall inside histogram bins. Groups above kJointExactMaxCoordinates keep none.
+TEST(JointGridReference, SmallGroupsAreCountedExactlyAtEveryScale) {
+  sim::RunConfig cfg = two_layer(sim::OptimizerKind::adam, 4e-3);
+  cfg.steps = 60;
+  cfg.model.shape = {16, 300, 4, sim::Activation::tanh};  // layer1.weight 4800 coordinates: above the bound
+  std::map<std::pair<std::int64_t, int>, std::pair<std::vector<float>, std::vector<float>>> seen;  // (step, tensor)
+  sim::RunHooks hooks;
+  hooks.on_update = [&](const sim::UpdateObservation& o) {
+    seen[{o.step, o.tensor}] = {{o.weight_before.begin(), o.weight_before.end()},
+                                {o.proposal.begin(), o.proposal.end()}};
+  };
+  const sim::Trace trace = sim::run_cell(Kokkos::DefaultExecutionSpace(), cfg, {}, hooks);
+  int exact_groups = 0;
+  for (const auto& g : trace.groups) {
+    EXPECT_EQ(g.has_exact(), g.size <= sim::kJointExactMaxCoordinates) << g.name << " size " << g.size;
+    if (!g.has_exact()) continue;
+    ++exact_groups;
+    for (const std::string f : {"int4", "e4m3"}) {
+      const sim::FormatParams p = sim::format_params(grid_format(g, f));
+      for (const double scale : {0.3, 1.7}) {
+        const Series a = analytic_series(trace, g.name, f, scale);
+        for (std::size_t t = 0; t < trace.recorded_steps.size(); ++t) {
+          const auto& [w, u] = seen.at({trace.recorded_steps[t], static_cast<int>(g.tensor_id)});
+          double erased = 0, nonzero = 0;
+          for (std::size_t i = 0; i < w.size(); ++i) {
+            if (u[i] == 0.0f) continue;
+            nonzero += 1;
+            const auto wq = static_cast<float>(sim::round_nearest(p, static_cast<double>(w[i])));
+            const auto us = static_cast<float>(scale * static_cast<double>(u[i]));
+            erased += sim::writeback_value(p, sim::WritebackPolicy{}, sim::RngKey{}, 0, wq, us).value == wq;
+          }
+          EXPECT_EQ(a.values[t], erased / nonzero)
+              << g.name << " " << f << " s " << scale << " step " << trace.recorded_steps[t];
+        }
+      }
+    }
+  }
+  EXPECT_EQ(exact_groups, 3);  // layer1.bias, layer2.weight, layer2.bias
 }
 
 // The source predictor with SourceMethod::analytic_grid is analytic_series at the cell's format and lr scale; the
