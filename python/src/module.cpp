@@ -409,6 +409,11 @@ py::dict trace_to_dict(const Trace& t) {
       if (g.has_joint()) {
         gd["joint"] = py::dict(py::arg("offsets") = array_of(g.joint_offsets), py::arg("keys") = array_of(g.joint_keys),
                                py::arg("counts") = array_of(g.joint_counts), py::arg("init_absmax") = g.init_absmax);
+        if (g.has_exact()) {  // a small group's kept w and u, [T, size] (docs/trace-format.md)
+          const auto shape = std::vector<py::ssize_t>{T, static_cast<py::ssize_t>(g.size)};
+          gd["joint"]["w"] = array_of(g.exact_w).reshape(shape);
+          gd["joint"]["u"] = array_of(g.exact_u).reshape(shape);
+        }
       }
     }
     groups[py::str(g.name)] = gd;
@@ -511,6 +516,13 @@ Trace trace_from_dict(const py::dict& d) {
         g.joint_counts.assign(counts.begin(), counts.end());
         g.init_absmax =
             jd.contains("init_absmax") ? jd["init_absmax"].cast<double>() : std::numeric_limits<double>::quiet_NaN();
+        if (jd.contains("w") || jd.contains("u")) {
+          if (!jd.contains("w") || !jd.contains("u"))
+            throw py::value_error("write_trace: " + w + "joint needs both w and u");
+          const std::size_t n = static_cast<std::size_t>(T) * static_cast<std::size_t>(g.size);
+          g.exact_w = vector_of<float>(jd["w"], w + "joint.w", n);  // [T, size] or flat, C order
+          g.exact_u = vector_of<float>(jd["u"], w + "joint.u", n);
+        }
         if (g.joint_offsets.front() != 0 || static_cast<std::size_t>(g.joint_offsets.back()) != g.joint_keys.size() ||
             !std::is_sorted(g.joint_offsets.begin(), g.joint_offsets.end())) {
           throw py::value_error("write_trace: " + w + "joint.offsets must rise from 0 to the number of keys (" +
