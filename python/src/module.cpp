@@ -543,6 +543,7 @@ PYBIND11_MODULE(_core, m) {
   m.def("_ensure_kokkos", &ensure_kokkos);
   m.attr("JOINT_LAYOUT") =
       py::dict(py::arg("w_bits") = JointHistogramLayout{}.w_bits, py::arg("u_bits") = JointHistogramLayout{}.u_bits);
+  m.attr("JOINT_EXACT_MAX") = kJointExactMaxCoordinates;  // groups this small keep their w and u in a reference
   m.def("_finalize", [] {
     if (Kokkos::is_initialized()) {
       Kokkos::finalize();

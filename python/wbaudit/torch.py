@@ -147,7 +147,7 @@ class ReferenceRecorder:
                     specs.append(f)
             self._projected[name] = specs
         self._rows = {name: {"nonzero": [], "zero_weight": [], "hist": [], "erased": {f: [] for f in self.formats},
-                             "joint_keys": [], "joint_counts": []}
+                             "joint_keys": [], "joint_counts": [], "w": [], "u": []}
                       for name, _ in self.params}
         self.recorded_steps, self.loss, self.learning_rate = [], [], []
         self._before = None
@@ -166,6 +166,9 @@ class ReferenceRecorder:
                 row = self._rows[name]
                 row["joint_keys"].append(r["joint_keys"])
                 row["joint_counts"].append(r["joint_counts"])
+                if p.numel() <= _core.JOINT_EXACT_MAX:  # a small tensor keeps w and u: the grid counts it exactly
+                    row["w"].append(_np(w).reshape(-1).copy())
+                    row["u"].append(_np(u).reshape(-1).copy())
                 row["nonzero"].append(r["nonzero"])
                 row["zero_weight"].append(r["zero_weight"])
                 row["hist"].append(r["ratio_histogram"])
@@ -206,6 +209,9 @@ class ReferenceRecorder:
                           "counts": np.concatenate(row["joint_counts"] or [np.zeros(0, np.int64)]).astype(np.int64),
                           "init_absmax": self._init_absmax[name]},
             }
+            if row["w"]:
+                groups[name]["joint"]["w"] = np.stack(row["w"]).astype(np.float32)
+                groups[name]["joint"]["u"] = np.stack(row["u"]).astype(np.float32)
         config = provenance({"mode": "reference", "project_formats": self.formats, "seed": self.seed,
                              "schedule": str(self.schedule.describe()),
                              "parameters": {n: list(p.shape) for n, p in self.params}})

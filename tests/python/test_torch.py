@@ -104,6 +104,15 @@ def test_reference_recorder_trace_serves_the_analytic_grid(tmp_path, wbaudit_exe
     subprocess.run([wbaudit_exe, "grid", str(path), "--formats", ",".join(formats), "--lr-scales", "1", "-o",
                     str(out), "--no-figure"], check=True, capture_output=True)
     rows = list(csv.DictReader(open(out / "grid.csv")))
+    # Small tensors keep each recorded step's w and u ([T, size]), so the grid counts them exactly at any scale.
+    for name, p in model.named_parameters():
+        joint = trace["groups"][name]["joint"]
+        assert ("w" in joint) == (p.numel() <= wbaudit._core.JOINT_EXACT_MAX), name
+        if "w" in joint:
+            assert joint["w"].shape == joint["u"].shape == (len(trace["recorded_steps"]), p.numel())
+            # The last step (recorded) proposed u = fl(p_after - w) on the weights it started from.
+            assert trace["recorded_steps"][-1] == 9
+            assert np.array_equal(joint["u"][-1], p.detach().numpy().reshape(-1) - joint["w"][-1]), name
     assert len(rows) == len(trace["groups"]) * len(formats) * len(trace["recorded_steps"])
     steps = list(trace["recorded_steps"])
     for r in rows:
