@@ -1,5 +1,7 @@
 """wbaudit's Python functions against plain-Python references (exact fractions over the format's values) on random
 and adversarial inputs, and the Python write-back against the C++ CLI's scalar write-back bitwise under SR."""
+import math
+import re
 import subprocess
 from fractions import Fraction
 
@@ -66,6 +68,109 @@ def test_stochastic_probabilities_follow_the_distance():
     # binomial sd = sqrt(n p (1-p)) ~ 68: 5 sd
     assert abs(up - n * 3 / 8) < 5 * (n * 3 / 8 * 5 / 8) ** 0.5
     assert counts["erased"] == n - up and counts["sr_applied"] == n
+
+
+def binomial_tolerance(n, p, delta=1e-9):
+    """t with P(|k - n p| >= t) <= delta for k ~ Binomial(n, p), from Bernstein's inequality
+    2 exp(-t^2 / (2 (n p (1 - p) + t / 3))) = delta: about 6.5 sd for moderate p, and still a bound for p near 0 or 1,
+    where a normal 5 sd is not. (The draws are keyed by the seeds, so a run is deterministic; the bound makes the
+    test independent of which seeds are used.)"""
+    L = math.log(2 / delta)
+    return L / 3 + math.sqrt((L / 3) ** 2 + 2 * L * n * p * (1 - p))
+
+
+def sr_points(t, rng):
+    """float64 points (round reads them exactly): random positions between random neighbours (not dyadic in the
+    gap), just above a grid value (P(away) ~ 2^-10) and just below the next one, between 0 and the smallest
+    subnormal, points on the grid, beyond the largest finite value; both signs."""
+    xs = []
+    for i in rng.choice(len(t.values) - 1, size=4, replace=False):
+        lo, hi = t.values[i], t.values[i + 1]
+        xs.append(float(lo + (hi - lo) * Fraction(float(rng.random()))))
+    lo, hi = t.values[len(t.values) // 2], t.values[len(t.values) // 2 + 1]
+    xs += [float(lo + (hi - lo) / 1024), float(hi - (hi - lo) / 1024), float(t.values[1] * Fraction(3, 10))]
+    xs += [float(t.values[5]), float(t.values[len(t.values) // 3]), float(t.max), float(t.max) * 1.5]
+    return xs + [-x for x in xs]
+
+
+def sr_draws(xs, fmt, seeds=200, copies=100, **kw):
+    """[len(xs), seeds * copies] float64: stochastic round of every x under seeds 0..seeds-1, `copies` coordinates
+    of each x per call (independent draws keyed by (seed, step 0, tensor 0, coordinate)); few calls, so the test
+    stays fast when other processes hold the cores (each call is a parallel kernel launch)."""
+    x = np.repeat(np.array(xs, dtype=np.float64), copies)
+    got = np.stack([wbaudit.round(x, fmt, "stochastic", seed=seed, **kw) for seed in range(seeds)])
+    return got.reshape(seeds, len(xs), copies).transpose(1, 0, 2).reshape(len(xs), -1).astype(np.float64)
+
+
+@pytest.mark.parametrize("fmt", ["e4m3", "e5m2", "e2m1", "bf16"])
+def test_round_stochastic_equals_fraction_reference(fmt):
+    # For every draw the result is one of the two neighbours of x over the format's values (x itself when x is
+    # representable; the largest finite value beyond it), and over the draws P(away from zero) = (|x| - lo) / (hi - lo).
+    t = Table(fmt)
+    xs = sr_points(t, np.random.default_rng(11))
+    got = sr_draws(xs, fmt)
+    for x, row in zip(xs, got):
+        xf = Fraction(x)
+        lo, hi = t.neighbours(xf)
+        s = -1 if x < 0 else 1
+        assert np.all((row == float(s * lo)) | (row == float(s * hi))), (fmt, x, set(row) - {s * lo, s * hi})
+        if lo == hi:
+            assert np.all(row == (x if abs(xf) <= t.max else float(s * t.max))), (fmt, x)
+            continue
+        p = (abs(xf) - lo) / (hi - lo)
+        away = int(np.sum(row == float(s * hi)))
+        tolerance = binomial_tolerance(row.size, float(p))
+        assert abs(away - row.size * float(p)) <= tolerance, (fmt, x, float(p), away / row.size)
+    assert np.array_equal(sr_draws(xs, fmt, seeds=3), got[:, :3 * 100])  # the draws are a function of the key
+
+
+@pytest.mark.parametrize("fmt", ["e4m3", "bf16"])
+@pytest.mark.parametrize("r_bits", [1, 3, 8])
+def test_round_r_bit_stochastic_equals_fraction_reference(fmt, r_bits):
+    # r-bit SR (docs/formats.md): D = floor(f * 2^r) of the discarded fraction f = (|x| - lo) / (hi - lo),
+    # P(away) = D / 2^r; the result is always one of the two neighbours, the toward-zero one in the dead zone D = 0.
+    t = Table(fmt)
+    xs = sr_points(t, np.random.default_rng(12))
+    lo, hi = t.values[100], t.values[101]
+    xs += [float(lo + (hi - lo) * Fraction(3, 10)), float(lo + (hi - lo) / 2 ** (r_bits + 1))]  # D/2^r != f; D = 0
+    for x, row in zip(xs, sr_draws(xs, fmt, sr_bits=r_bits)):
+        xf = Fraction(x)
+        lo, hi = t.neighbours(xf)
+        s = -1 if x < 0 else 1
+        assert np.all((row == float(s * lo)) | (row == float(s * hi))), (fmt, r_bits, x)
+        if lo == hi:
+            continue
+        p = Fraction(math.floor((abs(xf) - lo) / (hi - lo) * 2 ** r_bits), 2 ** r_bits)
+        away = int(np.sum(row == float(s * hi)))
+        if p == 0:
+            assert away == 0, (fmt, r_bits, x)
+        else:
+            tolerance = binomial_tolerance(row.size, float(p))
+            assert abs(away - row.size * float(p)) <= tolerance, (fmt, r_bits, x, float(p), away / row.size)
+
+
+@pytest.mark.parametrize("fmt", ["e4m3", "e2m1", "bf16"])
+@pytest.mark.parametrize("r_bits", [1, 3, 8, 32])
+def test_writeback_r_bit_stochastic_gives_a_neighbour(fmt, r_bits):
+    t = Table(fmt)
+    rng = np.random.default_rng(13)
+    w = wbaudit.round(np.concatenate([adversarial(t, rng)[:600], f32(rng.standard_normal(600))]), fmt)
+    gaps = np.array([float(t.neighbours(Fraction(float(v)))[1] - t.neighbours(Fraction(float(v)))[0]) or 1.0
+                     for v in np.abs(w)])
+    # proposals of a random fraction of the gap, inside the r-bit dead zone, tiny, large, zero; both signs
+    kind = rng.integers(0, 5, size=w.size)
+    u = np.where(kind == 0, gaps * rng.random(w.size), np.where(kind == 1, gaps * 2.0 ** -(r_bits + 1),
+                 np.where(kind == 2, gaps * 2.0 ** -30, np.where(kind == 3, rng.standard_normal(w.size) *
+                                                                  float(t.max) / 8, 0.0))))
+    u = f32(u * np.where(rng.random(w.size) < 0.5, -1, 1))
+    for seed in (1, 2):
+        w_next, _ = wbaudit.writeback(w, u, fmt, "stochastic", seed=seed, step=3, tensor_id=1, sr_bits=r_bits)
+        for wi, ui, ni in zip(w, u, w_next):
+            x = Fraction(float(wi)) + Fraction(float(ui))
+            assert Fraction(float(ni)) in t.sr_candidates(x), (fmt, r_bits, float(wi), float(ui), float(ni))
+            lo, hi = t.neighbours(x)
+            if lo != hi and (abs(x) - lo) / (hi - lo) * 2 ** r_bits < 1:  # the dead zone: toward zero
+                assert abs(Fraction(float(ni))) == lo, (fmt, r_bits, float(wi), float(ui), float(ni))
 
 
 @pytest.mark.parametrize("fmt", ["e4m3", "e5m2", "bf16"])
@@ -165,6 +270,26 @@ def test_bad_input_raises_with_the_message():
         wbaudit.round(f32([np.inf]), "e4m3")
     with pytest.raises(ValueError, match="policy"):
         wbaudit.writeback(w, f32([0, 0]), "e4m3", "sometimes")
+
+
+@pytest.mark.parametrize("bad", [np.inf, -np.inf, np.nan])
+def test_non_finite_proposal_is_refused_naming_value_and_coordinate(bad):
+    w = wbaudit.round(f32([1.0, 2.0, 0.5, -3.0]), "e4m3")
+    u = f32([0.3, 0.0, bad, 0.3])
+    where = rf"coordinate 2: w = 0\.5, u = {re.escape(repr(float(bad)))}(,|$)"  # inf, -inf, nan
+    for policy in ("nearest", "stochastic"):
+        with pytest.raises(ValueError, match=where):
+            wbaudit.writeback(w, u, "e4m3", policy, seed=1)
+        with pytest.raises(ValueError, match=r"^tensor fc\.weight, step 7: .*" + where):
+            wbaudit.writeback(w, u, "e4m3", policy, seed=1, step=7, tensor="fc.weight")
+        with pytest.raises(ValueError, match=where):
+            wbaudit.audit(w, u, w.copy(), "e4m3", policy)
+        with pytest.raises(ValueError, match=r"^tensor fc\.weight, step 7: .*" + where):
+            wbaudit.audit(w, u, w.copy(), "e4m3", policy, step=7, tensor="fc.weight")
+    inplace = w.copy()
+    with pytest.raises(ValueError, match=where):
+        wbaudit.writeback(inplace, u, "e4m3", out=inplace)
+    assert inplace[2] == w[2]  # the coordinate with the non-finite proposal is left unchanged
 
 
 def test_trace_round_trip(tmp_path):
