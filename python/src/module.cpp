@@ -219,8 +219,22 @@ py::tuple writeback_py(py::array w, py::array u, const std::string& fmt_name, co
   float* od = float32_data<float>(target, "out", fmt_name);
   const auto n = static_cast<std::size_t>(w.size());
   WritebackCounts counts;
+  std::vector<float> scratch;
   {
     py::gil_scoped_release release;
+    if (out) {
+      // Nothing partially written: the kernel writes every finite coordinate before it reports a non-finite one, so
+      // with NaN/inf in w or u it runs on a scratch copy (and throws naming the first) and `out` is left untouched.
+      std::int64_t bad = 0;
+      Kokkos::parallel_reduce(
+          "wbaudit::python::writeback::finite", Kokkos::RangePolicy<Space>(0, static_cast<std::int64_t>(n)),
+          [=](const std::int64_t i, std::int64_t& c) { c += std::isfinite(wd[i]) && std::isfinite(ud[i]) ? 0 : 1; },
+          bad);
+      if (bad > 0) {
+        scratch.resize(n);
+        od = scratch.data();
+      }
+    }
     if (od != wd) {
       std::memcpy(od, wd, n * sizeof(float));
     }

@@ -289,7 +289,12 @@ def test_non_finite_proposal_is_refused_naming_value_and_coordinate(bad):
     inplace = w.copy()
     with pytest.raises(ValueError, match=where):
         wbaudit.writeback(inplace, u, "e4m3", out=inplace)
-    assert inplace[2] == w[2]  # the coordinate with the non-finite proposal is left unchanged
+    # Nothing partially written: the finite coordinates (0.3 on 1.0 is applied by e4m3 nearest) are left as they were.
+    assert np.array_equal(inplace, w)
+    out = np.full_like(w, 7.0)
+    with pytest.raises(ValueError, match=where):
+        wbaudit.writeback(w, u, "e4m3", out=out)
+    assert np.all(out == 7.0)
 
 
 def test_trace_round_trip(tmp_path):
