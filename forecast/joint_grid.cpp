@@ -449,13 +449,24 @@ FormatGrid format_grid(const sim::Trace& reference, std::string_view group, std:
   for (double s : lr_scales) check_scale(s);
   const sim::GroupTrace& g = find_group(reference, group);
   require_joint_histogram(reference, g);
+  FormatGrid grid;
+  grid.undefined.assign(formats.size(), std::string());
   std::vector<Rounder> rounders;
   std::vector<sim::FormatParams> params;  // for a group the reference kept exactly
-  for (const auto& name : formats) {
-    rounders.emplace_back(grid_format(g, name));
-    params.push_back(sim::format_params(grid_format(g, name)));
+  for (std::size_t f = 0; f < formats.size(); ++f) {
+    // intK takes its scale from the group's absmax at initialization; a group that started all zeros (a bias, a
+    // norm's shift) has none, as in the simulator, which refuses such a target: its values stay NaN, with the reason.
+    const bool no_scale = !(g.init_absmax > 0 && std::isfinite(g.init_absmax));
+    sim::FormatSpec spec;
+    if (no_scale && sim::format_from_name(formats[f]).kind == sim::FormatKind::integer) {
+      grid.undefined[f] = "no per-tensor scale (max |w| at initialization is " + std::to_string(g.init_absmax) + ")";
+      spec = sim::int_format(std::stoi(formats[f].substr(3)), 1.0f);  // a placeholder: its values stay NaN
+    } else {
+      spec = grid_format(g, formats[f]);
+    }
+    rounders.emplace_back(spec);
+    params.push_back(sim::format_params(spec));
   }
-  FormatGrid grid;
   grid.group = g.name;
   grid.formats.assign(formats.begin(), formats.end());
   grid.lr_scales.assign(lr_scales.begin(), lr_scales.end());
@@ -487,7 +498,8 @@ FormatGrid format_grid(const sim::Trace& reference, std::string_view group, std:
                               std::to_string(g.nonzero[t]));
         }
         if (total == 0) return;
-        for (std::size_t k = 0; k < erased.size(); ++k) grid.values[k * T + t] = erased[k] / total;  // k = f S + s
+        for (std::size_t k = 0; k < erased.size(); ++k)  // k = f S + s
+          if (grid.undefined[k / S].empty()) grid.values[k * T + t] = erased[k] / total;
         return;
       }
       const auto begin = static_cast<std::size_t>(g.joint_offsets[t]);
@@ -504,6 +516,7 @@ FormatGrid format_grid(const sim::Trace& reference, std::string_view group, std:
       std::vector<Piece> pieces;
       std::vector<double> erased(S);
       for (std::size_t f = 0; f < formats.size(); ++f) {
+        if (!grid.undefined[f].empty()) continue;
         aggregator.run(bins.bins, rounders[f], twice, pieces, erased.data());
         for (std::size_t s = 0; s < S; ++s) grid.values[(f * S + s) * T + t] = erased[s] / total;
       }
@@ -536,6 +549,10 @@ Series analytic_series(const sim::Trace& reference, std::string_view group, std:
   const std::string name(format);
   const FormatGrid grid =
       format_grid(reference, group, std::span<const std::string>(&name, 1), std::span<const double>(&lr_scale, 1));
+  if (!grid.undefined.front().empty()) {
+    throw ForecastError("analytic grid: group \"" + grid.group + "\" format \"" + name +
+                        "\": " + grid.undefined.front());
+  }
   return Series{grid.steps, grid.values};
 }
 

@@ -52,12 +52,16 @@ struct FormatGrid {
   std::vector<double> lr_scales;     // middle index
   std::vector<std::int64_t> steps;   // inner index (the recorded steps)
   std::vector<double> values;        // [format][scale][step]
+  // Per format: why its values are all NaN (intK for a group that was all zeros at initialization, which has no
+  // per-tensor scale); empty where the format is defined.
+  std::vector<std::string> undefined;
   double at(std::size_t f, std::size_t s, std::size_t t) const {
     return values[(f * lr_scales.size() + s) * steps.size() + t];
   }
 };
 
-// Every (format, scale) at every recorded step of one group, reading each step's pairs once.
+// Every (format, scale) at every recorded step of one group, reading each step's pairs once. An intK format for a
+// group without a per-tensor scale is not an error here: its values are NaN and FormatGrid::undefined says why.
 FormatGrid format_grid(const sim::Trace& reference, std::string_view group, std::span<const std::string> formats,
                        std::span<const double> lr_scales);
 

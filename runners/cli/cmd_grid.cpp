@@ -234,6 +234,9 @@ void run_grid(GridArgs a) {
       }
       std::printf("\n");
     }
+    for (std::size_t f = 0; f < a.formats.size(); ++f)
+      if (!grid.undefined[f].empty())
+        std::printf("  (%s: undefined: %s)\n", a.formats[f].c_str(), grid.undefined[f].c_str());
     if (!a.no_figure) {
       heat_map(dir, file_stem(group), group + (all ? ": mean over recorded steps" : ": step " + a.step), grid, shown);
     }

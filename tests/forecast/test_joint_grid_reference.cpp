@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "forecast/error.hpp"
 #include "forecast/joint_grid.hpp"
 #include "forecast/tables.hpp"
 #include "sim/precision/rounding.hpp"
@@ -161,6 +162,26 @@ TEST(JointGridReference, SmallGroupsAreCountedExactlyAtEveryScale) {
     }
   }
   EXPECT_EQ(exact_groups, 3);  // layer1.bias, layer2.weight, layer2.bias
+}
+
+// A group that was all zeros at initialization (a bias, a LayerNorm shift) has no intK scale: the grid leaves that
+// format NaN and says why, keeps the group's other formats, and analytic_series (a predictor) refuses it by name.
+TEST(JointGridReference, IntegerFormatOfAGroupWithoutScaleIsUndefinedNotAnError) {
+  sim::Trace trace = sim::run_cell(two_layer(sim::OptimizerKind::adam, 4e-3));
+  sim::GroupTrace& g = trace.groups.back();
+  g.init_absmax = 0.0;
+  const std::vector<std::string> formats = {"int4", "e4m3"};
+  const std::vector<double> scales = {1.0};
+  const FormatGrid grid = format_grid(trace, g.name, formats, scales);
+  ASSERT_EQ(grid.undefined.size(), 2u);
+  EXPECT_NE(grid.undefined[0].find("no per-tensor scale"), std::string::npos) << grid.undefined[0];
+  EXPECT_TRUE(grid.undefined[1].empty());
+  const auto& e4m3 = g.projected.at("e4m3").fraction;
+  for (std::size_t t = 0; t < grid.steps.size(); ++t) {
+    EXPECT_TRUE(std::isnan(grid.at(0, 0, t)));
+    if (!std::isnan(e4m3[t])) EXPECT_EQ(grid.at(1, 0, t), e4m3[t]);
+  }
+  EXPECT_THROW((void)analytic_series(trace, g.name, "int4", 1.0), ForecastError);
 }
 
 // The source predictor with SourceMethod::analytic_grid is analytic_series at the cell's format and lr scale; the
