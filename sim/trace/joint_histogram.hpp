@@ -15,9 +15,9 @@ namespace wbaudit::sim {
 
 // A reference trace also keeps, for every group of at most this many coordinates, each recorded step's w and u
 // themselves (GroupTrace::exact_w / exact_u): in a small group one coordinate is 1/size of the erased fraction, more
-// than any histogram's within-bin share can be trusted with, so the grid counts such groups exactly. 32 KiB per
+// than any histogram's within-bin share can be trusted with, so the grid counts such groups exactly. 8 KiB per
 // recorded step at most, less than the group's joint pairs (about one 16-byte pair per coordinate).
-inline constexpr std::int64_t kJointExactMaxCoordinates = 4096;
+inline constexpr std::int64_t kJointExactMaxCoordinates = 1024;
 
 struct JointHistogramLayout {
   int w_bits = 11;  // fraction bits of |w| kept (0..12): 11 resolves q(w) exactly per bin for M <= 10

@@ -128,7 +128,7 @@ TEST(JointGridReference, WithinTargetOnRealTraces) {
 TEST(JointGridReference, SmallGroupsAreCountedExactlyAtEveryScale) {
   sim::RunConfig cfg = two_layer(sim::OptimizerKind::adam, 4e-3);
   cfg.steps = 60;
-  cfg.model.shape = {16, 300, 4, sim::Activation::tanh};  // layer1.weight 4800 coordinates: above the bound
+  cfg.model.shape = {16, 100, 4, sim::Activation::tanh};  // layer1.weight 1600 coordinates: above the bound
   std::map<std::pair<std::int64_t, int>, std::pair<std::vector<float>, std::vector<float>>> seen;  // (step, tensor)
   sim::RunHooks hooks;
   hooks.on_update = [&](const sim::UpdateObservation& o) {
