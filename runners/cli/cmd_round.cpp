@@ -97,6 +97,8 @@ struct Args {
   std::string policy = "nearest";
   std::string seed_text = "0";
   std::uint64_t seed = 0;
+  std::uint64_t step = 0;  // the stochastic draws' key: (seed, step, tensor), coordinate = value index
+  std::uint32_t tensor = 0;
   int sr_bits = 0;
   std::optional<std::string> update;
   std::optional<double> scale;
@@ -177,7 +179,7 @@ void run_round(Args a) {
     }
     in = &file;
   }
-  const sim::RngKey key{a.seed, 0, 0};
+  const sim::RngKey key{a.seed, a.step, a.tensor};
   nlohmann::json rows = nlohmann::json::array();
   std::ostringstream text;
   // Columns padded to a width, never cut: a long input stays whole.
@@ -268,9 +270,14 @@ void run_round(Args a) {
     throw std::runtime_error("error reading " + source);
   }
   if (a.json) {
-    nlohmann::json out = {
-        {"format", fmt.name}, {"policy", sim::policy_name(policy.policy)}, {"sr_bits", policy.sr_bits},
-        {"seed", a.seed},     {"update_rounded_to_fp32", u_rounded},       {"values", rows}};
+    nlohmann::json out = {{"format", fmt.name},
+                          {"policy", sim::policy_name(policy.policy)},
+                          {"sr_bits", policy.sr_bits},
+                          {"seed", a.seed},
+                          {"step", a.step},
+                          {"tensor", a.tensor},
+                          {"update_rounded_to_fp32", u_rounded},
+                          {"values", rows}};
     if (fmt.kind == sim::FormatKind::integer) {
       out["scale"] = fmt.int_scale;
     }
@@ -289,6 +296,10 @@ void add_round_command(CLI::App& app) {
   cmd->add_option("--policy", args->policy, "nearest (default), stochastic or deadzone-sr");
   cmd->add_option("--seed", args->seed_text,
                   "Seed of the stochastic draws, a decimal integer in [0, 2^64) (coordinate = index of the value)");
+  cmd->add_option(
+      "--step", args->step,
+      "Step of the stochastic draws' key (seed, step, tensor), as the simulator keys a write-back (default 0)");
+  cmd->add_option("--tensor", args->tensor, "Tensor id of the stochastic draws' key (default 0)");
   cmd->add_option("--sr-bits", args->sr_bits, "0: exact SR probabilities (default); r in 1..32: r-bit hardware SR");
   cmd->add_option("--update", args->update,
                   "Also write back w = q(value) with this fp32 proposal u and print the event "

@@ -214,20 +214,28 @@ def test_int_format_projection_uses_the_scale():
 
 
 def test_python_and_cpp_writebacks_agree_bitwise_under_sr(wbaudit_exe, tmp_path):
-    # `wbaudit round --update U --policy stochastic --seed S` writes back w = q(value) with proposal U through the
-    # C++ scalar path with key (S, step 0, tensor 0) and coordinate = line index; the Python call runs the kernel.
+    # `wbaudit round --update U --policy stochastic --seed S --step T --tensor K` writes back w = q(value) with
+    # proposal U through the C++ scalar path with key (S, T, K) and coordinate = line index; the Python call runs
+    # the kernel. Several keys, so that a key whose parts were swapped or dropped on either side shows.
+    import json
     rng = np.random.default_rng(4)
     w = wbaudit.round(f32(rng.standard_normal(300)), "e4m3")
     u = np.float32(0.0137)
-    for r_bits in (0, 3):
-        res = subprocess.run([wbaudit_exe, "round", "--format", "e4m3", "--policy", "stochastic", "--seed", "77",
-                              "--sr-bits", str(r_bits), "--update", repr(float(u)), "--json"],
-                             input="\n".join(repr(float(v)) for v in w), capture_output=True, text=True, check=True)
-        import json
-        cpp = f32([float(row["update"]["result"]) for row in json.loads(res.stdout)["values"]])
-        py, _ = wbaudit.writeback(w, np.full(w.size, u, dtype=np.float32), "e4m3", "stochastic", seed=77, step=0,
-                                  tensor_id=0, sr_bits=r_bits)
-        assert np.array_equal(py.view(np.uint32), cpp.view(np.uint32))
+    results = {}
+    for step, tensor in ((0, 0), (5, 3), (3, 5), (123456789, 7)):
+        for r_bits in (0, 3):
+            res = subprocess.run([wbaudit_exe, "round", "--format", "e4m3", "--policy", "stochastic", "--seed", "77",
+                                  "--step", str(step), "--tensor", str(tensor), "--sr-bits", str(r_bits), "--update",
+                                  repr(float(u)), "--json"],
+                                 input="\n".join(repr(float(v)) for v in w), capture_output=True, text=True, check=True)
+            cpp = f32([float(row["update"]["result"]) for row in json.loads(res.stdout)["values"]])
+            py, _ = wbaudit.writeback(w, np.full(w.size, u, dtype=np.float32), "e4m3", "stochastic", seed=77,
+                                      step=step, tensor_id=tensor, sr_bits=r_bits)
+            assert np.array_equal(py.view(np.uint32), cpp.view(np.uint32)), (step, tensor, r_bits)
+            results[(step, tensor, r_bits)] = py
+    # The keys draw differently: (5, 3) and (3, 5) are not the same stream.
+    assert not np.array_equal(results[(5, 3, 0)], results[(3, 5, 0)])
+    assert not np.array_equal(results[(0, 0, 0)], results[(123456789, 7, 0)])
 
 
 def test_audit_finds_planted_and_replays_sr():
