@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <map>
 #include <span>
 #include <string>
 
@@ -12,6 +13,7 @@
 #include "sim/precision/format.hpp"
 #include "sim/precision/policy.hpp"
 #include "sim/precision/writeback.hpp"
+#include "sim/precision/writeback_blocks.hpp"
 
 using namespace wbaudit::sim;
 using wbaudit::test::SplitMix;
@@ -82,55 +84,71 @@ const WritebackPolicy kPolicies[] = {{Policy::nearest, 0},
 
 }  // namespace
 
+// Under every implementation of the block loops this CPU supports (AVX-512, AVX2, portable), each forced in turn:
+// the same results on the serial and OpenMP spaces, at any chunking and for slices, and across the implementations.
 TEST(Writeback, BitwiseIdenticalAcrossSpacesThreadsChunksAndSlices) {
   std::printf("OpenMP concurrency: %d\n", Kokkos::OpenMP().concurrency());
-  for (const auto& [fmt, ref] : test_formats()) {
-    const Data d = make_data(fmt, ref, 30011, 8);
-    for (const auto& pol : kPolicies) {
-      SCOPED_TRACE(std::string(fmt.name) + " " + policy_name(pol.policy) + " r=" + std::to_string(pol.sr_bits));
-      std::vector<float> serial, omp, chunked;
-      const WritebackCounts cs = run<Kokkos::Serial>(fmt, pol, d, serial);
-      const WritebackCounts co = run<Kokkos::OpenMP>(fmt, pol, d, omp);
-      EXPECT_EQ(cs, co);
-      EXPECT_TRUE(bitwise_equal(serial, omp));
-      for (int chunk : {1, 7, 4096}) {
-        WritebackOptions opt;
-        opt.chunk_size = chunk;
-        EXPECT_EQ(run<Kokkos::OpenMP>(fmt, pol, d, chunked, opt), cs);
-        EXPECT_TRUE(bitwise_equal(serial, chunked)) << "chunk " << chunk;
-      }
-      // Two slices with their coordinate offsets give the whole tensor's result.
-      const std::size_t cut = 12345;
-      Data a{{d.w.begin(), d.w.begin() + cut}, {d.u.begin(), d.u.begin() + cut}};
-      Data b{{d.w.begin() + cut, d.w.end()}, {d.u.begin() + cut, d.u.end()}};
-      std::vector<float> ra, rb;
-      WritebackOptions first, second;
-      second.first_coordinate = cut;
-      WritebackCounts sum = run<Kokkos::OpenMP>(fmt, pol, a, ra, first);
-      sum += run<Kokkos::Serial>(fmt, pol, b, rb, second);
-      ra.insert(ra.end(), rb.begin(), rb.end());
-      EXPECT_EQ(sum, cs);
-      EXPECT_TRUE(bitwise_equal(serial, ra));
-      // Counts against a plain host loop.
-      std::int64_t nonzero = 0, erased = 0, applied = 0;
-      for (std::size_t i = 0; i < d.w.size(); ++i) {
-        nonzero += d.u[i] != 0;
-        erased += d.u[i] != 0 && serial[i] == d.w[i];
-        applied += serial[i] != d.w[i];
-      }
-      EXPECT_EQ(cs.nonzero, nonzero);
-      EXPECT_EQ(cs.erased, erased);
-      EXPECT_EQ(cs.applied, applied);
-      EXPECT_EQ(cs.nonfinite, 0);
-      if (pol.policy == Policy::nearest) {
-        // nearest: every result is the reference rounding of the exact sum
-        const auto table = wbaudit::test::ref_table(ref);
+  std::map<std::string, std::vector<float>> first_isa;  // (format, policy) -> the first implementation's result
+  for (const auto isa : {detail::BlockIsa::avx512, detail::BlockIsa::avx2, detail::BlockIsa::portable}) {
+    if (!detail::block_isa_supported(isa)) {
+      std::printf("%s loops: not supported by this CPU\n", detail::block_isa_name(isa));
+      continue;
+    }
+    ASSERT_EQ(detail::force_block_isa(isa), isa);
+    std::printf("%s loops\n", detail::block_isa_name(isa));
+    for (const auto& [fmt, ref] : test_formats()) {
+      const Data d = make_data(fmt, ref, 30011, 8);
+      for (const auto& pol : kPolicies) {
+        const std::string label =
+            std::string(fmt.name) + " " + policy_name(pol.policy) + " r=" + std::to_string(pol.sr_bits);
+        SCOPED_TRACE(label + " (" + detail::block_isa_name(isa) + " loops)");
+        std::vector<float> serial, omp, chunked;
+        const WritebackCounts cs = run<Kokkos::Serial>(fmt, pol, d, serial);
+        const auto [it, fresh] = first_isa.emplace(label, serial);
+        EXPECT_TRUE(fresh || bitwise_equal(it->second, serial)) << "differs from the first implementation's result";
+        const WritebackCounts co = run<Kokkos::OpenMP>(fmt, pol, d, omp);
+        EXPECT_EQ(cs, co);
+        EXPECT_TRUE(bitwise_equal(serial, omp));
+        for (int chunk : {1, 7, 4096}) {
+          WritebackOptions opt;
+          opt.chunk_size = chunk;
+          EXPECT_EQ(run<Kokkos::OpenMP>(fmt, pol, d, chunked, opt), cs);
+          EXPECT_TRUE(bitwise_equal(serial, chunked)) << "chunk " << chunk;
+        }
+        // Two slices with their coordinate offsets give the whole tensor's result.
+        const std::size_t cut = 12345;
+        Data a{{d.w.begin(), d.w.begin() + cut}, {d.u.begin(), d.u.begin() + cut}};
+        Data b{{d.w.begin() + cut, d.w.end()}, {d.u.begin() + cut, d.u.end()}};
+        std::vector<float> ra, rb;
+        WritebackOptions first, second;
+        second.first_coordinate = cut;
+        WritebackCounts sum = run<Kokkos::OpenMP>(fmt, pol, a, ra, first);
+        sum += run<Kokkos::Serial>(fmt, pol, b, rb, second);
+        ra.insert(ra.end(), rb.begin(), rb.end());
+        EXPECT_EQ(sum, cs);
+        EXPECT_TRUE(bitwise_equal(serial, ra));
+        // Counts against a plain host loop.
+        std::int64_t nonzero = 0, erased = 0, applied = 0;
         for (std::size_t i = 0; i < d.w.size(); ++i) {
-          ASSERT_EQ(serial[i], wbaudit::test::ref_nearest_search(table, static_cast<double>(d.w[i]) + d.u[i]));
+          nonzero += d.u[i] != 0;
+          erased += d.u[i] != 0 && serial[i] == d.w[i];
+          applied += serial[i] != d.w[i];
+        }
+        EXPECT_EQ(cs.nonzero, nonzero);
+        EXPECT_EQ(cs.erased, erased);
+        EXPECT_EQ(cs.applied, applied);
+        EXPECT_EQ(cs.nonfinite, 0);
+        if (pol.policy == Policy::nearest) {
+          // nearest: every result is the reference rounding of the exact sum
+          const auto table = wbaudit::test::ref_table(ref);
+          for (std::size_t i = 0; i < d.w.size(); ++i) {
+            ASSERT_EQ(serial[i], wbaudit::test::ref_nearest_search(table, static_cast<double>(d.w[i]) + d.u[i]));
+          }
         }
       }
     }
   }
+  detail::force_block_isa(detail::best_block_isa());
 }
 
 TEST(Writeback, DifferentKeysGiveDifferentStreams) {
