@@ -1,5 +1,6 @@
 // Dumps one decoder's weights, a fixed token batch, the loss and every gradient to HDF5 for the PyTorch comparison
-// (tests/sim/model/test_decoder_torch.py). Usage:
+// (tests/sim/model/test_decoder_torch.py); in fp32 the weights are a wbaudit checkpoint's (OUT.checkpoint.h5, written
+// by the engine after 3 Adam steps). Usage:
 //   wbaudit_decoder_torch_dump OUT.h5 [--parallel] [--rotary-fraction F] [--double]
 // Layout: root attribute "config" (JSON: shape, batch, seed, init_std, scalar), root attribute "loss" (double),
 // /tokens [batch, seq_len + 1] int32, /weights/<name> and /gradients/<name> with the tensor's shape, in the model's
@@ -7,6 +8,7 @@
 #include <hdf5.h>
 
 #include <Kokkos_Core.hpp>
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <iostream>
@@ -14,9 +16,13 @@
 #include <random>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <vector>
 
+#include "sim/checkpoint.hpp"
+#include "sim/engine.hpp"
 #include "sim/model/decoder.hpp"
+#include "sim/run.hpp"
 
 namespace {
 
@@ -92,6 +98,39 @@ void run(const std::string& out, const DecoderShape& shape, int batch) {
       for (std::size_t i = 0; i < p.extent(0); ++i) {
         p(i) = static_cast<Scalar>(1.0 + 0.3 * normal(rng));
       }
+    }
+  }
+  if constexpr (std::is_same_v<Scalar, float>) {
+    // The fp32 weights come from a real wbaudit checkpoint: the same decoder trained 3 Adam steps by the engine
+    // (so the norm gains have moved off 1), written by write_checkpoint to OUT.checkpoint.h5 and read back here; the
+    // test reads the weights from that file with h5py, not from this dump.
+    RunConfig c;
+    c.mode = RunMode::reference;
+    c.seed = seed;
+    c.steps = 3;
+    c.model.kind = "decoder";
+    c.model.decoder =
+        DecoderConfig{shape.vocab,   shape.width,           shape.heads,       shape.layers,   shape.mlp_hidden,
+                      shape.seq_len, shape.rotary_fraction, shape.rotary_base, shape.norm_eps, shape.parallel_residual,
+                      init_std};
+    c.data.batch = batch;
+    c.data.source = "markov";
+    c.optimizer.kind = OptimizerKind::adam;
+    c.optimizer.lr = 0.05;
+    c.record.kind = RecordKind::every_k;
+    c.record.k = 3;
+    Training<Host> training(Host(), c);
+    training.run(c.steps);
+    const std::string path = out + ".checkpoint.h5";
+    write_checkpoint(path, training.checkpoint());
+    const Checkpoint back = read_checkpoint(path);
+    for (int t = 0; t < model.tensor_count(); ++t) {
+      const auto found = std::find_if(back.tensors.begin(), back.tensors.end(),
+                                      [&](const TensorState& s) { return s.name == model.tensor_name(t); });
+      if (found == back.tensors.end()) throw std::runtime_error("checkpoint lacks tensor " + model.tensor_name(t));
+      auto p = model.parameter(t);
+      if (found->weight.size() != p.extent(0)) throw std::runtime_error("checkpoint tensor " + found->name + " size");
+      for (std::size_t i = 0; i < p.extent(0); ++i) p(i) = found->weight[i];
     }
   }
   Kokkos::View<std::int32_t*, Kokkos::HostSpace> tokens("tokens", std::size_t(batch) * (shape.seq_len + 1));

@@ -139,6 +139,17 @@ def test_decoder_matches_torch(tmp_path, parallel, rotary_fraction, double):
         tokens = torch.from_numpy(np.asarray(f["tokens"], dtype=np.int64))
         weights = {name: np.asarray(f["weights"][name]) for name in f["weights"]}
         grads = {name: np.asarray(f["gradients"][name]) for name in f["gradients"]}
+    if not double:
+        # fp32: the weights are those of a wbaudit checkpoint (the engine's, after 3 Adam steps), read here with h5py
+        # from the checkpoint's own layout (/weights/<name>, PyTorch shapes); the dump computed with the same values.
+        with h5py.File(str(path) + ".checkpoint.h5", "r") as ck:
+            assert ck.attrs["model_kind"] in (b"decoder", "decoder") and int(ck.attrs["step"]) == 3
+            from_checkpoint = {name: np.asarray(ck["weights"][name]) for name in ck["weights"]}
+        assert sorted(from_checkpoint) == sorted(weights)
+        for name, w in from_checkpoint.items():
+            assert np.array_equal(w, weights[name]), name
+        assert any(not np.all(w == 1) for n, w in from_checkpoint.items() if w.ndim == 1), "norm gains still 1"
+        weights = from_checkpoint
     assert cfg["parallel_residual"] == parallel and cfg["rotary_fraction"] == rotary_fraction
     assert cfg["scalar"] == ("float64" if double else "float32")
     assert tokens.shape == (cfg["batch"], cfg["seq_len"] + 1)
