@@ -207,8 +207,7 @@ void Training<ExecSpace>::step(const RunHooks& hooks) {
         }
         g.nonzero.push_back(nonzero);
         g.zero_weight.push_back(zero_weight);
-        if (g.size <= kJointExactMaxCoordinates) {
-          space.fence();
+        if (g.size <= kJointExactMaxCoordinates) {  // (ratio_histogram_counts has fenced the space)
           const auto wh = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), w);
           const auto uh = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), u);
           g.exact_w.insert(g.exact_w.end(), wh.data(), wh.data() + wh.extent(0));

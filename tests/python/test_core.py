@@ -27,14 +27,21 @@ def test_round_nearest_equals_fraction_reference(fmt):
         assert Fraction(float(gi)) == t.nearest(Fraction(float(xi))), (fmt, float(xi))
 
 
+def weights_and_gaps(t, fmt, rng):
+    """600 adversarial and 600 normal weights stored in t's format, and the gap between each weight's neighbours
+    (exact, from the Fraction table; 1 where the weight is a value itself with no gap above)."""
+    w = wbaudit.round(np.concatenate([adversarial(t, rng)[:600], f32(rng.standard_normal(600))]), fmt)
+    gaps = np.array([float(t.neighbours(Fraction(float(v)))[1] - t.neighbours(Fraction(float(v)))[0]) or 1.0
+                     for v in np.abs(w)])
+    return w, gaps
+
+
 @pytest.mark.parametrize("fmt", ["e4m3", "e2m1", "bf16"])
 @pytest.mark.parametrize("policy", ["nearest", "stochastic", "deadzone-sr"])
 def test_writeback_equals_fraction_reference(fmt, policy):
     t = Table(fmt)
     rng = np.random.default_rng(2)
-    w = wbaudit.round(np.concatenate([adversarial(t, rng)[:600], f32(rng.standard_normal(600))]), fmt)
-    gaps = np.array([float(t.neighbours(Fraction(float(v)))[1] - t.neighbours(Fraction(float(v)))[0]) or 1.0
-                     for v in np.abs(w)])
+    w, gaps = weights_and_gaps(t, fmt, rng)
     # proposals around the gap: exact half gaps (ties), just below / above them, tiny, large, zero
     kind = rng.integers(0, 6, size=w.size)
     u = np.where(kind == 0, gaps / 2, np.where(kind == 1, gaps / 2 * (1 - 2.0 ** -20),
@@ -154,9 +161,7 @@ def test_round_r_bit_stochastic_equals_fraction_reference(fmt, r_bits):
 def test_writeback_r_bit_stochastic_gives_a_neighbour(fmt, r_bits):
     t = Table(fmt)
     rng = np.random.default_rng(13)
-    w = wbaudit.round(np.concatenate([adversarial(t, rng)[:600], f32(rng.standard_normal(600))]), fmt)
-    gaps = np.array([float(t.neighbours(Fraction(float(v)))[1] - t.neighbours(Fraction(float(v)))[0]) or 1.0
-                     for v in np.abs(w)])
+    w, gaps = weights_and_gaps(t, fmt, rng)
     # proposals of a random fraction of the gap, inside the r-bit dead zone, tiny, large, zero; both signs
     kind = rng.integers(0, 5, size=w.size)
     u = np.where(kind == 0, gaps * rng.random(w.size), np.where(kind == 1, gaps * 2.0 ** -(r_bits + 1),
