@@ -524,13 +524,14 @@ std::int64_t stochastic_float(const BlockParams& bp, float* __restrict w, const 
 }
 
 // ---- Stochastic rounding and deadzone-sr, intK, fp32 lanes (stochastic_integer in writeback_blocks_avx512.cpp) ----
-// Rounds zf (in [0, 2^32 - 256]) to the nearest integer as an unsigned 32-bit value.
-WB_INLINE V cvt_nearest_u32(__m256 zf) {
-  const __m256 zr = _mm256_round_ps(zf, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  const __m256 two31 = _mm256_set1_ps(0x1p31f);
-  const V high = cmp<_CMP_GE_OQ>(zr, two31);
-  const __m256 t = sel_ps(high, _mm256_sub_ps(zr, two31), zr);  // exact (an integer in [2^31, 2^32) minus 2^31)
-  return _mm256_xor_si256(_mm256_cvttps_epi32(t), and_(high, u32(0x80000000u)));
+// zf (in [0, 2^32 - 256]) as an unsigned 32-bit integer within 2 of it: twice the truncation of zf / 2 (exact
+// halving; the truncation is below 2^31, so a signed conversion serves, and does not depend on the rounding mode).
+// Three instructions on a short dependency chain, against nine for the nearest integer; the 2 it may add to
+// |z - frac * 2^32| keeps the bound below kMargin (3 * 2^8 + 2^8 + 2 < 2048 = kMargin: the derivation above
+// stochastic_integer in writeback_blocks_avx512.cpp, with this conversion's 2 for its 1/2), so only which coordinates
+// are flagged for the exact path can differ, never a result.
+WB_INLINE V cvt_near_u32(__m256 zf) {
+  return _mm256_slli_epi32(_mm256_cvttps_epi32(_mm256_mul_ps(zf, _mm256_set1_ps(0.5f))), 1);
 }
 
 template <bool RBits, int Mode>
@@ -563,13 +564,14 @@ std::int64_t stochastic_integer(const BlockParams& bp, float* __restrict w, cons
     zf = _mm256_add_ps(zf, _mm256_and_ps(as_ps(under), _mm256_set1_ps(0x1p32f)));
     lvl = _mm256_sub_ps(lvl, _mm256_and_ps(as_ps(under), one_f));
     zf = _mm256_min_ps(_mm256_max_ps(zf, zero_f), _mm256_set1_ps(0x1p32f - 256.0f));
-    const V z = cvt_nearest_u32(zf);
+    const V z = cvt_near_u32(zf);
     const V z_lo = _mm256_sub_epi32(_mm256_max_epu32(z, u32(kMargin)), u32(kMargin));
     const V z_hi = _mm256_add_epi32(_mm256_min_epu32(z, u32(0xffffffffu - kMargin)), u32(kMargin));
     const V d_lo = _mm256_srl_epi32(z_lo, r_drop), d_hi = _mm256_srl_epi32(z_hi, r_drop);
     const V rw = _mm256_srl_epi32(word, r_drop);
-    const V away = lt_u(rw, d_lo);
-    V undecided = andnot(away, lt_u(rw, d_hi));
+    // unsigned comparisons as max + equality: not_away = rw >= d_lo, undecided = rw >= d_lo && rw < d_hi
+    const V not_away = eq(_mm256_max_epu32(rw, d_lo), rw);
+    V undecided = andnot(eq(_mm256_max_epu32(rw, d_hi), rw), not_away);
     V random = ones();
     if constexpr (!RBits) {
       undecided = or_(undecided, eq(word, ones()));  // z_hi saturated below frac * 2^32 + kMargin
@@ -579,7 +581,7 @@ std::int64_t stochastic_integer(const BlockParams& bp, float* __restrict w, cons
     }
     const V off = not_(or_(on_grid, sat));
     undecided = and_(undecided, off);
-    const __m256 level_sr = _mm256_add_ps(lvl, _mm256_and_ps(as_ps(away), one_f));
+    const __m256 level_sr = _mm256_add_ps(lvl, _mm256_andnot_ps(as_ps(not_away), one_f));
     __m256 v = as_ps(or_(sel(sat, c.max_bits, as_si(_mm256_mul_ps(level_sr, c.scale))), s.sign));
     V use_sr = ones();
     V near_tie = zero_si();

@@ -529,6 +529,94 @@ TEST(WritebackBlocks, StochasticDecisionAtTheBoundaryOfTheRandomWord) {
   });
 }
 
+// intK SR in fp32 lanes decides from an fp32 estimate z of the threshold frac * 2^32 and flags the words within
+// kMargin = 2048 of it (writeback_blocks_avx512.cpp, stochastic_integer; the AVX2 loop's conversion is within 2, not
+// 1/2). Words at the threshold, one step either side and 2^13 away, for w on the grid of int3, int4, int8 (scales
+// 0.375 and from int_scale_for_absmax) and u spanning 2^-20 .. 4 levels: a decided word must give the neighbour a
+// long double computation of the threshold says, and a flagged one must lie near the threshold (within kMargin + 3;
+// the portable loops: their own rule).
+TEST(WritebackBlocks, IntegerStochasticDecisionAtTheBoundaryOfTheRandomWord) {
+  for_each_implementation([&] {
+    std::int64_t checked = 0, flagged_near = 0;
+    for (int k : {3, 4, 8}) {
+      for (float scale : {0.375f, int_scale_for_absmax(k, 0.7)}) {
+        const FormatParams p = format_params(int_format(k, scale));
+        const int qmax = (1 << (k - 1)) - 1;
+        SplitMix rng{1000u + static_cast<std::uint64_t>(k)};
+        for (int i = 0; i < 3000; ++i) {
+          const int m = static_cast<int>(rng.below(2 * static_cast<std::uint64_t>(qmax) + 1)) - qmax;
+          const float w = static_cast<float>(m) * scale;
+          const double mag = std::ldexp(1.0 + rng.uniform(), -static_cast<int>(rng.below(22))) * scale;
+          const float u = static_cast<float>(rng.below(2) ? mag : -mag);
+          const double x = static_cast<double>(w) + static_cast<double>(u);  // exact: spans < 53 bits
+          const long double ax = std::fabs(static_cast<long double>(x));
+          const long double level = std::floor(ax / static_cast<long double>(scale));
+          if (level + 1 > qmax || u == 0) {
+            continue;  // saturating: covered by the comparison with the exact path
+          }
+          const long double tz = level * scale, rest = ax - tz;  // exact in long double (64-bit significand)
+          if (rest == 0) {
+            continue;
+          }
+          for (int r : {0, 8}) {
+            const detail::BlockParams bp = detail::block_params(p, r);
+            const long double t = std::ldexp(rest / static_cast<long double>(scale), r == 0 ? 32 : r);
+            const long double zf = std::floor(t);
+            if (t - zf < 0x1p-20L || zf + 1 - t < 0x1p-20L) {
+              continue;  // the threshold too close to an integer for a long double to place it
+            }
+            const auto z = static_cast<std::int64_t>(zf);
+            const std::int64_t far = r == 0 ? std::int64_t{1} << 13 : 2;
+            for (std::int64_t dz : {-far, std::int64_t{-1}, std::int64_t{0}, std::int64_t{1}, far}) {
+              const std::int64_t target = z + dz;
+              if (target < 0 || target >= (std::int64_t{1} << (r == 0 ? 32 : r))) {
+                continue;
+              }
+              const std::uint32_t word =
+                  r == 0 ? static_cast<std::uint32_t>(target) : static_cast<std::uint32_t>(target) << (32 - r);
+              float wk = w;
+              unsigned char flag = 0;
+              detail::BlockCounts counts;
+              const std::int64_t flagged = detail::stochastic_block(bp, true, 1, &wk, &u, &word, &flag, 1, counts);
+              SCOPED_TRACE("int" + std::to_string(k) + " scale " + std::to_string(scale) + " r=" + std::to_string(r) +
+                           " dz " + std::to_string(dz));
+              ASSERT_EQ(flagged, flag != 0 ? 1 : 0);
+              // away iff the word (r-bit: its top bits) is below the threshold; at the threshold itself a full-width
+              // draw is undecided by its first word (the exact path draws more)
+              const bool undecidable = r == 0 && dz == 0;
+              if (flag != 0) {
+                ASSERT_EQ(bits_of(wk), bits_of(w));
+                const long double word_at = r == 0 ? target : std::ldexp(static_cast<long double>(target), 32 - r);
+                const long double z32 = std::ldexp(rest / static_cast<long double>(scale), 32);
+                // the portable loops (fp64 lanes) flag instead fractions within 2^-20 of 0 or 1 (r-bit: of the
+                // fraction times 2^r) and words within 2^-8 of the threshold
+                const long double frac = rest / static_cast<long double>(scale);
+                const long double fr = t - zf;
+                const bool portable_near =
+                    detail::active_block_isa() == detail::BlockIsa::portable &&
+                    (frac < 0x1p-20L || frac > 1 - 0x1p-20L || (r > 0 && (fr < 0x1p-20L || fr > 1 - 0x1p-20L)));
+                ASSERT_TRUE(undecidable || portable_near ||
+                            std::fabs(word_at - z32) <= 2048 + 3 + (r == 0 ? 0 : std::ldexp(1.0L, 32 - r)))
+                    << "needless flag: w = " << std::hexfloat << w << ", u = " << u;
+                flagged_near += !undecidable;
+              } else {
+                ASSERT_FALSE(undecidable) << "w = " << std::hexfloat << w << ", u = " << u;
+                const long double want = dz < 0 ? tz + scale : tz;
+                ASSERT_EQ(static_cast<long double>(std::fabs(wk)), want)
+                    << "w = " << std::hexfloat << w << ", u = " << u << ", word " << word;
+              }
+              ++checked;
+            }
+          }
+        }
+      }
+    }
+    std::printf("checked %lld intK boundary decisions (%lld flagged near the threshold)\n",
+                static_cast<long long>(checked), static_cast<long long>(flagged_near));
+    EXPECT_GT(checked, 20000);
+  });
+}
+
 // The AVX2 loops decide a vector (8 coordinates) without the subnormal work when none of its lanes lies at or below
 // the format's min normal (nearest: every floating format; SR: min normal <= 2^-4). Vectors of 8 normal lanes
 // alternate here with vectors holding one lane at the edge (w at +-min normal or subnormal; sums on the grid around
