@@ -1,5 +1,6 @@
 // Write-back kernel throughput on 16M-element arrays for bf16, e4m3, e2m1 and int4 under each policy, as elements/s
-// and as a ratio to a plain fp32 `w += u` loop measured in the same process (counter `x_fp32`).
+// and as a ratio to a plain fp32 `w += u` loop measured in the same process (counter `x_fp32`). The row
+// `philox_words` times the SR random words alone (the Philox4x32-10 part of every SR row).
 // Run at 1 and 2 threads: bench_writeback --kokkos-threads=1, then --kokkos-threads=2.
 // Targets (issue 2): nearest >= 0.5x the fp32 loop, SR >= 0.2x, 2 threads >= 1.6x one thread; on AVX2 (issue 14):
 // nearest >= 0.8x, SR >= 0.35x, deadzone-sr >= 0.3x, master >= 0.5x, 2 threads >= 1.7x one thread.
@@ -91,6 +92,35 @@ void BM_fp32_add(benchmark::State& state) {
   set_ratio(state, seconds, passes);
 }
 
+// The first random words alone (Philox4x32-10 as keyed for SR, philox_first_words_in per block of kWritebackBlock
+// coordinates), summed so the compiler cannot drop them: the share of an SR pass that is the random stream.
+void BM_philox_words(benchmark::State& state) {
+  double seconds = 0;
+  std::int64_t passes = 0;
+  std::uint64_t sink = 0;
+  for (auto _ : state) {
+    const auto t0 = std::chrono::steady_clock::now();
+    std::uint64_t total = 0;
+    const RngKey key{1, static_cast<std::uint64_t>(passes), 0};
+    Kokkos::parallel_reduce(
+        "wbaudit::bench::philox_words", (kElements + detail::kWritebackBlock - 1) / detail::kWritebackBlock,
+        KOKKOS_LAMBDA(std::int64_t block, std::uint64_t & acc) {
+          alignas(64) std::uint32_t scratch[detail::kPhiloxScratch];
+          const std::int64_t first = block * detail::kWritebackBlock;
+          const std::int64_t len = std::min<std::int64_t>(detail::kWritebackBlock, kElements - first);
+          const std::uint32_t* words =
+              detail::philox_first_words_in(key, static_cast<std::uint64_t>(first), len, scratch);
+          acc += words[0] ^ words[len - 1];
+        },
+        total);
+    seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    sink += total;
+    ++passes;
+  }
+  benchmark::DoNotOptimize(sink);
+  set_ratio(state, seconds, passes);
+}
+
 FormatSpec bench_format(const std::string& name) {
   if (name == "int4") {
     return int_format(4, int_scale_for_absmax(4, 1.0));
@@ -157,6 +187,7 @@ struct Registration {
     benchmark::AddCustomContext("block_loops_best", detail::block_isa_name(detail::best_block_isa()));
     benchmark::AddCustomContext("block_loops", detail::block_isa_name(isa));
     benchmark::RegisterBenchmark("fp32_add", BM_fp32_add)->Unit(benchmark::kMillisecond)->UseRealTime();
+    benchmark::RegisterBenchmark("philox_words", BM_philox_words)->Unit(benchmark::kMillisecond)->UseRealTime();
     for (const char* format : {"bf16", "e4m3", "e2m1", "int4"}) {
       for (const auto& entry : std::initializer_list<std::pair<const char*, int>>{
                {"nearest", 0}, {"stochastic", 0}, {"stochastic", 8}, {"deadzone-sr", 0}, {"master", 0}}) {

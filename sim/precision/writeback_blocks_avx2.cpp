@@ -69,9 +69,6 @@ WB_INLINE V not_(V a) {
 WB_INLINE V eq(V a, V b) {
   return _mm256_cmpeq_epi32(a, b);
 }
-WB_INLINE V ne0(V a) {  // a != 0
-  return not_(eq(a, zero_si()));
-}
 WB_INLINE V lt_u(V a, V b) {  // a < b, unsigned
   const V s = u32(0x80000000u);
   return _mm256_cmpgt_epi32(_mm256_xor_si256(b, s), _mm256_xor_si256(a, s));
@@ -453,7 +450,7 @@ std::int64_t stochastic_float(const BlockParams& bp, float* __restrict w, const 
     __m256 v;
     V flag, drawn;
   };
-  const auto decide = [&]<bool Sub>(std::bool_constant<Sub>, const Sum& s, __m256 wf, __m256 uf, V word, V& random,
+  const auto decide = [&]<bool Sub>(std::bool_constant<Sub>, const Sum& s, __m256 wf, __m256 uf, V word, V& none,
                                     Edge& edge) WB_BODY {
     const Shifted x = shift_subnormal<Sub>(c, s);
     const V low = and_(x.ab, c.mask);
@@ -470,8 +467,9 @@ std::int64_t stochastic_float(const BlockParams& bp, float* __restrict w, const 
     const V not_away = eq(_mm256_max_epu32(rw, d_lo), rw);
     V undecided = andnot(eq(_mm256_max_epu32(rw, d_hi), rw), not_away);
     if constexpr (RBits) {
-      random = ne0(d_lo);
-      undecided = or_(undecided, andnot(random, ne0(d_hi)));
+      // none: the r-bit probability truncates to 0 (no random draw); undecided where it may be 0 or 1
+      none = eq(d_lo, zero_si());
+      undecided = or_(undecided, andnot(eq(d_hi, zero_si()), none));
     } else {
       undecided = or_(undecided, eq(word, ones()));  // hi may have saturated below z
     }
@@ -510,15 +508,15 @@ std::int64_t stochastic_float(const BlockParams& bp, float* __restrict w, const 
     const V word = load_words(words + k, live, tail);
     const Sum s = exact_sum(wf, uf);
     Edge edge;
-    V random = ones();
+    V none = zero_si();
     Decided d;
     if (!kSplit || any(_mm256_cmpgt_epi32(sub_or_min, s.ab)) != 0) {
-      d = decide(std::bool_constant<Subnormals>{}, s, wf, uf, word, random, edge);
+      d = decide(std::bool_constant<Subnormals>{}, s, wf, uf, word, none, edge);
     } else {
-      d = decide(std::false_type{}, s, wf, uf, word, random, edge);
+      d = decide(std::false_type{}, s, wf, uf, word, none, edge);
     }
-    out.template put<decltype(tail)::value>(k, live, wf, uf, d.v, edge, d.flag, and_(d.drawn, random),
-                                            andnot(random, d.drawn));
+    out.template put<decltype(tail)::value>(k, live, wf, uf, d.v, edge, d.flag, andnot(none, d.drawn),
+                                            and_(none, d.drawn));
   });
   return out.finish(counts);
 }
@@ -572,12 +570,12 @@ std::int64_t stochastic_integer(const BlockParams& bp, float* __restrict w, cons
     // unsigned comparisons as max + equality: not_away = rw >= d_lo, undecided = rw >= d_lo && rw < d_hi
     const V not_away = eq(_mm256_max_epu32(rw, d_lo), rw);
     V undecided = andnot(eq(_mm256_max_epu32(rw, d_hi), rw), not_away);
-    V random = ones();
+    V none = zero_si();  // r-bit: the probability truncates to 0 (no random draw)
     if constexpr (!RBits) {
       undecided = or_(undecided, eq(word, ones()));  // z_hi saturated below frac * 2^32 + kMargin
     } else {
-      random = ne0(d_lo);
-      undecided = or_(undecided, andnot(random, ne0(d_hi)));
+      none = eq(d_lo, zero_si());
+      undecided = or_(undecided, andnot(eq(d_hi, zero_si()), none));
     }
     const V off = not_(or_(on_grid, sat));
     undecided = and_(undecided, off);
@@ -597,7 +595,7 @@ std::int64_t stochastic_integer(const BlockParams& bp, float* __restrict w, cons
     }
     const V flag = or_(or_(bad, near_tie), and_(undecided, use_sr));
     const V drawn = and_(use_sr, off);
-    out.template put<decltype(tail)::value>(k, live, wf, uf, v, edge, flag, and_(drawn, random), andnot(random, drawn));
+    out.template put<decltype(tail)::value>(k, live, wf, uf, v, edge, flag, andnot(none, drawn), and_(none, drawn));
   });
   return out.finish(counts);
 }
