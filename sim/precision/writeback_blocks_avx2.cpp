@@ -94,21 +94,37 @@ WB_INLINE int any(V m) {
   return _mm256_movemask_ps(as_ps(m));
 }
 
-// The exact sum w + u: fp32 sum s (TwoSum), its magnitude bits ab and sign bit, and the error em in the direction
-// of |s| (as sum32 in writeback_blocks.cpp).
+// The exact sum w + u: fp32 sum s, its magnitude bits ab and sign bit, and (em(), TwoSum) the error in the direction
+// of |s| (as sum32 in writeback_blocks.cpp). The error is computed where it is asked for: the nearest loop needs it
+// only for a vector with a midpoint or a lane at the format's max (rare), and saves its five operations elsewhere.
 struct Sum {
   V ab, sign;
-  __m256 em;
+  __m256 s, wf, uf;
+  WB_INLINE __m256 em() const {
+    const __m256 bb = _mm256_sub_ps(s, wf);
+    const __m256 e = _mm256_add_ps(_mm256_sub_ps(wf, _mm256_sub_ps(s, bb)), _mm256_sub_ps(uf, bb));
+    return as_ps(_mm256_xor_si256(as_si(e), sign));
+  }
 };
-WB_INLINE Sum exact_sum(__m256 wf, __m256 uf) {
-  const __m256 s = _mm256_add_ps(wf, uf);
-  const __m256 bb = _mm256_sub_ps(s, wf);
-  const __m256 e = _mm256_add_ps(_mm256_sub_ps(wf, _mm256_sub_ps(s, bb)), _mm256_sub_ps(uf, bb));
+// A value known exactly (the master copy's m): its own sum, with em() 0 (no addition: -0 keeps its sign).
+WB_INLINE Sum exact_value(__m256 m) {
   const V abs_mask = u32(0x7fffffffu);
   Sum r;
-  r.ab = and_(as_si(s), abs_mask);
-  r.sign = andnot(abs_mask, as_si(s));
-  r.em = as_ps(_mm256_xor_si256(as_si(e), r.sign));
+  r.s = m;
+  r.wf = m;
+  r.uf = _mm256_setzero_ps();
+  r.ab = and_(as_si(m), abs_mask);
+  r.sign = andnot(abs_mask, as_si(m));
+  return r;
+}
+WB_INLINE Sum exact_sum(__m256 wf, __m256 uf) {
+  const V abs_mask = u32(0x7fffffffu);
+  Sum r;
+  r.s = _mm256_add_ps(wf, uf);
+  r.wf = wf;
+  r.uf = uf;
+  r.ab = and_(as_si(r.s), abs_mask);
+  r.sign = andnot(abs_mask, as_si(r.s));
   return r;
 }
 
@@ -126,7 +142,7 @@ WB_INLINE Edge edge_lanes(const Sum& s, V max_bits) {
   }
   if (r.any) {
     const V at_max = eq(s.ab, max_bits);
-    r.sat = or_(_mm256_cmpgt_epi32(s.ab, max_bits), and_(at_max, cmp<_CMP_GT_OQ>(s.em, _mm256_setzero_ps())));
+    r.sat = or_(_mm256_cmpgt_epi32(s.ab, max_bits), and_(at_max, cmp<_CMP_GT_OQ>(s.em(), _mm256_setzero_ps())));
     r.bad = _mm256_cmpgt_epi32(s.ab, u32(0x7f7fffffu));
   }
   return r;
@@ -291,10 +307,8 @@ struct Rounded {
     if constexpr (Master) {
       old = load_ps(master + k, live, tail);
       m = _mm256_add_ps(old, uf);
+      s = exact_value(m);
       const V abs_mask = u32(0x7fffffffu);
-      s.ab = and_(as_si(m), abs_mask);
-      s.sign = andnot(abs_mask, as_si(m));
-      s.em = _mm256_setzero_ps();
       bad_w = _mm256_cmpgt_epi32(and_(as_si(wf), abs_mask), u32(0x7f7fffffu));
     } else {
       s = exact_sum(wf, uf);
@@ -329,35 +343,46 @@ struct FloatRound {
         sub_f(_mm256_set1_ps(bp.sub_limit)) {}
 };
 
+// |s| on the format's grid: the subnormal lanes (Subnormals) shifted by adding the min normal, and err(), the error
+// of the value held (the shift's where it was inexact, else the sum's), computed where it is asked for.
+template <bool Subnormals>
 struct Shifted {
   V ab;
-  __m256 err;
-  V in_sub;
+  V in_sub, two;
+  __m256 e2;
+  const Sum* sum;
+  WB_INLINE __m256 err() const {
+    if constexpr (Subnormals) {
+      return sel_ps(two, e2, sum->em());
+    } else {
+      return sum->em();
+    }
+  }
 };
 template <bool Subnormals>
-WB_INLINE Shifted shift_subnormal(const FloatRound& c, const Sum& s) {
-  Shifted r{s.ab, s.em, zero_si()};
+WB_INLINE Shifted<Subnormals> shift_subnormal(const FloatRound& c, const Sum& s) {
+  Shifted<Subnormals> r{s.ab, zero_si(), zero_si(), _mm256_setzero_ps(), &s};
   if constexpr (Subnormals) {
     r.in_sub = _mm256_cmpgt_epi32(c.sub_bits, s.ab);  // both below 2^31
     const __m256 ax = as_ps(s.ab);
     const __m256 a2 = _mm256_add_ps(ax, c.sub_f);
-    const __m256 e2 = _mm256_sub_ps(ax, _mm256_sub_ps(a2, c.sub_f));
+    r.e2 = _mm256_sub_ps(ax, _mm256_sub_ps(a2, c.sub_f));
     r.ab = sel(r.in_sub, as_si(a2), s.ab);
-    const V two = and_(r.in_sub, cmp<_CMP_NEQ_UQ>(e2, _mm256_setzero_ps()));
-    r.err = sel_ps(two, e2, s.em);
+    r.two = and_(r.in_sub, cmp<_CMP_NEQ_UQ>(r.e2, _mm256_setzero_ps()));
   }
   return r;
 }
 
 // The nearest format value's magnitude bits (saturated to max finite).
 template <bool Subnormals>
-WB_INLINE V round_nearest_bits(const FloatRound& c, const Shifted& x) {
+WB_INLINE V round_nearest_bits(const FloatRound& c, const Shifted<Subnormals>& x) {
   const __m256 zero = _mm256_setzero_ps();
   const V tie = eq(and_(x.ab, c.mask), c.tie_bits);
   V a = x.ab;
   if (any(tie) != 0) [[unlikely]] {  // |s| is a midpoint: moved one fp32 step toward the exact sum
-    const V up = and_(tie, cmp<_CMP_GT_OQ>(x.err, zero));
-    const V down = and_(tie, cmp<_CMP_LT_OQ>(x.err, zero));
+    const __m256 err = x.err();
+    const V up = and_(tie, cmp<_CMP_GT_OQ>(err, zero));
+    const V down = and_(tie, cmp<_CMP_LT_OQ>(err, zero));
     a = _mm256_add_epi32(_mm256_sub_epi32(a, up), down);  // up/down are -1 where set
   }
   const V odd = _mm256_min_epu32(and_(a, c.lsb), u32(1));  // 1 where the kept lowest bit is set
@@ -419,7 +444,7 @@ std::int64_t nearest_integer(const BlockParams& bp, float* __restrict master, fl
     const __m256 y = _mm256_min_ps(_mm256_mul_ps(ax, c.inv_scale), _mm256_set1_ps(0x1p22f));
     const __m256 n = _mm256_round_ps(y, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     const __m256 r = _mm256_mul_ps(n, c.scale);
-    const __m256 dist = as_ps(and_(as_si(_mm256_add_ps(_mm256_sub_ps(ax, r), s.em)), u32(0x7fffffffu)));
+    const __m256 dist = as_ps(and_(as_si(_mm256_add_ps(_mm256_sub_ps(ax, r), s.em())), u32(0x7fffffffu)));
     const Edge edge = edge_lanes<false>(s, c.max_bits);
     const V sat = edge.sat, bad = edge.bad;
     const V near_tie = cmp<_CMP_GE_OQ>(dist, c.tie_guard);
@@ -452,13 +477,14 @@ std::int64_t stochastic_float(const BlockParams& bp, float* __restrict w, const 
   };
   const auto decide = [&]<bool Sub>(std::bool_constant<Sub>, const Sum& s, __m256 wf, __m256 uf, V word, V& none,
                                     Edge& edge) WB_BODY {
-    const Shifted x = shift_subnormal<Sub>(c, s);
+    const Shifted<Sub> x = shift_subnormal<Sub>(c, s);
+    const __m256 x_err = x.err();
     const V low = and_(x.ab, c.mask);
     const V low0 = eq(low, zero_si());
-    const V below = and_(low0, cmp<_CMP_LT_OQ>(x.err, zero));
+    const V below = and_(low0, cmp<_CMP_LT_OQ>(x_err, zero));
     const V zs = or_(_mm256_sll_epi32(low, k_shift), below);
-    const V off = not_(and_(low0, cmp<_CMP_EQ_OQ>(x.err, zero)));
-    const V wnd = and_(cmp<_CMP_NEQ_UQ>(x.err, zero), window);  // no window where the sum is exact in fp32
+    const V off = not_(and_(low0, cmp<_CMP_EQ_OQ>(x_err, zero)));
+    const V wnd = and_(cmp<_CMP_NEQ_UQ>(x_err, zero), window);  // no window where the sum is exact in fp32
     const V lo = _mm256_sub_epi32(_mm256_max_epu32(zs, wnd), wnd);
     const V hi = _mm256_add_epi32(_mm256_min_epu32(zs, _mm256_sub_epi32(ones(), wnd)), wnd);
     const V d_lo = RBits ? _mm256_srl_epi32(lo, r_drop) : lo, d_hi = RBits ? _mm256_srl_epi32(hi, r_drop) : hi;
@@ -555,7 +581,7 @@ std::int64_t stochastic_integer(const BlockParams& bp, float* __restrict w, cons
     lvl = _mm256_add_ps(lvl, _mm256_and_ps(_mm256_cmp_ps(rem1, c.scale, _CMP_GE_OQ), one_f));
     lvl = _mm256_sub_ps(lvl, _mm256_and_ps(_mm256_cmp_ps(rem1, zero_f, _CMP_LT_OQ), one_f));
     const __m256 rem = _mm256_fnmadd_ps(lvl, c.scale, ax);  // exact, in [0, scale)
-    const __m256 t = _mm256_add_ps(rem, s.em);              // |x| - fl * scale, rounded
+    const __m256 t = _mm256_add_ps(rem, s.em());            // |x| - fl * scale, rounded
     const V on_grid = cmp<_CMP_EQ_OQ>(t, zero_f);
     const V under = cmp<_CMP_LT_OQ>(t, zero_f);  // |x| just below the level fl
     __m256 zf = _mm256_mul_ps(t, c.c32);
