@@ -380,15 +380,17 @@ template <bool Subnormals>
 WB_INLINE V round_nearest_bits(const FloatRound& c, const Shifted<Subnormals>& x) {
   const __m256 zero = _mm256_setzero_ps();
   const V tie = eq(and_(x.ab, c.mask), c.tie_bits);
-  V a = x.ab;
+  V r;
   if (any(tie) != 0) [[unlikely]] {  // |s| is a midpoint: moved one fp32 step toward the exact sum
     const __m256 err = x.err();
     const V up = and_(tie, cmp<_CMP_GT_OQ>(err, zero));
     const V down = and_(tie, cmp<_CMP_LT_OQ>(err, zero));
-    a = _mm256_add_epi32(_mm256_sub_epi32(a, up), down);  // up/down are -1 where set
+    const V a = _mm256_add_epi32(_mm256_sub_epi32(x.ab, up), down);  // up/down are -1 where set
+    const V odd = _mm256_min_epu32(and_(a, c.lsb), u32(1));          // 1 where the kept lowest bit is set
+    r = and_(_mm256_add_epi32(_mm256_add_epi32(a, c.half_m1), odd), c.keep);
+  } else {  // no midpoint (the rule): half up is nearest
+    r = and_(_mm256_add_epi32(x.ab, c.half), c.keep);
   }
-  const V odd = _mm256_min_epu32(and_(a, c.lsb), u32(1));  // 1 where the kept lowest bit is set
-  V r = and_(_mm256_add_epi32(_mm256_add_epi32(a, c.half_m1), odd), c.keep);
   if constexpr (Subnormals) {
     r = sel(x.in_sub, as_si(_mm256_sub_ps(as_ps(r), c.sub_f)), r);  // exact
   }
