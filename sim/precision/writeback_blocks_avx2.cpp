@@ -566,16 +566,12 @@ std::int64_t stochastic_float(const BlockParams& bp, float* __restrict w, const 
 }
 
 // ---- Stochastic rounding and deadzone-sr, intK, fp32 lanes (stochastic_integer in writeback_blocks_avx512.cpp) ----
-// zf (in [0, 2^32 - 256]) as an unsigned 32-bit integer within 2 of it: twice the truncation of zf / 2 (exact
-// halving; the truncation is below 2^31, so a signed conversion serves, and does not depend on the rounding mode).
-// Three instructions on a short dependency chain, against nine for the nearest integer; the 2 it may add to
-// |z - frac * 2^32| keeps the bound below kMargin (3 * 2^8 + 2^8 + 2 < 2048 = kMargin: the derivation above
-// stochastic_integer in writeback_blocks_avx512.cpp, with this conversion's 2 for its 1/2), so only which coordinates
-// are flagged for the exact path can differ, never a result.
-WB_INLINE V cvt_near_u32(__m256 zf) {
-  return _mm256_slli_epi32(_mm256_cvttps_epi32(_mm256_mul_ps(zf, _mm256_set1_ps(0.5f))), 1);
-}
-
+// As there, with the threshold frac * 2^32 computed as half of it in fp32 (c32 / 2 and 2^31 for the wrap: halving is
+// exact, so these are the same roundings), then z = twice the truncation (below 2^31: a signed conversion serves, and
+// it does not depend on the rounding mode): within 2 of the nearest integer, so |z - frac * 2^32| <= 3 * 2^8 + 2^8 + 2
+// < 2048 = kMargin (the derivation above stochastic_integer in writeback_blocks_avx512.cpp, with 2 for its 1/2); only
+// which coordinates are flagged for the exact path can differ from there, never a result. The two levels a value
+// rounds to are multiplied out beside that chain and one is selected at its end.
 template <bool RBits, int Mode>
 std::int64_t stochastic_integer(const BlockParams& bp, float* __restrict w, const float* __restrict u,
                                 const std::uint32_t* __restrict words, unsigned char* __restrict flags,
@@ -583,7 +579,8 @@ std::int64_t stochastic_integer(const BlockParams& bp, float* __restrict w, cons
   constexpr std::uint32_t kMargin = 2048;
   const IntConsts c(bp);
   const __m128i r_drop = _mm_cvtsi32_si128(RBits ? 32 - bp.sr_bits : 0);
-  const __m256 one_f = _mm256_set1_ps(1.0f), zero_f = _mm256_setzero_ps();
+  const __m256 one_f = _mm256_set1_ps(1.0f), minus_one_f = _mm256_set1_ps(-1.0f), zero_f = _mm256_setzero_ps();
+  const __m256 c32_half = _mm256_mul_ps(c.c32, _mm256_set1_ps(0.5f));
   Out<true, RBits> out(w, flags, len);
   over_block(len, w, u, nullptr, [&](std::int64_t k, V live, auto tail) WB_BODY {
     const __m256 wf = load_ps(w + k, live, tail), uf = load_ps(u + k, live, tail);
@@ -596,17 +593,21 @@ std::int64_t stochastic_integer(const BlockParams& bp, float* __restrict w, cons
     const __m256 q = _mm256_min_ps(_mm256_mul_ps(ax, c.inv_scale), _mm256_set1_ps(0x1p22f));
     __m256 lvl = _mm256_round_ps(q, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
     const __m256 rem1 = _mm256_fnmadd_ps(lvl, c.scale, ax);
-    lvl = _mm256_add_ps(lvl, _mm256_and_ps(_mm256_cmp_ps(rem1, c.scale, _CMP_GE_OQ), one_f));
-    lvl = _mm256_sub_ps(lvl, _mm256_and_ps(_mm256_cmp_ps(rem1, zero_f, _CMP_LT_OQ), one_f));
+    // (+1 and -1 exclude each other: one or, one add on the dependency chain)
+    lvl = _mm256_add_ps(lvl, _mm256_or_ps(_mm256_and_ps(_mm256_cmp_ps(rem1, c.scale, _CMP_GE_OQ), one_f),
+                                          _mm256_and_ps(_mm256_cmp_ps(rem1, zero_f, _CMP_LT_OQ), minus_one_f)));
     const __m256 rem = _mm256_fnmadd_ps(lvl, c.scale, ax);  // exact, in [0, scale)
     const __m256 t = _mm256_add_ps(rem, s.em());            // |x| - fl * scale, rounded
     const V on_grid = cmp<_CMP_EQ_OQ>(t, zero_f);
     const V under = cmp<_CMP_LT_OQ>(t, zero_f);  // |x| just below the level fl
-    __m256 zf = _mm256_mul_ps(t, c.c32);
-    zf = _mm256_add_ps(zf, _mm256_and_ps(as_ps(under), _mm256_set1_ps(0x1p32f)));
     lvl = _mm256_sub_ps(lvl, _mm256_and_ps(as_ps(under), one_f));
-    zf = _mm256_min_ps(_mm256_max_ps(zf, zero_f), _mm256_set1_ps(0x1p32f - 256.0f));
-    const V z = cvt_near_u32(zf);
+    // the two levels the value rounds to, computed beside the threshold's chain (the same products as before)
+    const __m256 v_low = _mm256_mul_ps(lvl, c.scale), v_high = _mm256_mul_ps(_mm256_add_ps(lvl, one_f), c.scale);
+    // half the threshold, frac * 2^31 (halving is exact): c32 / 2 and 2^31 for the wrap, then twice its truncation
+    __m256 zf = _mm256_mul_ps(t, c32_half);
+    zf = _mm256_add_ps(zf, _mm256_and_ps(as_ps(under), _mm256_set1_ps(0x1p31f)));
+    zf = _mm256_min_ps(_mm256_max_ps(zf, zero_f), _mm256_set1_ps(0x1p31f - 128.0f));
+    const V z = _mm256_slli_epi32(_mm256_cvttps_epi32(zf), 1);
     const V z_lo = _mm256_sub_epi32(_mm256_max_epu32(z, u32(kMargin)), u32(kMargin));
     const V z_hi = _mm256_add_epi32(_mm256_min_epu32(z, u32(0xffffffffu - kMargin)), u32(kMargin));
     const V d_lo = _mm256_srl_epi32(z_lo, r_drop), d_hi = _mm256_srl_epi32(z_hi, r_drop);
@@ -623,8 +624,7 @@ std::int64_t stochastic_integer(const BlockParams& bp, float* __restrict w, cons
     }
     const V off = not_(or_(on_grid, sat));
     undecided = and_(undecided, off);
-    const __m256 level_sr = _mm256_add_ps(lvl, _mm256_andnot_ps(as_ps(not_away), one_f));
-    __m256 v = as_ps(or_(sel(sat, c.max_bits, as_si(_mm256_mul_ps(level_sr, c.scale))), s.sign));
+    __m256 v = as_ps(or_(sel(sat, c.max_bits, as_si(sel_ps(not_away, v_low, v_high))), s.sign));
     V use_sr = ones();
     V near_tie = zero_si();
     if constexpr (Mode == 2) {
@@ -632,8 +632,7 @@ std::int64_t stochastic_integer(const BlockParams& bp, float* __restrict w, cons
       const V half = u32(0x80000000u);
       const V up = gt_u(z_lo, half);
       near_tie = and_(andnot(up, ge_u(z_hi, half)), off);
-      const __m256 level_near = _mm256_add_ps(lvl, _mm256_and_ps(as_ps(up), one_f));
-      const __m256 v_near = as_ps(or_(sel(sat, c.max_bits, as_si(_mm256_mul_ps(level_near, c.scale))), s.sign));
+      const __m256 v_near = as_ps(or_(sel(sat, c.max_bits, as_si(sel_ps(up, v_high, v_low))), s.sign));
       use_sr = and_(cmp<_CMP_NEQ_UQ>(uf, zero_f), cmp<_CMP_EQ_OQ>(v_near, wf));
       v = sel_ps(use_sr, v, v_near);
     }
