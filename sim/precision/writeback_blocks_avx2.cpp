@@ -493,8 +493,9 @@ std::int64_t stochastic_float(const BlockParams& bp, float* __restrict w, const 
     __m256 v;
     V flag, drawn;
   };
-  const auto decide = [&]<bool Sub>(std::bool_constant<Sub>, const Sum& s, __m256 wf, __m256 uf, V word, V& none,
-                                    Edge& edge) WB_BODY {
+  // Edges false: no lane of the vector is at or above max finite (no saturation, no NaN/inf: known at compile time)
+  const auto decide = [&]<bool Sub, bool Edges>(std::bool_constant<Sub>, std::bool_constant<Edges>, const Sum& s,
+                                                __m256 wf, __m256 uf, V word, V& none, Edge& edge) WB_BODY {
     const Shifted<Sub> x = shift_subnormal<Sub>(c, s);
     const __m256 x_err = x.err();
     const V low = and_(x.ab, c.mask);
@@ -530,9 +531,17 @@ std::int64_t stochastic_float(const BlockParams& bp, float* __restrict w, const 
     if constexpr (Sub) {
       r = sel(x.in_sub, as_si(_mm256_sub_ps(as_ps(r), c.sub_f)), r);  // exact
     }
-    edge = edge_lanes<true>(s, c.max_bits);
-    const V sat = edge.sat, bad = edge.bad;
-    __m256 v = as_ps(or_(_mm256_min_epu32(r, c.max_bits), s.sign));  // r >= max iff sat
+    V sat = zero_si(), bad = zero_si();
+    __m256 v;
+    if constexpr (Edges) {
+      edge = edge_lanes<true>(s, c.max_bits);
+      sat = edge.sat;
+      bad = edge.bad;
+      v = as_ps(or_(_mm256_min_epu32(r, c.max_bits), s.sign));  // r >= max iff sat
+    } else {
+      edge = Edge{zero_si(), zero_si(), false};
+      v = as_ps(or_(r, s.sign));  // |x| < max finite: the value away from it is at most max finite
+    }
     V use_sr = ones();
     if constexpr (Mode == 2) {
       const __m256 v_near = as_ps(or_(round_nearest_bits<Sub>(c, x), s.sign));
@@ -547,6 +556,7 @@ std::int64_t stochastic_float(const BlockParams& bp, float* __restrict w, const 
   // decided without the subnormal work (Sub false: no shift, no wider step down from the min normal; the same bits).
   constexpr bool kSplit = Subnormals && Split;
   const V sub_or_min = _mm256_add_epi32(c.sub_bits, u32(1));
+  const V max_m1 = _mm256_sub_epi32(c.max_bits, u32(1));
   over_block(len, w, u, nullptr, [&](std::int64_t k, V live, auto tail) WB_BODY {
     const __m256 wf = load_ps(w + k, live, tail), uf = load_ps(u + k, live, tail);
     const V word = load_words(words + k, live, tail);
@@ -554,10 +564,15 @@ std::int64_t stochastic_float(const BlockParams& bp, float* __restrict w, const 
     Edge edge;
     V none = zero_si();
     Decided d;
-    if (!kSplit || any(_mm256_cmpgt_epi32(sub_or_min, s.ab)) != 0) {
-      d = decide(std::bool_constant<Subnormals>{}, s, wf, uf, word, none, edge);
+    // one test for the rare lanes: at or above max finite, or (Split) at or below the format's min normal
+    const V high = _mm256_cmpgt_epi32(s.ab, max_m1);
+    const V rare = kSplit ? or_(high, _mm256_cmpgt_epi32(sub_or_min, s.ab)) : high;
+    if (any(rare) == 0) [[likely]] {
+      d = decide(std::bool_constant < Subnormals && !kSplit > {}, std::false_type{}, s, wf, uf, word, none, edge);
+    } else if (!kSplit || any(_mm256_cmpgt_epi32(sub_or_min, s.ab)) != 0) {
+      d = decide(std::bool_constant<Subnormals>{}, std::true_type{}, s, wf, uf, word, none, edge);
     } else {
-      d = decide(std::false_type{}, s, wf, uf, word, none, edge);
+      d = decide(std::false_type{}, std::true_type{}, s, wf, uf, word, none, edge);
     }
     out.template put<decltype(tail)::value>(k, live, wf, uf, d.v, edge, d.flag, andnot(none, d.drawn),
                                             and_(none, d.drawn));
