@@ -555,6 +555,7 @@ std::int64_t stochastic_float(const BlockParams& bp, float* __restrict w, const 
   // Split (formats whose weights are rarely subnormal): a vector with no lane at or below the format's min normal is
   // decided without the subnormal work (Sub false: no shift, no wider step down from the min normal; the same bits).
   constexpr bool kSplit = Subnormals && Split;
+  constexpr bool kCommonSub = Subnormals && !kSplit;  // the subnormal work in a vector with no rare lane
   const V sub_or_min = _mm256_add_epi32(c.sub_bits, u32(1));
   const V max_m1 = _mm256_sub_epi32(c.max_bits, u32(1));
   over_block(len, w, u, nullptr, [&](std::int64_t k, V live, auto tail) WB_BODY {
@@ -568,7 +569,7 @@ std::int64_t stochastic_float(const BlockParams& bp, float* __restrict w, const 
     const V high = _mm256_cmpgt_epi32(s.ab, max_m1);
     const V rare = kSplit ? or_(high, _mm256_cmpgt_epi32(sub_or_min, s.ab)) : high;
     if (any(rare) == 0) [[likely]] {
-      d = decide(std::bool_constant < Subnormals && !kSplit > {}, std::false_type{}, s, wf, uf, word, none, edge);
+      d = decide(std::bool_constant<kCommonSub>{}, std::false_type{}, s, wf, uf, word, none, edge);
     } else if (!kSplit || any(_mm256_cmpgt_epi32(sub_or_min, s.ab)) != 0) {
       d = decide(std::bool_constant<Subnormals>{}, std::true_type{}, s, wf, uf, word, none, edge);
     } else {
