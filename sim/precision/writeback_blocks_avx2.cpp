@@ -557,7 +557,6 @@ std::int64_t stochastic_float(const BlockParams& bp, float* __restrict w, const 
   constexpr bool kSplit = Subnormals && Split;
   constexpr bool kCommonSub = Subnormals && !kSplit;  // the subnormal work in a vector with no rare lane
   const V sub_or_min = _mm256_add_epi32(c.sub_bits, u32(1));
-  const V max_m1 = _mm256_sub_epi32(c.max_bits, u32(1));
   over_block(len, w, u, nullptr, [&](std::int64_t k, V live, auto tail) WB_BODY {
     const __m256 wf = load_ps(w + k, live, tail), uf = load_ps(u + k, live, tail);
     const V word = load_words(words + k, live, tail);
@@ -566,7 +565,7 @@ std::int64_t stochastic_float(const BlockParams& bp, float* __restrict w, const 
     V none = zero_si();
     Decided d;
     // one test for the rare lanes: at or above max finite, or (Split) at or below the format's min normal
-    const V high = _mm256_cmpgt_epi32(s.ab, max_m1);
+    const V high = _mm256_cmpgt_epi32(s.ab, c.max_m1);
     const V rare = kSplit ? or_(high, _mm256_cmpgt_epi32(sub_or_min, s.ab)) : high;
     if (any(rare) == 0) [[likely]] {
       d = decide(std::bool_constant<kCommonSub>{}, std::false_type{}, s, wf, uf, word, none, edge);
