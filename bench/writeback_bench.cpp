@@ -137,10 +137,11 @@ FormatSpec bench_format(const std::string& name) {
   return format_from_name(name);
 }
 
-void BM_writeback(benchmark::State& state, const std::string& format, const std::string& policy_text, int sr_bits) {
+void BM_writeback(benchmark::State& state, const std::string& format, const std::string& policy_text, int sr_bits,
+                  const std::string& stream) {
   Arrays a = make_arrays();
   const FormatSpec fmt = bench_format(format);
-  const WritebackPolicy policy = make_policy(policy_text, sr_bits);
+  const WritebackPolicy policy = make_policy(policy_text, sr_bits, stream);
   Kokkos::deep_copy(a.w, a.w0);
   quantize(fmt, a.w);
   Kokkos::deep_copy(a.master, a.w0);
@@ -203,13 +204,24 @@ struct Registration {
     benchmark::RegisterBenchmark("fp32_add", BM_fp32_add)->Unit(benchmark::kMillisecond)->UseRealTime();
     benchmark::RegisterBenchmark("philox_words", BM_philox_words)->Unit(benchmark::kMillisecond)->UseRealTime();
     for (const char* format : {"bf16", "e4m3", "e2m1", "int4"}) {
-      for (const auto& entry : std::initializer_list<std::pair<const char*, int>>{
-               {"nearest", 0}, {"stochastic", 0}, {"stochastic", 8}, {"deadzone-sr", 0}, {"master", 0}}) {
-        const char* policy = entry.first;
-        const int bits = entry.second;
-        const std::string name =
-            std::string("writeback/") + format + "/" + policy + (bits ? "/r" + std::to_string(bits) : "");
-        benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& s) { BM_writeback(s, format, policy, bits); })
+      struct Row {
+        const char* policy;
+        int bits;
+        const char* stream;
+      };
+      // r8/packed: r-bit SR from the named opt-in stream philox-packed (four coordinates per Philox word)
+      for (const Row& row :
+           {Row{"nearest", 0, "philox"}, Row{"stochastic", 0, "philox"}, Row{"stochastic", 8, "philox"},
+            Row{"stochastic", 8, "philox-packed"}, Row{"deadzone-sr", 0, "philox"},
+            Row{"deadzone-sr", 8, "philox-packed"}, Row{"master", 0, "philox"}}) {
+        const std::string stream = row.stream;
+        const char* policy = row.policy;
+        const int bits = row.bits;
+        const std::string name = std::string("writeback/") + format + "/" + policy +
+                                 (bits ? "/r" + std::to_string(bits) : "") +
+                                 (stream == "philox-packed" ? "/packed" : "");
+        benchmark::RegisterBenchmark(name.c_str(),
+                                     [=](benchmark::State& s) { BM_writeback(s, format, policy, bits, stream); })
             ->Unit(benchmark::kMillisecond)
             ->UseManualTime();
       }

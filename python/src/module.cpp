@@ -185,7 +185,7 @@ py::array_t<float> round_values(py::array x, const std::string& fmt_name, const 
     Kokkos::parallel_for("wbaudit::python::round::values", Kokkos::RangePolicy<Space>(0, n), [=](const std::int64_t i) {
       const Bracket b = bracket_of(p, ExactSum{in[i], 0.0});
       if (policy.policy == Policy::stochastic && !b.exact) {
-        PhiloxStream stream(key, static_cast<std::uint64_t>(i));
+        PhiloxStream stream = sr_stream_of(policy, key, static_cast<std::uint64_t>(i));
         o[i] = static_cast<float>(stochastic_of(b, policy.sr_bits, stream).value);
       } else {
         o[i] = static_cast<float>(nearest_of(b));

@@ -214,7 +214,7 @@ void run_round(Args a) {
     double rounded = sim::nearest_of(b);
     bool random = false;
     if (policy.policy == sim::Policy::stochastic) {
-      sim::PhiloxStream stream(key, index);
+      sim::PhiloxStream stream = sim::sr_stream_of(policy, key, index);
       const auto s = sim::stochastic_of(b, policy.sr_bits, stream);
       rounded = s.value;
       random = s.random;

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "sim/precision/rounding.hpp"
+#include "sim/precision/writeback.hpp"
 #include "sim/precision/writeback_blocks.hpp"
 
 namespace wbaudit::sim {
@@ -75,7 +76,7 @@ AuditReport audit_writeback(const FormatSpec& fmt, const WritebackPolicy& policy
         high = low;  // the r-bit dead zone never moves away from zero
       }
       if (replay) {
-        PhiloxStream stream(*replay, i);
+        PhiloxStream stream = sr_stream_of(policy, *replay, static_cast<std::uint64_t>(i));
         low = high = static_cast<float>(stochastic_of(b, policy.sr_bits, stream).value);
       }
     }

@@ -51,4 +51,37 @@ WritebackPolicy make_policy(std::string_view name, int sr_bits) {
   return p;
 }
 
+SrStream sr_stream_from_name(std::string_view name) {
+  if (name == "philox") {
+    return SrStream::philox;
+  }
+  if (name == "philox-packed") {
+    return SrStream::philox_packed;
+  }
+  throw std::invalid_argument("unknown SR stream \"" + std::string(name) + "\" (known: philox, philox-packed)");
+}
+
+std::string sr_stream_name(SrStream stream) {
+  switch (stream) {
+    case SrStream::philox:
+      return "philox";
+    case SrStream::philox_packed:
+      return "philox-packed";
+  }
+  throw std::invalid_argument("sr_stream_name: invalid stream value " + std::to_string(static_cast<int>(stream)));
+}
+
+WritebackPolicy make_policy(std::string_view name, int sr_bits, std::string_view stream) {
+  WritebackPolicy p = make_policy(name, sr_bits);
+  p.stream = sr_stream_from_name(stream);
+  if (p.stream == SrStream::philox_packed &&
+      ((p.policy != Policy::stochastic && p.policy != Policy::deadzone_sr) || sr_bits < 1 || sr_bits > 16)) {
+    throw std::invalid_argument(
+        "SR stream \"philox-packed\" needs stochastic or deadzone-sr with sr_bits in 1..16 (it "
+        "packs floor(32 / r) coordinates into one 32-bit word), not " +
+        std::string(name) + " with sr_bits = " + std::to_string(sr_bits));
+  }
+  return p;
+}
+
 }  // namespace wbaudit::sim

@@ -24,15 +24,21 @@ inline constexpr std::uint64_t kRngMaxCoordinate = std::uint64_t{1} << 48;
 // compute it once per group; further words (needed with probability 2^-32) come from a separate counter domain
 // (high bit of counter word 1 set) indexed by (c, block j >= 1). Either way a word is a function of
 // (seed, step, tensor id, coordinate) alone.
+//
+// Packed (the named opt-in stream philox-packed of r-bit SR, r = packed_bits in 1..16): m = floor(32 / r)
+// coordinates share one word. Coordinate c's first word is r bits of word j = floor(c / m) of the stream above (the
+// word the per-coordinate stream gives coordinate j), bits (c mod m) * r .. (c mod m) * r + r - 1, placed in the top r
+// bits (r-bit SR reads only those); it is its only word (r-bit SR draws once).
 class PhiloxStream {
  public:
   using Block = r123::Philox4x32::ctr_type;
 
-  KOKKOS_INLINE_FUNCTION PhiloxStream(const RngKey& key, std::uint64_t coordinate)
+  KOKKOS_INLINE_FUNCTION PhiloxStream(const RngKey& key, std::uint64_t coordinate, int packed_bits = 0)
       : m_key(make_key(key)),
         m_coordinate(coordinate),
         m_step(static_cast<std::uint32_t>(key.step)),
-        m_tensor(key.tensor_id) {}
+        m_tensor(key.tensor_id),
+        m_packed_bits(packed_bits) {}
 
   // The Philox block holding the first words of coordinates 4g .. 4g+3.
   KOKKOS_INLINE_FUNCTION static Block first_words(const RngKey& key, std::uint64_t group) {
@@ -46,10 +52,14 @@ class PhiloxStream {
   KOKKOS_INLINE_FUNCTION std::uint32_t next() {
     if (m_next_block == 0) {
       m_next_block = 1;
-      r123::Philox4x32 philox;
-      const Block ctr = {{static_cast<std::uint32_t>(m_coordinate >> 2),
-                          static_cast<std::uint32_t>(m_coordinate >> 34) & 0x3fffu, m_step, m_tensor}};
-      return philox(ctr, m_key).v[m_coordinate & 3u];
+      if (m_packed_bits > 0) {
+        const auto r = static_cast<std::uint32_t>(m_packed_bits);
+        const std::uint64_t per = 32u / r;
+        const std::uint32_t word = first_word(m_coordinate / per);
+        const auto chunk = static_cast<std::uint32_t>((word >> ((m_coordinate % per) * r)) & ((1u << r) - 1u));
+        return chunk << (32u - r);
+      }
+      return first_word(m_coordinate);
     }
     if (m_used == 4) {
       r123::Philox4x32 philox;
@@ -65,6 +75,14 @@ class PhiloxStream {
   }
 
  private:
+  // The per-coordinate stream's first word of coordinate c.
+  KOKKOS_INLINE_FUNCTION std::uint32_t first_word(std::uint64_t c) const {
+    r123::Philox4x32 philox;
+    const Block ctr = {
+        {static_cast<std::uint32_t>(c >> 2), static_cast<std::uint32_t>(c >> 34) & 0x3fffu, m_step, m_tensor}};
+    return philox(ctr, m_key).v[c & 3u];
+  }
+
   KOKKOS_INLINE_FUNCTION static r123::Philox4x32::key_type make_key(const RngKey& key) {
     return {{static_cast<std::uint32_t>(key.seed), static_cast<std::uint32_t>(key.seed >> 32)}};
   }
@@ -73,6 +91,7 @@ class PhiloxStream {
   std::uint64_t m_coordinate;
   std::uint32_t m_step;
   std::uint32_t m_tensor;
+  int m_packed_bits = 0;           // 0: the per-coordinate stream; r: philox-packed
   std::uint32_t m_next_block = 0;  // 0: the first word is next; j >= 1: extra block j is next
   Block m_block{};
   int m_used = 4;

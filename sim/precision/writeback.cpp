@@ -65,7 +65,7 @@ std::int64_t writeback_block_mode(const detail::BlockWriteback& wb, std::uint64_
                                                 : detail::nearest_block_fp64(bp, wb.p.integer, wp, up, flags, len, bc);
   } else {
     alignas(64) std::uint32_t scratch[detail::kPhiloxScratch];
-    const std::uint32_t* words = detail::philox_first_words_in(wb.key, first, len, scratch);
+    const std::uint32_t* words = detail::sr_first_words_in(wb.key, wb.policy, first, len, scratch);
     flagged = detail::stochastic_block(bp, wb.p.integer, Mode, wp, up, words, flags, len, bc);
   }
   std::int64_t nonfinite = 0;

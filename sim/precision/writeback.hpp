@@ -109,6 +109,12 @@ struct WritebackOutcome {
   bool truncated = false;  // r-bit SR: nonzero probability truncated to zero
 };
 
+// The SR stream of one coordinate under the policy's SrStream (rng.hpp).
+KOKKOS_INLINE_FUNCTION PhiloxStream sr_stream_of(const WritebackPolicy& policy, const RngKey& key,
+                                                 std::uint64_t coordinate) {
+  return PhiloxStream(key, coordinate, policy.stream == SrStream::philox_packed ? policy.sr_bits : 0);
+}
+
 // q^pi(w + u) for one coordinate; w + u is formed exactly. Policy::master is treated as nearest (the master copy
 // lives outside). The RNG stream of (key, coordinate) is consulted only when SR applies.
 KOKKOS_INLINE_FUNCTION WritebackOutcome writeback_value(const FormatParams& p, const WritebackPolicy& policy,
@@ -123,7 +129,7 @@ KOKKOS_INLINE_FUNCTION WritebackOutcome writeback_value(const FormatParams& p, c
     out.value = static_cast<float>(nearest);
     return out;
   }
-  PhiloxStream stream(key, coordinate);
+  PhiloxStream stream = sr_stream_of(policy, key, coordinate);
   const StochasticOutcome s = stochastic_of(b, policy.sr_bits, stream);
   out.value = static_cast<float>(s.value);
   out.random = s.random;

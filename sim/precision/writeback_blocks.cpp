@@ -807,6 +807,44 @@ const std::uint32_t* philox_first_words_in(const RngKey& key, std::uint64_t firs
   return scratch + (first & 3u);
 }
 
+const std::uint32_t* sr_first_words_in(const RngKey& key, const WritebackPolicy& policy, std::uint64_t first,
+                                       std::int64_t len, std::uint32_t* scratch) {
+  if (policy.stream != SrStream::philox_packed || len <= 0) {
+    return philox_first_words_in(key, first, len, scratch);
+  }
+  const auto r = static_cast<std::uint32_t>(policy.sr_bits);
+  const std::uint64_t per = 32u / r;
+  const std::uint64_t j0 = first / per, j1 = (first + static_cast<std::uint64_t>(len) - 1) / per;
+  alignas(64) std::uint32_t raw[kPhiloxScratch];
+  const std::uint32_t* src = philox_first_words_in(key, j0, static_cast<std::int64_t>(j1 - j0 + 1), raw);
+  const auto offset = static_cast<std::int64_t>(first - j0 * per);  // coordinate first's chunk within src's words
+  if constexpr (std::endian::native == std::endian::little) {
+    // r = 8 and 16: chunk i of a word is its i-th byte / half-word in memory, so chunk number offset + k of src is
+    // coordinate first + k's (loops the compiler vectorizes: a zero extension and a shift per coordinate)
+    if (r == 8) {
+      const auto* bytes = reinterpret_cast<const unsigned char*>(src);
+      for (std::int64_t k = 0; k < len; ++k) {
+        scratch[k] = static_cast<std::uint32_t>(bytes[offset + k]) << 24;
+      }
+      return scratch;
+    }
+    if (r == 16) {
+      std::uint16_t halves[2 * (kWritebackBlock / 2 + 2)];
+      std::memcpy(halves, src, static_cast<std::size_t>(4 * (j1 - j0 + 1)));
+      for (std::int64_t k = 0; k < len; ++k) {
+        scratch[k] = static_cast<std::uint32_t>(halves[offset + k]) << 16;
+      }
+      return scratch;
+    }
+  }
+  const std::uint32_t mask = (1u << r) - 1u;
+  for (std::int64_t k = 0; k < len; ++k) {
+    const std::uint64_t chunk = static_cast<std::uint64_t>(offset + k);
+    scratch[k] = ((src[chunk / per] >> ((chunk % per) * r)) & mask) << (32u - r);
+  }
+  return scratch;
+}
+
 void philox_first_words(const RngKey& key, std::uint64_t first, std::int64_t len, std::uint32_t* words) {
   if (len <= 0) {
     return;

@@ -96,6 +96,12 @@ void philox_first_words(const RngKey& key, std::uint64_t first, std::int64_t len
 inline constexpr std::int64_t kPhiloxScratch = 4 * (kWritebackBlock / 4 + 2 + 32);
 const std::uint32_t* philox_first_words_in(const RngKey& key, std::uint64_t first, std::int64_t len,
                                            std::uint32_t* scratch);
+// The first random words of coordinates first .. first + len - 1 under the policy's SR stream: philox_first_words_in
+// for philox; for philox-packed, each coordinate's r bits of the shared word in the top r bits of its word (exactly
+// PhiloxStream's first word), from a quarter (r = 8) or half (r = 16) as many Philox words. Returns where coordinate
+// first's word lies in scratch (kPhiloxScratch words).
+const std::uint32_t* sr_first_words_in(const RngKey& key, const WritebackPolicy& policy, std::uint64_t first,
+                                       std::int64_t len, std::uint32_t* scratch);
 
 // ---- Which loops run ----
 // Three implementations, chosen at load time: the AVX-512 loops (writeback_blocks_avx512.cpp, intrinsics) when the

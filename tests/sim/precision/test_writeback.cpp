@@ -76,11 +76,9 @@ std::vector<std::pair<FormatSpec, wbaudit::test::RefFormat>> test_formats() {
   return f;
 }
 
-const WritebackPolicy kPolicies[] = {{Policy::nearest, 0},
-                                     {Policy::stochastic, 0},
-                                     {Policy::stochastic, 3},
-                                     {Policy::deadzone_sr, 0},
-                                     {Policy::deadzone_sr, 8}};
+const WritebackPolicy kPolicies[] = {{Policy::nearest, 0},     {Policy::stochastic, 0},
+                                     {Policy::stochastic, 3},  {Policy::deadzone_sr, 0},
+                                     {Policy::deadzone_sr, 8}, {Policy::stochastic, 8, SrStream::philox_packed}};
 
 }  // namespace
 
@@ -99,8 +97,8 @@ TEST(Writeback, BitwiseIdenticalAcrossSpacesThreadsChunksAndSlices) {
     for (const auto& [fmt, ref] : test_formats()) {
       const Data d = make_data(fmt, ref, 30011, 8);
       for (const auto& pol : kPolicies) {
-        const std::string label =
-            std::string(fmt.name) + " " + policy_name(pol.policy) + " r=" + std::to_string(pol.sr_bits);
+        const std::string label = std::string(fmt.name) + " " + policy_name(pol.policy) +
+                                  " r=" + std::to_string(pol.sr_bits) + " " + sr_stream_name(pol.stream);
         SCOPED_TRACE(label + " (" + detail::block_isa_name(isa) + " loops)");
         std::vector<float> serial, omp, chunked;
         const WritebackCounts cs = run<Kokkos::Serial>(fmt, pol, d, serial);

@@ -11,6 +11,7 @@
 #include <Random123/philox.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -69,6 +70,79 @@ TEST(WritebackBlocks, PhiloxWordsEqualRandom123) {
       }
     }
   });
+}
+
+// philox-packed: coordinate c's word is r bits of Random123's word j = floor(c / m) (m = floor(32 / r)), computed here
+// from Random123 directly: bits (c mod m) * r upward, in the word's top r bits; the block words and PhiloxStream agree.
+TEST(WritebackBlocks, PackedWordsAreTheChunksOfRandom123Words) {
+  for_each_implementation([&] {
+    SplitMix rng{9};
+    std::int64_t checked = 0;
+    for (int trial = 0; trial < 300; ++trial) {
+      const RngKey key{rng.next(), rng.next() & 0xffffffffu, static_cast<std::uint32_t>(rng.next())};
+      const int r = std::array{1, 2, 3, 4, 5, 7, 8, 11, 16}[trial % 9];
+      const WritebackPolicy pol = make_policy(trial % 2 ? "stochastic" : "deadzone-sr", r, "philox-packed");
+      const std::uint64_t m = 32u / static_cast<std::uint64_t>(r);
+      const std::uint64_t first =
+          trial % 5 == 0 ? (std::uint64_t{m} << 34) - rng.below(3000) : rng.below(std::uint64_t{1} << 46);
+      const auto len = static_cast<std::int64_t>(1 + rng.below(detail::kWritebackBlock));
+      alignas(64) std::uint32_t scratch[detail::kPhiloxScratch];
+      const std::uint32_t* words = detail::sr_first_words_in(key, pol, first, len, scratch);
+      const r123::Philox4x32::key_type pk = {
+          {static_cast<std::uint32_t>(key.seed), static_cast<std::uint32_t>(key.seed >> 32)}};
+      for (std::int64_t k = 0; k < len; ++k) {
+        const std::uint64_t c = first + static_cast<std::uint64_t>(k), j = c / m;
+        r123::Philox4x32 philox;
+        const r123::Philox4x32::ctr_type ctr = {{static_cast<std::uint32_t>(j >> 2),
+                                                 static_cast<std::uint32_t>(j >> 34) & 0x3fffu,
+                                                 static_cast<std::uint32_t>(key.step), key.tensor_id}};
+        const std::uint32_t word = philox(ctr, pk).v[j & 3u];
+        const std::uint32_t chunk = (word >> ((c % m) * static_cast<std::uint64_t>(r))) & ((1u << r) - 1u);
+        ASSERT_EQ(words[k], chunk << (32 - r)) << "r = " << r << ", coordinate " << c;
+        PhiloxStream stream = sr_stream_of(pol, key, c);
+        ASSERT_EQ(words[k], stream.next()) << "r = " << r << ", coordinate " << c;
+        ++checked;
+      }
+    }
+    std::printf("checked %lld packed words\n", static_cast<long long>(checked));
+  });
+}
+
+// The packed stream's draws behave as independent uniform r-bit draws: over 2^20 coordinates, r-bit SR of values a
+// fraction D / 2^r above a grid point rounds up with frequency D / 2^r, and two coordinates sharing a word draw the
+// same chunk with frequency 2^-r (binomial limits of 6 standard deviations; a shared or shifted chunk fails both).
+TEST(WritebackBlocks, PackedDrawsAreUniformAndDistinctWithinAWord) {
+  const FormatSpec fmt = format_from_name("bf16");
+  for (const int r : {4, 8, 16}) {
+    SCOPED_TRACE("r = " + std::to_string(r));
+    const WritebackPolicy pol = make_policy("stochastic", r, "philox-packed");
+    const std::int64_t n = std::int64_t{1} << 20;
+    const RngKey key{2024, 9, 4};
+    alignas(64) std::uint32_t scratch[detail::kPhiloxScratch];
+    std::int64_t same = 0, pairs = 0;
+    for (std::int64_t first = 0; first < n; first += detail::kWritebackBlock) {
+      const std::uint32_t* words =
+          detail::sr_first_words_in(key, pol, static_cast<std::uint64_t>(first), detail::kWritebackBlock, scratch);
+      for (std::int64_t k = 0; k + 1 < detail::kWritebackBlock; k += 2) {
+        same += words[k] == words[k + 1];
+        ++pairs;
+      }
+    }
+    const double p_same = std::ldexp(1.0, -r);
+    EXPECT_NEAR(static_cast<double>(same) / static_cast<double>(pairs), p_same,
+                6 * std::sqrt(p_same * (1 - p_same) / static_cast<double>(pairs)));
+    // w = 1 (a bf16 value, ulp 2^-7), u = 3/8 ulp: rounds up with probability floor(3/8 * 2^r) / 2^r = 3/8
+    Kokkos::View<float*> w("w", n), u("u", n);
+    Kokkos::deep_copy(w, 1.0f);
+    Kokkos::deep_copy(u, 0x1.8p-9f);
+    writeback(fmt, pol, key, w, Kokkos::View<const float*>(u));
+    auto hw = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace{}, w);
+    std::int64_t up = 0;
+    for (std::int64_t i = 0; i < n; ++i) {
+      up += hw(i) != 1.0f;
+    }
+    EXPECT_NEAR(static_cast<double>(up) / static_cast<double>(n), 0.375, 6 * std::sqrt(0.375 * 0.625 / n));
+  }
 }
 
 struct Case {
@@ -207,13 +281,20 @@ std::vector<float> from_view(const Kokkos::View<float*>& v) {
   return {host.data(), host.data() + host.extent(0)};
 }
 
-const WritebackPolicy kPolicies[] = {{Policy::nearest, 0},    {Policy::stochastic, 0},  {Policy::stochastic, 1},
-                                     {Policy::stochastic, 8}, {Policy::stochastic, 32}, {Policy::deadzone_sr, 0},
-                                     {Policy::deadzone_sr, 4}};
+const WritebackPolicy kPolicies[] = {{Policy::nearest, 0},
+                                     {Policy::stochastic, 0},
+                                     {Policy::stochastic, 1},
+                                     {Policy::stochastic, 8},
+                                     {Policy::stochastic, 32},
+                                     {Policy::deadzone_sr, 0},
+                                     {Policy::deadzone_sr, 4},
+                                     {Policy::stochastic, 8, SrStream::philox_packed},
+                                     {Policy::stochastic, 16, SrStream::philox_packed},
+                                     {Policy::deadzone_sr, 3, SrStream::philox_packed}};
 
 std::string describe(const FormatSpec& f, const WritebackPolicy& p) {
   return std::string(f.name) + " scale " + std::to_string(f.int_scale) + " " + policy_name(p.policy) +
-         " r=" + std::to_string(p.sr_bits);
+         " r=" + std::to_string(p.sr_bits) + " " + sr_stream_name(p.stream);
 }
 
 std::uint32_t bits_of(float x) {
