@@ -155,10 +155,10 @@ py::list formats() {
 
 py::array_t<float> round_values(py::array x, const std::string& fmt_name, const std::string& policy_name_,
                                 std::uint64_t seed, int sr_bits, std::uint64_t step, std::uint32_t tensor_id,
-                                std::optional<double> scale) {
+                                std::optional<double> scale, const std::string& sr_stream) {
   ensure_kokkos();
   const FormatSpec fmt = make_format(fmt_name, scale);
-  const WritebackPolicy policy = make_policy(policy_name_, sr_bits);
+  const WritebackPolicy policy = make_policy(policy_name_, sr_bits, sr_stream);
   if (policy.policy != Policy::nearest && policy.policy != Policy::stochastic) {
     throw py::value_error("round: policy " + policy_name_ +
                           " has no single-value rounding (use nearest or stochastic)");
@@ -199,10 +199,10 @@ py::array_t<float> round_values(py::array x, const std::string& fmt_name, const 
 py::tuple writeback_py(py::array w, py::array u, const std::string& fmt_name, const std::string& policy_name_,
                        std::uint64_t seed, std::uint64_t step, std::uint32_t tensor_id, int sr_bits,
                        std::optional<double> scale, std::optional<py::array> out, std::uint64_t first_coordinate,
-                       const std::string& tensor) {
+                       const std::string& tensor, const std::string& sr_stream) {
   ensure_kokkos();
   const FormatSpec fmt = make_format(fmt_name, scale);
-  const WritebackPolicy policy = make_policy(policy_name_, sr_bits);
+  const WritebackPolicy policy = make_policy(policy_name_, sr_bits, sr_stream);
   if (policy.policy == Policy::master) {
     throw py::value_error("writeback: policy master keeps an fp32 master copy; write back with nearest instead");
   }
@@ -340,10 +340,11 @@ py::dict project_py(py::array w, py::array u, const std::vector<py::object>& for
 
 py::dict audit_py(py::array w, py::array u, py::array w_next, const std::string& fmt_name,
                   const std::string& policy_name_, int sr_bits, std::optional<std::uint64_t> seed, std::uint64_t step,
-                  std::uint32_t tensor_id, std::optional<double> scale, const std::string& tensor) {
+                  std::uint32_t tensor_id, std::optional<double> scale, const std::string& tensor,
+                  const std::string& sr_stream) {
   ensure_kokkos();
   const FormatSpec fmt = make_format(fmt_name, scale);
-  const WritebackPolicy policy = make_policy(policy_name_, sr_bits);
+  const WritebackPolicy policy = make_policy(policy_name_, sr_bits, sr_stream);
   same_shape(w, u, "w", "u");
   same_shape(w, w_next, "w", "w_next");
   const auto n = static_cast<std::size_t>(w.size());
@@ -573,24 +574,33 @@ PYBIND11_MODULE(_core, m) {
         "man_bits, bias, max_finite, min_normal, min_subnormal, has_inf, has_nan, subnormals, max_level).");
   m.def("round", &round_values, py::arg("x"), py::arg("fmt"), py::arg("policy") = "nearest", py::arg("seed") = 0,
         py::arg("sr_bits") = 0, py::arg("step") = 0, py::arg("tensor_id") = 0, py::arg("scale") = py::none(),
-        "round(x, fmt, policy='nearest', seed=0, sr_bits=0, step=0, tensor_id=0, scale=None) -> float32 array\n\n"
+        py::arg("sr_stream") = "philox",
+        "round(x, fmt, policy='nearest', seed=0, sr_bits=0, step=0, tensor_id=0, scale=None, sr_stream='philox')\n"
+        "      -> float32 array\n\n"
         "Rounds every value of x (any real dtype, read exactly as float64) into format fmt: 'nearest' (ties to even, "
         "beyond the largest finite value: saturated) or 'stochastic' (exact probabilities, or sr_bits = r random "
         "bits). SR draws are keyed by (seed, step, tensor_id, flat index), as in the simulator. scale: the "
-        "per-tensor scale of an intK format. Raises ValueError for NaN/inf or an unknown format/policy.");
+        "per-tensor scale of an intK format. sr_stream: where SR's random bits come from: 'philox' (the default, one "
+        "32-bit word per coordinate) or 'philox-packed' (r-bit SR with sr_bits in 1..16 only: one word feeds "
+        "floor(32 / r) neighbouring coordinates; different draws). Raises ValueError for NaN/inf, an unknown "
+        "format/policy/sr_stream or an sr_stream the policy and sr_bits do not allow.");
   m.def("writeback", &writeback_py, py::arg("w"), py::arg("u"), py::arg("fmt"), py::arg("policy") = "nearest",
         py::arg("seed") = 0, py::arg("step") = 0, py::arg("tensor_id") = 0, py::arg("sr_bits") = 0,
         py::arg("scale") = py::none(), py::arg("out") = py::none(), py::arg("first_coordinate") = 0,
-        py::arg("tensor") = "",
+        py::arg("tensor") = "", py::arg("sr_stream") = "philox",
         "writeback(w, u, fmt, policy='nearest', seed=0, step=0, tensor_id=0, sr_bits=0, scale=None, out=None,\n"
-        "          first_coordinate=0, tensor='') -> (w_next, counts)\n\n"
+        "          first_coordinate=0, tensor='', sr_stream='philox') -> (w_next, counts)\n\n"
         "The persistent-native write-back w_next = q_fmt^policy(w + u), formed exactly, with the exact events.\n"
         "w: float32 array of values of fmt; u: float32 proposals of the same shape. policy: nearest, stochastic,\n"
         "deadzone-sr. SR draws are keyed by (seed, step, tensor_id, first_coordinate + flat index), exactly as in\n"
         "the simulator, so both agree bitwise. out: a float32 array to write into (out=w: in place, no copy).\n"
         "counts: dict nonzero, erased, saturated, applied, sr_applied, sr_truncated. tensor: a name for messages.\n"
+        "sr_stream: the SR stream, 'philox' (default: one 32-bit word per coordinate, the stream of every trace so\n"
+        "far) or 'philox-packed' (stochastic or deadzone-sr with sr_bits in 1..16: one word feeds floor(32 / r)\n"
+        "neighbouring coordinates, r bits each; different draws, so a run records which stream it used).\n"
         "Raises ValueError naming tensor and step for NaN/inf (the finite coordinates are still written back),\n"
-        "TypeError for a dtype other than float32, ValueError for a shape mismatch.");
+        "TypeError for a dtype other than float32, ValueError for a shape mismatch, an unknown sr_stream or one\n"
+        "the policy and sr_bits do not allow.");
   m.def("project", &project_py, py::arg("w"), py::arg("u"), py::arg("formats"), py::arg("histogram") = true,
         py::arg("d_min") = -16.0, py::arg("bin_width") = 0.125, py::arg("bins") = 512, py::arg("tensor") = "",
         py::arg("step") = 0, py::arg("joint") = false,
@@ -605,12 +615,15 @@ PYBIND11_MODULE(_core, m) {
   m.def("audit", &audit_py, py::arg("w"), py::arg("u"), py::arg("w_next"), py::arg("fmt"),
         py::arg("policy") = "nearest", py::arg("sr_bits") = 0, py::arg("seed") = py::none(), py::arg("step") = 0,
         py::arg("tensor_id") = 0, py::arg("scale") = py::none(), py::arg("tensor") = "",
+        py::arg("sr_stream") = "philox",
         "audit(w, u, w_next, fmt, policy='nearest', sr_bits=0, seed=None, step=0, tensor_id=0, scale=None,\n"
-        "      tensor='') -> dict\n\n"
+        "      tensor='', sr_stream='philox') -> dict\n\n"
         "The exact audit of one write-back w -> w_next with proposals u under the claimed policy: realized counts "
         "(nonzero, erased, saturated, applied, sr_applied, sr_truncated, nearest_erased), consistent (bool) and "
         "inconsistent: a list of dicts (index, w, u, w_next, expected_low, expected_high, reason). With seed, SR "
-        "outcomes must equal the replayed draws of (seed, step, tensor_id).");
+        "outcomes must equal the replayed draws of (seed, step, tensor_id) from the SR stream sr_stream ('philox', the "
+        "default, or 'philox-packed': r-bit SR with sr_bits in 1..16; the stream the run wrote with). Raises "
+        "ValueError for an unknown sr_stream or one the policy and sr_bits do not allow.");
   m.def(
       "read_trace", [](const std::string& path) { return trace_to_dict(read_trace(path)); }, py::arg("path"),
       "read_trace(path) -> dict\n\nReads a trace.h5 (schema wbaudit.trace/2 or /1) into a dict of the fields of "
