@@ -251,10 +251,13 @@ class PersistentNative:
     PyTorch except where p_after - p_before is inexact in fp32 (a weight crossed zero or changed magnitude by 2x),
     where the proposal's rounding stays in the run. trajectory: a path to dump
     the realized trajectory (w, u, w_next at the recorded steps) for `wbaudit audit`.
+    sr_stream: SR's random stream, "philox" (the default) or "philox-packed" (stochastic / deadzone-sr with sr_bits
+    in 1..16: one 32-bit Philox word feeds floor(32 / sr_bits) coordinates; different draws). A non-default stream is
+    recorded beside sr_bits in the trace's config_json and the trajectory's root attributes.
     """
 
     def __init__(self, optimizer, formats, model=None, policy="nearest", sr_bits=0, seed=0, path="trace.h5",
-                 schedule=None, steps=None, trajectory=None, config=None):
+                 schedule=None, steps=None, trajectory=None, config=None, sr_stream="philox"):
         self.optimizer = optimizer
         names = {}
         if model is not None:
@@ -266,11 +269,15 @@ class PersistentNative:
         self.params = _named(params)
         self.policy = policy
         self.sr_bits = int(sr_bits)
+        self.sr_stream = str(sr_stream)
         self.seed = int(seed)
         self.path = os.fspath(path) if path is not None else None
         self.schedule = Schedule(schedule, steps)
         self.config = dict(config or {})
         self.formats, self.scales = {}, {}
+        # Refuse a bad policy / sr_bits / sr_stream now (ValueError naming it), before any parameter is rounded.
+        writeback(np.zeros(0, np.float32), np.zeros(0, np.float32), "fp32", self.policy, self.seed, 0, 0,
+                  self.sr_bits, None, None, 0, "", self.sr_stream)
         for name, p in self.params:
             fmt = formats if isinstance(formats, str) else self._match(formats, name)
             self.formats[name] = fmt
@@ -287,7 +294,8 @@ class PersistentNative:
         if trajectory is not None:
             self._trajectory = TrajectoryWriter(trajectory, format=self._single_format(), policy=policy,
                                                 sr_bits=self.sr_bits, seed=self.seed, scales=self.scales,
-                                                tensor_ids={n: i for i, (n, _) in enumerate(self.params)})
+                                                tensor_ids={n: i for i, (n, _) in enumerate(self.params)},
+                                                sr_stream=self.sr_stream)
 
     @staticmethod
     def _match(formats, name):
@@ -326,7 +334,7 @@ class PersistentNative:
                 p.copy_(w)
                 flat = p.detach().view(-1).numpy()
                 _, c = writeback(flat, _np(u).reshape(-1), self.formats[name], self.policy, self.seed, step, tid,
-                                 self.sr_bits, self.scales.get(name), flat, 0, name)
+                                 self.sr_bits, self.scales.get(name), flat, 0, name, self.sr_stream)
                 if record:
                     for k in self._counts[name]:
                         self._counts[name][k].append(c[k])
@@ -349,10 +357,12 @@ class PersistentNative:
                             **{k: np.array(v, dtype=np.int64) for k, v in c.items()},
                             "erased_fraction": np.array([_fraction(e, n) for e, n in zip(c["erased"], c["nonzero"])])}
         fmts = set(self.formats.values())
-        config = provenance({"mode": "target", "formats": self.formats, "policy": self.policy,
-                             "sr_bits": self.sr_bits, "seed": self.seed, "schedule": str(self.schedule.describe()),
-                             "optimizer": type(self.optimizer).__name__,
-                             "parameters": {n: list(p.shape) for n, p in self.params}})
+        run = {"mode": "target", "formats": self.formats, "policy": self.policy, "sr_bits": self.sr_bits,
+               "seed": self.seed, "schedule": str(self.schedule.describe()), "optimizer": type(self.optimizer).__name__,
+               "parameters": {n: list(p.shape) for n, p in self.params}}
+        if self.sr_stream != "philox":  # beside sr_bits; absent for the default stream, as before
+            run["sr_stream"] = self.sr_stream
+        config = provenance(run)
         config.update(self.config)
         return {"schema": TRACE_SCHEMA, "mode": "target", "format": fmts.pop() if len(fmts) == 1 else "mixed",
                 "policy": self.policy, "seed": self.seed, "steps": self.steps_run,

@@ -25,8 +25,11 @@ def _float32_row(name, what, a):
 class TrajectoryWriter:
     """Appends rows (w[t], u[t], w[t+1]) per tensor and recorded step to an HDF5 trajectory."""
 
-    def __init__(self, path, format, policy, sr_bits=0, seed=None, scales=None, tensor_ids=None):
+    def __init__(self, path, format, policy, sr_bits=0, seed=None, scales=None, tensor_ids=None, sr_stream="philox"):
         import h5py
+
+        if sr_stream not in ("philox", "philox-packed"):
+            raise ValueError(f'trajectory: unknown SR stream "{sr_stream}" (known: philox, philox-packed)')
 
         self.path = os.fspath(path)
         if os.path.exists(self.path):
@@ -37,6 +40,8 @@ class TrajectoryWriter:
         self._file.attrs["format"] = format
         self._file.attrs["policy"] = policy
         self._file.attrs["sr_bits"] = np.int64(sr_bits)
+        if sr_stream != "philox":  # absent means philox: files of the default stream stay as they were
+            self._file.attrs["sr_stream"] = sr_stream
         if seed is not None:
             self._file.attrs["seed"] = np.uint64(seed)
         self._steps = self._file.create_dataset("steps", shape=(0,), maxshape=(None,), dtype=np.int64)
