@@ -308,7 +308,7 @@ std::vector<report::LossCell> loss_cells(const SweepStore& store, const SweepSpe
     const nlohmann::json params = sc != spec_cells.end() ? sc->second->params : nlohmann::json::object();
     std::string condition;
     for (auto& [k, v] : params.items()) {
-      if (k == "target.policy" || k == "target.sr_bits" || k == "seed") continue;
+      if (k == "target.policy" || k == "target.sr_bits" || k == "target.sr_stream" || k == "seed") continue;
       condition += (condition.empty() ? "" : ", ") + k + "=" + (v.is_string() ? v.get<std::string>() : v.dump());
     }
     cell.condition = condition;
@@ -327,6 +327,10 @@ std::vector<report::LossCell> loss_cells(const SweepStore& store, const SweepSpe
         cell.policy = sim::projection_name(sim::make_policy(policy, bits));
       } catch (const std::exception&) {
         cell.policy = policy;
+      }
+      const std::string stream = target.value("sr_stream", std::string("philox"));
+      if (stream != "philox") {  // the same policy from another random stream is its own row
+        cell.policy += " (" + stream + ")";
       }
     }
     out.push_back(std::move(cell));

@@ -141,6 +141,9 @@ class Hdf5Trajectory final : public TrajectorySource {
     if (has_attribute(root, "sr_bits")) {
       sr_bits = static_cast<int>(read_scalar_attribute<std::int64_t>(root, "sr_bits", H5T_NATIVE_INT64, f));
     }
+    if (has_attribute(root, "sr_stream")) {
+      sr_stream = read_string_attribute(root, "sr_stream", f);
+    }
     if (has_attribute(root, "seed")) {
       seed = read_scalar_attribute<std::uint64_t>(root, "seed", H5T_NATIVE_UINT64, f);
     }
@@ -442,6 +445,7 @@ class NpyTrajectory final : public TrajectorySource {
       if (meta.contains("format")) format = meta["format"].get<std::string>();
       if (meta.contains("policy")) policy = meta["policy"].get<std::string>();
       if (meta.contains("sr_bits")) sr_bits = meta["sr_bits"].get<int>();
+      if (meta.contains("sr_stream")) sr_stream = meta["sr_stream"].get<std::string>();
       if (meta.contains("seed")) seed = meta["seed"].get<std::uint64_t>();
     }
     const auto steps_file = dir / "steps.npy";

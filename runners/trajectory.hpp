@@ -45,6 +45,7 @@ class TrajectorySource {
   std::optional<std::string> format;  // attributes of the file, when present
   std::optional<std::string> policy;
   std::optional<int> sr_bits;
+  std::optional<std::string> sr_stream;  // SR's random stream ("philox" when absent)
   std::optional<std::uint64_t> seed;
   std::vector<std::int64_t> steps;  // [T] strictly increasing
   std::vector<TrajectoryTensor> tensors;

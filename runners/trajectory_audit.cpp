@@ -353,12 +353,15 @@ sim::Trace audit_as_trace(const TrajectoryAudit& audit, const std::string& sourc
   trace.format = audit.format;
   trace.policy = sim::policy_name(audit.policy.policy);
   trace.steps = audit.steps.empty() ? 0 : audit.steps.back() + 1;
-  trace.config_json = nlohmann::json{{"source", "wbaudit audit"},
-                                     {"trajectory", source_description},
-                                     {"format", audit.format},
-                                     {"policy", trace.policy},
-                                     {"sr_bits", audit.policy.sr_bits}}
-                          .dump();
+  nlohmann::json config = {{"source", "wbaudit audit"},
+                           {"trajectory", source_description},
+                           {"format", audit.format},
+                           {"policy", trace.policy},
+                           {"sr_bits", audit.policy.sr_bits}};
+  if (audit.policy.stream != sim::SrStream::philox) {
+    config["sr_stream"] = sim::sr_stream_name(audit.policy.stream);
+  }
+  trace.config_json = config.dump();
   trace.recorded_steps = audit.steps;
   const double nan = std::numeric_limits<double>::quiet_NaN();
   trace.loss.assign(audit.steps.size(), nan);

@@ -85,7 +85,8 @@ Training<ExecSpace>::Training(const ExecSpace& space, const RunConfig& config)
   }
   m_optimizer = std::make_unique<Optimizer<ExecSpace>>(config.optimizer, sizes);
   m_recorded = recorded_steps(config.record, config.steps);
-  m_policy = reference ? WritebackPolicy{} : make_policy(config.target.policy, config.target.sr_bits);
+  m_policy =
+      reference ? WritebackPolicy{} : make_policy(config.target.policy, config.target.sr_bits, config.target.sr_stream);
 
   Trace& trace = m_trace;
   trace.mode = reference ? "reference" : "target";
@@ -448,7 +449,7 @@ void Training<ExecSpace>::replay_from_here() {
   if (m_trace.replays.empty()) {
     m_trace.replay_steps = rc.steps;
     for (const std::string& policy : rc.policies) {
-      m_trace.replays.push_back(ReplaySeries{rc.format, policy, rc.sr_bits, {}});
+      m_trace.replays.push_back(ReplaySeries{rc.format, policy, rc.sr_bits, {}, rc.sr_stream});
     }
   }
   m_trace.replay_checkpoints.push_back(m_step);
@@ -460,6 +461,7 @@ void Training<ExecSpace>::replay_from_here() {
     cfg.target.format = rc.format;
     cfg.target.policy = rc.policies[p];
     cfg.target.sr_bits = rc.sr_bits;
+    cfg.target.sr_stream = rc.sr_stream;
     cfg.target.group_formats = rc.group_formats;
     cfg.replay.checkpoints = 0;
     cfg.validation.every = 0;

@@ -193,9 +193,9 @@ const std::map<std::string, std::set<std::string>>& run_config_key_tables() {
       {"optimizer", {"kind", "lr", "beta1", "beta2", "eps", "momentum", "weight_decay"}},
       {"schedule", {"kind", "warmup_steps", "period", "min_lr_ratio", "step_size", "gamma"}},
       {"record", {"kind", "k", "points"}},
-      {"target", {"format", "policy", "sr_bits", "group_formats"}},
+      {"target", {"format", "policy", "sr_bits", "sr_stream", "group_formats"}},
       {"validation", {"every", "batches"}},
-      {"replay", {"checkpoints", "steps", "format", "group_formats", "sr_bits", "policies"}},
+      {"replay", {"checkpoints", "steps", "format", "group_formats", "sr_bits", "sr_stream", "policies"}},
       {"project_policies[]", {"policy", "sr_bits"}},
   };
   return tables;
@@ -417,6 +417,7 @@ RunConfig run_config_from_json(const json& j) {
     r.string("format", c.target.format);
     r.string("policy", c.target.policy);
     r.integer("sr_bits", c.target.sr_bits);
+    r.string("sr_stream", c.target.sr_stream);
     if (const json* gf = r.find("group_formats")) {
       c.target.group_formats = group_formats_from_json(*gf, "target.group_formats");
     }
@@ -427,6 +428,7 @@ RunConfig run_config_from_json(const json& j) {
     named("target.format", [&] { return format_from_name(c.target.format); });
     require(c.target.sr_bits >= 0 && c.target.sr_bits <= 32, "target.sr_bits", "must be in 0..32");
     named("target.policy", [&] { return make_policy(c.target.policy, c.target.sr_bits); });
+    named("target.sr_stream", [&] { return make_policy(c.target.policy, c.target.sr_bits, c.target.sr_stream); });
   }
 
   if (const json* v = top.find("validation")) {
@@ -443,6 +445,7 @@ RunConfig run_config_from_json(const json& j) {
     r.integer("steps", c.replay.steps);
     r.string("format", c.replay.format);
     r.integer("sr_bits", c.replay.sr_bits);
+    r.string("sr_stream", c.replay.sr_stream);
     if (const json* gf = r.find("group_formats")) {
       c.replay.group_formats = group_formats_from_json(*gf, "replay.group_formats");
     }
@@ -464,6 +467,7 @@ RunConfig run_config_from_json(const json& j) {
     std::set<std::string> seen;
     for (const std::string& p : c.replay.policies) {
       named("replay.policies", [&] { return make_policy(p, c.replay.sr_bits); });
+      named("replay.sr_stream", [&] { return make_policy(p, c.replay.sr_bits, c.replay.sr_stream); });
       require(seen.insert(p).second, "replay.policies", "duplicate policy \"" + p + "\"");
     }
   }
@@ -569,9 +573,15 @@ json to_json(const RunConfig& c) {
     j["replay"] = {{"checkpoints", c.replay.checkpoints}, {"steps", c.replay.steps},
                    {"format", c.replay.format},           {"group_formats", c.replay.group_formats},
                    {"sr_bits", c.replay.sr_bits},         {"policies", c.replay.policies}};
+    if (c.replay.sr_stream != ReplayConfig{}.sr_stream) {  // written only when not the default (ids unchanged)
+      j["replay"]["sr_stream"] = c.replay.sr_stream;
+    }
   }
   if (c.mode == RunMode::target) {
     j["target"] = {{"format", c.target.format}, {"policy", c.target.policy}, {"sr_bits", c.target.sr_bits}};
+    if (c.target.sr_stream != TargetConfig{}.sr_stream) {  // written only when not the default (ids unchanged)
+      j["target"]["sr_stream"] = c.target.sr_stream;
+    }
     if (!c.target.group_formats.empty()) {
       j["target"]["group_formats"] = c.target.group_formats;
     }

@@ -78,6 +78,7 @@ struct TargetConfig {
   // patterns; two patterns that match one tensor with different formats are an error. Groups held in fp32 take the
   // plain fp32 update whatever the policy.
   std::map<std::string, std::string> group_formats;
+  std::string sr_stream = "philox";  // SR's random stream (policy.hpp SrStream): philox or philox-packed (r-bit SR)
 };
 
 // The storage format of tensor `name`: its entry in group_formats, else `format` (throws ConfigError on
@@ -100,6 +101,7 @@ struct ReplayConfig {
   std::map<std::string, std::string> group_formats;  // as TargetConfig::group_formats
   int sr_bits = 0;
   std::vector<std::string> policies = {"nearest", "stochastic"};
+  std::string sr_stream = "philox";  // as TargetConfig::sr_stream
 };
 
 struct RunConfig {

@@ -28,6 +28,7 @@ struct Args {
   std::string trajectory;
   std::optional<std::string> format, policy;
   std::optional<int> sr_bits;
+  std::optional<std::string> sr_stream;
   std::vector<std::string> groups;
   std::string out;
   std::int64_t chunk = std::int64_t{1} << 21;
@@ -111,7 +112,8 @@ void run_audit(const Args& a) {
               << *source->format << "\n";
   }
   options.format = *format;
-  options.policy = sim::make_policy(*policy, a.sr_bits ? *a.sr_bits : source->sr_bits.value_or(0));
+  options.policy = sim::make_policy(*policy, a.sr_bits ? *a.sr_bits : source->sr_bits.value_or(0),
+                                    a.sr_stream ? *a.sr_stream : source->sr_stream.value_or("philox"));
   options.chunk = a.chunk;
   options.seed = a.seed ? a.seed : source->seed;
   options.groups = parse_groups(a.groups);
@@ -160,6 +162,9 @@ void run_audit(const Args& a) {
                                 {"inconsistent", audit.inconsistent},
                                 {"listed", audit.listed.size()},
                                 {"consistent", audit.consistent()}};
+      if (audit.policy.stream != sim::SrStream::philox) {
+        summary["sr_stream"] = sim::sr_stream_name(audit.policy.stream);
+      }
       write_file(staging / "audit.json", summary.dump(2) + "\n");
       std::filesystem::rename(staging, out);
     }
@@ -180,7 +185,12 @@ void run_audit(const Args& a) {
   }
   std::cout << "wbaudit audit: " << a.trajectory << ": " << audit.format << ", "
             << sim::policy_name(audit.policy.policy)
-            << (audit.policy.sr_bits > 0 ? " (" + std::to_string(audit.policy.sr_bits) + "-bit)" : std::string())
+            << (audit.policy.sr_bits > 0 ? " (" + std::to_string(audit.policy.sr_bits) + "-bit" +
+                                               (audit.policy.stream != sim::SrStream::philox
+                                                    ? ", " + sim::sr_stream_name(audit.policy.stream)
+                                                    : std::string()) +
+                                               ")"
+                                         : std::string())
             << ": " << n_tensors << " tensors x " << audit.steps.size() << " steps, " << audit.coordinates
             << " coordinate updates\n";
   std::cout << "  nonzero " << total.nonzero << ", erased " << total.erased << " ("
@@ -242,6 +252,9 @@ void add_audit_command(CLI::App& app) {
   cmd->add_option("--policy", args->policy,
                   "Claimed write-back policy: nearest, stochastic, deadzone-sr (default: the trajectory's attribute)");
   cmd->add_option("--sr-bits", args->sr_bits, "0: exact SR; r in 1..32: r-bit SR with its dead zone");
+  cmd->add_option("--sr-stream", args->sr_stream,
+                  "SR's random stream when replaying with --seed: philox (default) or philox-packed (r-bit SR, r in "
+                  "1..16: floor(32/r) coordinates per Philox word; default: the trajectory's attribute)");
   cmd->add_option("--group", args->groups,
                   "Declared group NAME=TENSOR[,TENSOR...] (repeatable), counted besides "
                   "every tensor");

@@ -100,6 +100,7 @@ struct Args {
   std::uint64_t step = 0;  // the stochastic draws' key: (seed, step, tensor), coordinate = value index
   std::uint32_t tensor = 0;
   int sr_bits = 0;
+  std::string sr_stream = "philox";
   std::optional<std::string> update;
   std::optional<double> scale;
   std::optional<double> absmax;
@@ -148,7 +149,7 @@ void run_round(Args a) {
     }
     fmt = sim::int_format(fmt.bits, sim::int_scale_for_absmax(fmt.bits, *a.absmax));
   }
-  const sim::WritebackPolicy policy = sim::make_policy(a.policy, a.sr_bits);
+  const sim::WritebackPolicy policy = sim::make_policy(a.policy, a.sr_bits, a.sr_stream);
   if (policy.policy == sim::Policy::master) {
     throw std::invalid_argument("policy master keeps an fp32 copy and has no single-value rounding; use nearest");
   }
@@ -278,6 +279,9 @@ void run_round(Args a) {
                           {"tensor", a.tensor},
                           {"update_rounded_to_fp32", u_rounded},
                           {"values", rows}};
+    if (policy.stream != sim::SrStream::philox) {
+      out["sr_stream"] = sim::sr_stream_name(policy.stream);
+    }
     if (fmt.kind == sim::FormatKind::integer) {
       out["scale"] = fmt.int_scale;
     }
@@ -301,6 +305,9 @@ void add_round_command(CLI::App& app) {
       "Step of the stochastic draws' key (seed, step, tensor), as the simulator keys a write-back (default 0)");
   cmd->add_option("--tensor", args->tensor, "Tensor id of the stochastic draws' key (default 0)");
   cmd->add_option("--sr-bits", args->sr_bits, "0: exact SR probabilities (default); r in 1..32: r-bit hardware SR");
+  cmd->add_option("--sr-stream", args->sr_stream,
+                  "SR's random stream: philox (default) or philox-packed (r-bit SR, r in 1..16: floor(32/r) values "
+                  "share one Philox word)");
   cmd->add_option("--update", args->update,
                   "Also write back w = q(value) with this fp32 proposal u and print the event "
                   "(erased, applied, saturated)");

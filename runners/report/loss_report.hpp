@@ -4,10 +4,10 @@
 // from the validation losses in the traces and written as report/loss.md + report/loss.html (one source),
 // loss_summary.csv and loss_curves.csv, with gnuplot figures.
 //
-// Conditions: target runs that share every grid value except `target.policy`, `target.sr_bits` and `seed`. Within a
-// condition and a seed: L_fp32 = the final validation loss of the target's fp32 reference (same seed, init, data),
-// L_N = the nearest target's, L_P every other policy's. Gap = L_N - L_fp32; recovery of P = (L_N - L_P) / gap
-// (stats::recovery), undefined (and said so) when the gap is <= 0. Means over seeds with a percentile bootstrap
+// Conditions: target runs that share every grid value except `target.policy`, `target.sr_bits`, `target.sr_stream` and
+// `seed`. Within a condition and a seed: L_fp32 = the final validation loss of the target's fp32 reference (same seed,
+// init, data), L_N = the nearest target's, L_P every other policy's. Gap = L_N - L_fp32; recovery of P = (L_N - L_P) /
+// gap (stats::recovery), undefined (and said so) when the gap is <= 0. Means over seeds with a percentile bootstrap
 // interval (units = seeds). Two non-nearest policies: the ratio of their recoveries, paired by seed
 // (stats::paired_ratio) — a policy contrast, not a causal mediation.
 // Replays: per checkpoint, reduction = L_nearest - L_P after the replay, in nats and in percent of L_nearest.

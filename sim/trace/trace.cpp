@@ -148,6 +148,9 @@ void write_trace_to(hid_t root, const Trace& trace, const std::string& file) {
       write_string_attribute(rh.get(), "format", r.format, file);
       write_string_attribute(rh.get(), "policy", r.policy, file);
       write_scalar_attribute<std::int64_t>(rh.get(), "sr_bits", r.sr_bits, file);
+      if (r.sr_stream != "philox") {  // absent for the default stream: earlier traces stay byte-identical
+        write_string_attribute(rh.get(), "sr_stream", r.sr_stream, file);
+      }
       write_vector(rh.get(), "validation_loss", r.validation_loss, file);
     }
     write_string_attribute(replay.get(), "order", names, file);
@@ -354,6 +357,9 @@ Trace read_trace_from(hid_t root, const std::string& file) {
       r.format = read_string_attribute(rh.get(), "format", file);
       r.policy = read_string_attribute(rh.get(), "policy", file);
       r.sr_bits = static_cast<int>(read_scalar_attribute<std::int64_t>(rh.get(), "sr_bits", file));
+      if (H5Aexists(rh.get(), "sr_stream") > 0) {
+        r.sr_stream = read_string_attribute(rh.get(), "sr_stream", file);
+      }
       r.validation_loss = read_dataset<double>(rh.get(), "validation_loss", "/replay/" + name + "/", file);
       if (r.validation_loss.size() != trace.replay_checkpoints.size()) {
         throw TraceFileError(file + ": /replay/" + name + "/validation_loss has " +

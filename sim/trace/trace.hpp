@@ -74,6 +74,7 @@ struct ReplaySeries {
   std::string policy;                   // write-back policy of the replay
   int sr_bits = 0;                      // SR random bits (0: exact probabilities)
   std::vector<double> validation_loss;  // [K] validation loss after replay_steps from checkpoint k
+  std::string sr_stream = "philox";     // SR's random stream (written to the file only when not philox)
 };
 
 struct Trace {

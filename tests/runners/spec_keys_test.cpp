@@ -120,6 +120,9 @@ TEST(SpecKeys, DocumentedRunDefaultsAreTheSimulatorsDefaults) {
     json j = wbaudit::sim::to_json(c);
     j["replay"]["checkpoints"] = wbaudit::sim::ReplayConfig{}.checkpoints;
     j["validation"]["every"] = wbaudit::sim::ValidationConfig{}.every;
+    // written by to_json only when not the default (the ids of earlier cells): their defaults from the structs
+    j["target"]["sr_stream"] = wbaudit::sim::TargetConfig{}.sr_stream;
+    j["replay"]["sr_stream"] = wbaudit::sim::ReplayConfig{}.sr_stream;
     return j;
   };
   const std::map<std::string, json> by_kind = {{"two_layer", defaults("two_layer")}, {"decoder", defaults("decoder")}};

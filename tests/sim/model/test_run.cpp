@@ -10,6 +10,7 @@
 #include <map>
 
 #include "format_table.hpp"
+#include "sim/precision/writeback.hpp"
 #include "sim/run.hpp"
 #include "trace_compare.hpp"
 
@@ -262,6 +263,9 @@ TEST(RunCell, BitwiseIdenticalOnSerialAndOpenMP) {
   sr.project_formats.clear();
   sr.target = TargetConfig{"e4m3", "stochastic", 0, {}};
   configs.push_back(sr);
+  RunConfig packed = sr;
+  packed.target = TargetConfig{"e4m3", "stochastic", 8, {}, "philox-packed"};
+  configs.push_back(packed);
   RunConfig master = sr;
   master.target = TargetConfig{"e5m2", "master", 0, {}};
   master.optimizer.kind = OptimizerKind::adamw;
@@ -275,6 +279,40 @@ TEST(RunCell, BitwiseIdenticalOnSerialAndOpenMP) {
     SCOPED_TRACE(to_json(cfg).dump());
     wbaudit::test::expect_same_trace(serial, parallel);
   }
+}
+
+// The opt-in stream philox-packed is what the run uses: the same r-bit SR run from the default stream and from
+// philox-packed lands on different neighbours (same seed), and each equals the write-back of its own stream
+// recomputed coordinate by coordinate from the captured w and u.
+TEST(RunCell, TargetRunUsesItsNamedSrStream) {
+  std::map<std::string, Captured> caps;
+  for (const std::string stream : {"philox", "philox-packed"}) {
+    RunConfig cfg = small_config(RunMode::target);
+    cfg.steps = 20;
+    cfg.target = TargetConfig{"e4m3", "stochastic", 8, {}, stream};
+    run_cell(Kokkos::DefaultExecutionSpace(), cfg, {}, caps[stream].hooks());
+  }
+  std::int64_t differ = 0, checked = 0;
+  const FormatParams p = format_params(format_from_name("e4m3"));
+  for (const auto& [stream, cap] : caps) {
+    const WritebackPolicy pol = make_policy("stochastic", 8, stream);
+    for (const auto& [key, next] : cap.after) {
+      const auto &w = cap.before.at(key), &u = cap.proposal.at(key);
+      for (std::size_t i = 0; i < w.size(); ++i) {
+        const RngKey rk{small_config(RunMode::target).seed, static_cast<std::uint64_t>(key.first),
+                        static_cast<std::uint32_t>(key.second)};
+        ASSERT_EQ(next[i], writeback_value(p, pol, rk, i, w[i], u[i]).value)
+            << stream << " step " << key.first << " tensor " << key.second << " i " << i;
+        ++checked;
+      }
+    }
+  }
+  for (const auto& [key, next] : caps["philox"].after) {
+    const auto& other = caps["philox-packed"].after.at(key);
+    for (std::size_t i = 0; i < next.size(); ++i) differ += next[i] != other[i];
+  }
+  EXPECT_GT(checked, 0);
+  EXPECT_GT(differ, 0);
 }
 
 TEST(RunCell, IntegerTargetUsesPerTensorScale) {

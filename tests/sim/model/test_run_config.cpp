@@ -50,6 +50,18 @@ TEST(RunConfig, ContractExampleParsesAndRoundTrips) {
   EXPECT_EQ(rp.project_policies[1].policy, Policy::deadzone_sr);
   EXPECT_EQ(rp.project_policies[1].sr_bits, 8);
   EXPECT_EQ(to_json(rp), ref);
+  // target.sr_stream: absent from the canonical JSON at its default (every earlier cell keeps its id), written when
+  // philox-packed, and carried into the policy the run uses
+  EXPECT_FALSE(to_json(c).at("target").contains("sr_stream"));
+  json packed = json::parse(kExample);
+  packed["target"]["policy"] = "stochastic";
+  packed["target"]["sr_bits"] = 8;
+  packed["target"]["sr_stream"] = "philox-packed";
+  const RunConfig pc = run_config_from_json(packed);
+  EXPECT_EQ(pc.target.sr_stream, "philox-packed");
+  EXPECT_EQ(to_json(pc), packed);
+  packed["target"]["sr_stream"] = "philox";
+  EXPECT_FALSE(to_json(run_config_from_json(packed)).at("target").contains("sr_stream"));
   // Missing keys take the documented defaults; the canonical form spells them out.
   const json minimal = to_json(run_config_from_json(json::object()));
   EXPECT_EQ(minimal.at("optimizer").at("kind"), "adam");
@@ -95,6 +107,9 @@ TEST(RunConfig, MalformedConfigsNameTheKeyPath) {
       {"/target/policy", "truncate", "target.policy: "},
       {"/target/sr_bits", 40, "target.sr_bits: "},
       {"/target/extra", true, "target.extra: unknown key"},
+      {"/target/sr_stream", "mersenne", "target.sr_stream: unknown SR stream \"mersenne\""},
+      {"/target/sr_stream", 1, "target.sr_stream: expected a string"},
+      {"/target/sr_stream", "philox-packed", "target.sr_stream: SR stream \"philox-packed\" needs stochastic"},
       {"/mode", "audit", "mode: unknown mode"},
       {"/schema", "wbaudit.cell/2", "schema: unsupported schema"},
       {"/project_formats", json::array({"bf16"}), "project_formats: only allowed in reference mode"},
