@@ -581,12 +581,18 @@ std::int64_t stochastic_float(const BlockParams& bp, float* __restrict w, const 
 }
 
 // ---- Stochastic rounding and deadzone-sr, intK, fp32 lanes (stochastic_integer in writeback_blocks_avx512.cpp) ----
-// As there, with the threshold frac * 2^32 computed as half of it in fp32 (c32 / 2 and 2^31 for the wrap: halving is
-// exact, so these are the same roundings), then z = twice the truncation (below 2^31: a signed conversion serves, and
-// it does not depend on the rounding mode): within 2 of the nearest integer, so |z - frac * 2^32| <= 3 * 2^8 + 2^8 + 2
-// < 2048 = kMargin (the derivation above stochastic_integer in writeback_blocks_avx512.cpp, with 2 for its 1/2); only
-// which coordinates are flagged for the exact path can differ from there, never a result. The two levels a value
-// rounds to are multiplied out beside that chain and one is selected at its end.
+// As there, except for the level: n = the nearest integer to |s| * (1 / scale) (rounded twice, so n may be one off
+// the nearest level near a midpoint, never more: no correction), and rem = |s| - n * scale by an FMA is exact (rem and
+// both terms are multiples of the smaller of ulp(|s|) and scale's last bit, and |rem| <= scale / 2 plus a hair: fewer
+// than 24 significant bits; for n = 0, rem = |s|). t = rem + e (rounded) places |x| above level n - 1 with
+// frac = 1 + t / scale where t < 0, above level n with frac = t / scale otherwise: the "under" wrap of the AVX-512
+// loop, now for any t < 0. The threshold frac * 2^32 is computed as half of it in fp32 (t * c32 / 2, then 2^31 added
+// for the wrap: halving is exact), then z = twice the truncation (below 2^31: a signed conversion serves, and it does
+// not depend on the rounding mode). |t| <= scale / 2 keeps each rounding at most as large as there (t * c32 / 2 <=
+// 2^30, and the wrapped sum lies in [2^30, 2^31)), so |z - frac * 2^32| <= 3 * 2^8 + 2^8 + 2 < 2048 = kMargin still
+// (the derivation above stochastic_integer in writeback_blocks_avx512.cpp, with 2 for its 1/2); only which coordinates
+// are flagged for the exact path can differ from there, never a result. The two levels a value rounds to are multiplied
+// out beside that chain and one is selected at its end.
 template <bool RBits, int Mode>
 std::int64_t stochastic_integer(const BlockParams& bp, float* __restrict w, const float* __restrict u,
                                 const std::uint32_t* __restrict words, unsigned char* __restrict flags,
@@ -594,7 +600,7 @@ std::int64_t stochastic_integer(const BlockParams& bp, float* __restrict w, cons
   constexpr std::uint32_t kMargin = 2048;
   const IntConsts c(bp);
   const __m128i r_drop = _mm_cvtsi32_si128(RBits ? 32 - bp.sr_bits : 0);
-  const __m256 one_f = _mm256_set1_ps(1.0f), minus_one_f = _mm256_set1_ps(-1.0f), zero_f = _mm256_setzero_ps();
+  const __m256 one_f = _mm256_set1_ps(1.0f), zero_f = _mm256_setzero_ps();
   const __m256 c32_half = _mm256_mul_ps(c.c32, _mm256_set1_ps(0.5f));
   Out<true, RBits> out(w, flags, len);
   over_block(len, w, u, nullptr, [&](std::int64_t k, V live, auto tail) WB_BODY {
@@ -604,17 +610,15 @@ std::int64_t stochastic_integer(const BlockParams& bp, float* __restrict w, cons
     const __m256 ax = as_ps(s.ab);
     const Edge edge = edge_lanes<false>(s, c.max_bits);
     const V sat = edge.sat, bad = edge.bad;
-    // fl = floor(|s| / scale), corrected once with the exact remainder
+    // the nearest level n to |s| / scale (no correction: any level within one of it serves), the exact remainder
+    // |s| - n * scale (|rem| <= scale / 2 and a hair), then t = |x| - n * scale rounded; |x| lies above level n - 1
+    // with frac = 1 + t / scale where t < 0, above level n with frac = t / scale otherwise
     const __m256 q = _mm256_min_ps(_mm256_mul_ps(ax, c.inv_scale), _mm256_set1_ps(0x1p22f));
-    __m256 lvl = _mm256_round_ps(q, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
-    const __m256 rem1 = _mm256_fnmadd_ps(lvl, c.scale, ax);
-    // (+1 and -1 exclude each other: one or, one add on the dependency chain)
-    lvl = _mm256_add_ps(lvl, _mm256_or_ps(_mm256_and_ps(_mm256_cmp_ps(rem1, c.scale, _CMP_GE_OQ), one_f),
-                                          _mm256_and_ps(_mm256_cmp_ps(rem1, zero_f, _CMP_LT_OQ), minus_one_f)));
-    const __m256 rem = _mm256_fnmadd_ps(lvl, c.scale, ax);  // exact, in [0, scale)
-    const __m256 t = _mm256_add_ps(rem, s.em());            // |x| - fl * scale, rounded
+    __m256 lvl = _mm256_round_ps(q, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __m256 rem = _mm256_fnmadd_ps(lvl, c.scale, ax);  // exact
+    const __m256 t = _mm256_add_ps(rem, s.em());            // |x| - n * scale, rounded
     const V on_grid = cmp<_CMP_EQ_OQ>(t, zero_f);
-    const V under = cmp<_CMP_LT_OQ>(t, zero_f);  // |x| just below the level fl
+    const V under = cmp<_CMP_LT_OQ>(t, zero_f);  // |x| below the level n
     lvl = _mm256_sub_ps(lvl, _mm256_and_ps(as_ps(under), one_f));
     // the two levels the value rounds to, computed beside the threshold's chain (the same products as before)
     const __m256 v_low = _mm256_mul_ps(lvl, c.scale), v_high = _mm256_mul_ps(_mm256_add_ps(lvl, one_f), c.scale);
