@@ -209,11 +209,13 @@ struct Registration {
         int bits;
         const char* stream;
       };
-      // r8/packed: r-bit SR from the named opt-in stream philox-packed (four coordinates per Philox word)
+      // /packed: the named opt-in stream philox-packed (full width: two coordinates per Philox word, 16 bits each,
+      // further bits from each coordinate's own words; r8: four coordinates per word)
       for (const Row& row :
-           {Row{"nearest", 0, "philox"}, Row{"stochastic", 0, "philox"}, Row{"stochastic", 8, "philox"},
-            Row{"stochastic", 8, "philox-packed"}, Row{"deadzone-sr", 0, "philox"},
-            Row{"deadzone-sr", 8, "philox-packed"}, Row{"master", 0, "philox"}}) {
+           {Row{"nearest", 0, "philox"}, Row{"stochastic", 0, "philox"}, Row{"stochastic", 0, "philox-packed"},
+            Row{"stochastic", 8, "philox"}, Row{"stochastic", 8, "philox-packed"}, Row{"deadzone-sr", 0, "philox"},
+            Row{"deadzone-sr", 0, "philox-packed"}, Row{"deadzone-sr", 8, "philox-packed"},
+            Row{"master", 0, "philox"}}) {
         const std::string stream = row.stream;
         const char* policy = row.policy;
         const int bits = row.bits;

@@ -581,8 +581,9 @@ PYBIND11_MODULE(_core, m) {
         "beyond the largest finite value: saturated) or 'stochastic' (exact probabilities, or sr_bits = r random "
         "bits). SR draws are keyed by (seed, step, tensor_id, flat index), as in the simulator. scale: the "
         "per-tensor scale of an intK format. sr_stream: where SR's random bits come from: 'philox' (the default, one "
-        "32-bit word per coordinate) or 'philox-packed' (r-bit SR with sr_bits in 1..16 only: one word feeds "
-        "floor(32 / r) neighbouring coordinates; different draws). Raises ValueError for NaN/inf, an unknown "
+        "32-bit word per coordinate) or 'philox-packed' (sr_bits 1..16: one word feeds floor(32 / r) neighbouring "
+        "coordinates; sr_bits 0: two coordinates, 16 bits each, further bits from each coordinate's own words; "
+        "different draws). Raises ValueError for NaN/inf, an unknown "
         "format/policy/sr_stream or an sr_stream the policy and sr_bits do not allow.");
   m.def("writeback", &writeback_py, py::arg("w"), py::arg("u"), py::arg("fmt"), py::arg("policy") = "nearest",
         py::arg("seed") = 0, py::arg("step") = 0, py::arg("tensor_id") = 0, py::arg("sr_bits") = 0,
@@ -596,8 +597,9 @@ PYBIND11_MODULE(_core, m) {
         "the simulator, so both agree bitwise. out: a float32 array to write into (out=w: in place, no copy).\n"
         "counts: dict nonzero, erased, saturated, applied, sr_applied, sr_truncated. tensor: a name for messages.\n"
         "sr_stream: the SR stream, 'philox' (default: one 32-bit word per coordinate, the stream of every trace so\n"
-        "far) or 'philox-packed' (stochastic or deadzone-sr with sr_bits in 1..16: one word feeds floor(32 / r)\n"
-        "neighbouring coordinates, r bits each; different draws, so a run records which stream it used).\n"
+        "far) or 'philox-packed' (stochastic or deadzone-sr with sr_bits 1..16: one word feeds floor(32 / r)\n"
+        "neighbouring coordinates, r bits each; sr_bits 0: two coordinates, 16 bits each, further bits from each\n"
+        "coordinate's own words; different draws, so a run records which stream it used).\n"
         "Raises ValueError naming tensor and step for NaN/inf (the finite coordinates are still written back),\n"
         "TypeError for a dtype other than float32, ValueError for a shape mismatch, an unknown sr_stream or one\n"
         "the policy and sr_bits do not allow.");
@@ -622,7 +624,7 @@ PYBIND11_MODULE(_core, m) {
         "(nonzero, erased, saturated, applied, sr_applied, sr_truncated, nearest_erased), consistent (bool) and "
         "inconsistent: a list of dicts (index, w, u, w_next, expected_low, expected_high, reason). With seed, SR "
         "outcomes must equal the replayed draws of (seed, step, tensor_id) from the SR stream sr_stream ('philox', the "
-        "default, or 'philox-packed': r-bit SR with sr_bits in 1..16; the stream the run wrote with). Raises "
+        "default, or 'philox-packed': sr_bits 0 or 1..16; the stream the run wrote with). Raises "
         "ValueError for an unknown sr_stream or one the policy and sr_bits do not allow.");
   m.def(
       "read_trace", [](const std::string& path) { return trace_to_dict(read_trace(path)); }, py::arg("path"),

@@ -252,7 +252,8 @@ class PersistentNative:
     where the proposal's rounding stays in the run. trajectory: a path to dump
     the realized trajectory (w, u, w_next at the recorded steps) for `wbaudit audit`.
     sr_stream: SR's random stream, "philox" (the default) or "philox-packed" (stochastic / deadzone-sr with sr_bits
-    in 1..16: one 32-bit Philox word feeds floor(32 / sr_bits) coordinates; different draws). A non-default stream is
+    in 1..16: one 32-bit Philox word feeds floor(32 / sr_bits) coordinates; sr_bits 0: two coordinates, 16 bits each,
+    further bits from each coordinate's own words; different draws). A non-default stream is
     recorded beside sr_bits in the trace's config_json and the trajectory's root attributes.
     """
 

@@ -253,8 +253,9 @@ void add_audit_command(CLI::App& app) {
                   "Claimed write-back policy: nearest, stochastic, deadzone-sr (default: the trajectory's attribute)");
   cmd->add_option("--sr-bits", args->sr_bits, "0: exact SR; r in 1..32: r-bit SR with its dead zone");
   cmd->add_option("--sr-stream", args->sr_stream,
-                  "SR's random stream when replaying with --seed: philox (default) or philox-packed (r-bit SR, r in "
-                  "1..16: floor(32/r) coordinates per Philox word; default: the trajectory's attribute)");
+                  "SR's random stream when replaying with --seed: philox (default) or philox-packed (--sr-bits r in "
+                  "1..16: floor(32/r) coordinates per Philox word; 0: two, 16 bits each; default: the trajectory's "
+                  "attribute)");
   cmd->add_option("--group", args->groups,
                   "Declared group NAME=TENSOR[,TENSOR...] (repeatable), counted besides "
                   "every tensor");

@@ -306,8 +306,8 @@ void add_round_command(CLI::App& app) {
   cmd->add_option("--tensor", args->tensor, "Tensor id of the stochastic draws' key (default 0)");
   cmd->add_option("--sr-bits", args->sr_bits, "0: exact SR probabilities (default); r in 1..32: r-bit hardware SR");
   cmd->add_option("--sr-stream", args->sr_stream,
-                  "SR's random stream: philox (default) or philox-packed (r-bit SR, r in 1..16: floor(32/r) values "
-                  "share one Philox word)");
+                  "SR's random stream: philox (default) or philox-packed (--sr-bits r in 1..16: floor(32/r) values "
+                  "share one Philox word; 0: two values, 16 bits each, exact probabilities)");
   cmd->add_option("--update", args->update,
                   "Also write back w = q(value) with this fp32 proposal u and print the event "
                   "(erased, applied, saturated)");

@@ -75,10 +75,10 @@ WritebackPolicy make_policy(std::string_view name, int sr_bits, std::string_view
   WritebackPolicy p = make_policy(name, sr_bits);
   p.stream = sr_stream_from_name(stream);
   if (p.stream == SrStream::philox_packed &&
-      ((p.policy != Policy::stochastic && p.policy != Policy::deadzone_sr) || sr_bits < 1 || sr_bits > 16)) {
+      ((p.policy != Policy::stochastic && p.policy != Policy::deadzone_sr) || sr_bits > 16)) {
     throw std::invalid_argument(
-        "SR stream \"philox-packed\" needs stochastic or deadzone-sr with sr_bits in 1..16 (it "
-        "packs floor(32 / r) coordinates into one 32-bit word), not " +
+        "SR stream \"philox-packed\" needs stochastic or deadzone-sr with sr_bits 0 or 1..16 (it packs floor(32 / "
+        "r) coordinates, or two for exact SR, into one 32-bit word), not " +
         std::string(name) + " with sr_bits = " + std::to_string(sr_bits));
   }
   return p;

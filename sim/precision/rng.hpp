@@ -25,10 +25,11 @@ inline constexpr std::uint64_t kRngMaxCoordinate = std::uint64_t{1} << 48;
 // (high bit of counter word 1 set) indexed by (c, block j >= 1). Either way a word is a function of
 // (seed, step, tensor id, coordinate) alone.
 //
-// Packed (the named opt-in stream philox-packed of r-bit SR, r = packed_bits in 1..16): m = floor(32 / r)
-// coordinates share one word. Coordinate c's first word is r bits of word j = floor(c / m) of the stream above (the
-// word the per-coordinate stream gives coordinate j), bits (c mod m) * r .. (c mod m) * r + r - 1, placed in the top r
-// bits (r-bit SR reads only those); it is its only word (r-bit SR draws once).
+// Packed (the named opt-in stream philox-packed, r = packed_bits in 1..16: sr_bits, or 16 for exact SR):
+// m = floor(32 / r) coordinates share one word. Coordinate c's first word is r bits of word j = floor(c / m) of the
+// stream above (the word the per-coordinate stream gives coordinate j), bits (c mod m) * r .. (c mod m) * r + r - 1,
+// placed in the top r bits; it carries r random bits (first_bits()): r-bit SR reads only those, exact SR continues
+// with the coordinate's further words as above (the separate counter domain, blocks j >= 1).
 class PhiloxStream {
  public:
   using Block = r123::Philox4x32::ctr_type;
@@ -48,7 +49,11 @@ class PhiloxStream {
     return philox(ctr, make_key(key));
   }
 
-  // Next uniformly distributed 32-bit word of this coordinate's stream.
+  // Random bits in the first word (its top bits): 32, or packed_bits when packed.
+  KOKKOS_INLINE_FUNCTION int first_bits() const { return m_packed_bits > 0 ? m_packed_bits : 32; }
+
+  // Next word of this coordinate's stream: uniformly distributed 32 bits, except a packed first word (first_bits()
+  // random bits on top, zeros below).
   KOKKOS_INLINE_FUNCTION std::uint32_t next() {
     if (m_next_block == 0) {
       m_next_block = 1;

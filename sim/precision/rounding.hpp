@@ -97,12 +97,16 @@ KOKKOS_INLINE_FUNCTION void divmod_exact(const ExactSum& z, double S, double inv
 }
 
 // Decides U * S < rem for U uniform on [0, 1) drawn lazily from the stream, rem in (0, S): true with probability
-// rem / S exactly. Each round consumes 32 random bits; a further round happens only when the drawn prefix ties
-// with rem's expansion (probability 2^-32 per round). 48 rounds (1536 bits) bound the loop.
+// rem / S exactly. The first round consumes the first word's random bits (stream.first_bits(): 32, or 16 for the
+// packed stream), each further round 32 bits; a further round happens only when the drawn prefix ties with rem's
+// expansion (probability 2^-bits per round). 48 rounds bound the loop.
 KOKKOS_INLINE_FUNCTION bool draw_below(ExactSum rem, double S, PhiloxStream& stream) {
+  const int first = stream.first_bits();
   for (int round = 0; round < 48; ++round) {
-    const double r = static_cast<double>(stream.next());
-    const ExactSum z{rem.hi * 0x1p32, rem.lo * 0x1p32};
+    const int bits = round == 0 ? first : 32;
+    const double r = static_cast<double>(stream.next() >> (32 - bits));
+    const double scale = bits == 32 ? 0x1p32 : pow2(bits);
+    const ExactSum z{rem.hi * scale, rem.lo * scale};
     const double a = r * S;  // exact (< 2^48)
     if (!dd_greater(z, a)) {
       return false;  // z <= r*S: U*S >= rem

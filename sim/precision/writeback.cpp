@@ -366,7 +366,11 @@ BlockLanes block_lanes(const FormatParams& p) {
 }
 
 BlockWriteback block_writeback(const FormatParams& p, const WritebackPolicy& policy, const RngKey& key) {
-  return BlockWriteback{p, block_params(p, policy.sr_bits), block_lanes(p), policy, key};
+  BlockParams bp = block_params(p, policy.sr_bits);
+  if (policy.sr_bits == 0 && policy.stream == SrStream::philox_packed) {
+    bp.sr_span = 1u << 16;  // exact SR from 16-bit first draws
+  }
+  return BlockWriteback{p, bp, block_lanes(p), policy, key};
 }
 
 std::int64_t writeback_block(const BlockWriteback& wb, std::uint64_t first, float* w, const float* u, std::int64_t len,

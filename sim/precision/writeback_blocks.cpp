@@ -238,6 +238,7 @@ template <bool Integer, int Mode, bool RBits>
   const double two_r = RBits ? std::ldexp(1.0, bp.sr_bits) : 0x1p32;
   const int drop = RBits ? 32 - bp.sr_bits : 0;
   constexpr double kMargin = Integer ? 0x1p-8 : 0.0;
+  const double span = bp.sr_span;
   for (std::int64_t k = 0; k < len; ++k) {
     const float wf = w[k];
     const double wd = wf, ud = u[k];
@@ -269,7 +270,7 @@ template <bool Integer, int Mode, bool RBits>
     if constexpr (!RBits) {
       const double word = static_cast<double>(words[k]);
       const double z = frac * two_r;
-      away = word + 1.0 <= z - kMargin;
+      away = word + span <= z - kMargin;  // every U * 2^32 the word leaves open, [word, word + span), lies below z
       const std::uint64_t below = word >= z + kMargin;
       slow |= off & (away ^ 1) & (below ^ 1);
       random = 1;
@@ -333,6 +334,7 @@ template <bool Subnormals, bool RBits, int Mode>
   const std::uint32_t sub_limit = bits32(bp.sub_limit), emin_field = bp.emin_field;
   const std::uint32_t k_shift = bp.k_shift, r_drop = RBits ? 32u - static_cast<std::uint32_t>(bp.sr_bits) : 0u;
   const std::int32_t x_base = static_cast<std::int32_t>(bp.k_shift) + 150;  // K + 23 + 127
+  const std::uint32_t span = bp.sr_span;
   const float sub_limit_f = bp.sub_limit;
   for (std::int64_t k = 0; k < len; ++k) {
     const float wf = w[k], uf = u[k];
@@ -391,9 +393,10 @@ template <bool Subnormals, bool RBits, int Mode>
       random = d != 0;
       undecided = 0;
     } else {
-      away = word < z;
+      // every U * 2^32 the word leaves open, [word, word + span), lies below the threshold (span 1: word < z)
+      away = (z >= span) & (word <= z - span);
       random = 1;
-      undecided = (word == z) & inexact;
+      undecided = (away ^ 1) & ((word < z) | ((word == z) & inexact));
     }
     std::uint32_t r = tz + (away ? (below ? step_down : unit_bit) : 0u);  // the step up from tz, in fp32 bits
     if constexpr (Subnormals) {
@@ -812,7 +815,7 @@ const std::uint32_t* sr_first_words_in(const RngKey& key, const WritebackPolicy&
   if (policy.stream != SrStream::philox_packed || len <= 0) {
     return philox_first_words_in(key, first, len, scratch);
   }
-  const auto r = static_cast<std::uint32_t>(policy.sr_bits);
+  const auto r = static_cast<std::uint32_t>(sr_packed_bits(policy));
   const std::uint64_t per = 32u / r;
   const std::uint64_t j0 = first / per, j1 = (first + static_cast<std::uint64_t>(len) - 1) / per;
   alignas(64) std::uint32_t raw[kPhiloxScratch];

@@ -56,6 +56,9 @@ struct BlockParams {
   double scale64 = 1, inv_scale64 = 1;
   float scale_c32 = 0;  // intK: 2^32 / scale as fp32 (2^32 * inv_scale; the AVX-512 SR loop)
   int sr_bits = 0;
+  // Full-width SR: how many values of U * 2^32 a first word leaves open (its low bits not drawn yet): 1, or 2^16 for
+  // the packed stream's 16-bit first draws (a word w decides "away" only when w + sr_span <= the threshold).
+  std::uint32_t sr_span = 1;
 };
 
 BlockParams block_params(const FormatParams& p, int sr_bits);

@@ -478,13 +478,14 @@ std::int64_t nearest_integer(const BlockParams& bp, float* __restrict master, fl
 // (stochastic_float<..., Window = true> in writeback_blocks_avx512.cpp): floor(frac * 2^32) = z_s + floor(T) with
 // z_s = low * 2^K (2^32 - 1 when the exact sum lies just below |s| on the grid) and |floor(T)| <= 2^K + 1 < W; the
 // draw is decided from z_s unless the word (r-bit: its top bits) falls within W of it, and flagged otherwise.
-template <bool Subnormals, bool RBits, int Mode, bool Split = false>
+template <bool Subnormals, bool RBits, int Mode, bool Split = false, bool Span = false>
 std::int64_t stochastic_float(const BlockParams& bp, float* __restrict w, const float* __restrict u,
                               const std::uint32_t* __restrict words, unsigned char* __restrict flags, std::int64_t len,
                               BlockCounts& counts) {
   const FloatRound c(bp);
   const V unit_bit = u32(bp.mask + 1);
   const V window = u32((1u << bp.k_shift) + 2u);
+  const V span_m1 = u32(bp.sr_span - 1);
   const __m128i k_shift = _mm_cvtsi32_si128(static_cast<int>(bp.k_shift));
   const __m128i r_drop = _mm_cvtsi32_si128(RBits ? 32 - bp.sr_bits : 0);
   const __m256 zero = _mm256_setzero_ps();
@@ -504,7 +505,12 @@ std::int64_t stochastic_float(const BlockParams& bp, float* __restrict w, const 
     const V zs = or_(_mm256_sll_epi32(low, k_shift), below);
     const V off = not_(and_(low0, cmp<_CMP_EQ_OQ>(x_err, zero)));
     const V wnd = and_(cmp<_CMP_NEQ_UQ>(x_err, zero), window);  // no window where the sum is exact in fp32
-    const V lo = _mm256_sub_epi32(_mm256_max_epu32(zs, wnd), wnd);
+    // Span (packed 16-bit draws): a word decides "away" only when all of [word, word + span) lies below z
+    V wnd_lo = wnd;
+    if constexpr (Span) {
+      wnd_lo = _mm256_add_epi32(wnd, span_m1);
+    }
+    const V lo = _mm256_sub_epi32(_mm256_max_epu32(zs, wnd_lo), wnd_lo);
     const V hi = _mm256_add_epi32(_mm256_min_epu32(zs, _mm256_sub_epi32(ones(), wnd)), wnd);
     const V d_lo = RBits ? _mm256_srl_epi32(lo, r_drop) : lo, d_hi = RBits ? _mm256_srl_epi32(hi, r_drop) : hi;
     const V rw = RBits ? _mm256_srl_epi32(word, r_drop) : word;
@@ -598,6 +604,7 @@ std::int64_t stochastic_integer(const BlockParams& bp, float* __restrict w, cons
                                 const std::uint32_t* __restrict words, unsigned char* __restrict flags,
                                 std::int64_t len, BlockCounts& counts) {
   constexpr std::uint32_t kMargin = 2048;
+  const V margin_lo = u32(kMargin + bp.sr_span - 1);
   const IntConsts c(bp);
   const __m128i r_drop = _mm_cvtsi32_si128(RBits ? 32 - bp.sr_bits : 0);
   const __m256 one_f = _mm256_set1_ps(1.0f), zero_f = _mm256_setzero_ps();
@@ -627,7 +634,8 @@ std::int64_t stochastic_integer(const BlockParams& bp, float* __restrict w, cons
     zf = _mm256_add_ps(zf, _mm256_and_ps(as_ps(under), _mm256_set1_ps(0x1p31f)));
     zf = _mm256_min_ps(_mm256_max_ps(zf, zero_f), _mm256_set1_ps(0x1p31f - 128.0f));
     const V z = _mm256_slli_epi32(_mm256_cvttps_epi32(zf), 1);
-    const V z_lo = _mm256_sub_epi32(_mm256_max_epu32(z, u32(kMargin)), u32(kMargin));
+    // a word decides "away" only when all of [word, word + span) lies below (span 1, or 2^16: packed 16-bit draws)
+    const V z_lo = _mm256_sub_epi32(_mm256_max_epu32(z, margin_lo), margin_lo);
     const V z_hi = _mm256_add_epi32(_mm256_min_epu32(z, u32(0xffffffffu - kMargin)), u32(kMargin));
     const V d_lo = _mm256_srl_epi32(z_lo, r_drop), d_hi = _mm256_srl_epi32(z_hi, r_drop);
     const V rw = _mm256_srl_epi32(word, r_drop);
@@ -711,32 +719,25 @@ bool stochastic_float_covers(const BlockParams& bp) {
 std::int64_t stochastic_block_float(const BlockParams& bp, int mode, float* w, const float* u,
                                     const std::uint32_t* words, unsigned char* flags, std::int64_t len,
                                     BlockCounts& counts) {
-  const bool sub = bp.sub_limit > 0, rbits = bp.sr_bits > 0;
+  const bool sub = bp.sub_limit > 0, rbits = bp.sr_bits > 0, span = bp.sr_span != 1;
   // the per-vector subnormal branch where it pays: formats with a min normal <= 2^-4 (fp16, e5m2, e4m3: e4m3 SR 13-15%
   // faster in cache), not e3m2, e2m3, e2m1, where most weights are subnormal (there it measured 6-11% slower)
   const bool split = sub && bp.sub_limit <= 0x1p-4f;
-#define WB_SR(S, M)                                                                \
-  return rbits ? stochastic_float<S, true, M>(bp, w, u, words, flags, len, counts) \
-               : stochastic_float<S, false, M>(bp, w, u, words, flags, len, counts);
-  if (mode == 1) {
-    if (split) {
-      return rbits ? stochastic_float<true, true, 1, true>(bp, w, u, words, flags, len, counts)
-                   : stochastic_float<true, false, 1, true>(bp, w, u, words, flags, len, counts);
+  // one instantiation per (subnormals, split) and draw kind: full width, r-bit, or full width from packed 16-bit draws
+  const auto run = [&]<bool S, bool Sp, int M>() {
+    if (rbits) {
+      return stochastic_float<S, true, M, Sp>(bp, w, u, words, flags, len, counts);
     }
-    if (sub) {
-      WB_SR(true, 1)
-    }
-    WB_SR(false, 1)
-  }
+    return span ? stochastic_float<S, false, M, Sp, true>(bp, w, u, words, flags, len, counts)
+                : stochastic_float<S, false, M, Sp>(bp, w, u, words, flags, len, counts);
+  };
+  const auto by_mode = [&]<bool S, bool Sp>() {
+    return mode == 1 ? run.template operator()<S, Sp, 1>() : run.template operator()<S, Sp, 2>();
+  };
   if (split) {
-    return rbits ? stochastic_float<true, true, 2, true>(bp, w, u, words, flags, len, counts)
-                 : stochastic_float<true, false, 2, true>(bp, w, u, words, flags, len, counts);
+    return by_mode.template operator()<true, true>();
   }
-  if (sub) {
-    WB_SR(true, 2)
-  }
-  WB_SR(false, 2)
-#undef WB_SR
+  return sub ? by_mode.template operator()<true, false>() : by_mode.template operator()<false, false>();
 }
 
 std::int64_t stochastic_block_integer(const BlockParams& bp, int mode, float* w, const float* u,

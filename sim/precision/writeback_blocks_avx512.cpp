@@ -360,6 +360,7 @@ std::int64_t stochastic_float(const BlockParams& bp, float* __restrict w, const 
   const __m512i unit_bit = u32(bp.mask + 1), emin_field = u32(bp.emin_field), one = u32(1);
   const __m512i x_base = u32(bp.k_shift + 150);         // K + 23 + 127
   const __m512i window = u32((1u << bp.k_shift) + 2u);  // W > 2^K + 1 >= |floor(frac * 2^32) - z_s|
+  const __m512i span_m1 = u32(bp.sr_span - 1), window_lo = u32((1u << bp.k_shift) + 2u + bp.sr_span - 1);
   const __m128i k_shift = _mm_cvtsi32_si128(static_cast<int>(bp.k_shift));
   const __m128i r_drop = _mm_cvtsi32_si128(RBits ? 32 - bp.sr_bits : 0);
   const __m512 zero = _mm512_setzero_ps();
@@ -383,8 +384,11 @@ std::int64_t stochastic_float(const BlockParams& bp, float* __restrict w, const 
       off =
           static_cast<__mmask16>(~_mm512_mask_cmp_ps_mask(_mm512_testn_epi32_mask(low, low), x.err, zero, _CMP_EQ_OQ));
       // no window where the sum is exact in fp32 (err == 0: z = z_s)
-      const __m512i wnd = _mm512_maskz_mov_epi32(_mm512_cmp_ps_mask(x.err, zero, _CMP_NEQ_UQ), window);
-      const __m512i lo = _mm512_sub_epi32(_mm512_max_epu32(zs, wnd), wnd);
+      const __mmask16 err_nz = _mm512_cmp_ps_mask(x.err, zero, _CMP_NEQ_UQ);
+      const __m512i wnd = _mm512_maskz_mov_epi32(err_nz, window);
+      // a word decides "away" only when all of [word, word + span) lies below z (span 1, or 2^16: packed 16-bit draws)
+      const __m512i wnd_lo = _mm512_mask_mov_epi32(span_m1, err_nz, window_lo);
+      const __m512i lo = _mm512_sub_epi32(_mm512_max_epu32(zs, wnd_lo), wnd_lo);
       const __m512i hi = _mm512_add_epi32(_mm512_min_epu32(zs, u32(0xffffffffu) - wnd), wnd);
       const __m512i d_lo = _mm512_srl_epi32(lo, r_drop), d_hi = _mm512_srl_epi32(hi, r_drop);
       const __m512i rw = _mm512_srl_epi32(word, r_drop);
@@ -475,6 +479,7 @@ std::int64_t stochastic_integer(const BlockParams& bp, float* __restrict w, cons
                                 const std::uint32_t* __restrict words, unsigned char* __restrict flags,
                                 std::int64_t len, BlockCounts& counts) {
   constexpr std::uint32_t kMargin = 2048;
+  const __m512i margin_lo = u32(kMargin + bp.sr_span - 1);
   const IntConsts c(bp);
   const __m128i r_drop = _mm_cvtsi32_si128(RBits ? 32 - bp.sr_bits : 0);
   const __m512 one_f = _mm512_set1_ps(1.0f), zero_f = _mm512_setzero_ps();
@@ -500,7 +505,8 @@ std::int64_t stochastic_integer(const BlockParams& bp, float* __restrict w, cons
     lvl = _mm512_mask_sub_ps(lvl, under, lvl, one_f);
     zf = _mm512_min_ps(_mm512_max_ps(zf, zero_f), _mm512_set1_ps(0x1p32f - 256.0f));
     const __m512i z = _mm512_cvt_roundps_epu32(zf, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    const __m512i z_lo = _mm512_sub_epi32(_mm512_max_epu32(z, u32(kMargin)), u32(kMargin));
+    // a word decides "away" only when all of [word, word + span) lies below (span 1, or 2^16: packed 16-bit draws)
+    const __m512i z_lo = _mm512_sub_epi32(_mm512_max_epu32(z, margin_lo), margin_lo);
     const __m512i z_hi = _mm512_add_epi32(_mm512_min_epu32(z, u32(0xffffffffu - kMargin)), u32(kMargin));
     const __m512i d_lo = _mm512_srl_epi32(z_lo, r_drop), d_hi = _mm512_srl_epi32(z_hi, r_drop);
     const __m512i rw = _mm512_srl_epi32(word, r_drop);

@@ -94,6 +94,24 @@ def test_writeback_r_bit_sr_equals_the_numpy_reference_bitwise(stream, r):
     np.testing.assert_array_equal(dz[small].view(np.uint32), want[small].view(np.uint32))
 
 
+def test_writeback_exact_sr_from_packed_16_bit_draws_equals_the_numpy_reference_bitwise():
+    # exact SR (sr_bits 0) under philox-packed: coordinate c's first 16 random bits are bits (c mod 2) * 16 .. of the
+    # philox stream's first word of coordinate floor(c / 2); here frac = m / 2^16 has 16 bits, so those decide:
+    # away iff draw < m (further bits are drawn only at draw == floor(frac * 2^16) with frac * 2^16 not an integer)
+    rng = np.random.default_rng(404)
+    n = 3000
+    w, u, m = bf16_cases(rng, n)
+    seed, step, tensor_id, first = (0x0DDB_A11C_AFE0_0001, 12, 9, (1 << 35) + 7)
+    got, _ = wbaudit.writeback(w, u, "bf16", "stochastic", seed=seed, step=step, tensor_id=tensor_id, sr_bits=0,
+                               first_coordinate=first, sr_stream="philox-packed")
+    coords = np.arange(n, dtype=np.uint64) + np.uint64(first)
+    want = expected_bf16(w, m, r_bit_draws("philox-packed", 16, seed, step, tensor_id, coords), 16)
+    np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+    default, _ = wbaudit.writeback(w, u, "bf16", "stochastic", seed=seed, step=step, tensor_id=tensor_id, sr_bits=0,
+                                   first_coordinate=first)
+    assert np.any(default != got)  # another stream: other draws
+
+
 @pytest.mark.parametrize("stream", ["philox", "philox-packed"])
 def test_round_r_bit_sr_equals_the_numpy_reference_bitwise(stream):
     rng = np.random.default_rng(7)
@@ -165,7 +183,6 @@ def test_audit_replays_the_named_stream():
 @pytest.mark.parametrize("policy,r,stream,needle", [
     ("stochastic", 8, "nope", "nope"),
     ("stochastic", 8, "", '""'),
-    ("stochastic", 0, "philox-packed", "philox-packed"),
     ("stochastic", 17, "philox-packed", "philox-packed"),
     ("nearest", 0, "philox-packed", "philox-packed"),
 ])
@@ -237,7 +254,7 @@ def test_persistent_native_refuses_a_bad_stream_before_touching_parameters(tmp_p
     before = [p.detach().clone() for p in model.parameters()]
     with pytest.raises(ValueError, match="philox-packed"):
         PersistentNative(torch.optim.SGD(model.parameters(), lr=0.1), formats="bf16", model=model,
-                         policy="stochastic", sr_bits=0, sr_stream="philox-packed", path=None)
+                         policy="stochastic", sr_bits=17, sr_stream="philox-packed", path=None)
     with pytest.raises(ValueError, match="nope"):
         PersistentNative(torch.optim.SGD(model.parameters(), lr=0.1), formats="bf16", model=model,
                          policy="stochastic", sr_bits=8, sr_stream="nope", path=None)

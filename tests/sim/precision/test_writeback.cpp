@@ -76,9 +76,13 @@ std::vector<std::pair<FormatSpec, wbaudit::test::RefFormat>> test_formats() {
   return f;
 }
 
-const WritebackPolicy kPolicies[] = {{Policy::nearest, 0},     {Policy::stochastic, 0},
-                                     {Policy::stochastic, 3},  {Policy::deadzone_sr, 0},
-                                     {Policy::deadzone_sr, 8}, {Policy::stochastic, 8, SrStream::philox_packed}};
+const WritebackPolicy kPolicies[] = {{Policy::nearest, 0},
+                                     {Policy::stochastic, 0},
+                                     {Policy::stochastic, 3},
+                                     {Policy::deadzone_sr, 0},
+                                     {Policy::deadzone_sr, 8},
+                                     {Policy::stochastic, 8, SrStream::philox_packed},
+                                     {Policy::stochastic, 0, SrStream::philox_packed}};
 
 }  // namespace
 

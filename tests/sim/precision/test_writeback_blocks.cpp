@@ -290,7 +290,9 @@ const WritebackPolicy kPolicies[] = {{Policy::nearest, 0},
                                      {Policy::deadzone_sr, 4},
                                      {Policy::stochastic, 8, SrStream::philox_packed},
                                      {Policy::stochastic, 16, SrStream::philox_packed},
-                                     {Policy::deadzone_sr, 3, SrStream::philox_packed}};
+                                     {Policy::deadzone_sr, 3, SrStream::philox_packed},
+                                     {Policy::stochastic, 0, SrStream::philox_packed},
+                                     {Policy::deadzone_sr, 0, SrStream::philox_packed}};
 
 std::string describe(const FormatSpec& f, const WritebackPolicy& p) {
   return std::string(f.name) + " scale " + std::to_string(f.int_scale) + " " + policy_name(p.policy) +
@@ -538,8 +540,14 @@ TEST(WritebackBlocks, StochasticDecisionAtTheBoundaryOfTheRandomWord) {
         const double frac_ulp = std::ldexp(1.0 + rng.uniform(), -static_cast<int>(rng.below(8)) - 2);
         u.push_back(static_cast<float>(-std::copysign(frac_ulp * std::ldexp(pw, -24), static_cast<double>(w.back()))));
       }
-      for (int r : {0, 1, 8, 32}) {
-        const detail::BlockParams bp = detail::block_params(p, r);
+      // r = -16: exact SR from the packed stream's 16-bit first draws (bp.sr_span = 2^16): a word fixes
+      // U * 2^16 = its top 16 bits + [0, 1), and is undecided (more bits drawn) only at floor(frac * 2^16)
+      for (int r : {0, 1, 8, 32, -16}) {
+        const int bits = r == 0 ? 32 : r < 0 ? -r : r;
+        detail::BlockParams bp = detail::block_params(p, r > 0 ? r : 0);
+        if (r < 0) {
+          bp.sr_span = 1u << 16;
+        }
         for (std::size_t i = 0; i < w.size(); ++i) {
           const double x = static_cast<double>(w[i]) + static_cast<double>(u[i]);
           if (x - static_cast<double>(w[i]) != static_cast<double>(u[i]) ||
@@ -552,21 +560,23 @@ TEST(WritebackBlocks, StochasticDecisionAtTheBoundaryOfTheRandomWord) {
           const double tz = hi->value == ax ? ax : (hi - 1)->value;
           const double away = hi->value;
           const double frac = away == tz ? 0.0 : (ax - tz) / (away - tz);
-          const double scaled = std::ldexp(frac, r == 0 ? 32 : r);
+          const double scaled = std::ldexp(frac, bits);
           const double zf = std::floor(scaled);
           const auto z = static_cast<std::uint64_t>(zf);
           // words at the threshold and one step either side, and (where they exist) words well outside the
           // uncertainty window of the AVX-512 loops (they decide from the fraction of the fp32 sum and flag words
           // within 2^(K+1) of the threshold, K = 32 - (23 - M))
           const int kbits = 9 + c.fmt.man_bits;
-          const std::int64_t far = r == 0 ? std::int64_t{1} << (kbits + 2) : 2;
+          const std::int64_t far = r == 0  ? std::int64_t{1} << (kbits + 2)
+                                   : r < 0 ? std::max<std::int64_t>(2, std::int64_t{1} << std::max(0, kbits + 2 - 16))
+                                           : 2;
           for (std::int64_t dz : {-far, std::int64_t{-1}, std::int64_t{0}, std::int64_t{1}, far}) {
             const std::int64_t target = static_cast<std::int64_t>(z) + dz;
-            if (target < 0 || target >= (std::int64_t{1} << (r == 0 ? 32 : r))) {
+            if (target < 0 || target >= (std::int64_t{1} << bits)) {
               continue;
             }
             const std::uint32_t word =
-                r == 0 || r == 32 ? static_cast<std::uint32_t>(target) : static_cast<std::uint32_t>(target) << (32 - r);
+                bits == 32 ? static_cast<std::uint32_t>(target) : static_cast<std::uint32_t>(target) << (32 - bits);
             float wk = w[i];
             unsigned char flag = 0;
             detail::BlockCounts counts;
@@ -579,7 +589,7 @@ TEST(WritebackBlocks, StochasticDecisionAtTheBoundaryOfTheRandomWord) {
               want = away;
             } else {
               want = tz;
-              want_flag = r == 0 && scaled != zf;
+              want_flag = r <= 0 && scaled != zf;
             }
             SCOPED_TRACE(std::string(c.fmt.name) + " r=" + std::to_string(r) + " dz " + std::to_string(dz));
             ASSERT_EQ(flagged, flag != 0 ? 1 : 0);
@@ -589,8 +599,8 @@ TEST(WritebackBlocks, StochasticDecisionAtTheBoundaryOfTheRandomWord) {
               // whose r-bit part may be 0 or 1)
               ASSERT_EQ(bits_of(wk), bits_of(w[i]));
               const double z32 = std::ldexp(frac, 32), window = std::ldexp(1.0, kbits + 1);
-              const double word_at = r == 0 || r == 32 ? static_cast<double>(target) : std::ldexp(target, 32 - r);
-              const double step = r == 0 ? 1.0 : std::ldexp(1.0, 32 - r);
+              const double word_at = bits == 32 ? static_cast<double>(target) : std::ldexp(target, 32 - bits);
+              const double step = bits == 32 ? 1.0 : std::ldexp(1.0, 32 - bits);
               const bool near =
                   std::fabs(word_at - z32) <= window + step ||
                   (r > 0 && std::floor((z32 - window) / step) <= 0 && std::floor((z32 + window) / step) >= 1);
@@ -639,9 +649,13 @@ TEST(WritebackBlocks, IntegerStochasticDecisionAtTheBoundaryOfTheRandomWord) {
           if (rest == 0) {
             continue;
           }
-          for (int r : {0, 8}) {
-            const detail::BlockParams bp = detail::block_params(p, r);
-            const long double t = std::ldexp(rest / static_cast<long double>(scale), r == 0 ? 32 : r);
+          for (int r : {0, 8, -16}) {  // -16: exact SR from the packed stream's 16-bit first draws
+            const int bits = r == 0 ? 32 : r < 0 ? -r : r;
+            detail::BlockParams bp = detail::block_params(p, r > 0 ? r : 0);
+            if (r < 0) {
+              bp.sr_span = 1u << 16;
+            }
+            const long double t = std::ldexp(rest / static_cast<long double>(scale), bits);
             const long double zf = std::floor(t);
             if (t - zf < 0x1p-20L || zf + 1 - t < 0x1p-20L) {
               continue;  // the threshold too close to an integer for a long double to place it
@@ -650,11 +664,11 @@ TEST(WritebackBlocks, IntegerStochasticDecisionAtTheBoundaryOfTheRandomWord) {
             const std::int64_t far = r == 0 ? std::int64_t{1} << 13 : 2;
             for (std::int64_t dz : {-far, std::int64_t{-1}, std::int64_t{0}, std::int64_t{1}, far}) {
               const std::int64_t target = z + dz;
-              if (target < 0 || target >= (std::int64_t{1} << (r == 0 ? 32 : r))) {
+              if (target < 0 || target >= (std::int64_t{1} << bits)) {
                 continue;
               }
               const std::uint32_t word =
-                  r == 0 ? static_cast<std::uint32_t>(target) : static_cast<std::uint32_t>(target) << (32 - r);
+                  bits == 32 ? static_cast<std::uint32_t>(target) : static_cast<std::uint32_t>(target) << (32 - bits);
               float wk = w;
               unsigned char flag = 0;
               detail::BlockCounts counts;
@@ -664,10 +678,11 @@ TEST(WritebackBlocks, IntegerStochasticDecisionAtTheBoundaryOfTheRandomWord) {
               ASSERT_EQ(flagged, flag != 0 ? 1 : 0);
               // away iff the word (r-bit: its top bits) is below the threshold; at the threshold itself a full-width
               // draw is undecided by its first word (the exact path draws more)
-              const bool undecidable = r == 0 && dz == 0;
+              const bool undecidable = r <= 0 && dz == 0;
               if (flag != 0) {
                 ASSERT_EQ(bits_of(wk), bits_of(w));
-                const long double word_at = r == 0 ? target : std::ldexp(static_cast<long double>(target), 32 - r);
+                const long double word_at =
+                    bits == 32 ? target : std::ldexp(static_cast<long double>(target), 32 - bits);
                 const long double z32 = std::ldexp(rest / static_cast<long double>(scale), 32);
                 // the portable loops (fp64 lanes) flag instead fractions within 2^-20 of 0 or 1 (r-bit: of the
                 // fraction times 2^r) and words within 2^-8 of the threshold
@@ -676,8 +691,12 @@ TEST(WritebackBlocks, IntegerStochasticDecisionAtTheBoundaryOfTheRandomWord) {
                 const bool portable_near =
                     detail::active_block_isa() == detail::BlockIsa::portable &&
                     (frac < 0x1p-20L || frac > 1 - 0x1p-20L || (r > 0 && (fr < 0x1p-20L || fr > 1 - 0x1p-20L)));
-                ASSERT_TRUE(undecidable || portable_near ||
-                            std::fabs(word_at - z32) <= 2048 + 3 + (r == 0 ? 0 : std::ldexp(1.0L, 32 - r)))
+                // r = -16: the word's span [word, word + 2^16) within the loops' margin (2048, plus the threshold's
+                // own error, at most 2048) of the threshold
+                const bool near =
+                    r < 0 ? word_at > z32 - 0x1p16L - 4096 - 3 && word_at < z32 + 4096 + 3
+                          : std::fabs(word_at - z32) <= 2048 + 3 + (bits == 32 ? 0 : std::ldexp(1.0L, 32 - bits));
+                ASSERT_TRUE(undecidable || portable_near || near)
                     << "needless flag: w = " << std::hexfloat << w << ", u = " << u;
                 flagged_near += !undecidable;
               } else {
@@ -765,5 +784,58 @@ TEST(WritebackBlocks, VectorsWithAndWithoutSubnormalLanesEqualTheExactPath) {
       }
     }
     std::printf("checked %lld coordinate write-backs\n", static_cast<long long>(checked));
+  });
+}
+
+// Exact SR from the packed stream (sr_bits 0): coordinate c's U = (its 16-bit chunk + e / 2^32) / 2^16, e the first
+// word of its own further stream (Random123 with counter (c, 2^31 | 1 << 16 | c >> 32, step, tensor), word 0). With
+// w = 1 in bf16 and u placing frac * 2^32 = chunk * 2^16 + G (G = 2^8 * (1..255)), the first 16 bits tie and the draw
+// goes up iff e < G * 2^16: every coordinate goes to the exact path's continuation, checked against that reference.
+TEST(WritebackBlocks, PackedExactDrawsContinueWithTheCoordinatesOwnWords) {
+  for_each_implementation([&] {
+    const WritebackPolicy pol = make_policy("stochastic", 0, "philox-packed");
+    const RngKey key{0x5eed5eed12345678ull, 41, 6};
+    const r123::Philox4x32::key_type pk = {
+        {static_cast<std::uint32_t>(key.seed), static_cast<std::uint32_t>(key.seed >> 32)}};
+    const std::uint64_t first = 12345;
+    const std::int64_t n = 4096;
+    SplitMix rng{31};
+    std::vector<float> w(n, 1.0f), u(n);
+    std::vector<bool> up(n);
+    std::int64_t ups = 0;
+    for (std::int64_t k = 0; k < n; ++k) {
+      const std::uint64_t c = first + static_cast<std::uint64_t>(k), j = c / 2;
+      r123::Philox4x32 philox;
+      const std::uint32_t word =
+          philox({{static_cast<std::uint32_t>(j >> 2), static_cast<std::uint32_t>(j >> 34) & 0x3fffu,
+                   static_cast<std::uint32_t>(key.step), key.tensor_id}},
+                 pk)
+              .v[j & 3u];
+      const std::uint32_t chunk = (word >> ((c % 2) * 16)) & 0xffffu;
+      const std::uint32_t e = philox({{static_cast<std::uint32_t>(c),
+                                       0x80000000u | (1u << 16) | (static_cast<std::uint32_t>(c >> 32) & 0xffffu),
+                                       static_cast<std::uint32_t>(key.step), key.tensor_id}},
+                                     pk)
+                                  .v[0];
+      const auto g = static_cast<std::uint32_t>(256 * (1 + rng.below(255)));
+      // frac * 2^32 = chunk * 2^16 + g: u = that * 2^-39 (bf16's step at 1 is 2^-7), exact in fp32 (g a multiple of
+      // 2^8: at most 24 significant bits)
+      u[k] = static_cast<float>(std::ldexp(static_cast<double>((std::uint64_t{chunk} << 16) + g), -39));
+      ASSERT_EQ(std::ldexp(static_cast<double>(u[k]), 39), static_cast<double>((std::uint64_t{chunk} << 16) + g));
+      up[k] = static_cast<std::uint64_t>(e) < (std::uint64_t{g} << 16);
+      ups += up[k];
+    }
+    Kokkos::View<float*> wv = to_view(w, "w"), uv = to_view(u, "u");
+    WritebackOptions opt;
+    opt.first_coordinate = first;
+    writeback(Kokkos::DefaultExecutionSpace{}, format_from_name("bf16"), pol, key, wv, Kokkos::View<const float*>(uv),
+              opt);
+    const std::vector<float> got = from_view(wv);
+    for (std::int64_t k = 0; k < n; ++k) {
+      ASSERT_EQ(got[k], up[k] ? 1.0f + 0x1p-7f : 1.0f)
+          << "coordinate " << first + k << ", u = " << std::hexfloat << u[k];
+    }
+    EXPECT_GT(ups, n / 4);  // both outcomes occur
+    EXPECT_LT(ups, 3 * n / 4);
   });
 }
