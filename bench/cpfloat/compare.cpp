@@ -197,8 +197,17 @@ int run(const Options& o) {
     quantize(fmt, w);
     Kokkos::deep_copy(wh, w);
     std::copy(wh.data(), wh.data() + n, wq.begin());
-    for (const char* policy_name : {"nearest", "stochastic"}) {
-      const WritebackPolicy policy = make_policy(policy_name);
+    // stochastic, packed: wbaudit's opt-in stream philox-packed (exact SR from 16-bit first draws, two coordinates per
+    // Philox word) against the same CPFloat SR
+    struct Row {
+      const char* label;
+      const char* policy;
+      const char* stream;
+    };
+    for (const Row& row : {Row{"nearest", "nearest", "philox"}, Row{"stochastic", "stochastic", "philox"},
+                           Row{"stochastic, packed", "stochastic", "philox-packed"}}) {
+      const char* policy_name = row.label;
+      const WritebackPolicy policy = make_policy(row.policy, 0, row.stream);
       const bool stochastic = policy.policy != Policy::nearest;
       cpf_side* side = cpf_side_create(cf.precision, cf.emin, cf.emax, stochastic ? 1 : 0, 42);
       if (side == nullptr) {
