@@ -26,11 +26,6 @@ inline int sr_packed_bits(const WritebackPolicy& p) {
   return p.stream == SrStream::philox_packed ? (p.sr_bits > 0 ? p.sr_bits : 16) : 0;
 }
 
-// Coordinates fed by one 32-bit word of the stream (1 for philox).
-inline int sr_coordinates_per_word(const WritebackPolicy& p) {
-  return p.stream == SrStream::philox_packed ? 32 / sr_packed_bits(p) : 1;
-}
-
 // Throws std::invalid_argument naming the value and the known names / valid range.
 Policy policy_from_name(std::string_view name);
 std::string policy_name(Policy policy);
