@@ -823,7 +823,12 @@ const std::uint32_t* sr_first_words_in(const RngKey& key, const WritebackPolicy&
   const auto offset = static_cast<std::int64_t>(first - j0 * per);  // coordinate first's chunk within src's words
   if constexpr (std::endian::native == std::endian::little) {
     // r = 8 and 16: chunk i of a word is its i-th byte / half-word in memory, so chunk number offset + k of src is
-    // coordinate first + k's (loops the compiler vectorizes: a zero extension and a shift per coordinate)
+    // coordinate first + k's (a zero extension and a shift per coordinate: in AVX2 lanes, or loops the compiler
+    // vectorizes)
+    if ((r == 8 || r == 16) && isa_now() == BlockIsa::avx2) {
+      avx2::expand_chunks(src, offset, len, static_cast<int>(r), scratch);
+      return scratch;
+    }
     if (r == 8) {
       const auto* bytes = reinterpret_cast<const unsigned char*>(src);
       for (std::int64_t k = 0; k < len; ++k) {

@@ -149,6 +149,8 @@ void philox_groups(std::uint32_t k0, std::uint32_t k1, std::uint32_t step, std::
 }  // namespace avx512
 
 namespace avx2 {
+// out[k] = chunk offset + k of the words at src (r = 8: bytes, 16: half-words, little-endian), in the top r bits.
+void expand_chunks(const std::uint32_t* src, std::int64_t offset, std::int64_t len, int r, std::uint32_t* out);
 std::int64_t nearest_block_float(const BlockParams& bp, float* w, const float* u, unsigned char* flags,
                                  std::int64_t len, BlockCounts& counts);
 std::int64_t nearest_block_integer(const BlockParams& bp, float* w, const float* u, unsigned char* flags,

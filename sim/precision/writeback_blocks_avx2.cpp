@@ -752,6 +752,30 @@ std::int64_t stochastic_block_integer(const BlockParams& bp, int mode, float* w,
                : stochastic_integer<false, 2>(bp, w, u, words, flags, len, counts);
 }
 
+void expand_chunks(const std::uint32_t* src, std::int64_t offset, std::int64_t len, int r, std::uint32_t* out) {
+  const auto* bytes = reinterpret_cast<const unsigned char*>(src);
+  std::int64_t k = 0;
+  if (r == 8) {
+    for (; k + 8 <= len; k += 8) {
+      const V v = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(bytes + offset + k)));
+      _mm256_storeu_si256(reinterpret_cast<V*>(out + k), _mm256_slli_epi32(v, 24));
+    }
+    for (; k < len; ++k) {
+      out[k] = static_cast<std::uint32_t>(bytes[offset + k]) << 24;
+    }
+    return;
+  }
+  for (; k + 8 <= len; k += 8) {
+    const V v = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(bytes + 2 * (offset + k))));
+    _mm256_storeu_si256(reinterpret_cast<V*>(out + k), _mm256_slli_epi32(v, 16));
+  }
+  for (; k < len; ++k) {
+    std::uint16_t h;
+    std::memcpy(&h, bytes + 2 * (offset + k), 2);
+    out[k] = static_cast<std::uint32_t>(h) << 16;
+  }
+}
+
 // 64-bit lanes, one group each, four vectors (16 groups) at a time so that the rounds' multiplications overlap. A
 // lane's high half carries junk between rounds: vpmuludq reads only the low halves, and only those are stored.
 void philox_groups(std::uint32_t k0, std::uint32_t k1, std::uint32_t step, std::uint32_t tensor, std::uint64_t g0,
