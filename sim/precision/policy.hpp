@@ -22,7 +22,8 @@ struct WritebackPolicy {
 };
 
 // philox-packed: the bits of a shared word each coordinate takes (sr_bits, or 16 for exact SR); 0 for philox.
-inline int sr_packed_bits(const WritebackPolicy& p) {
+// (constexpr: callable inside kernels, as sr_stream_of does.)
+constexpr int sr_packed_bits(const WritebackPolicy& p) {
   return p.stream == SrStream::philox_packed ? (p.sr_bits > 0 ? p.sr_bits : 16) : 0;
 }
 

@@ -112,9 +112,7 @@ struct WritebackOutcome {
 // The SR stream of one coordinate under the policy's SrStream (rng.hpp).
 KOKKOS_INLINE_FUNCTION PhiloxStream sr_stream_of(const WritebackPolicy& policy, const RngKey& key,
                                                  std::uint64_t coordinate) {
-  // (sr_packed_bits, spelled out: this runs inside kernels)
-  const int packed = policy.stream == SrStream::philox_packed ? (policy.sr_bits > 0 ? policy.sr_bits : 16) : 0;
-  return PhiloxStream(key, coordinate, packed);
+  return PhiloxStream(key, coordinate, sr_packed_bits(policy));
 }
 
 // q^pi(w + u) for one coordinate; w + u is formed exactly. Policy::master is treated as nearest (the master copy
