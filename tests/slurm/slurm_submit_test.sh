@@ -201,7 +201,9 @@ grep -q "mpirun .* -x WBAUDIT_KEY_FILE " "$sweep5/slurm/submit-1/cells.sbatch" |
 
 # 6. Cells longer than --time (20M steps, about 20 min each): USR1 50 s before the 1-minute limit stops each task
 #    and requeues it once; stopped again, it gives up. Slurm delays a requeued job's start by about 2 minutes
-#    (BeginTime); the test moves that start to now, which changes nothing else.
+#    (BeginTime); the test moves that start to 3 s from now, once per task, which changes nothing else. Not to now:
+#    slurmd refuses a launch whose credential is no newer, in whole seconds, than the requeue that revoked the last
+#    one ("Job credential revoked"), so a start in the requeue's own second would kill the task unstarted.
 sweep6="$work/sweep6"
 sed -e 's/^steps = 60$/steps = 20000000/' -e 's/^k = 10$/k = 5000000/' -e 's/^"target.format" = .*/"target.format" = ["bf16"]/' \
   -e 's/^"optimizer.lr_scale" = .*/"optimizer.lr_scale" = [0.5]/' "$here/tiny_sweep.toml" > "$work/long.toml"
@@ -211,11 +213,13 @@ grep -q "array of 2 tasks, up to 1 cells each (--cells-per-task auto: " "$work/s
   || { cat "$work/submit6.txt"; fail "auto packing gives each long cell its own task"; }
 job6=$(awk '/^cells job/ {print $3}' "$work/submit6.txt")
 rep6=$(awk '/^report job/ {print $3}' "$work/submit6.txt")
+declare -A moved=()
 for _ in $(seq 1 300); do
   [ -z "$(squeue -h -j "$job6" 2>/dev/null)" ] && break
-  squeue -h -r -j "$job6" -o "%i %r" 2>/dev/null | awk '$2 == "BeginTime" {print $1}' | while read -r task; do
-    scontrol update jobid="$task" starttime=now 2>/dev/null
-  done
+  while read -r task; do
+    [ -n "${moved[$task]:-}" ] && continue
+    scontrol update jobid="$task" starttime=now+3 2>/dev/null && moved[$task]=1
+  done < <(squeue -h -r -j "$job6" -o "%i %r" 2>/dev/null | awk '$2 == "BeginTime" {print $1}')
   sleep 1
 done
 wait_jobs "$job6,$rep6"
