@@ -121,7 +121,7 @@ wait_for_progress "$work/p" "$parent" 1 || fail "parent kill: the run did not ge
 children=$(pgrep -P "$parent")
 kill -9 "$parent"
 wait "$parent" 2> /dev/null
-for _ in $(seq 1 100); do
+for _ in $(seq 1 500); do
   alive=0
   for c in $children; do running "$c" && alive=1; done
   [ $alive -eq 0 ] && break
