@@ -6,7 +6,6 @@
 #include <sys/wait.h>
 
 #include <cerrno>
-#include <chrono>
 #include <fstream>
 #include <map>
 #include <set>
@@ -176,14 +175,13 @@ TEST_F(ExecutorTest, BrokenWorkersAreAnErrorAndAreReaped) {
       {{"/nonexistent/wbaudit-worker"}, "cannot start the worker process /nonexistent/wbaudit-worker"},
       {{"/bin/sh", "-c", "exit 7"}, "exited with status 7 before it was ready"},
       {{"/bin/sh", "-c", "kill -9 $$"}, "was killed by signal 9 (Killed) before it was ready"},
-      {{"/bin/sh", "-c", "echo hello; exec sleep 30"}, "broke the worker protocol: unreadable line \"hello\""},
+      {{"/bin/sh", "-c", "echo hello; exec sleep 3600"}, "broke the worker protocol: unreadable line \"hello\""},
   };
   for (const auto& [command, expected] : cases) {
     wr::ExecOptions opts;
     opts.resume = true;
     opts.local_jobs = 2;
     opts.worker_command = command;
-    const auto start = std::chrono::steady_clock::now();
     try {
       (void)wr::execute_sweep(
           store, wr::tasks_of(store), [&](auto& t, auto& d) { return fake(t, d); }, opts);
@@ -191,8 +189,7 @@ TEST_F(ExecutorTest, BrokenWorkersAreAnErrorAndAreReaped) {
     } catch (const wr::WorkerError& e) {
       EXPECT_NE(std::string(e.what()).find(expected), std::string::npos) << e.what();
     }
-    // The protocol breaker is killed, not waited for (it sleeps 30 s).
-    EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 20.0);
+    // The protocol breaker is killed, not waited for: it sleeps an hour, past the test's timeout (600 s).
     errno = 0;
     EXPECT_EQ(::waitpid(-1, nullptr, WNOHANG), -1) << "a worker was left unreaped: " << command.back();
     EXPECT_EQ(errno, ECHILD);
