@@ -280,9 +280,11 @@ EvaluationResult evaluate_sweep(const fs::path& sweep_dir, const EvaluateOptions
   if (store) {
     // The spec is read from the frozen copy: refuse one that is not the registered spec, and a sweep whose signed
     // record (journal, sweep.json) was edited (docs/contracts.md, "Signed provenance").
-    if (auto problems = store->check_frozen_inputs(), record = store->check_record();
-        !problems.empty() || !record.empty()) {
-      problems.insert(problems.end(), record.begin(), record.end());
+    // Also: registrations the journal records that are gone, and links inside the sweep (docs/contracts.md).
+    if (auto problems = store->check_frozen_inputs(), record = store->check_record(),
+        missing = missing_registrations(*store), links = store->link_problems();
+        !problems.empty() || !record.empty() || !missing.empty() || !links.empty()) {
+      for (const auto* more : {&record, &missing, &links}) problems.insert(problems.end(), more->begin(), more->end());
       throw AnalysisError("cannot evaluate " + sweep_dir.string() + ": " + join(problems, "; ") +
                           " (`wbaudit run SPEC --out DIR --resume` with the registered spec and binary restores the "
                           "frozen copies)");

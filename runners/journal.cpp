@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <sstream>
 
 #include "runners/identity.hpp"
 #include "runners/store.hpp"
@@ -23,6 +24,9 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr std::size_t kSecretBytes = 32;
+// "wbaudit-sweep-key/1 <36-character uuid> <64 hex digits>\n"
+constexpr std::size_t kKeyFileBytes = 19 + 1 + 36 + 1 + 2 * kSecretBytes + 1;
+constexpr std::size_t kMaxHeadBytes = 4096;
 const std::string kZeroHash(64, '0');
 
 std::string to_hex(const unsigned char* bytes, std::size_t n) {
@@ -71,6 +75,69 @@ std::string errno_text() {
   return std::strerror(errno);
 }
 
+// A value from an untrusted file, safe to print: at most 80 characters, control characters as '?'.
+std::string printable(const std::string& text) {
+  std::string out;
+  for (const char c : text.substr(0, 80)) out.push_back(static_cast<unsigned char>(c) < 0x20 || c == 0x7f ? '?' : c);
+  return text.size() > 80 ? out + "..." : out;
+}
+
+// Reads a file that must be private to this user: opened without following a link and without blocking (a FIFO), a
+// regular file owned by this user that no one else may read or write, of at most max_bytes (exactly max_bytes for
+// the key). False with why set otherwise.
+bool read_private_file(const fs::path& path, std::size_t max_bytes, std::string& text, std::string& why) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ENOENT) {
+      why = "the sweep's key is not at " + path.string() +
+            " (copy it there from the machine that created the sweep, or point WBAUDIT_KEY_FILE at it)";
+    } else if (errno == ELOOP) {
+      why = path.string() + " is a symbolic link; a key is never read through a link";
+    } else {
+      why = "cannot open " + path.string() + ": " + errno_text();
+    }
+    return false;
+  }
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    why = "cannot stat " + path.string() + ": " + errno_text();
+    return false;
+  }
+  const bool exact = max_bytes == kKeyFileBytes;
+  if (!S_ISREG(st.st_mode)) {
+    why = path.string() + " is not a regular file";
+  } else if (st.st_uid != ::geteuid()) {
+    why = path.string() + " is owned by uid " + std::to_string(st.st_uid) + ", not by this user (uid " +
+          std::to_string(::geteuid()) + ")";
+  } else if ((st.st_mode & 077) != 0) {
+    char mode[8];
+    std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
+    why = path.string() + " has mode " + mode + ": others may read or write it; `chmod 600 " + path.string() +
+          "` (and replace the key if anyone else could have read it)";
+  } else if (exact ? static_cast<std::size_t>(st.st_size) != max_bytes
+                   : static_cast<std::size_t>(st.st_size) > max_bytes) {
+    why = path.string() + " has " + std::to_string(st.st_size) + " bytes, not the " + std::to_string(max_bytes) +
+          (exact ? "" : " at most") + " of a wbaudit " + (exact ? "sweep key" : "journal head");
+  }
+  if (!why.empty()) return false;
+  text.assign(static_cast<std::size_t>(st.st_size), '\0');
+  std::size_t got = 0;
+  while (got < text.size()) {
+    const ssize_t n = ::read(fd, text.data() + got, text.size() - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      why = "cannot read " + path.string() + (n < 0 ? ": " + errno_text() : ": it shrank while read");
+      return false;
+    }
+    got += static_cast<std::size_t>(n);
+  }
+  return true;
+}
+
 void write_all(int fd, const std::string& bytes, const fs::path& path) {
   std::size_t written = 0;
   while (written < bytes.size()) {
@@ -110,11 +177,27 @@ std::pair<std::uintmax_t, std::string> last_complete_line(int fd, std::uintmax_t
 
 }  // namespace
 
+bool is_uuid(std::string_view text) {
+  if (text.size() != 36) return false;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    const bool dash = i == 8 || i == 13 || i == 18 || i == 23;
+    if (dash ? c != '-' : !((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
+  }
+  return true;
+}
+
 fs::path sweep_key_path(const std::string& sweep_uuid) {
+  if (!is_uuid(sweep_uuid)) {
+    throw StoreError("the sweep uuid \"" + printable(sweep_uuid) + "\" is not a UUID (sweep.json was edited)");
+  }
   if (const auto file = env("WBAUDIT_KEY_FILE"); !file.empty()) return file;
-  if (const auto config = env("XDG_CONFIG_HOME"); !config.empty())
+  if (const auto config = env("XDG_CONFIG_HOME"); !config.empty()) {
     return fs::path(config) / "wbaudit" / "keys" / sweep_uuid;
-  if (const auto home = env("HOME"); !home.empty()) return fs::path(home) / ".config" / "wbaudit" / "keys" / sweep_uuid;
+  }
+  if (const auto home = env("HOME"); !home.empty()) {
+    return fs::path(home) / ".config" / "wbaudit" / "keys" / sweep_uuid;
+  }
   return {};
 }
 
@@ -163,17 +246,18 @@ SweepKey create_sweep_key(const std::string& sweep_uuid) {
 }
 
 std::optional<SweepKey> load_sweep_key(const std::string& sweep_uuid, std::string& why_not) {
+  if (!is_uuid(sweep_uuid)) {
+    why_not = "the sweep uuid \"" + printable(sweep_uuid) + "\" in sweep.json is not a UUID (sweep.json was edited)";
+    return std::nullopt;
+  }
   const fs::path path = sweep_key_path(sweep_uuid);
   if (path.empty()) {
     why_not = "no key location (none of WBAUDIT_KEY_FILE, XDG_CONFIG_HOME, HOME is set)";
     return std::nullopt;
   }
-  std::ifstream in(path);
-  if (!in) {
-    why_not = "the sweep's key is not at " + path.string() +
-              " (copy it there from the machine that created the sweep, or point WBAUDIT_KEY_FILE at it)";
-    return std::nullopt;
-  }
+  std::string text;
+  if (!read_private_file(path, kKeyFileBytes, text, why_not)) return std::nullopt;
+  std::istringstream in(text);
   std::string schema, uuid, hex;
   in >> schema >> uuid >> hex;
   const auto secret = from_hex(hex);
@@ -182,10 +266,69 @@ std::optional<SweepKey> load_sweep_key(const std::string& sweep_uuid, std::strin
     return std::nullopt;
   }
   if (uuid != sweep_uuid) {
-    why_not = "the key file " + path.string() + " belongs to sweep " + uuid + ", not to this sweep " + sweep_uuid;
+    why_not =
+        "the key file " + path.string() + " belongs to sweep " + printable(uuid) + ", not to this sweep " + sweep_uuid;
     return std::nullopt;
   }
   return SweepKey{sweep_uuid, *secret, path};
+}
+
+fs::path journal_head_path(const SweepKey& key, const fs::path& sweep_dir) {
+  std::error_code ec;
+  fs::path where = fs::weakly_canonical(fs::absolute(sweep_dir), ec);
+  if (ec) where = fs::absolute(sweep_dir).lexically_normal();
+  return fs::path(key.path.string() + ".heads") / sha256_hex(where.string());
+}
+
+void write_journal_head(const SweepKey& key, const fs::path& sweep_dir, const JournalHead& head) {
+  nlohmann::json value = {{"schema", kJournalHeadSchema},
+                          {"sweep_uuid", key.sweep_uuid},
+                          {"entries", head.entries},
+                          {"last_sha256", head.last_sha256}};
+  value["hmac"] = sign_json(key, kJournalHeadSchema, value);
+  const fs::path path = journal_head_path(key, sweep_dir);
+  if (::mkdir(path.parent_path().c_str(), 0700) != 0 && errno != EEXIST) {
+    throw StoreError("cannot create the journal heads' directory " + path.parent_path().string() + ": " + errno_text());
+  }
+  const fs::path temp = path.string() + ".tmp." + std::to_string(::getpid());
+  ::unlink(temp.c_str());
+  const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (fd < 0) throw StoreError("cannot write the journal head " + temp.string() + ": " + errno_text());
+  try {
+    write_all(fd, canonical_json(value) + "\n", temp);
+  } catch (...) {
+    ::close(fd);
+    ::unlink(temp.c_str());
+    throw;
+  }
+  ::close(fd);
+  if (::rename(temp.c_str(), path.c_str()) != 0) {
+    const std::string why = errno_text();
+    ::unlink(temp.c_str());
+    throw StoreError("cannot write the journal head " + path.string() + ": " + why);
+  }
+}
+
+std::optional<JournalHead> read_journal_head(const SweepKey& key, const fs::path& sweep_dir, std::string& problem) {
+  const fs::path path = journal_head_path(key, sweep_dir);
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0 && errno == ENOENT) return std::nullopt;
+  std::string text, why;
+  if (!read_private_file(path, kMaxHeadBytes, text, why)) {
+    problem = "the journal head: " + why;
+    return std::nullopt;
+  }
+  try {
+    const auto value = nlohmann::json::parse(text);
+    if (!signature_valid(key, kJournalHeadSchema, value) || value.value("sweep_uuid", "") != key.sweep_uuid) {
+      problem = "the journal head " + path.string() + " is not signed by this sweep's key";
+      return std::nullopt;
+    }
+    return JournalHead{value.at("entries").get<std::size_t>(), value.at("last_sha256").get<std::string>()};
+  } catch (const nlohmann::json::exception& e) {
+    problem = "the journal head " + path.string() + " is corrupt (" + e.what() + ")";
+    return std::nullopt;
+  }
 }
 
 std::string sign_json(const SweepKey& key, const std::string& context, const nlohmann::json& value) {
@@ -226,6 +369,7 @@ void journal_read_more(const fs::path& journal, const SweepKey& key, JournalInde
     const std::string hash = sha256_hex(line);
     const std::string prev = index.last_hash;
     index.last_hash = hash;
+    index.line_hashes.push_back(hash);
     nlohmann::json entry;
     try {
       entry = nlohmann::json::parse(line);
@@ -258,6 +402,23 @@ void journal_read_more(const fs::path& journal, const SweepKey& key, JournalInde
         index.begun.emplace(id, seq);
       } else {
         index.finished[id].push_back(text("manifest_sha256"));
+      }
+    } else if (event == "register") {
+      index.registrations[text("analysis_sha256")] = text("registration_sha256");
+    } else if (event == "deviation" || event == "deviation-repair") {
+      const auto lines = entry.find("lines");
+      if (lines == entry.end() || !lines->is_number_unsigned()) {
+        problem(where + ": a deviation entry without its log's length");
+      } else {
+        index.deviations = std::make_pair(lines->get<std::size_t>(), text("log_sha256"));
+      }
+    } else if (event == "outputs") {
+      const auto files = entry.find("files");
+      index.outputs.clear();
+      if (files != entry.end() && files->is_object()) {
+        for (const auto& [name, digest] : files->items()) {
+          if (digest.is_string()) index.outputs[name] = digest.get<std::string>();
+        }
       }
     } else {
       problem(where + ": unknown event \"" + event + "\"");
@@ -319,6 +480,7 @@ std::size_t journal_append(const fs::path& journal, const SweepKey& key, nlohman
     std::raise(SIGKILL);
   }
   write_all(fd, line, journal);
+  write_journal_head(key, journal.parent_path(), JournalHead{seq + 1, sha256_hex(line.substr(0, line.size() - 1))});
   return seq;
 }
 

@@ -8,7 +8,16 @@
 //
 // Key file: one line "wbaudit-sweep-key/1 <sweep uuid> <64 hex digits>", mode 0600. Looked up, in order, at
 // $WBAUDIT_KEY_FILE (one file, for cluster jobs), $XDG_CONFIG_HOME/wbaudit/keys/<sweep uuid>, and
-// $HOME/.config/wbaudit/keys/<sweep uuid>.
+// $HOME/.config/wbaudit/keys/<sweep uuid>. The uuid comes from sweep.json, which whoever can write the sweep can
+// edit: it must be a UUID (never a path), and the key file is opened without following links and must be a regular
+// file of the exact size, owned by this user and neither readable nor writable by others.
+//
+// Journal head: beside the key (<key file>.heads/<SHA-256 of the sweep directory's canonical path>, where someone who
+// can only write the sweep cannot reach it), the signed count of journal entries and the SHA-256 of the last,
+// rewritten after every append. A journal (and with it every record the journal covers: deviations, registrations,
+// outputs) shorter than its head was cut, or replaced by an older copy in place. The head belongs to the directory's
+// location: a copy of the sweep elsewhere starts without one (and gets its own with its first append), so copies of a
+// sweep can diverge; an older copy put back in place cannot.
 //
 // Journal: one JSON object per line, canonical JSON (runners/identity.hpp), fields seq (0, 1, ...), prev (SHA-256 of
 // the previous line's text, 64 zeros for the first), event ("sweep": the creation record with the SHA-256 of
@@ -23,6 +32,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -37,14 +47,34 @@ struct SweepKey {
   std::filesystem::path path;
 };
 
+inline constexpr const char* kJournalHeadSchema = "wbaudit.journal-head/1";
+
+// Whether text is a UUID as random_uuid() writes it: 8-4-4-4-12 lower-case hex digits.
+bool is_uuid(std::string_view text);
+
 // Where the key of a sweep is looked for (and created): $WBAUDIT_KEY_FILE when set, otherwise the config directory.
-// Empty when neither WBAUDIT_KEY_FILE, XDG_CONFIG_HOME nor HOME is set.
+// Empty when neither WBAUDIT_KEY_FILE, XDG_CONFIG_HOME nor HOME is set. Throws StoreError when sweep_uuid is not a
+// UUID (it would name a path of the caller's choosing).
 std::filesystem::path sweep_key_path(const std::string& sweep_uuid);
 // Creates a fresh random key for a new sweep at sweep_key_path (directories 0700, file 0600, never overwriting an
 // existing file). Throws StoreError naming the path.
 SweepKey create_sweep_key(const std::string& sweep_uuid);
-// Loads the key of a sweep; nullopt with why_not set ("no key file at ...", "key file X belongs to sweep Y", ...).
+// Loads the key of a sweep; nullopt with why_not set ("no key file at ...", "key file X belongs to sweep Y", "is a
+// symbolic link", "is readable by others", ...).
 std::optional<SweepKey> load_sweep_key(const std::string& sweep_uuid, std::string& why_not);
+
+// The signed journal head (above) of the sweep directory sweep_dir.
+struct JournalHead {
+  std::size_t entries = 0;
+  std::string last_sha256;  // SHA-256 of the text of entry #entries-1
+};
+std::filesystem::path journal_head_path(const SweepKey& key, const std::filesystem::path& sweep_dir);
+// Rewrites the head atomically (directory 0700, file 0600). Throws StoreError naming the path.
+void write_journal_head(const SweepKey& key, const std::filesystem::path& sweep_dir, const JournalHead& head);
+// The head, nullopt when there is none (a sweep made before heads existed, a copy, or a key copied without its
+// heads); a head that is not signed by the key, or unreadable, sets problem.
+std::optional<JournalHead> read_journal_head(const SweepKey& key, const std::filesystem::path& sweep_dir,
+                                             std::string& problem);
 
 // Lower-case hex HMAC-SHA256 of `context` + "\n" + canonical_json(value without its "hmac" member).
 std::string sign_json(const SweepKey& key, const std::string& context, const nlohmann::json& value);
@@ -60,6 +90,14 @@ struct JournalIndex {
   // Signed entries by (cell id, attempt uuid): the begin entries' seq and the finish entries' manifest hashes.
   std::map<std::pair<std::string, std::string>, std::size_t> begun;
   std::map<std::pair<std::string, std::string>, std::vector<std::string>> finished;
+  // Records the journal signs the end of (runners/registry.hpp, runners/sweep_run.hpp): registrations by analysis
+  // hash (the SHA-256 of their registration.json), the deviation log's length and hash after its last journaled
+  // append or repair, and the derived outputs (summary tables, report) by path relative to the sweep, as last written.
+  std::map<std::string, std::string> registrations;
+  std::optional<std::pair<std::size_t, std::string>> deviations;  // (lines, SHA-256 of the log's bytes)
+  std::map<std::string, std::string> outputs;
+  // SHA-256 of every complete line read so far (checked against the journal head).
+  std::vector<std::string> line_hashes;
   // Incremental reading state (journal_read_more).
   std::uintmax_t offset = 0;
   std::string last_hash;
@@ -71,8 +109,9 @@ void journal_read_more(const std::filesystem::path& journal, const SweepKey& key
 // The journal's first line (the sweep's creation record), written by SweepStore::create with write_file_atomic.
 std::string journal_genesis_line(const SweepKey& key, const std::string& sweep_json_sha256);
 
-// Appends one signed entry (seq, prev, time and hmac are filled in) and returns its seq. Safe against concurrent
-// appenders (flock) and against writers killed mid-append. Throws StoreError naming the journal.
+// Appends one signed entry (seq, prev, time and hmac are filled in), then the journal head, and returns its seq. Safe
+// against concurrent appenders (flock, held over both) and against writers killed mid-append (the head then lags by
+// one entry, which no check minds). Throws StoreError naming the journal.
 std::size_t journal_append(const std::filesystem::path& journal, const SweepKey& key, nlohmann::json entry);
 
 }  // namespace wbaudit::runners

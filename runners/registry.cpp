@@ -12,9 +12,11 @@
 #include <fstream>
 #include <set>
 #include <sstream>
+#include <tuple>
 
 #include "runners/analysis_spec.hpp"
 #include "runners/identity.hpp"
+#include "runners/sweep_lock.hpp"
 #include "runners/toml_error.hpp"
 
 namespace wbaudit::runners {
@@ -74,6 +76,28 @@ std::string resolve_cell(const SweepStore& store, const std::string& key) {
     }
   }
   throw RegistryError("unknown cell \"" + key + "\" (not a cell name or id of the sweep " + store.dir().string() + ")");
+}
+
+// A registration whose files were written but whose journal entry was not (the registering process was killed in
+// between): signed by the sweep's key, so only the runner made it; `register` of the same analysis journals it.
+std::optional<Registration> finish_interrupted_registration(const SweepStore& store, const fs::path& dir) {
+  const auto journaled = store.journaled_records();
+  if (!journaled || journaled->registrations.count(dir.filename().string())) return std::nullopt;
+  const std::string text = read_text(dir / "registration.json");
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception&) {
+    return std::nullopt;
+  }
+  if (!j.value("journaled", false) || !store.signature_problem(kRegistrationSchema, j).empty()) return std::nullopt;
+  Registration r = registration_from_json(j, dir);
+  if (r.sha256 != dir.filename().string() || !fs::is_regular_file(r.frozen) || sha256_file(r.frozen) != r.sha256) {
+    return std::nullopt;
+  }
+  store.journal_record(
+      {{"event", "register"}, {"analysis_sha256", r.sha256}, {"registration_sha256", sha256_hex(text)}});
+  return r;
 }
 
 }  // namespace
@@ -146,6 +170,9 @@ Registration register_analysis(const SweepStore& store, const fs::path& analysis
   } catch (const std::exception& e) {
     throw RegistryError(std::string("not registered: ") + e.what());
   }
+  store.require_no_links("register an analysis in");
+  // One writer of the registry at a time (two `register` of one analysis: the second finds the first's).
+  const SweepLock records_lock = SweepLock::acquire_records(store.dir());
   Registration r;
   r.sha256 = sha256_hex(text);
   r.registered = utc_now();
@@ -155,6 +182,7 @@ Registration register_analysis(const SweepStore& store, const fs::path& analysis
   r.outcome_cells = analysis_outcome_cells(store, analysis);
   const fs::path dir = store.dir() / "registry" / r.sha256;
   if (fs::exists(dir / "registration.json")) {
+    if (auto finished = finish_interrupted_registration(store, dir)) return *finished;
     throw RegistryError("the analysis " + analysis.string() + " (hash " + r.sha256 + ") is already registered in " +
                         store.dir().string());
   }
@@ -190,8 +218,18 @@ Registration register_analysis(const SweepStore& store, const fs::path& analysis
                            {"outcome_cells", r.outcome_cells},
                            {"outcomes_present_at_registration", r.outcomes_present_at_registration},
                            {"sweep_spec_sha256", store.spec_sha256()}};
-  if (store.can_verify()) record["hmac"] = store.sign(kRegistrationSchema, record);
-  write_file_atomic(dir / "registration.json", record.dump(1) + "\n");
+  if (store.can_verify()) {
+    // Signed, so that its deletion is caught: the journal records it below (a registration that says so but is
+    // not in the journal was cut out of it, or its registration was interrupted: `register` again finishes it).
+    record["journaled"] = true;
+    record["hmac"] = store.sign(kRegistrationSchema, record);
+  }
+  const std::string record_text = record.dump(1) + "\n";
+  write_file_atomic(dir / "registration.json", record_text);
+  if (store.can_verify()) {
+    store.journal_record(
+        {{"event", "register"}, {"analysis_sha256", r.sha256}, {"registration_sha256", sha256_hex(record_text)}});
+  }
   return r;
 }
 
@@ -201,25 +239,63 @@ std::vector<Registration> registrations(const fs::path& sweep_dir, const SweepSt
   if (!fs::exists(root)) {
     return out;
   }
+  const auto journaled = store ? store->journaled_records() : std::nullopt;
   for (const auto& entry : fs::directory_iterator(root)) {
     const fs::path file = entry.path() / "registration.json";
     if (!fs::exists(file)) {
       continue;  // an interrupted registration: nothing was registered
     }
+    // A registration that cannot be read or checked is listed with the reason (never taken as registered) and the
+    // others are still read.
+    Registration r;
+    r.sha256 = entry.path().filename().string();
+    r.frozen = entry.path() / "analysis.toml";
     try {
-      const nlohmann::json j = nlohmann::json::parse(read_text(file));
-      Registration r = registration_from_json(j, entry.path());
+      const std::string text = read_text(file);
+      const nlohmann::json j = nlohmann::json::parse(text);
+      r = registration_from_json(j, entry.path());
       if (store) r.signature_problem = store->signature_problem(kRegistrationSchema, j);
-      if (sha256_file(r.frozen) != r.sha256) {
-        throw RegistryError("frozen analysis " + r.frozen.string() + " does not match its registered hash");
+      if (r.signature_problem.empty() && journaled) {
+        const auto it = journaled->registrations.find(r.sha256);
+        if (it == journaled->registrations.end()) {
+          if (j.value("journaled", false)) {
+            r.signature_problem =
+                "not in the journal (its journal entry was removed, or the registration was "
+                "interrupted: `wbaudit register` of the same analysis finishes it)";
+          }
+        } else if (it->second != sha256_hex(text)) {
+          r.signature_problem = "differs from the registration the journal recorded (edited)";
+        }
       }
-      out.push_back(std::move(r));
-    } catch (const nlohmann::json::exception& e) {
-      throw RegistryError(file.string() + ": corrupt registration: " + e.what());
+      if (r.sha256 != entry.path().filename().string()) {
+        r.signature_problem = "registered hash " + r.sha256 + " is not its directory's name (moved or edited)";
+      } else if (!fs::is_regular_file(r.frozen) || sha256_file(r.frozen) != r.sha256) {
+        r.signature_problem = "the frozen analysis " + r.frozen.string() +
+                              (fs::exists(r.frozen) ? " does not match its registered hash (edited)" : " is missing");
+      }
+    } catch (const std::exception& e) {
+      r.signature_problem = "corrupt registration " + file.string() + ": " + e.what();
+    }
+    out.push_back(std::move(r));
+  }
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) {
+    return std::tie(a.registered, a.sha256) < std::tie(b.registered, b.sha256);
+  });
+  return out;
+}
+
+std::vector<std::string> missing_registrations(const SweepStore& store) {
+  std::vector<std::string> problems;
+  const auto journaled = store.journaled_records();
+  if (!journaled) return problems;
+  for (const auto& [sha, registration_sha] : journaled->registrations) {
+    const fs::path file = store.dir() / "registry" / sha / "registration.json";
+    if (!fs::exists(file)) {
+      problems.push_back("registration " + sha.substr(0, 12) + " is recorded in the journal but " + file.string() +
+                         " is missing (deleted)");
     }
   }
-  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.registered < b.registered; });
-  return out;
+  return problems;
 }
 
 std::optional<Registration> find_registration(const fs::path& sweep_dir, const std::string& analysis_text,
@@ -257,6 +333,31 @@ std::vector<CellProblem> required_cell_problems(const SweepStore& store, const R
   return problems;
 }
 
+namespace {
+
+// Appends bytes to the deviation log with one write(2) on an O_APPEND descriptor that does not follow a link, then
+// fsyncs it.
+void append_to_log(const fs::path& log, const std::string& line) {
+  const int fd = ::open(log.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    throw RegistryError("cannot open " + log.string() + ": " +
+                        (errno == ELOOP ? std::string("it is a symbolic link") : std::string(std::strerror(errno))));
+  }
+  const ssize_t n = ::write(fd, line.data(), line.size());
+  const int saved = errno;
+  const bool synced = n == static_cast<ssize_t>(line.size()) && ::fsync(fd) == 0;
+  ::close(fd);
+  if (!synced) {
+    throw RegistryError("cannot append to " + log.string() + ": " + std::strerror(n < 0 ? saved : errno));
+  }
+}
+
+std::size_t count_lines(const std::string& text) {
+  return static_cast<std::size_t>(std::count(text.begin(), text.end(), '\n'));
+}
+
+}  // namespace
+
 Deviation record_deviation(const SweepStore& store, const std::string& what, const std::string& why,
                            const std::vector<std::string>& cells, const std::string& who) {
   if (why.empty()) {
@@ -270,8 +371,11 @@ Deviation record_deviation(const SweepStore& store, const std::string& what, con
   for (const auto& key : cells) {
     d.cells.push_back(resolve_cell(store, key));
   }
+  store.require_no_links("record a deviation in");
+  // One appender at a time: two `deviate` reading the same log end would both chain to it.
+  const SweepLock records_lock = SweepLock::acquire_records(store.dir());
   const fs::path log = store.dir() / "deviations.jsonl";
-  (void)read_deviations(store.dir());  // refuse to extend a log that was edited
+  (void)read_deviations(store.dir(), &store);  // refuse to extend a log that was edited or cut
   const std::string before = fs::exists(log) ? read_text(log) : std::string();
   nlohmann::json entry = {{"schema", kDeviationSchema},
                           {"who", d.who},
@@ -282,16 +386,12 @@ Deviation record_deviation(const SweepStore& store, const std::string& what, con
                           {"prev_sha256", sha256_hex(before)}};
   if (store.can_verify()) entry["hmac"] = store.sign(kDeviationSchema, entry);
   const std::string line = entry.dump() + "\n";
-  const int fd = ::open(log.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
-  if (fd < 0) {
-    throw RegistryError("cannot open " + log.string() + ": " + std::strerror(errno));
-  }
-  const ssize_t n = ::write(fd, line.data(), line.size());
-  const int saved = errno;
-  const bool synced = n == static_cast<ssize_t>(line.size()) && ::fsync(fd) == 0;
-  ::close(fd);
-  if (!synced) {
-    throw RegistryError("cannot append to " + log.string() + ": " + std::strerror(n < 0 ? saved : errno));
+  append_to_log(log, line);
+  d.line = static_cast<int>(count_lines(before)) + 1;
+  if (store.can_verify()) {
+    // The journal signs the log's new end: removing entries from it (or the whole log) contradicts the journal.
+    store.journal_record(
+        {{"event", "deviation"}, {"lines", count_lines(before) + 1}, {"log_sha256", sha256_hex(before + line)}});
   }
   return d;
 }
@@ -299,7 +399,16 @@ Deviation record_deviation(const SweepStore& store, const std::string& what, con
 std::vector<Deviation> read_deviations(const fs::path& sweep_dir, const SweepStore* store) {
   std::vector<Deviation> out;
   const fs::path log = sweep_dir / "deviations.jsonl";
+  const auto journaled = store ? store->journaled_records() : std::nullopt;
+  const auto recorded = journaled ? journaled->deviations : std::nullopt;
+  if (fs::is_symlink(log)) {
+    throw RegistryError(log.string() + " is a symbolic link (wbaudit never reads or writes records through links)");
+  }
   if (!fs::exists(log)) {
+    if (recorded && recorded->first > 0) {
+      throw RegistryError(log.string() + " is missing, but the journal recorded " + std::to_string(recorded->first) +
+                          " deviation(s): the log was deleted");
+    }
     return out;
   }
   const std::string text = read_text(log);
@@ -311,11 +420,17 @@ std::vector<Deviation> read_deviations(const fs::path& sweep_dir, const SweepSto
     if (end == std::string::npos) {
       throw RegistryError(log.string() + ":" + std::to_string(line_number) + ": truncated entry (no newline)");
     }
+    if (recorded && static_cast<std::size_t>(line_number) == recorded->first &&
+        sha256_hex(std::string_view(text).substr(0, end + 1)) != recorded->second) {
+      throw RegistryError(log.string() + ": its first " + std::to_string(recorded->first) +
+                          " entries differ from those the journal recorded (the log was edited or replaced)");
+    }
     try {
       const auto j = nlohmann::json::parse(text.substr(pos, end - pos));
       if (j.at("prev_sha256").get<std::string>() != sha256_hex(std::string_view(text).substr(0, pos))) {
         throw RegistryError(log.string() + ":" + std::to_string(line_number) +
-                            ": hash chain broken (the log was edited before this entry)");
+                            ": hash chain broken (the log was edited before this entry; the key holder can "
+                            "`wbaudit deviate DIR --repair-log --reason ...`)");
       }
       out.push_back({j.at("who").get<std::string>(), j.at("when").get<std::string>(), j.at("what").get<std::string>(),
                      j.at("why").get<std::string>(), j.at("cells").get<std::vector<std::string>>(), line_number,
@@ -325,7 +440,64 @@ std::vector<Deviation> read_deviations(const fs::path& sweep_dir, const SweepSto
     }
     pos = end + 1;
   }
+  if (recorded && out.size() < recorded->first) {
+    throw RegistryError(log.string() + " has " + std::to_string(out.size()) + " entries, but the journal recorded " +
+                        std::to_string(recorded->first) + ": entries were removed from its end");
+  }
   return out;
+}
+
+DeviationRepair repair_deviation_log(const SweepStore& store, const std::string& why, const std::string& who) {
+  if (why.empty()) throw RegistryError("a repair of the deviation log needs a reason (--reason)");
+  store.require_key("repair the deviation log of");
+  store.require_no_links("repair the deviation log of");
+  const SweepLock records_lock = SweepLock::acquire_records(store.dir());
+  const fs::path log = store.dir() / "deviations.jsonl";
+  const std::string text = fs::exists(log) ? read_text(log) : std::string();
+  DeviationRepair repair;
+  std::string rebuilt;
+  std::istringstream lines(text);
+  int number = 0;
+  for (std::string line; std::getline(lines, line);) {
+    ++number;
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(line);
+    } catch (const nlohmann::json::exception&) {
+    }
+    // Only entries the key holder signed are kept (their content unchanged), chained and signed again.
+    if (!j.is_object() || !store.signature_problem(kDeviationSchema, j).empty()) {
+      repair.dropped.push_back({number, sha256_hex(line)});
+      continue;
+    }
+    j["prev_sha256"] = sha256_hex(rebuilt);
+    j["hmac"] = store.sign(kDeviationSchema, j);
+    rebuilt += j.dump() + "\n";
+    ++repair.kept;
+  }
+  std::string dropped;
+  for (const auto& [n, sha] : repair.dropped) dropped += (dropped.empty() ? "" : ", ") + std::to_string(n);
+  nlohmann::json entry = {
+      {"schema", kDeviationSchema},
+      {"who", who.empty() ? current_user() : who},
+      {"when", utc_now()},
+      {"what", "repaired the deviation log: kept " + std::to_string(repair.kept) + " signed entries" +
+                   (dropped.empty() ? std::string() : ", dropped lines " + dropped)},
+      {"why", why},
+      {"cells", nlohmann::json::array()},
+      {"prev_sha256", sha256_hex(rebuilt)}};
+  entry["hmac"] = store.sign(kDeviationSchema, entry);
+  rebuilt += entry.dump() + "\n";
+  write_file_atomic(log, rebuilt);
+  nlohmann::json dropped_json = nlohmann::json::array();
+  for (const auto& [n, sha] : repair.dropped) dropped_json.push_back({{"line", n}, {"sha256", sha}});
+  store.journal_record({{"event", "deviation-repair"},
+                        {"lines", count_lines(rebuilt)},
+                        {"log_sha256", sha256_hex(rebuilt)},
+                        {"previous_log_sha256", sha256_hex(text)},
+                        {"dropped", dropped_json}});
+  repair.lines = count_lines(rebuilt);
+  return repair;
 }
 
 }  // namespace wbaudit::runners

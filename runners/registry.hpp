@@ -12,6 +12,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "runners/store.hpp"
@@ -50,8 +51,12 @@ struct Registration {
 Registration register_analysis(const SweepStore& store, const std::filesystem::path& analysis, bool retrospective,
                                const std::string& who = "");
 
-// With `store`, each registration's signature is checked (Registration::signature_problem).
+// Every registration directory of the sweep. With `store`, each registration's signature and journal entry are
+// checked (Registration::signature_problem). A registration that cannot be read, or whose frozen analysis differs
+// from its hash, is listed with that problem (and never counts as registered); nothing throws for one.
 std::vector<Registration> registrations(const std::filesystem::path& sweep_dir, const SweepStore* store = nullptr);
+// Registrations the journal records whose files are gone (deleted), one line each; empty without the key.
+std::vector<std::string> missing_registrations(const SweepStore& store);
 // The registration of this analysis text (by hash), if any.
 std::optional<Registration> find_registration(const std::filesystem::path& sweep_dir, const std::string& analysis_text,
                                               const SweepStore* store = nullptr);
@@ -73,14 +78,27 @@ struct Deviation {
   std::string signature_problem;   // as Registration::signature_problem
 };
 
-// Appends one entry (O_APPEND, one write, fsync). Cells may be given by name or id; unknown cells are an error.
+// Appends one entry (O_APPEND, one write, fsync) under the sweep's records lock (runners/sweep_lock.hpp), then
+// records the log's new length and hash in the journal. Cells may be given by name or id; unknown cells are an error.
 Deviation record_deviation(const SweepStore& store, const std::string& what, const std::string& why,
                            const std::vector<std::string>& cells, const std::string& who = "");
 // Reads and verifies the log: every line parses and its prev_sha256 matches the bytes before it; a broken chain or
 // a truncated/edited log is a RegistryError naming the line.
 // With `store`, each entry's signature is checked too (Deviation::signature_problem): an edited last entry, which
-// no later prev_sha256 covers, or an entry appended by hand.
+// no later prev_sha256 covers, or an entry appended by hand; and the log against the length and hash the journal
+// recorded last: a log cut short, emptied, deleted or replaced is a RegistryError.
 std::vector<Deviation> read_deviations(const std::filesystem::path& sweep_dir, const SweepStore* store = nullptr);
+
+// The key holder's repair of a deviation log whose chain broke (or that holds entries nobody signed): the entries
+// signed by the sweep's key are kept in order, unchanged but for their chain and signature, the others dropped, and
+// a deviation recording the repair (what was dropped, the reason) is appended, so analyses under it are
+// retrospective; written atomically and recorded in the journal with the dropped lines' hashes.
+struct DeviationRepair {
+  std::size_t kept = 0;
+  std::vector<std::pair<int, std::string>> dropped;  // (line, SHA-256 of its text)
+  std::size_t lines = 0;                             // of the repaired log
+};
+DeviationRepair repair_deviation_log(const SweepStore& store, const std::string& why, const std::string& who = "");
 
 // The invoking user ($USER, else the passwd name of the uid, else "uid <n>").
 std::string current_user();

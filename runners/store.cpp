@@ -127,6 +127,15 @@ nlohmann::json loaded_libraries_json() {
   return out;
 }
 
+// Whether a directory holds nothing but the sweep lock (taken before the sweep is created in it).
+bool empty_but_lock(const fs::path& dir) {
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    if (entry.path().filename() != ".lock") return false;
+  }
+  return !ec;
+}
+
 bool is_hex_digest(const std::string& s) {
   return s.size() == 64 &&
          std::all_of(s.begin(), s.end(), [](char c) { return std::isxdigit(static_cast<unsigned char>(c)); });
@@ -202,7 +211,10 @@ std::string utc_now() {
 void write_file_atomic(const fs::path& path, const std::string& bytes, bool durable) {
   const fs::path dir = path.parent_path().empty() ? fs::path(".") : path.parent_path();
   const fs::path temp = dir / ("." + path.filename().string() + ".tmp." + std::to_string(::getpid()));
-  const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  // A temporary of the same name is a leftover of a killed process with this pid (or a planted link): removed, never
+  // followed; O_EXCL | O_NOFOLLOW create a fresh file or fail.
+  ::unlink(temp.c_str());
+  const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
   if (fd < 0) {
     throw StoreError("cannot create " + temp.string() + ": " + errno_text());
   }
@@ -259,6 +271,7 @@ SweepStore SweepStore::create(const fs::path& dir, const std::string& spec_text,
                        "); start a new sweep directory for a changed spec");
     }
     store.require_key("resume");
+    store.require_no_links("resume");
     if (const auto problems = store.check_record(); !problems.empty()) {
       std::string list;
       for (const auto& p : problems) list += "\n  " + p;
@@ -307,7 +320,7 @@ SweepStore SweepStore::create(const fs::path& dir, const std::string& spec_text,
     }
     return store;
   }
-  if (fs::exists(dir) && !options.resume && !fs::is_empty(dir)) {
+  if (fs::exists(dir) && !options.resume && !empty_but_lock(dir)) {
     throw StoreError("sweep directory " + dir.string() + " already exists; use --resume to continue it");
   }
 
@@ -391,7 +404,9 @@ SweepStore SweepStore::create(const fs::path& dir, const std::string& spec_text,
   // The journal starts with the signed hash of sweep.json; sweep.json is written last: its presence marks a
   // completely created sweep directory.
   const std::string sweep_text = sweep.dump(1) + "\n";
-  write_file_atomic(store.journal_path(), journal_genesis_line(key, sha256_hex(sweep_text)));
+  const std::string genesis = journal_genesis_line(key, sha256_hex(sweep_text));
+  write_file_atomic(store.journal_path(), genesis);
+  write_journal_head(key, dir, JournalHead{1, sha256_hex(genesis.substr(0, genesis.size() - 1))});
   write_file_atomic(dir / "sweep.json", sweep_text);
   key_guard.keep = true;
   return open(dir);
@@ -459,7 +474,8 @@ void SweepStore::load_key() {
 }
 
 fs::path SweepStore::key_path() const {
-  return can_verify() ? m_signing->key->path : sweep_key_path(m_sweep_uuid);
+  if (can_verify()) return m_signing->key->path;
+  return is_uuid(m_sweep_uuid) ? sweep_key_path(m_sweep_uuid) : fs::path();
 }
 
 bool SweepStore::can_verify() const {
@@ -508,16 +524,82 @@ SweepStore::JournalView SweepStore::journal_view(const std::string& cell_id, con
 }
 
 std::vector<std::string> SweepStore::check_record() const {
+  if (!m_sweep_uuid.empty() && !is_uuid(m_sweep_uuid)) return {key_problem()};
   if (!can_verify()) return {};
   (void)journal_view("", "");  // brings the index up to date
   std::lock_guard<std::mutex> guard(m_signing->mutex);
-  std::vector<std::string> problems = m_signing->index.problems;
-  const auto& signed_sweep = m_signing->index.sweep_json;
+  const JournalIndex& index = m_signing->index;
+  std::vector<std::string> problems = index.problems;
+  if (index.entries == 0 && problems.empty()) {
+    problems.push_back(journal_path().string() +
+                       " is empty: the sweep's record was removed (start a new sweep "
+                       "directory, or restore the journal)");
+  }
+  const auto& signed_sweep = index.sweep_json;
   if (signed_sweep && *signed_sweep != m_sweep_json_sha256) {
     problems.push_back((m_dir / "sweep.json").string() +
                        " differs from the record signed when the sweep was created (edited)");
   }
+  std::string head_problem;
+  const auto head = read_journal_head(*m_signing->key, m_dir, head_problem);
+  if (!head_problem.empty()) problems.push_back(head_problem);
+  if (head && head->entries > index.entries) {
+    problems.push_back(journal_path().string() + " has " + std::to_string(index.entries) + " entries, but its signed " +
+                       "head (" + journal_head_path(*m_signing->key, m_dir).string() + ") records " +
+                       std::to_string(head->entries) + ": entries were removed from its end");
+  } else if (head && head->entries > 0 && index.line_hashes[head->entries - 1] != head->last_sha256) {
+    problems.push_back("journal entry #" + std::to_string(head->entries - 1) +
+                       " is not the one its signed head records (the journal was replaced)");
+  }
   return problems;
+}
+
+std::optional<SweepStore::JournaledRecords> SweepStore::journaled_records() const {
+  if (!can_verify()) return std::nullopt;
+  (void)journal_view("", "");
+  std::lock_guard<std::mutex> guard(m_signing->mutex);
+  const JournalIndex& index = m_signing->index;
+  return JournaledRecords{index.registrations, index.deviations, index.outputs};
+}
+
+void SweepStore::journal_record(nlohmann::json entry) const {
+  require_key("record in the journal of");
+  journal_append(journal_path(), *m_signing->key, std::move(entry));
+}
+
+std::vector<std::string> SweepStore::link_problems() const {
+  std::vector<std::string> problems;
+  std::error_code ec;
+  for (auto it = fs::recursive_directory_iterator(m_dir, fs::directory_options::skip_permission_denied, ec);
+       !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
+    if (!it->is_symlink(ec)) continue;
+    std::error_code ignored;
+    const fs::path target = fs::read_symlink(it->path(), ignored);
+    problems.push_back(it->path().string() + " is a symbolic link (to " + target.string() +
+                       "): wbaudit never writes through links; remove it (a sweep holds none)");
+    if (problems.size() >= 20) break;
+  }
+  if (ec) problems.push_back("cannot list " + m_dir.string() + ": " + ec.message());
+  return problems;
+}
+
+void SweepStore::require_no_links(const std::string& what) const {
+  const auto problems = link_problems();
+  if (problems.empty()) return;
+  std::string list;
+  for (const auto& p : problems) list += "\n  " + p;
+  throw StoreError("cannot " + what + " " + m_dir.string() + ":" + list);
+}
+
+std::vector<std::string> SweepStore::unknown_cell_directories() const {
+  std::vector<std::string> out;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(m_dir / "cells", ec)) {
+    const std::string name = entry.path().filename().string();
+    if (!m_index.count(name)) out.push_back("cells/" + name);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
 }
 
 bool SweepStore::journal_torn_tail() const {
@@ -525,6 +607,114 @@ bool SweepStore::journal_torn_tail() const {
   (void)journal_view("", "");
   std::lock_guard<std::mutex> guard(m_signing->mutex);
   return m_signing->index.torn_tail;
+}
+
+namespace {
+
+// The derived outputs of a sweep, relative to it: summary.csv, trajectories.csv, report/**.
+std::map<std::string, fs::path> derived_outputs(const fs::path& dir) {
+  std::map<std::string, fs::path> out;
+  for (const char* name : {"summary.csv", "trajectories.csv"}) {
+    if (fs::is_regular_file(dir / name)) out[name] = dir / name;
+  }
+  std::error_code ec;
+  for (auto it = fs::recursive_directory_iterator(dir / "report", ec); !ec && it != fs::recursive_directory_iterator();
+       it.increment(ec)) {
+    if (it->is_regular_file() && !it->is_symlink()) {
+      out[fs::relative(it->path(), dir).generic_string()] = it->path();
+    }
+  }
+  return out;
+}
+
+// The pid in a temporary's name ".<name>.tmp.<pid>" / "<name>.tmp.<pid>", or 0.
+long temporary_pid(const std::string& name) {
+  const auto at = name.rfind(".tmp.");
+  if (at == std::string::npos || at + 5 >= name.size()) return 0;
+  const std::string digits = name.substr(at + 5);
+  if (digits.find_first_not_of("0123456789") != std::string::npos || digits.size() > 9) return 0;
+  return std::stol(digits);
+}
+
+bool pid_alive(long pid) {
+  return pid > 0 && (::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH);
+}
+
+}  // namespace
+
+void SweepStore::record_outputs() const {
+  if (!can_verify()) return;
+  nlohmann::json files = nlohmann::json::object();
+  for (const auto& [name, path] : derived_outputs(m_dir)) files[name] = sha256_file(path);
+  journal_record({{"event", "outputs"}, {"files", files}});
+}
+
+std::vector<std::string> SweepStore::output_problems() const {
+  std::vector<std::string> problems;
+  const auto records = journaled_records();
+  if (!records || records->outputs.empty()) return problems;
+  const auto present = derived_outputs(m_dir);
+  const std::string fix = " (`wbaudit report " + m_dir.string() + "` writes them again from the canonical traces)";
+  for (const auto& [name, sha] : records->outputs) {
+    const auto it = present.find(name);
+    if (it == present.end()) {
+      problems.push_back(name + " is missing" + fix);
+    } else if (sha256_file(it->second) != sha) {
+      problems.push_back(name + " differs from the one wbaudit wrote (edited)" + fix);
+    }
+  }
+  for (const auto& [name, path] : present) {
+    if (!records->outputs.count(name)) problems.push_back(name + " was not written by wbaudit" + fix);
+  }
+  return problems;
+}
+
+std::vector<std::string> SweepStore::remove_leftover_temporaries() const {
+  std::vector<std::string> removed;
+  std::vector<fs::path> doomed;
+  std::error_code ec;
+  auto consider = [&](const fs::path& path, bool attempt_done) {
+    const std::string name = path.filename().string();
+    const long pid = temporary_pid(name);
+    const bool temporary = pid > 0 || (name.size() > 4 && name.compare(name.size() - 4, 4, ".tmp") == 0);
+    if (!temporary) return;
+    if (attempt_done || (pid > 0 ? !pid_alive(pid) : path.parent_path().filename() == "report")) {
+      doomed.push_back(path);
+    }
+  };
+  for (const auto& entry : fs::directory_iterator(m_dir, ec)) consider(entry.path(), false);
+  for (const auto& entry : fs::directory_iterator(m_dir / "report", ec)) consider(entry.path(), false);
+  for (const auto& cell : m_cells) {
+    for (const auto& attempt : fs::directory_iterator(m_dir / "cells" / cell.id / "attempts", ec)) {
+      std::vector<fs::path> temporaries;
+      std::error_code inner;
+      for (const auto& entry : fs::directory_iterator(attempt.path(), inner)) {
+        if (entry.path().filename().string().find(".tmp") != std::string::npos) temporaries.push_back(entry.path());
+      }
+      if (temporaries.empty()) continue;
+      // Only the manifest is read (not the trace hashes): an attempt that ended, or whose process is gone, is done
+      // writing.
+      nlohmann::json manifest;
+      try {
+        manifest = nlohmann::json::parse(read_text(attempt.path() / "manifest.json"));
+      } catch (const std::exception&) {
+        continue;
+      }
+      const std::string status = manifest.is_object() ? manifest.value("status", std::string()) : std::string();
+      const bool done = status == "complete" || status == "failed" || (status == "running" && process_gone(manifest));
+      for (const auto& path : temporaries) consider(path, done);
+    }
+  }
+  for (const auto& path : doomed) {
+    std::error_code rm;
+    if (fs::is_symlink(path, rm) || !fs::is_directory(path, rm)) {
+      fs::remove(path, rm);
+    } else {
+      fs::remove_all(path, rm);
+    }
+    if (!rm) removed.push_back("removed " + path.string() + ", a temporary left by a killed process");
+  }
+  return removed;
 }
 
 std::vector<std::string> SweepStore::set_aside_foreign() const {
@@ -592,6 +782,22 @@ std::vector<std::string> SweepStore::check_frozen_inputs() const {
     problems.push_back("executable copy " + executable_path().string() +
                        " was modified (hash differs from sweep.json)");
   }
+  // Nothing else may sit in bin/ or bin/lib/: the executable's RUNPATH looks in bin/lib/ first, so a file there under
+  // a system library's name would be loaded by the frozen binary (and see the key).
+  std::error_code ec;
+  for (auto it = fs::recursive_directory_iterator(m_dir / "bin", ec); !ec && it != fs::recursive_directory_iterator();
+       it.increment(ec)) {
+    const fs::path rel = fs::relative(it->path(), m_dir);
+    const std::string name = it->path().filename().string();
+    const bool expected = rel == fs::path("bin/wbaudit") || rel == fs::path("bin/lib") ||
+                          (rel.parent_path() == fs::path("bin/lib") && m_libraries.count(name));
+    if (it->is_symlink(ec)) {
+      problems.push_back(it->path().string() + " is a symbolic link (the frozen binary and its libraries are copies)");
+    } else if (!expected) {
+      problems.push_back(it->path().string() + " is not part of the frozen binary (bin/ holds only bin/wbaudit and " +
+                         "the registered libraries in bin/lib/; a library there would be loaded by the frozen binary)");
+    }
+  }
   for (const auto& [name, sha] : m_libraries) {
     const fs::path file = library_dir() / name;
     if (!fs::exists(file)) {
@@ -611,6 +817,13 @@ Attempt SweepStore::begin_attempt(const std::string& id) const {
   attempt.m_uuid = random_uuid();
   attempt.m_dir = m_dir / "cells" / id / "attempts" / attempt.m_uuid;
   require_key("run cells of");
+  for (const fs::path& part : {m_dir / "cells", m_dir / "cells" / id, m_dir / "cells" / id / "attempts"}) {
+    std::error_code ec;
+    if (fs::is_symlink(part, ec)) {
+      throw StoreError("cannot run cell " + stored.name + ": " + part.string() +
+                       " is a symbolic link; wbaudit never writes through links (remove it)");
+    }
+  }
   // The journal hears of the attempt before its directory exists, so no directory the runner made is ever foreign.
   const std::size_t seq =
       journal_append(journal_path(), *m_signing->key, {{"event", "begin"}, {"cell", id}, {"attempt", attempt.m_uuid}});

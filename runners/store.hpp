@@ -141,6 +141,33 @@ class SweepStore {
   std::vector<std::string> check_record() const;
   // A note when the journal ends in a torn line (a runner killed while appending; the next append drops it).
   bool journal_torn_tail() const;
+  // What the journal signs the end of (runners/journal.hpp JournalIndex): registrations, the deviation log's length
+  // and hash, the derived outputs. nullopt without the key.
+  struct JournaledRecords {
+    std::map<std::string, std::string> registrations;  // analysis SHA-256 -> SHA-256 of its registration.json
+    std::optional<std::pair<std::size_t, std::string>> deviations;  // (lines, SHA-256 of deviations.jsonl)
+    std::map<std::string, std::string> outputs;                     // path relative to DIR -> SHA-256
+  };
+  std::optional<JournaledRecords> journaled_records() const;
+  // Appends a signed entry ({"event": ..., ...}) to the journal. Throws StoreError without the key.
+  void journal_record(nlohmann::json entry) const;
+  // Symbolic links inside the sweep directory (never followed by wbaudit, never made by it: each names a path a
+  // writer would be redirected through); empty when there are none. Writers refuse (require_no_links), status lists
+  // them.
+  std::vector<std::string> link_problems() const;
+  // Throws StoreError ("cannot <what> DIR: ... is a symbolic link ...") when link_problems() is not empty.
+  void require_no_links(const std::string& what) const;
+  // Directories under DIR/cells/ that are not cells of this sweep.
+  std::vector<std::string> unknown_cell_directories() const;
+  // The derived outputs (summary.csv, trajectories.csv and every file under report/): record_outputs() signs their
+  // hashes into the journal after they were written (nothing without the key); output_problems() names each that
+  // differs from, or is missing from, or was added to what was recorded last (none when nothing was recorded).
+  void record_outputs() const;
+  std::vector<std::string> output_problems() const;
+  // Temporaries left by killed processes (a trace.h5.tmp.<pid> in an attempt that is not running, report files
+  // ending in .tmp, .<name>.tmp.<pid> of a process no longer alive on this host); returns one line per file removed.
+  // Call with the sweep lock held.
+  std::vector<std::string> remove_leftover_temporaries() const;
   // Moves attempt directories the journal never heard of to DIR/foreign/<cell id>/<name>; returns one line per
   // directory moved. Call with the sweep lock held.
   std::vector<std::string> set_aside_foreign() const;

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -27,13 +28,33 @@ std::string read_all(int fd) {
 
 }  // namespace
 
+namespace {
+
+// Opens (creating) a lock file inside the sweep without following a link, and refuses anything but a regular file:
+// a link planted at DIR/.lock would otherwise make the owner truncate the file it points to.
+int open_lock_file(const std::filesystem::path& file) {
+  // O_CLOEXEC: worker processes (exec'd) do not inherit the lock's descriptor.
+  const int fd = ::open(file.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    const int err = errno;
+    throw StoreError(file.string() + ": cannot open the sweep lock: " +
+                     (err == ELOOP
+                          ? std::string("it is a symbolic link (remove it; wbaudit never writes through links)")
+                          : std::string(std::strerror(err))));
+  }
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    throw StoreError(file.string() + ": the sweep lock is not a regular file (remove it)");
+  }
+  return fd;
+}
+
+}  // namespace
+
 SweepLock SweepLock::acquire(const std::filesystem::path& dir) {
   const std::filesystem::path file = path_of(dir);
-  // O_CLOEXEC: worker processes (exec'd) do not inherit the lock's descriptor.
-  const int fd = ::open(file.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  if (fd < 0) {
-    throw StoreError(file.string() + ": cannot open the sweep lock: " + std::strerror(errno));
-  }
+  const int fd = open_lock_file(file);
   if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
     const int err = errno;
     const std::string holder = read_all(fd);
@@ -53,6 +74,19 @@ SweepLock SweepLock::acquire(const std::filesystem::path& dir) {
   const std::string text = "pid " + std::to_string(::getpid()) + " on " + host + " since " + when + "\n";
   if (::ftruncate(fd, 0) == 0) {
     (void)::pwrite(fd, text.data(), text.size(), 0);
+  }
+  return SweepLock(fd);
+}
+
+SweepLock SweepLock::acquire_records(const std::filesystem::path& dir) {
+  const std::filesystem::path file = dir / ".records.lock";
+  const int fd = open_lock_file(file);
+  while (::flock(fd, LOCK_EX) != 0) {
+    if (errno != EINTR) {
+      const int err = errno;
+      ::close(fd);
+      throw StoreError(file.string() + ": cannot lock: " + std::strerror(err));
+    }
   }
   return SweepLock(fd);
 }

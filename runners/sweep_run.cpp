@@ -33,6 +33,16 @@ namespace wbaudit::runners {
 namespace {
 
 using report::csv_field;
+
+// Removes a directory this run made for its lock when nothing else was written into it (a creation that failed).
+void remove_if_only_lock(const std::filesystem::path& dir) {
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+    if (entry.path().filename() != ".lock") return;
+  }
+  std::filesystem::remove(dir / ".lock", ec);
+  std::filesystem::remove(dir, ec);
+}
 using report::csv_number;
 
 // The skill reports already written into DIR/evaluations/ (by name), for the crossing report's links.
@@ -142,6 +152,26 @@ CellFn simulator_cell_fn() {
   };
 }
 
+LockedSweep create_locked(const SweepSpec& spec, const std::filesystem::path& out, bool resume) {
+  check_sweep_directory(out, spec, resume);
+  // The lock before anything is written: two runs into one new directory must not both create a sweep (and a key
+  // and a journal) there. The directory is made for the lock; a creation that fails removes it again.
+  std::error_code ec;
+  const bool made = std::filesystem::create_directories(out, ec);
+  if (ec) throw StoreError("cannot create " + out.string() + ": " + ec.message());
+  try {
+    SweepLock lock = SweepLock::acquire(out);
+    check_sweep_directory(out, spec, resume);  // again, now that no one else can write
+    CreateOptions create;
+    create.resume = resume;
+    SweepStore store = SweepStore::create(out, spec.text, stored_cells(spec), create);
+    return LockedSweep{std::move(lock), std::move(store)};
+  } catch (...) {
+    if (made) remove_if_only_lock(out);
+    throw;
+  }
+}
+
 ExecSummary run_sweep(const SweepSpec& spec, const RunOptions& options, MPI_Comm comm) {
   int rank = 0, ranks = 1;
   if (comm != MPI_COMM_NULL) {
@@ -194,20 +224,14 @@ ExecSummary run_sweep(const SweepSpec& spec, const RunOptions& options, MPI_Comm
   std::optional<SweepLock> lock;
   if (rank == 0) {
     try {
-      check_sweep_directory(options.out, spec, options.resume);
-      if (options.resume && std::filesystem::is_directory(options.out)) {
-        lock.emplace(SweepLock::acquire(options.out));
-      }
-      CreateOptions create;
-      create.resume = options.resume;
-      const SweepStore created = SweepStore::create(options.out, spec.text, stored_cells(spec), create);
-      if (!lock) {
-        lock.emplace(SweepLock::acquire(options.out));
-      }
+      LockedSweep locked = create_locked(spec, options.out, options.resume);
+      lock.emplace(std::move(locked.lock));
+      const SweepStore& created = locked.store;
       // With the lock held: attempt directories the journal never heard of are moved aside (DIR/foreign/), so
       // they cannot sit beside canonical attempts; repairs of the frozen inputs are said.
       std::vector<std::string> notes = created.repairs();
       for (auto& moved : created.set_aside_foreign()) notes.push_back(std::move(moved));
+      for (auto& removed : created.remove_leftover_temporaries()) notes.push_back(std::move(removed));
       for (const auto& note : notes) std::cerr << "wbaudit run: " << note << "\n";
     } catch (const std::exception& e) {
       create_error = e.what();
@@ -375,6 +399,7 @@ void print_outputs(std::ostream& out, const SweepOutputs& outputs) {
 }
 
 SweepOutputs write_sweep_outputs(const SweepStore& store, const SweepSpec& spec) {
+  store.require_no_links("write the report of");
   SweepOutputs outputs;
   TraceCache cache(store);
   SweepEvaluationCells read = read_sweep_evaluation_cells(store, spec, cache);
@@ -583,6 +608,7 @@ SweepOutputs write_sweep_outputs(const SweepStore& store, const SweepSpec& spec)
     rep.links.push_back({"loss report (studies 2, 5, 6)", "loss.html"});
   }
   outputs.report_html = report::write_crossing_report(rep, store.dir() / "report");
+  store.record_outputs();  // their hashes, signed: status names an edited summary.csv or report
   return outputs;
 }
 

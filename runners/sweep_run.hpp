@@ -13,6 +13,7 @@
 #include "runners/executor.hpp"
 #include "runners/spec.hpp"
 #include "runners/store.hpp"
+#include "runners/sweep_lock.hpp"
 #include "sim/trace/trace.hpp"
 
 namespace wbaudit::runners {
@@ -41,6 +42,15 @@ std::vector<StoredCell> stored_cells(const SweepSpec& spec);
 // resume, a non-empty directory that is no sweep. Throws StoreError; returns for a new or an empty directory, and
 // for this spec's own sweep with resume.
 void check_sweep_directory(const std::filesystem::path& dir, const SweepSpec& spec, bool resume);
+
+// Takes the sweep's lock (making the directory for it when it does not exist), then creates the sweep directory, or
+// with resume reopens and checks it (SweepStore::create), all before any other process can write there; a creation
+// that fails leaves no directory behind that it made. The lock is held until the returned value is destroyed.
+struct LockedSweep {
+  SweepLock lock;
+  SweepStore store;
+};
+LockedSweep create_locked(const SweepSpec& spec, const std::filesystem::path& out, bool resume);
 
 // The CellFn that runs one cell with the simulator and writes DIR/trace.h5 (atomically).
 CellFn simulator_cell_fn();

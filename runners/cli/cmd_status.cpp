@@ -28,7 +28,8 @@ void add_status_command(CLI::App& app) {
   cmd->add_flag("--json", args->json, "Machine-readable output");
   cmd->add_flag("--check", args->check,
                 "Exit 2 unless every cell is done and canonical (signed and journaled), no foreign attempt directory "
-                "sits beside them, and the frozen spec, binary, journal and sweep.json are intact");
+                "sits beside them, and the frozen spec, binary, journal, sweep.json, registrations, deviation log and "
+                "derived outputs (summary.csv, report/) are intact, with no symbolic link inside the sweep");
   cmd->add_flag("--no-scheduler", args->no_scheduler, "Do not query squeue/sacct");
   cmd->footer(
       "States: done (a canonical complete attempt), noncanonical (an attempt claims completion or was made\n"
@@ -57,6 +58,13 @@ void add_status_command(CLI::App& app) {
       deviation_error = e.what();
     }
     const auto registrations = runners::registrations(store.dir(), &store);
+    // Whatever else contradicts the sweep's record: links inside it, directories of cells it does not have,
+    // registrations the journal records that are gone, derived outputs edited since wbaudit wrote them.
+    std::vector<std::string> other_problems = store.link_problems();
+    for (const auto& dir : store.unknown_cell_directories())
+      other_problems.push_back(dir + " is not a cell of this sweep (made by hand or copied in)");
+    for (auto& p : runners::missing_registrations(store)) other_problems.push_back(std::move(p));
+    for (auto& p : store.output_problems()) other_problems.push_back(std::move(p));
     // Edited or hand-made registrations and deviations (signed by the sweep's key, runners/registry.hpp).
     std::vector<std::string> signature_problems;
     for (const auto& r : registrations)
@@ -78,7 +86,8 @@ void add_status_command(CLI::App& app) {
                             {"scheduler", scheduler},
                             {"deviations", deviations.size()},
                             {"registrations", registrations.size()},
-                            {"signature_problems", signature_problems}};
+                            {"signature_problems", signature_problems},
+                            {"other_problems", other_problems}};
       if (!deviation_error.empty()) {
         out["deviation_log_error"] = deviation_error;
       }
@@ -170,6 +179,7 @@ void add_status_command(CLI::App& app) {
       if (!deviation_error.empty()) {
         std::cout << "PROBLEM  " << deviation_error << "\n";
       }
+      for (const auto& p : other_problems) std::cout << "PROBLEM  " << p << "\n";
       if (store.can_verify()) {  // without the key every attempt is already said to be unverifiable
         for (const auto& p : signature_problems) std::cout << "PROBLEM  " << p << "\n";
       }
@@ -188,7 +198,7 @@ void add_status_command(CLI::App& app) {
     }
     if (args->check &&
         (counts[runners::CellState::done] != statuses.size() || !frozen.empty() || !record.empty() || foreign > 0 ||
-         !store.can_verify() || !signature_problems.empty() || !deviation_error.empty())) {
+         !store.can_verify() || !signature_problems.empty() || !deviation_error.empty() || !other_problems.empty())) {
       throw ExitStatus{2};
     }
   });

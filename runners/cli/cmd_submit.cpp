@@ -123,8 +123,10 @@ void add_submit_command(CLI::App& app) {
     if (args->dry_run) {
       std::vector<std::string> ids;
       std::vector<nlohmann::json> configs;
+      runners::slurm::ScriptIdentity identity;
       if (std::filesystem::exists(out / "sweep.json")) {
         const auto store = runners::SweepStore::open(out);
+        identity = runners::slurm::script_identity(store);
         for (const auto& s : store.status()) {
           if (s.needs_run()) {
             ids.push_back(s.cell->id);
@@ -132,6 +134,7 @@ void add_submit_command(CLI::App& app) {
           }
         }
       } else {
+        identity = runners::slurm::new_sweep_script_identity();
         for (const auto& c : cells) {
           ids.push_back(runners::cell_id(c.config));
           configs.push_back(c.config);
@@ -139,19 +142,21 @@ void add_submit_command(CLI::App& app) {
       }
       const auto plan = runners::slurm::plan_submission(
           std::filesystem::absolute(out), ids, configs, args->slurm,
-          args->slurm.mpi_ranks > 0 ? std::nullopt : runners::slurm::query_max_array_size());
+          args->slurm.mpi_ranks > 0 ? std::nullopt : runners::slurm::query_max_array_size(), identity);
       std::cout << "# dry run: " << ids.size() << " cells in " << plan.plan.tasks.size() << " task(s) of up to "
                 << plan.plan.cells_per_task << " cells" << auto_note(plan.plan) << "\n";
+      if (!std::filesystem::exists(out / "sweep.json")) {
+        std::cout << "# the sweep does not exist yet: its key's file name is the sweep uuid that submit chooses when "
+                     "it creates the sweep (<sweep uuid> below)\n";
+      }
       if (!plan.cells_script.empty()) {
         std::cout << "# ---- cells.sbatch ----\n" << plan.cells_script;
       }
       std::cout << "# ---- report.sbatch (sbatch --dependency=afterany:<cells job>) ----\n" << plan.report_script;
       return;
     }
-    runners::CreateOptions create;
-    create.resume = args->resume;
-    const auto store = runners::SweepStore::create(out, spec.text, std::move(cells), create);
-    const auto s = runners::slurm::submit(store, args->slurm);
+    const auto locked = runners::create_locked(spec, out, args->resume);
+    const auto s = runners::slurm::submit(locked.store, args->slurm);
     if (s.cells_job_id.empty()) {
       std::cout << "nothing to run: every cell is canonical and complete\n";
     } else {

@@ -281,6 +281,41 @@ std::optional<long> parse_max_array_size(const std::string& text) {
   return std::stol(m[2].str());
 }
 
+// Lines that check the frozen binary before anything runs with the key: DIR/bin holds exactly the registered files
+// (no others, no links) with the registered hashes. The executable's RUNPATH looks in bin/lib/ first, so a library
+// dropped there would otherwise be loaded by the frozen binary, with the key in reach.
+static std::string verify_frozen(const ScriptPaths& p) {
+  if (p.frozen.empty()) return "";
+  std::vector<std::string> listing;
+  for (const auto& [path, sha] : p.frozen) {
+    listing.push_back("./" + path);
+    if (path.rfind("lib/", 0) == 0 && std::find(listing.begin(), listing.end(), "./lib") == listing.end()) {
+      listing.emplace_back("./lib");
+    }
+  }
+  std::sort(listing.begin(), listing.end());
+  std::string expected;
+  for (const auto& entry : listing) expected += entry + " ";
+  std::ostringstream s;
+  s << "# The frozen binary and its libraries must be exactly those registered in sweep.json (checked before the key\n"
+    << "# is exported or anything in bin/ runs).\n"
+    << "frozen_intact() {\n"
+    << "  [ -d \"$sweep/bin\" ] && [ ! -L \"$sweep/bin\" ] && [ -z \"$(find \"$sweep/bin\" -type l -print -quit)\" ] "
+       "&&\n"
+    << "    [ \"$(cd \"$sweep/bin\" && find . -mindepth 1 | LC_ALL=C sort | tr '\\n' ' ')\" = " << shell_quote(expected)
+    << " ] &&\n"
+    << "    (cd \"$sweep/bin\" && sha256sum --quiet --strict --check) <<'WBAUDIT_FROZEN'\n";
+  for (const auto& [path, sha] : p.frozen) s << sha << "  " << path << "\n";
+  s << "WBAUDIT_FROZEN\n"
+    << "}\n"
+    << "if ! frozen_intact; then\n"
+    << "  echo \"wbaudit: $sweep/bin is not the frozen binary registered in sweep.json (a file added, changed or "
+       "linked); nothing was run\" >&2\n"
+    << "  exit 1\n"
+    << "fi\n";
+  return s.str();
+}
+
 // Lines giving the job the sweep's signing key, unless its environment already names one.
 static std::string key_export(const ScriptPaths& p) {
   if (p.key_file.empty()) return "";
@@ -316,7 +351,7 @@ std::string render_array_script(const ScriptPaths& p, std::size_t task_count, co
     << "tasks=" << shell_quote(p.tasks_file.string()) << "\n"
     << "job=\"${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}\"\n"
     << "export OMP_PROC_BIND=false OMP_NUM_THREADS=\"${SLURM_CPUS_PER_TASK:-1}\"\n"
-    << key_export(p) << requeue_handler(o, " --task-index \"$SLURM_ARRAY_TASK_ID\"")
+    << verify_frozen(p) << key_export(p) << requeue_handler(o, " --task-index \"$SLURM_ARRAY_TASK_ID\"")
     << "\"$sweep/bin/wbaudit\" run-cells \"$sweep\" --tasks \"$tasks\" --task-index \"$SLURM_ARRAY_TASK_ID\" "
        "--kokkos-threads=\"${SLURM_CPUS_PER_TASK:-1}\" &\n"
     << "child=$!\n"
@@ -347,7 +382,7 @@ std::string render_mpi_script(const ScriptPaths& p, const SlurmOptions& o) {
     << "tasks=" << shell_quote(p.tasks_file.string()) << "\n"
     << "job=\"$SLURM_JOB_ID\"\n"
     << "export OMP_PROC_BIND=false OMP_NUM_THREADS=\"${SLURM_CPUS_PER_TASK:-1}\"\n"
-    << key_export(p) << requeue_handler(o, "") << "mpirun -n \"$SLURM_NTASKS\" --bind-to none "
+    << verify_frozen(p) << key_export(p) << requeue_handler(o, "") << "mpirun -n \"$SLURM_NTASKS\" --bind-to none "
     << (p.key_file.empty() ? "" : "-x WBAUDIT_KEY_FILE ")
     << "\"$sweep/bin/wbaudit\" run-cells \"$sweep\" --tasks \"$tasks\" "
        "--kokkos-threads=\"${SLURM_CPUS_PER_TASK:-1}\" &\n"
@@ -371,7 +406,7 @@ std::string render_report_script(const ScriptPaths& p, const SlurmOptions& o) {
   s << "set -u\n"
     << "sweep=" << shell_quote(p.sweep_dir.string()) << "\n"
     << "export OMP_PROC_BIND=false OMP_NUM_THREADS=\"${SLURM_CPUS_PER_TASK:-1}\"\n"
-    << key_export(p) << "\"$sweep/bin/wbaudit\" status \"$sweep\"\n"
+    << verify_frozen(p) << key_export(p) << "\"$sweep/bin/wbaudit\" status \"$sweep\"\n"
     << "# What `wbaudit run` writes after its cells: summary.csv, trajectories.csv, report/ (and the loss report).\n"
     << "\"$sweep/bin/wbaudit\" report \"$sweep\" || echo \"wbaudit report failed (exit $?)\" >&2\n"
     << "exec \"$sweep/bin/wbaudit\" " << o.report_command << " \"$sweep\"\n";

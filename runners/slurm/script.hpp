@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace wbaudit::runners::slurm {
@@ -70,6 +71,10 @@ struct ScriptPaths {
   // The sweep's signing key (runners/journal.hpp) as seen from the submitting host: exported as WBAUDIT_KEY_FILE
   // (unless the job's environment already sets it) and passed to every MPI rank. Empty: not exported.
   std::filesystem::path key_file;
+  // The frozen binary's files as registered in sweep.json (path relative to DIR/bin: "wbaudit", "lib/<name>"; and
+  // SHA-256). When not empty, every script first checks that DIR/bin holds exactly these files, no links, with these
+  // hashes, and exits 1 otherwise, before the key is exported or anything from DIR/bin runs.
+  std::vector<std::pair<std::string, std::string>> frozen;
 };
 
 std::string render_array_script(const ScriptPaths& paths, std::size_t task_count, const SlurmOptions& options);

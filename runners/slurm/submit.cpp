@@ -7,11 +7,13 @@
 #include <algorithm>
 #include <array>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <sstream>
 
 #include "runners/identity.hpp"
+#include "runners/journal.hpp"
 #include "sim/run.hpp"
 
 extern char** environ;
@@ -33,6 +35,12 @@ fs::path next_submission_dir(const fs::path& sweep_dir) {
       throw SlurmError("cannot create " + dir.string() + ": " + ec.message());
     }
   }
+}
+
+// The paths the scripts of a submission in `submission_dir` name.
+ScriptPaths script_paths(const fs::path& sweep_dir, const fs::path& submission_dir, const ScriptIdentity& identity) {
+  return ScriptPaths{fs::absolute(sweep_dir), fs::absolute(submission_dir) / "tasks.json",
+                     fs::absolute(submission_dir) / "logs", identity.key_file, identity.frozen};
 }
 
 std::string sbatch(const std::vector<std::string>& extra, const fs::path& script) {
@@ -176,13 +184,40 @@ std::optional<long> query_max_array_size() {
   return parse_max_array_size(r.output);
 }
 
+ScriptIdentity script_identity(const SweepStore& store) {
+  ScriptIdentity identity;
+  identity.key_file = store.key_path().empty() ? fs::path() : fs::absolute(store.key_path());
+  identity.frozen.emplace_back("wbaudit", store.binary_sha256());
+  for (const auto& [name, sha] : store.libraries()) identity.frozen.emplace_back("lib/" + name, sha);
+  return identity;
+}
+
+ScriptIdentity new_sweep_script_identity() {
+  ScriptIdentity identity;
+  const fs::path example = sweep_key_path(random_uuid());
+  if (!example.empty()) {
+    const char* named = std::getenv("WBAUDIT_KEY_FILE");
+    identity.key_file = fs::absolute(named && *named ? example : example.parent_path() / "<sweep uuid>");
+  }
+  identity.frozen.emplace_back("wbaudit", self_executable_sha256());
+  for (const auto& library : non_system_libraries())
+    identity.frozen.emplace_back("lib/" + library.name, library.sha256);
+  return identity;
+}
+
+fs::path next_submission_path(const fs::path& sweep_dir) {
+  for (int n = 1;; ++n) {
+    fs::path dir = sweep_dir / "slurm" / ("submit-" + std::to_string(n));
+    if (!fs::exists(dir)) return dir;
+  }
+}
+
 Submission plan_submission(const fs::path& sweep_dir, const std::vector<std::string>& cell_ids,
                            const std::vector<nlohmann::json>& configs, const SlurmOptions& options,
-                           std::optional<long> max_array_size) {
+                           std::optional<long> max_array_size, const ScriptIdentity& identity) {
   Submission s;
   s.cell_ids = cell_ids;
-  const fs::path dir = sweep_dir / "slurm" / "submit-<n>";
-  ScriptPaths paths{sweep_dir, dir / "tasks.json", dir / "logs", {}};
+  const ScriptPaths paths = script_paths(sweep_dir, next_submission_path(sweep_dir), identity);
   s.plan = plan_for(cell_ids, configs, options, max_array_size);
   if (!cell_ids.empty()) {
     s.cells_script = options.mpi_ranks > 0 ? render_mpi_script(paths, options)
@@ -205,10 +240,13 @@ Submission submit(const SweepStore& store, const SlurmOptions& options) {
   const std::optional<long> max_array = options.mpi_ranks > 0 ? std::nullopt : query_max_array_size();
   Submission s;
   s.cell_ids = todo;
+  if (const auto problems = store.check_frozen_inputs(); !problems.empty()) {
+    throw SlurmError("cannot submit " + store.dir().string() + ": " + problems.front() +
+                     " (`wbaudit run SPEC --out DIR --resume` with the registered binary restores the frozen copies)");
+  }
+  store.require_no_links("submit");
   s.dir = next_submission_dir(store.dir());
-  const fs::path sweep_dir = fs::absolute(store.dir());
-  ScriptPaths paths{sweep_dir, fs::absolute(s.dir) / "tasks.json", fs::absolute(s.dir) / "logs",
-                    fs::absolute(store.key_path())};
+  const ScriptPaths paths = script_paths(store.dir(), s.dir, script_identity(store));
   fs::create_directories(paths.log_dir);
   s.plan = plan_for(todo, configs, options, max_array);
   nlohmann::json tasks = {{"schema", "wbaudit.slurm-tasks/1"},

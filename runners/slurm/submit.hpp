@@ -7,6 +7,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "runners/slurm/script.hpp"
@@ -51,12 +52,26 @@ struct Submission {
   std::string report_job_id;
 };
 
+// What the scripts name besides the sweep: its signing key and its frozen binary (ScriptPaths::key_file, frozen).
+struct ScriptIdentity {
+  std::filesystem::path key_file;
+  std::vector<std::pair<std::string, std::string>> frozen;
+};
+// From an existing sweep's record.
+ScriptIdentity script_identity(const SweepStore& store);
+// For a sweep the submission will create: this executable and its libraries, and the key location with a stand-in
+// for the sweep uuid chosen at creation ("<sweep uuid>"; exact when WBAUDIT_KEY_FILE names the key).
+ScriptIdentity new_sweep_script_identity();
+// DIR/slurm/submit-<n> of the next submission (the lowest n not taken), without creating it.
+std::filesystem::path next_submission_path(const std::filesystem::path& sweep_dir);
+
 // Plans and renders a submission for the cells of `cell_ids` (already filtered by the caller) without writing or
-// submitting anything: the dry run. paths_root is the sweep directory the scripts will name.
+// submitting anything: the dry run. The scripts are rendered exactly as submit() renders them for the same sweep
+// (same submission directory, key and frozen binary).
 // configs: each cell's configuration (for the cost estimate of --cells-per-task auto), parallel to cell_ids.
 Submission plan_submission(const std::filesystem::path& sweep_dir, const std::vector<std::string>& cell_ids,
                            const std::vector<nlohmann::json>& configs, const SlurmOptions& options,
-                           std::optional<long> max_array_size);
+                           std::optional<long> max_array_size, const ScriptIdentity& identity);
 
 // The task plan of a submission: one task of every cell for --mpi-ranks, fixed chunks for --cells-per-task N, and
 // cells packed by estimated cost (estimate_cell_seconds at --cpus-per-task) for auto (cells_per_task 0).
