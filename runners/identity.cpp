@@ -1,15 +1,20 @@
 #include "runners/identity.hpp"
 
 #define OMPI_SKIP_MPICXX 1
+#include <fcntl.h>
 #include <link.h>
 #include <mpi.h>
 #include <openssl/evp.h>
 #include <openssl/rand.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <Kokkos_Core.hpp>
 #include <algorithm>
 #include <array>
+#include <cerrno>
 #include <cmath>
+#include <cstring>
 #include <fstream>
 #include <memory>
 #include <wbaudit/build_info.hpp>
@@ -106,21 +111,30 @@ std::string sha256_hex(std::string_view bytes) {
 }
 
 std::string sha256_file(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    throw IdentityError("sha256: cannot open " + path.string());
+  // Opened without blocking and required to be a regular file: a FIFO or a device planted where a file belongs must
+  // not hang or flood the reader.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) {
+    throw IdentityError("sha256: cannot open " + path.string() + ": " + std::strerror(errno));
+  }
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    throw IdentityError("sha256: " + path.string() + " is not a regular file");
   }
   MdCtx ctx = sha256_context();
   std::vector<char> buffer(1 << 20);
-  while (in) {
-    in.read(buffer.data(), static_cast<std::streamsize>(buffer.size()));
-    const auto got = in.gcount();
-    if (got > 0 && EVP_DigestUpdate(ctx.get(), buffer.data(), static_cast<std::size_t>(got)) != 1) {
+  while (true) {
+    const ssize_t got = ::read(fd, buffer.data(), buffer.size());
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) throw IdentityError("sha256: read error on " + path.string() + ": " + std::strerror(errno));
+    if (got == 0) break;
+    if (EVP_DigestUpdate(ctx.get(), buffer.data(), static_cast<std::size_t>(got)) != 1) {
       throw IdentityError("sha256: EVP_DigestUpdate failed on " + path.string());
     }
-  }
-  if (in.bad()) {
-    throw IdentityError("sha256: read error on " + path.string());
   }
   return hex_digest(ctx.get());
 }

@@ -24,13 +24,11 @@ namespace fs = std::filesystem;
 namespace {
 
 std::string read_text(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    throw RegistryError("cannot read " + path.string());
+  try {
+    return read_regular_file(path);
+  } catch (const StoreError& e) {
+    throw RegistryError(e.what());
   }
-  std::ostringstream out;
-  out << in.rdbuf();
-  return out.str();
 }
 
 std::vector<std::string> string_array(const toml::node& node, const std::string& where) {

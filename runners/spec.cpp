@@ -3,9 +3,12 @@
 #include "runners/identity.hpp"
 
 #include <toml++/toml.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <iomanip>
 #include <map>
 #include <set>
 #include <sstream>
@@ -393,9 +396,15 @@ SweepSpec parse_sweep_spec(const std::string& text, const std::filesystem::path&
   if (!doc.contains("grid")) ctx.fail(0, "no [grid] table: a sweep needs at least one grid axis");
   collect_axes(doc["grid"], "", axes, ctx);
   if (axes.empty()) ctx.fail(ctx.line_of("grid"), "grid: no axes (the grid would be empty)");
+  std::set<std::string> axis_paths;
   for (auto& [path, values] : axes) {
     if (path == "mode" || path.rfind("project_formats", 0) == 0 || path.rfind("project_policies", 0) == 0)
       ctx.fail(ctx.line_of("grid." + path), "grid." + path + ": cannot be a grid axis");
+    // The same axis written twice (a quoted "optimizer.lr_scale" beside [grid.optimizer] lr_scale) would multiply
+    // the grid by itself under names that show one value.
+    if (!axis_paths.insert(path).second)
+      ctx.fail(ctx.line_of("grid." + path), "grid." + path + ": the same axis is given twice (as a quoted dotted key " +
+                                                "and as a nested table key); keep one");
   }
 
   // Every target format in the grid is projected by every reference, so references are shared across formats
@@ -413,7 +422,25 @@ SweepSpec parse_sweep_spec(const std::string& text, const std::filesystem::path&
                                         "if you mean it");
     }
   }
+  // Expanding the grid holds every cell's configuration (and its reference's) in memory, as JSON: measured about 47 KB
+  // per target cell for tests/slurm/tiny_sweep.toml, whose configuration is 280 bytes of text (160 bytes of memory per
+  // byte of text, and 8 KB for the names, parameters and what the store and status keep per cell). Refuse a grid that
+  // could not be expanded here, naming its size, rather than end in std::bad_alloc.
+  {
+    const double per_cell = 160.0 * static_cast<double>(base.dump().size()) + 8192.0;
+    const double physical =
+        static_cast<double>(::sysconf(_SC_PHYS_PAGES)) * static_cast<double>(::sysconf(_SC_PAGESIZE));
+    if (physical > 0 && per_cell * static_cast<double>(total) > 0.5 * physical) {
+      std::ostringstream msg;
+      msg << std::setprecision(3) << "grid: " << total << " target cells would need about "
+          << per_cell * static_cast<double>(total) / 1073741824.0 << " GiB to expand (their configurations and "
+          << "their references'), more than half of this machine's " << physical / 1073741824.0
+          << " GiB; split the grid into several sweeps (sweep.max_cells = " << max_cells << ")";
+      ctx.fail(ctx.line_of("grid"), msg.str());
+    }
+  }
   std::vector<SweepCell> targets;
+  targets.reserve(total);
   for (std::size_t k = 0; k < total; ++k) {
     json config = base;
     json params = json::object();
@@ -488,7 +515,7 @@ SweepSpec parse_sweep_spec(const std::string& text, const std::filesystem::path&
     for (auto& cell : *list) {
       if (!names.insert(cell.name).second) ctx.fail(ctx.line_of("grid"), "two cells share the name " + cell.name);
       if (cell.role == CellRole::reference) validate(cell, ctx);
-      spec.cells.push_back(cell);
+      spec.cells.push_back(std::move(cell));
     }
   }
 

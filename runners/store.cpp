@@ -50,13 +50,7 @@ void fsync_path(const fs::path& path, bool directory) {
 }
 
 std::string read_text(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    throw StoreError("cannot read " + path.string());
-  }
-  std::ostringstream out;
-  out << in.rdbuf();
-  return out.str();
+  return read_regular_file(path);
 }
 
 std::string host_name() {
@@ -206,6 +200,29 @@ std::string utc_now() {
   char out[80];
   std::snprintf(out, sizeof out, "%s.%03dZ", buffer, static_cast<int>(millis));
   return out;
+}
+
+std::string read_regular_file(const fs::path& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) throw StoreError("cannot read " + path.string() + ": " + errno_text());
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) throw StoreError("cannot stat " + path.string() + ": " + errno_text());
+  if (!S_ISREG(st.st_mode)) throw StoreError("cannot read " + path.string() + ": not a regular file");
+  std::string text;
+  text.reserve(static_cast<std::size_t>(st.st_size));
+  char buffer[65536];
+  while (true) {
+    const ssize_t n = ::read(fd, buffer, sizeof buffer);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) throw StoreError("cannot read " + path.string() + ": " + errno_text());
+    if (n == 0) break;
+    text.append(buffer, static_cast<std::size_t>(n));
+  }
+  return text;
 }
 
 void write_file_atomic(const fs::path& path, const std::string& bytes, bool durable) {
@@ -632,7 +649,7 @@ long temporary_pid(const std::string& name) {
   const auto at = name.rfind(".tmp.");
   if (at == std::string::npos || at + 5 >= name.size()) return 0;
   const std::string digits = name.substr(at + 5);
-  if (digits.find_first_not_of("0123456789") != std::string::npos || digits.size() > 9) return 0;
+  if (digits.find_first_not_of("0123456789") != std::string::npos || digits.size() > 10) return 0;
   return std::stol(digits);
 }
 

@@ -226,6 +226,9 @@ class SweepStore {
 // match) and --resume reruns; nothing torn can pass as complete. sweep.json, spec.toml, the executable copy and
 // registrations are durable.
 void write_file_atomic(const std::filesystem::path& path, const std::string& bytes, bool durable = true);
+// The bytes of a regular file, opened without blocking: a FIFO or device planted where a record belongs is refused
+// (StoreError naming the path), never waited on or read without end.
+std::string read_regular_file(const std::filesystem::path& path);
 // Current UTC time, ISO 8601 with milliseconds.
 std::string utc_now();
 

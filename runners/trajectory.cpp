@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cstring>
 #include <fstream>
 #include <map>
@@ -351,6 +352,22 @@ struct NpyArray {
   std::int64_t data_offset = 0;
 };
 
+std::string npy_shape_text(const std::vector<std::int64_t>& shape) {
+  std::string out = "(";
+  for (std::size_t i = 0; i < shape.size(); ++i) out += (i ? ", " : "") + std::to_string(shape[i]);
+  return out + (shape.size() == 1 ? ",)" : ")");
+}
+
+// A tensor name from trajectory.json names files of the directory: it must stay inside it.
+void check_tensor_file_name(const std::filesystem::path& dir, const std::string& name) {
+  if (name.empty() || name == "." || name == ".." || name.find('/') != std::string::npos ||
+      name.find('\0') != std::string::npos) {
+    throw TrajectoryError(dir.string() + ": tensor name \"" + name +
+                          "\" is not a file name (a name must not be empty, \".\" or \"..\", or contain '/'): "
+                          "its files would lie outside the trajectory directory");
+  }
+}
+
 NpyArray read_npy_header(const std::filesystem::path& file) {
   std::ifstream in(file, std::ios::binary);
   const std::string f = file.string();
@@ -374,6 +391,14 @@ NpyArray read_npy_header(const std::filesystem::path& file) {
   } else {
     throw TrajectoryError(f + ": unsupported .npy version " + std::to_string(major));
   }
+  // The header is read only as far as the file reaches: a corrupt length must not allocate gigabytes.
+  std::error_code size_error;
+  const auto file_bytes = std::filesystem::file_size(file, size_error);
+  const std::uintmax_t prefix = major == 1 ? 10 : 12;
+  if (size_error || header_len > file_bytes || file_bytes - header_len < prefix) {
+    throw TrajectoryError(f + ": truncated .npy header (it says " + std::to_string(header_len) + " bytes, the file has " +
+                          std::to_string(size_error ? 0 : file_bytes) + ")");
+  }
   std::string header(header_len, '\0');
   if (!in.read(header.data(), header_len)) {
     throw TrajectoryError(f + ": truncated .npy header");
@@ -395,22 +420,36 @@ NpyArray read_npy_header(const std::filesystem::path& file) {
     throw TrajectoryError(f + ": Fortran-ordered array (save it C-contiguous: np.ascontiguousarray)");
   }
   p = header.find('(', value_after("shape"));
-  const auto e = header.find(')', p);
+  const auto e = p == std::string::npos ? std::string::npos : header.find(')', p);
+  if (e == std::string::npos) throw TrajectoryError(f + ": .npy header: shape is not a tuple");
   std::istringstream dims(header.substr(p + 1, e - p - 1));
   for (std::string item; std::getline(dims, item, ',');) {
-    if (item.find_first_not_of(' ') != std::string::npos) {
-      a.shape.push_back(std::stoll(item));
+    const auto first = item.find_first_not_of(' ');
+    if (first == std::string::npos) continue;
+    const auto last = item.find_last_not_of(' ');
+    const std::string digits = item.substr(first, last - first + 1);
+    if (digits.empty() || digits.size() > 15 || digits.find_first_not_of("0123456789") != std::string::npos) {
+      throw TrajectoryError(f + ": .npy header: shape entry \"" + digits + "\" is not a size");
     }
+    a.shape.push_back(std::stoll(digits));
   }
-  std::int64_t elements = 1;
-  for (auto d : a.shape) {
-    elements *= d;
+  // Sizes are checked against the file before anything is allocated from them (no overflow: each factor < 10^15,
+  // and the product is compared step by step with the file's size).
+  const std::int64_t item = a.descr.size() == 3 && std::isdigit(static_cast<unsigned char>(a.descr[2]))
+                                ? a.descr[2] - '0'
+                                : 0;
+  const auto bytes = static_cast<std::int64_t>(file_bytes);
+  std::int64_t promised = item;
+  for (const auto d : a.shape) {
+    if (d != 0 && promised > (bytes - a.data_offset) / d + 1) {
+      promised = bytes + 1;  // beyond the file whatever the other factors are
+      break;
+    }
+    promised *= d;
   }
-  const std::int64_t item = a.descr.size() >= 3 ? std::stoll(a.descr.substr(2)) : 0;
-  const auto bytes = static_cast<std::int64_t>(std::filesystem::file_size(file));
-  if (bytes < a.data_offset + elements * item) {
-    throw TrajectoryError(f + ": truncated: " + std::to_string(bytes) + " bytes, the header promises " +
-                          std::to_string(a.data_offset + elements * item));
+  if (item > 0 && bytes < a.data_offset + promised) {
+    throw TrajectoryError(f + ": truncated: " + std::to_string(bytes) + " bytes, less than its header promises (" +
+                          npy_shape_text(a.shape) + " of " + a.descr + ")");
   }
   return a;
 }
@@ -494,6 +533,7 @@ class NpyTrajectory final : public TrajectorySource {
     for (std::size_t t = 0; t < names.size(); ++t) {
       TrajectoryTensor info;
       info.name = names[t];
+      check_tensor_file_name(dir, info.name);
       info.tensor_id = static_cast<std::uint32_t>(t);
       if (meta.contains("tensors")) {
         const auto& j = meta["tensors"][t];
@@ -598,7 +638,15 @@ std::unique_ptr<TrajectorySource> open_trajectory(const std::filesystem::path& p
     throw TrajectoryError(path.string() + ": no such file or directory");
   }
   if (std::filesystem::is_directory(path)) {
-    return std::make_unique<NpyTrajectory>(path);
+    try {
+      return std::make_unique<NpyTrajectory>(path);
+    } catch (const nlohmann::json::exception& e) {  // a member of trajectory.json of the wrong type
+      throw TrajectoryError((path / "trajectory.json").string() + ": " + e.what());
+    } catch (const std::invalid_argument& e) {
+      throw TrajectoryError(path.string() + ": " + e.what());
+    } catch (const std::out_of_range& e) {
+      throw TrajectoryError(path.string() + ": " + e.what());
+    }
   }
   H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
   if (H5Fis_hdf5(path.c_str()) <= 0) {

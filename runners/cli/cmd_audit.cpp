@@ -3,7 +3,9 @@
 #include <unistd.h>
 
 #include <charconv>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -73,7 +75,7 @@ void write_file(const std::filesystem::path& path, const std::string& content) {
   out << content;
   out.close();
   if (!out) {
-    throw std::runtime_error("cannot write " + path.string());
+    throw std::runtime_error("cannot write " + path.string() + ": " + std::strerror(errno));
   }
 }
 

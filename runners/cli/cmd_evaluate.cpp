@@ -1,8 +1,10 @@
 // wbaudit evaluate DIR [--analysis A.toml] [--out REPORTDIR]: the skill report of a sweep.
+#include <filesystem>
 #include <iostream>
 
 #include "runners/cli/commands.hpp"
 #include "runners/evaluate.hpp"
+#include "runners/store.hpp"
 
 namespace wbaudit::cli {
 
@@ -49,6 +51,11 @@ void add_evaluate_command(CLI::App& app) {
     if (!args->analysis.empty()) options.analysis = args->analysis;
     options.out = args->out;
     options.figures = !args->no_figures;
+    // An existing --out is refused before anything is computed (the report never overwrites).
+    if (!args->out.empty() && std::filesystem::exists(std::filesystem::symlink_status(args->out))) {
+      throw runners::StoreError("evaluate: --out " + args->out +
+                                " already exists (an evaluation never overwrites another; choose a new directory)");
+    }
     auto result = runners::evaluate_sweep(args->sweep, options);
     auto dir = runners::write_evaluation_report(result, options);
     std::cout << "evaluated " << result.cells.size() << " cells x " << result.steps.size() << " steps of "

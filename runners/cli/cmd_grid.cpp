@@ -150,6 +150,10 @@ std::string trace_path(const GridArgs& a) {
   return (status.attempts[*status.canonical_attempt].dir / "trace.h5").string();
 }
 
+void write_grids(const GridArgs& a, const sim::Trace& trace, const std::vector<std::string>& groups,
+                 const std::vector<forecast::FormatGrid>& grids, const std::vector<std::size_t>& selected,
+                 const fs::path& dir);
+
 void run_grid(GridArgs a) {
   if (fs::is_directory(a.trace) && a.out.empty()) a.out = (fs::path(a.trace) / "grid").string();
   a.trace = trace_path(a);
@@ -191,7 +195,30 @@ void run_grid(GridArgs a) {
     }
   }
   const fs::path dir = a.out.empty() ? fs::path(a.trace).parent_path() / "grid" : fs::path(a.out);
+  // Every grid is computed before the output directory is made: an unknown format or a group the trace cannot
+  // project fails with nothing written (and no empty directory left behind).
+  std::vector<forecast::FormatGrid> grids;
+  for (const auto& group : groups) {
+    try {
+      grids.push_back(forecast::format_grid(trace, group, a.formats, a.lr_scales));
+    } catch (const forecast::ForecastError& e) {
+      throw std::runtime_error(a.trace + ": " + e.what());
+    }
+  }
+  const bool made = !fs::exists(dir);
   fs::create_directories(dir);
+  try {
+    write_grids(a, trace, groups, grids, selected, dir);
+  } catch (...) {
+    std::error_code ignored;
+    if (made) fs::remove_all(dir, ignored);
+    throw;
+  }
+}
+
+void write_grids(const GridArgs& a, const sim::Trace& trace, const std::vector<std::string>& groups,
+                 const std::vector<forecast::FormatGrid>& grids, const std::vector<std::size_t>& selected,
+                 const fs::path& dir) {
   std::ostringstream csv, summary;
   csv << "group,format,lr_scale,step,erased_fraction\n";
   summary << "group,format,lr_scale,first_step,last_step,mean,max,final\n";
@@ -199,13 +226,9 @@ void run_grid(GridArgs a) {
   std::printf(
       "Analytic grid of %s (%s): projected nearest erased fraction, %s\n", a.trace.c_str(), trace.schema.c_str(),
       all ? "mean over the recorded steps (grid_summary.csv also has max and final)" : ("at step " + a.step).c_str());
-  for (const auto& group : groups) {
-    forecast::FormatGrid grid;
-    try {
-      grid = forecast::format_grid(trace, group, a.formats, a.lr_scales);
-    } catch (const forecast::ForecastError& e) {
-      throw std::runtime_error(a.trace + ": " + e.what());
-    }
+  for (std::size_t g = 0; g < groups.size(); ++g) {
+    const std::string& group = groups[g];
+    const forecast::FormatGrid& grid = grids[g];
     std::vector<double> shown(a.formats.size() * a.lr_scales.size());
     std::printf("\n%s\n  %-6s", group.c_str(), "format");
     for (double s : a.lr_scales) std::printf(" %9s", ("s=" + csv_number(s)).c_str());

@@ -1,6 +1,7 @@
 // wbaudit import DIR TRACE...: bring traces produced outside the runner (wbaudit.torch, other tools) into a sweep
 // directory as external, non-canonical runs with their provenance.
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 #include <memory>
 #include <string>
@@ -65,23 +66,55 @@ void run_import(const Args& a) {
     throw std::invalid_argument("import: " + std::to_string(a.names.size()) + " --name values for " +
                                 std::to_string(a.traces.size()) + " traces (give one per trace, in order)");
   }
-  // Validate every trace before importing any, so that a bad one leaves the directory as it was.
+  // Validate every trace and name before importing any, so that a bad one leaves the directory as it was: the trace
+  // parses, and its content is a record of a run (sim::trace_problems), as `audit` requires of what it reads.
   for (const auto& t : a.traces) {
-    sim::read_trace(t);  // throws naming the file and what is missing
-  }
-  for (std::size_t i = 0; i < a.traces.size(); ++i) {
-    runners::ImportOptions options;
-    if (!a.names.empty()) {
-      options.name = a.names[i];
+    const auto problems = sim::trace_problems(sim::read_trace(t));  // read_trace names the file and what is missing
+    if (!problems.empty()) {
+      std::string list;
+      for (const auto& p : problems) list += "\n  " + p;
+      throw std::invalid_argument("import: " + t + " is not a well-formed trace (nothing was imported):" + list);
     }
-    options.note = a.note;
-    const runners::ExternalRun run = runners::import_external_run(a.dir, a.traces[i], options);
-    std::cout << "imported " << a.traces[i] << " -> " << run.dir.string() << " ("
-              << run.manifest["role"].get<std::string>() << ", " << run.manifest["format"].get<std::string>() << " "
-              << run.manifest["policy"].get<std::string>() << ", non-canonical: external run)\n";
   }
-  if (a.report) {
-    print_report(a);
+  for (std::size_t i = 0; i < a.names.size(); ++i) {
+    for (std::size_t j = 0; j < i; ++j) {
+      if (a.names[i] == a.names[j]) {
+        throw std::invalid_argument("import: --name " + a.names[i] + " is given twice (nothing was imported)");
+      }
+    }
+    if (std::filesystem::exists(std::filesystem::path(a.dir) / "external" / a.names[i])) {
+      throw std::invalid_argument("import: " + (std::filesystem::path(a.dir) / "external" / a.names[i]).string() +
+                                  " already exists (an import never overwrites; nothing was imported)");
+    }
+  }
+  std::vector<runners::ExternalRun> imported;
+  try {
+    for (std::size_t i = 0; i < a.traces.size(); ++i) {
+      runners::ImportOptions options;
+      if (!a.names.empty()) {
+        options.name = a.names[i];
+      }
+      options.note = a.note;
+      imported.push_back(runners::import_external_run(a.dir, a.traces[i], options));
+      const auto& run = imported.back();
+      std::cout << "imported " << a.traces[i] << " -> " << run.dir.string() << " ("
+                << run.manifest["role"].get<std::string>() << ", " << run.manifest["format"].get<std::string>() << " "
+                << run.manifest["policy"].get<std::string>() << ", non-canonical: external run)\n";
+    }
+    if (a.report) {
+      print_report(a);
+    }
+  } catch (...) {
+    // All or nothing: the runs this command imported are removed again, and the message says so.
+    for (const auto& run : imported) {
+      std::error_code ignored;
+      std::filesystem::remove_all(run.dir, ignored);
+    }
+    if (!imported.empty()) {
+      std::cerr << "wbaudit import: removed the " << imported.size()
+                << " run(s) imported above again (an import with --report is all or nothing)\n";
+    }
+    throw;
   }
 }
 

@@ -3,6 +3,7 @@
 #include <cerrno>
 #include <charconv>
 #include <cmath>
+#include <cstring>
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
@@ -55,6 +56,9 @@ std::string trim(const std::string& s) {
 
 // Decimal or hex-float (0x1.8p-3) text; the whole text must be consumed and the value finite.
 double parse_value(const std::string& text, const std::string& where) {
+  if (const auto nul = text.find('\0'); nul != std::string::npos) {  // strtod would stop there, silently
+    throw std::invalid_argument(where + ": a NUL byte at column " + std::to_string(nul + 1) + " (not a text line)");
+  }
   const char* begin = text.c_str();
   char* end = nullptr;
   errno = 0;
@@ -176,7 +180,7 @@ void run_round(Args a) {
   if (!a.file.empty()) {
     file.open(a.file);
     if (!file) {
-      throw std::invalid_argument("cannot open " + a.file);
+      throw std::invalid_argument("cannot open " + a.file + ": " + std::strerror(errno));
     }
     in = &file;
   }

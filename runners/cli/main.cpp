@@ -5,6 +5,8 @@
 #include <cstdlib>
 #include <exception>
 #include <iostream>
+#include <new>
+#include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -125,6 +127,15 @@ int main(int argc, char** argv) {
     return code == 0 ? 0 : wbaudit::cli::kExitUsage;
   } catch (const wbaudit::cli::ExitStatus& status) {
     return status.code;
+  } catch (const nlohmann::json::exception& e) {
+    // A JSON value of the wrong type or shape that no reader caught with its file name: say what it is in words.
+    std::cerr << "wbaudit: error: malformed JSON input (a record or manifest of the directory given was edited or is "
+                 "corrupt): "
+              << e.what() << "\n";
+    return 1;
+  } catch (const std::bad_alloc&) {
+    std::cerr << "wbaudit: error: out of memory (the input asks for more memory than this machine has)\n";
+    return 1;
   } catch (const std::exception& e) {
     std::cerr << "wbaudit: error: " << e.what() << "\n";
     return 1;

@@ -118,6 +118,12 @@ for target in /dev/zero fifo; do
   expect_check_fails "$f" "sweep_uuid $target" "is not a UUID"
 done
 
+# A FIFO where a manifest belongs: status answers (the cell is not canonical), nothing waits on it.
+f=$(fresh fifo-manifest)
+m=$(ls "$f"/cells/*/attempts/*/manifest.json | head -1)
+rm "$m" && mkfifo "$m"
+expect_check_fails "$f" "FIFO manifest" "not a regular file" "7 done, 1 non-canonical"
+
 # A key that others may read, and a key reached through a link, are refused (the genuine key of the sweep).
 key="$XDG_CONFIG_HOME/wbaudit/keys/$(sweep_uuid "$base")"
 chmod 644 "$key"
@@ -255,4 +261,98 @@ if "${W[@]}" deviate "$d" --reason "more" > "$work/r.out" 2>&1; then fail "devia
 grep -q "kept 2 signed entries, dropped 1" "$work/r.out" || { cat "$work/r.out"; fail "repair summary"; }
 "${W[@]}" status "$d" --check --no-scheduler > "$work/st.out" || { cat "$work/st.out"; fail "the repaired log does not verify"; }
 grep -q "deviations 3" "$work/st.out" || { cat "$work/st.out"; fail "the repair is not itself a recorded deviation"; }
+
+# ---- 6. Lower: what status covers, bounded reads, leftovers, bad input that used to half-succeed ----
+# A directory of a cell the sweep does not have; an edited summary.csv (derived outputs are journaled) and its repair.
+f=$(fresh unknown-cell)
+mkdir -p "$f/cells/0000000000000000000000000000000000000000000000000000000000000000/attempts"
+expect_check_fails "$f" "unknown cell directory" "cells/0000000000000000000000000000000000000000000000000000000000000000 is not a cell of this sweep"
+f=$(fresh edited-summary)
+sed -i '2s/,both_cross,/,neither,/; 2s/,neither,/,both_cross,/; 2s/$/ /' "$f/summary.csv"
+expect_check_fails "$f" "edited summary.csv" "summary.csv differs from the one wbaudit wrote (edited)"
+"${W[@]}" report "$f" -q || fail "report after the edit"
+"${W[@]}" status "$f" --check --no-scheduler > "$work/st.out" || { cat "$work/st.out"; fail "report did not restore summary.csv"; }
+# Temporaries of killed processes: --resume removes them (a dead pid in the name), the sweep verifies after.
+f=$(fresh leftovers)
+attempt=$(ls -d "$f"/cells/*/attempts/* | head -1)
+echo partial > "$attempt/trace.h5.tmp.2147483646"
+echo partial > "$f/report/report.md.tmp"
+"${W[@]}" run "$spec" --out "$f" --resume -q --no-report > "$work/r.out" 2>&1 || { cat "$work/r.out"; fail "resume with leftovers"; }
+[ ! -e "$attempt/trace.h5.tmp.2147483646" ] && [ ! -e "$f/report/report.md.tmp" ] || fail "resume left the temporaries"
+[ "$(ls -d "$f"/cells/*/attempts/* | wc -l)" -eq 8 ] || fail "resume reran cells because of a temporary"
+# A 22-byte .npy whose header claims 4 GB: refused from the file's size, nothing allocated (1 GB of address space).
+t="$work/npy"; mkdir -p "$t"
+"$py" -c 'import numpy as np, sys; np.save(sys.argv[1] + "/steps.npy", np.arange(2, dtype=np.int64))' "$t"
+printf '\x93NUMPY\x02\x00\xff\xff\xff\xff0123456789' > "$t/w0.u.npy"
+cp "$t/w0.u.npy" "$t/w0.w.npy"
+(ulimit -v 1000000; "${W[@]}" audit "$t" --format e4m3 --policy nearest) > "$work/a.out" 2>&1
+rc=$?
+[ "$rc" -eq 1 ] || { cat "$work/a.out"; fail "audit of a lying .npy header exited $rc"; }
+grep -q "truncated .npy header (it says 4294967295 bytes, the file has 22)" "$work/a.out" || { cat "$work/a.out"; fail "npy"; }
+# A tensor name that climbs out of the trajectory directory.
+t="$work/climb"; mkdir -p "$t"
+"$py" - "$t" <<'PY'
+import json, numpy as np, sys
+d = sys.argv[1]
+np.save(d + "/steps.npy", np.arange(2, dtype=np.int64))
+json.dump({"schema": "wbaudit.trajectory/1", "tensors": [{"name": "../escape"}]}, open(d + "/trajectory.json", "w"))
+PY
+if "${W[@]}" audit "$t" --format e4m3 --policy nearest > "$work/a.out" 2>&1; then fail "audit followed ../"; fi
+grep -q 'tensor name "../escape" is not a file name' "$work/a.out" || { cat "$work/a.out"; fail "../ not named"; }
+# A million-cell grid with max_cells raised: refused with its estimate, naming the grid (not std::bad_alloc).
+big="$work/big.toml"
+"$py" - "$spec" "$big" <<'PY'
+import sys
+text = open(sys.argv[1]).read()
+text = text.replace("[sweep]\n", "[sweep]\nmax_cells = 2000000\n", 1)
+text = text.replace("[grid]\n", "[grid]\n\"seed\" = [" + ",".join(str(i) for i in range(250000)) + "]\n", 1)
+open(sys.argv[2], "w").write(text)
+PY
+if "${W[@]}" run "$big" --out "$work/big" -q > "$work/r.out" 2>&1; then fail "a million-cell grid ran"; fi
+grep -q "grid: 1000000 target cells would need about" "$work/r.out" || { cat "$work/r.out" | cut -c1-300; fail "no estimate"; }
+[ ! -e "$work/big" ] || fail "the refused grid left a directory"
+# The same axis in two forms.
+two="$work/two_forms.toml"
+sed 's/^"optimizer.lr_scale" = \[0.5, 4.0\]$/"optimizer.lr_scale" = [0.5, 4.0]\n[grid.optimizer]\nlr_scale = [1.0]/' "$spec" > "$two"
+if "${W[@]}" run "$two" --out "$work/two" -q > "$work/r.out" 2>&1; then fail "an axis given twice was accepted"; fi
+grep -q "the same axis is given twice" "$work/r.out" || { cat "$work/r.out"; fail "axis twice"; }
+# import: a malformed trace (a bogus mode; a NaN erased fraction) is refused with nothing imported; a duplicate
+# --name is refused up front; a failing --report leaves nothing imported.
+target_trace=$(ls "$base"/cells/*/attempts/*/trace.h5 | while read -r t; do
+  "$py" -c 'import h5py,sys; sys.exit(0 if h5py.File(sys.argv[1],"r").attrs["mode"] in ("target", b"target") else 1)' "$t" && echo "$t"; done | head -1)
+cp "$target_trace" "$work/bogus.h5"
+"$py" -c 'import h5py,sys; f=h5py.File(sys.argv[1],"r+"); f.attrs["mode"]="bogus"' "$work/bogus.h5"
+cp "$target_trace" "$work/nan.h5"
+"$py" - "$work/nan.h5" <<'PY'
+import h5py, sys
+with h5py.File(sys.argv[1], "r+") as f:
+    g = f["groups"][list(f["groups"].keys())[0]]
+    d = g["erased_fraction"]; v = d[...]; v[1] = float("nan"); d[...] = v
+PY
+for bad in bogus nan; do
+  if "${W[@]}" import "$work/imp-$bad" "$work/$bad.h5" > "$work/i.out" 2>&1; then fail "import accepted $bad.h5"; fi
+  grep -q "is not a well-formed trace" "$work/i.out" || { cat "$work/i.out"; fail "import $bad: no reason"; }
+  [ -z "$(ls -A "$work/imp-$bad/external" 2>/dev/null)" ] || fail "import $bad left a run"
+done
+grep -q "is not erased / nonzero" "$work/i.out" || { cat "$work/i.out"; fail "the NaN fraction is not named"; }
+if "${W[@]}" import "$work/imp-dup" "$target_trace" "$target_trace" --name a --name a > "$work/i.out" 2>&1; then
+  fail "import accepted a duplicate --name"
+fi
+[ -z "$(ls -A "$work/imp-dup/external" 2>/dev/null)" ] || fail "a duplicate --name imported one run"
+if "${W[@]}" import "$work/imp-report" "$target_trace" --report > "$work/i.out" 2>&1; then fail "--report without a reference"; fi
+grep -q "removed the 1 run(s) imported above again" "$work/i.out" || { cat "$work/i.out"; fail "the rollback is not said"; }
+[ -z "$(ls -A "$work/imp-report/external" 2>/dev/null)" ] || fail "a failing --report kept the import"
+# grid: an error leaves no output directory behind.
+ref_trace=$(ls "$base"/cells/*/attempts/*/trace.h5 | grep -v -F "$target_trace" | while read -r t; do
+  "$py" -c 'import h5py,sys; sys.exit(0 if h5py.File(sys.argv[1],"r").attrs["mode"] in ("reference", b"reference") else 1)' "$t" && echo "$t"; done | head -1)
+if "${W[@]}" grid "$ref_trace" -o "$work/grid-out" --formats e4m4 --no-figure > "$work/g.out" 2>&1; then fail "grid e4m4"; fi
+[ ! -e "$work/grid-out" ] || fail "grid left an output directory after an error"
+# evaluate -o an existing directory: refused before anything is computed (here the analysis would also fail).
+mkdir -p "$work/ev-exists"
+printf '[template]\nhistory_cells = ["target/*format=nothing*"]\n' > "$work/bad_analysis.toml"
+if "${W[@]}" evaluate "$base" --analysis "$work/bad_analysis.toml" -o "$work/ev-exists" > "$work/e.out" 2>&1; then fail "evaluate -o existing"; fi
+grep -q "already exists" "$work/e.out" || { cat "$work/e.out"; fail "evaluate -o: the existing directory is not what it refused"; }
+# round: a NUL byte inside a line is an error, not the end of the number.
+if printf '1.5\0000garbage\n' | "${W[@]}" round --format e4m3 > "$work/o.out" 2>&1; then fail "round accepted a NUL byte"; fi
+grep -q "a NUL byte at column 4" "$work/o.out" || { cat "$work/o.out"; fail "round NUL"; }
 echo "tamper attacks: all detected or refused"
