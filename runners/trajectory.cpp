@@ -396,8 +396,8 @@ NpyArray read_npy_header(const std::filesystem::path& file) {
   const auto file_bytes = std::filesystem::file_size(file, size_error);
   const std::uintmax_t prefix = major == 1 ? 10 : 12;
   if (size_error || header_len > file_bytes || file_bytes - header_len < prefix) {
-    throw TrajectoryError(f + ": truncated .npy header (it says " + std::to_string(header_len) + " bytes, the file has " +
-                          std::to_string(size_error ? 0 : file_bytes) + ")");
+    throw TrajectoryError(f + ": truncated .npy header (it says " + std::to_string(header_len) +
+                          " bytes, the file has " + std::to_string(size_error ? 0 : file_bytes) + ")");
   }
   std::string header(header_len, '\0');
   if (!in.read(header.data(), header_len)) {
@@ -435,9 +435,8 @@ NpyArray read_npy_header(const std::filesystem::path& file) {
   }
   // Sizes are checked against the file before anything is allocated from them (no overflow: each factor < 10^15,
   // and the product is compared step by step with the file's size).
-  const std::int64_t item = a.descr.size() == 3 && std::isdigit(static_cast<unsigned char>(a.descr[2]))
-                                ? a.descr[2] - '0'
-                                : 0;
+  const std::int64_t item =
+      a.descr.size() == 3 && std::isdigit(static_cast<unsigned char>(a.descr[2])) ? a.descr[2] - '0' : 0;
   const auto bytes = static_cast<std::int64_t>(file_bytes);
   std::int64_t promised = item;
   for (const auto d : a.shape) {

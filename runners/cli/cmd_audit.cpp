@@ -2,8 +2,8 @@
 // Outputs go to a temporary directory that is renamed into place only when everything is written.
 #include <unistd.h>
 
-#include <charconv>
 #include <cerrno>
+#include <charconv>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>

@@ -1,9 +1,9 @@
 // trace.h5 through the HDF5 C API; the layout is documented in docs/trace-format.md.
 #include "sim/trace/trace.hpp"
 
-#include "sim/trace/detail/h5.hpp"
 #include "sim/precision/format.hpp"
 #include "sim/precision/policy.hpp"
+#include "sim/trace/detail/h5.hpp"
 
 #include <fcntl.h>
 #include <hdf5.h>
@@ -25,7 +25,8 @@ void group_problems(const Trace& trace, const GroupTrace& g, std::vector<std::st
   const std::size_t T = trace.recorded_steps.size();
   const std::string where = "group " + g.name + ": ";
   auto check_length = [&](std::size_t n, const char* what) {
-    if (n != T) out.push_back(where + what + " has " + std::to_string(n) + " entries for " + std::to_string(T) + " steps");
+    if (n != T)
+      out.push_back(where + what + " has " + std::to_string(n) + " entries for " + std::to_string(T) + " steps");
   };
   if (g.size < 0) out.push_back(where + "negative size");
   check_length(g.nonzero.size(), "nonzero");
@@ -47,8 +48,9 @@ void group_problems(const Trace& trace, const GroupTrace& g, std::vector<std::st
     }
     const double y = g.erased_fraction[t];
     const bool consistent =
-        g.nonzero[t] == 0 ? std::isnan(y)
-                          : std::fabs(y - static_cast<double>(g.erased[t]) / static_cast<double>(g.nonzero[t])) <= 1e-12;
+        g.nonzero[t] == 0
+            ? std::isnan(y)
+            : std::fabs(y - static_cast<double>(g.erased[t]) / static_cast<double>(g.nonzero[t])) <= 1e-12;
     if (!consistent) out.push_back(at + "erased_fraction " + std::to_string(y) + " is not erased / nonzero");
   }
   for (const auto& [format, series] : g.projected) {
