@@ -97,8 +97,8 @@ std::vector<std::string> trace_problems(const Trace& trace) {
     }
   }
   for (const double lr : trace.learning_rate) {
-    if (!std::isfinite(lr)) {
-      out.push_back("a learning rate is not finite");
+    if (std::isinf(lr) || lr < 0) {  // NaN: not recorded (external traces), allowed
+      out.push_back("a learning rate is infinite or negative");
       break;
     }
   }
