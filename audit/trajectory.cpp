@@ -354,7 +354,9 @@ struct NpyArray {
 
 std::string npy_shape_text(const std::vector<std::int64_t>& shape) {
   std::string out = "(";
-  for (std::size_t i = 0; i < shape.size(); ++i) out += (i ? ", " : "") + std::to_string(shape[i]);
+  for (std::size_t i = 0; i < shape.size(); ++i) {
+    out += (i ? ", " : "") + std::to_string(shape[i]);
+  }
   return out + (shape.size() == 1 ? ",)" : ")");
 }
 
@@ -421,11 +423,15 @@ NpyArray read_npy_header(const std::filesystem::path& file) {
   }
   p = header.find('(', value_after("shape"));
   const auto e = p == std::string::npos ? std::string::npos : header.find(')', p);
-  if (e == std::string::npos) throw TrajectoryError(f + ": .npy header: shape is not a tuple");
+  if (e == std::string::npos) {
+    throw TrajectoryError(f + ": .npy header: shape is not a tuple");
+  }
   std::istringstream dims(header.substr(p + 1, e - p - 1));
   for (std::string item; std::getline(dims, item, ',');) {
     const auto first = item.find_first_not_of(' ');
-    if (first == std::string::npos) continue;
+    if (first == std::string::npos) {
+      continue;
+    }
     const auto last = item.find_last_not_of(' ');
     const std::string digits = item.substr(first, last - first + 1);
     if (digits.empty() || digits.size() > 15 || digits.find_first_not_of("0123456789") != std::string::npos) {
@@ -454,11 +460,21 @@ NpyArray read_npy_header(const std::filesystem::path& file) {
 }
 
 std::string npy_dtype(const std::string& descr) {
-  if (descr == "<f4") return "float32";
-  if (descr == "<f8") return "float64";
-  if (descr == "<f2") return "float16";
-  if (descr == "<i8") return "int64";
-  if (descr == "<i4") return "int32";
+  if (descr == "<f4") {
+    return "float32";
+  }
+  if (descr == "<f8") {
+    return "float64";
+  }
+  if (descr == "<f2") {
+    return "float16";
+  }
+  if (descr == "<i8") {
+    return "int64";
+  }
+  if (descr == "<i4") {
+    return "int32";
+  }
   return descr;
 }
 
@@ -480,11 +496,21 @@ class NpyTrajectory final : public TrajectorySource {
         throw TrajectoryError(meta_file.string() + ": schema \"" + meta["schema"].get<std::string>() + "\" is not \"" +
                               kTrajectorySchema + "\"");
       }
-      if (meta.contains("format")) format = meta["format"].get<std::string>();
-      if (meta.contains("policy")) policy = meta["policy"].get<std::string>();
-      if (meta.contains("sr_bits")) sr_bits = meta["sr_bits"].get<int>();
-      if (meta.contains("sr_stream")) sr_stream = meta["sr_stream"].get<std::string>();
-      if (meta.contains("seed")) seed = meta["seed"].get<std::uint64_t>();
+      if (meta.contains("format")) {
+        format = meta["format"].get<std::string>();
+      }
+      if (meta.contains("policy")) {
+        policy = meta["policy"].get<std::string>();
+      }
+      if (meta.contains("sr_bits")) {
+        sr_bits = meta["sr_bits"].get<int>();
+      }
+      if (meta.contains("sr_stream")) {
+        sr_stream = meta["sr_stream"].get<std::string>();
+      }
+      if (meta.contains("seed")) {
+        seed = meta["seed"].get<std::uint64_t>();
+      }
     }
     const auto steps_file = dir / "steps.npy";
     if (!std::filesystem::exists(steps_file)) {
@@ -536,8 +562,12 @@ class NpyTrajectory final : public TrajectorySource {
       info.tensor_id = static_cast<std::uint32_t>(t);
       if (meta.contains("tensors")) {
         const auto& j = meta["tensors"][t];
-        if (j.contains("tensor_id")) info.tensor_id = j["tensor_id"].get<std::uint32_t>();
-        if (j.contains("scale")) info.scale = j["scale"].get<double>();
+        if (j.contains("tensor_id")) {
+          info.tensor_id = j["tensor_id"].get<std::uint32_t>();
+        }
+        if (j.contains("scale")) {
+          info.scale = j["scale"].get<double>();
+        }
       }
       const std::string where = d + ": tensor " + info.name;
       Files files;

@@ -48,7 +48,9 @@ void add_evaluate_command(CLI::App& app) {
   cmd->callback([args] {
     runners::EvaluateOptions options;
     options.external_reference = args->external_reference;
-    if (!args->analysis.empty()) options.analysis = args->analysis;
+    if (!args->analysis.empty()) {
+      options.analysis = args->analysis;
+    }
     options.out = args->out;
     options.figures = !args->no_figures;
     // An existing --out is refused before anything is computed (the report never overwrites).
@@ -67,11 +69,15 @@ void add_evaluate_command(CLI::App& app) {
         continue;
       }
       std::cout << ": rmse_macro " << p.metrics.rmse_macro << ", rmse_pooled " << p.metrics.rmse_pooled;
-      for (const auto& [b, s] : p.skill) std::cout << ", " << runners::baseline_key(b) << " " << s;
+      for (const auto& [b, s] : p.skill) {
+        std::cout << ", " << runners::baseline_key(b) << " " << s;
+      }
       std::cout << "\n";
     }
     std::cout << "  bootstrap units: n = " << result.resampling_units << "\n";
-    if (!result.cohort_verdict.empty()) std::cout << "cohort: " << result.cohort_verdict << "\n";
+    if (!result.cohort_verdict.empty()) {
+      std::cout << "cohort: " << result.cohort_verdict << "\n";
+    }
     std::cout << runners::gate_summary(result) << "report: " << (dir / "report.html").string() << "\n";
     if (args->check) {
       const int status = runners::gate_check_status(result);
@@ -81,7 +87,9 @@ void add_evaluate_command(CLI::App& app) {
                     : result.gates.empty()          ? "no gate declared: nothing checked (exit 4)"
                                                     : "a gate is inconclusive (exit 4)")
                 << "\n";
-      if (status != runners::kCheckPass) throw ExitStatus{status};
+      if (status != runners::kCheckPass) {
+        throw ExitStatus{status};
+      }
     }
   });
 }

@@ -64,8 +64,9 @@ void heat_map(const fs::path& dir, const std::string& stem, const std::string& t
     gp << (s ? ", " : "") << runners::report::gnuplot_string(csv_number(grid.lr_scales[s])) << " " << s;
   }
   gp << ")\nset ytics (";
-  for (std::size_t f = 0; f < grid.formats.size(); ++f)
+  for (std::size_t f = 0; f < grid.formats.size(); ++f) {
     gp << (f ? ", " : "") << runners::report::gnuplot_string(grid.formats[f]) << " " << f;
+  }
   gp << ")\n";
   std::ostringstream plot;
   plot << "plot " << runners::report::gnuplot_string(stem + ".dat") << " matrix with image notitle, "
@@ -84,33 +85,47 @@ void heat_map(const fs::path& dir, const std::string& stem, const std::string& t
 
 std::string file_stem(const std::string& group) {
   std::string s = "grid_";
-  for (char c : group) s += (std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-') ? c : '_';
+  for (char c : group) {
+    s += (std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-') ? c : '_';
+  }
   return s;
 }
 
 // TRACE itself, or the trace of the canonical attempt of the named cell's reference when TRACE is a sweep directory.
 std::string trace_path(const GridArgs& a) {
   if (!fs::is_directory(a.trace)) {
-    if (!a.cell.empty())
+    if (!a.cell.empty()) {
       throw std::runtime_error("--cell " + a.cell + ": " + a.trace + " is a file, not a sweep directory");
+    }
     return a.trace;
   }
   const auto store = runners::SweepStore::open(a.trace);
   std::vector<std::string> references;
-  for (const auto& c : store.cells())
-    if (c.role == "reference") references.push_back(c.name);
+  for (const auto& c : store.cells()) {
+    if (c.role == "reference") {
+      references.push_back(c.name);
+    }
+  }
   if (a.cell.empty()) {
     std::string list;
-    for (const auto& n : references) list += "\n  " + n;
+    for (const auto& n : references) {
+      list += "\n  " + n;
+    }
     throw std::runtime_error(a.trace +
                              " is a sweep directory: name its reference cell (or a target, for its "
                              "declared reference) with --cell; references:" +
                              list);
   }
   const runners::StoredCell* cell = store.find_by_name(a.cell);
-  if (!cell) throw std::runtime_error("--cell " + a.cell + ": no cell of that name in " + a.trace);
-  if (cell->role == "target") cell = store.find_by_name(cell->reference);
-  if (!cell) throw std::runtime_error("--cell " + a.cell + ": its reference is not a cell of " + a.trace);
+  if (!cell) {
+    throw std::runtime_error("--cell " + a.cell + ": no cell of that name in " + a.trace);
+  }
+  if (cell->role == "target") {
+    cell = store.find_by_name(cell->reference);
+  }
+  if (!cell) {
+    throw std::runtime_error("--cell " + a.cell + ": its reference is not a cell of " + a.trace);
+  }
   const auto status = store.cell_status(cell->id);
   if (!status.canonical_attempt) {
     throw std::runtime_error(a.trace + ": reference " + cell->name + " has no canonical complete trace (" +
@@ -125,12 +140,16 @@ void write_grids(const GridArgs& a, const sim::Trace& trace, const std::vector<s
                  const fs::path& dir);
 
 void run_grid(GridArgs a) {
-  if (fs::is_directory(a.trace) && a.out.empty()) a.out = (fs::path(a.trace) / "grid").string();
+  if (fs::is_directory(a.trace) && a.out.empty()) {
+    a.out = (fs::path(a.trace) / "grid").string();
+  }
   a.trace = trace_path(a);
   sim::Trace trace = sim::read_trace(a.trace);
   std::vector<std::string> groups = a.groups;
   if (groups.empty()) {
-    for (const auto& g : trace.groups) groups.push_back(g.name);
+    for (const auto& g : trace.groups) {
+      groups.push_back(g.name);
+    }
   }
   for (const auto& g : groups) {
     try {
@@ -142,18 +161,24 @@ void run_grid(GridArgs a) {
   // The selected steps: all (summaries over them), or one recorded step.
   std::vector<std::size_t> selected;
   if (a.step == "all") {
-    for (std::size_t t = 0; t < trace.recorded_steps.size(); ++t) selected.push_back(t);
+    for (std::size_t t = 0; t < trace.recorded_steps.size(); ++t) {
+      selected.push_back(t);
+    }
   } else {
     std::int64_t step = 0;
     try {
       std::size_t used = 0;
       step = std::stoll(a.step, &used);
-      if (used != a.step.size()) throw std::invalid_argument("trailing text");
+      if (used != a.step.size()) {
+        throw std::invalid_argument("trailing text");
+      }
     } catch (const std::exception&) {
       throw std::runtime_error("--step: \"" + a.step + "\" is neither a step number nor \"all\"");
     }
     for (std::size_t t = 0; t < trace.recorded_steps.size(); ++t) {
-      if (trace.recorded_steps[t] == step) selected.push_back(t);
+      if (trace.recorded_steps[t] == step) {
+        selected.push_back(t);
+      }
     }
     if (selected.empty()) {
       std::string known;
@@ -181,7 +206,9 @@ void run_grid(GridArgs a) {
     write_grids(a, trace, groups, grids, selected, dir);
   } catch (...) {
     std::error_code ignored;
-    if (made) fs::remove_all(dir, ignored);
+    if (made) {
+      fs::remove_all(dir, ignored);
+    }
     throw;
   }
 }
@@ -201,7 +228,9 @@ void write_grids(const GridArgs& a, const sim::Trace& trace, const std::vector<s
     const forecast::FormatGrid& grid = grids[g];
     std::vector<double> shown(a.formats.size() * a.lr_scales.size());
     std::printf("\n%s\n  %-6s", group.c_str(), "format");
-    for (double s : a.lr_scales) std::printf(" %9s", ("s=" + csv_number(s)).c_str());
+    for (double s : a.lr_scales) {
+      std::printf(" %9s", ("s=" + csv_number(s)).c_str());
+    }
     std::printf("\n");
     for (std::size_t f = 0; f < a.formats.size(); ++f) {
       std::printf("  %-6s", a.formats[f].c_str());
@@ -212,7 +241,9 @@ void write_grids(const GridArgs& a, const sim::Trace& trace, const std::vector<s
           const double v = grid.at(f, s, t);
           csv << csv_field(group) << "," << csv_field(a.formats[f]) << "," << csv_number(a.lr_scales[s]) << ","
               << grid.steps[t] << "," << csv_number(v) << "\n";
-          if (std::isnan(v)) continue;
+          if (std::isnan(v)) {
+            continue;
+          }
           sum += v;
           mx = std::max(mx, v);
           last = v;
@@ -227,9 +258,11 @@ void write_grids(const GridArgs& a, const sim::Trace& trace, const std::vector<s
       }
       std::printf("\n");
     }
-    for (std::size_t f = 0; f < a.formats.size(); ++f)
-      if (!grid.undefined[f].empty())
+    for (std::size_t f = 0; f < a.formats.size(); ++f) {
+      if (!grid.undefined[f].empty()) {
         std::printf("  (%s: undefined: %s)\n", a.formats[f].c_str(), grid.undefined[f].c_str());
+      }
+    }
     if (!a.no_figure) {
       heat_map(dir, file_stem(group), group + (all ? ": mean over recorded steps" : ": step " + a.step), grid, shown);
     }

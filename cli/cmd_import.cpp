@@ -50,7 +50,9 @@ void print_report(const Args& a) {
                 x.format.c_str(), x.rmse, forecast::to_string(k.category), k.predicted.time, k.measured.time);
   }
   std::cout << "crossings: " << c.summary.to_string() << "\n";
-  for (const auto& s : c.skipped) std::cout << "  skipped: " << s << "\n";
+  for (const auto& s : c.skipped) {
+    std::cout << "  skipped: " << s << "\n";
+  }
   std::cout << "report: " << runners::write_external_report(a.dir, c).string() << "\n";
 }
 
@@ -72,7 +74,9 @@ void run_import(const Args& a) {
     const auto problems = sim::trace_problems(sim::read_trace(t));  // read_trace names the file and what is missing
     if (!problems.empty()) {
       std::string list;
-      for (const auto& p : problems) list += "\n  " + p;
+      for (const auto& p : problems) {
+        list += "\n  " + p;
+      }
       throw std::invalid_argument("import: " + t + " is not a well-formed trace (nothing was imported):" + list);
     }
   }

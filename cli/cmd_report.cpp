@@ -25,7 +25,9 @@ void add_report_command(CLI::App& app) {
     const auto store = runners::SweepStore::open(*dir);
     const runners::SweepSpec spec = runners::load_sweep_spec(store.spec_path());
     const runners::SweepOutputs out = runners::write_sweep_outputs(store, spec);
-    if (!*quiet) runners::print_outputs(std::cout, out);
+    if (!*quiet) {
+      runners::print_outputs(std::cout, out);
+    }
   });
 }
 

@@ -5,11 +5,11 @@
 #include <iostream>
 
 #include "cli/commands.hpp"
-#include "util/text.hpp"
 #include "runners/evaluate/sweep_outputs.hpp"
 #include "runners/exec/executor.hpp"
 #include "runners/exec/sweep_run.hpp"
 #include "runners/spec/sweep_spec.hpp"
+#include "util/text.hpp"
 
 namespace wbaudit::cli {
 namespace {
@@ -40,7 +40,6 @@ void report_run(const runners::SweepStore& store, const runners::SweepSpec& spec
     runners::print_outputs(std::cerr, outputs);
   }
 }
-
 
 }  // namespace
 

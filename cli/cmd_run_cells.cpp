@@ -31,7 +31,9 @@ void give_up(const runners::SweepStore& store, const std::vector<std::string>& i
   std::size_t marked = 0, pending = 0;
   for (const auto& id : ids) {
     const runners::CellStatus status = store.cell_status(id);
-    if (status.state == runners::CellState::done) continue;
+    if (status.state == runners::CellState::done) {
+      continue;
+    }
     // The newest attempt is the one this task was running when it stopped (older ones were stopped by the
     // requeues before it and say so: "interrupted").
     bool ours = false;
@@ -48,7 +50,9 @@ void give_up(const runners::SweepStore& store, const std::vector<std::string>& i
         ++marked;
       }
     }
-    if (!ours && status.state == runners::CellState::pending) ++pending;
+    if (!ours && status.state == runners::CellState::pending) {
+      ++pending;
+    }
   }
   std::cerr << "wbaudit run-cells: gave up after " << restarts << " requeue(s) (cap " << cap << "): " << marked
             << " cell(s) marked failed, " << pending << " not started (still pending; wbaudit submit --resume)\n";

@@ -61,18 +61,27 @@ void add_status_command(CLI::App& app) {
     // Whatever else contradicts the sweep's record: links inside it, directories of cells it does not have,
     // registrations the journal records that are gone, derived outputs edited since wbaudit wrote them.
     std::vector<std::string> other_problems = store.link_problems();
-    for (const auto& dir : store.unknown_cell_directories())
+    for (const auto& dir : store.unknown_cell_directories()) {
       other_problems.push_back(dir + " is not a cell of this sweep (made by hand or copied in)");
-    for (auto& p : runners::missing_registrations(store)) other_problems.push_back(std::move(p));
-    for (auto& p : store.output_problems()) other_problems.push_back(std::move(p));
+    }
+    for (auto& p : runners::missing_registrations(store)) {
+      other_problems.push_back(std::move(p));
+    }
+    for (auto& p : store.output_problems()) {
+      other_problems.push_back(std::move(p));
+    }
     // Edited or hand-made registrations and deviations (signed by the sweep's key, runners/store/registry.hpp).
     std::vector<std::string> signature_problems;
-    for (const auto& r : registrations)
-      if (!r.signature_problem.empty())
+    for (const auto& r : registrations) {
+      if (!r.signature_problem.empty()) {
         signature_problems.push_back("registration " + r.sha256.substr(0, 12) + ": " + r.signature_problem);
-    for (const auto& d : deviations)
-      if (!d.signature_problem.empty())
+      }
+    }
+    for (const auto& d : deviations) {
+      if (!d.signature_problem.empty()) {
         signature_problems.push_back("deviation log line " + std::to_string(d.line) + ": " + d.signature_problem);
+      }
+    }
 
     if (args->json) {
       nlohmann::json out = {{"sweep", store.dir().string()},
@@ -179,9 +188,13 @@ void add_status_command(CLI::App& app) {
       if (!deviation_error.empty()) {
         std::cout << "PROBLEM  " << deviation_error << "\n";
       }
-      for (const auto& p : other_problems) std::cout << "PROBLEM  " << p << "\n";
+      for (const auto& p : other_problems) {
+        std::cout << "PROBLEM  " << p << "\n";
+      }
       if (store.can_verify()) {  // without the key every attempt is already said to be unverifiable
-        for (const auto& p : signature_problems) std::cout << "PROBLEM  " << p << "\n";
+        for (const auto& p : signature_problems) {
+          std::cout << "PROBLEM  " << p << "\n";
+        }
       }
       if (scheduler.value("available", false)) {
         std::cout << "scheduler (informational; completion is decided from content):\n";

@@ -17,9 +17,13 @@ namespace {
 
 // "; auto: tasks of at most about 9.5 min estimated (target 10 min)" for an automatic plan, "" otherwise.
 std::string auto_note(const runners::slurm::TaskPlan& plan) {
-  if (!plan.automatic) return "";
+  if (!plan.automatic) {
+    return "";
+  }
   double longest = 0;
-  for (const double s : plan.task_seconds) longest = std::max(longest, s);
+  for (const double s : plan.task_seconds) {
+    longest = std::max(longest, s);
+  }
   auto shown = [](double seconds) {
     std::ostringstream out;
     out << std::setprecision(2);
@@ -74,11 +78,15 @@ void add_submit_command(CLI::App& app) {
                   "model shape, steps, projections, validation and replay with per-step costs measured at one "
                   "thread (docs/slurm.md); raised when needed to respect the cluster's MaxArraySize")
       ->check([](const std::string& v) {
-        if (v == "auto") return std::string();
+        if (v == "auto") {
+          return std::string();
+        }
         try {
           std::size_t used = 0;
           const int n = std::stoi(v, &used);
-          if (used == v.size() && n >= 1) return std::string();
+          if (used == v.size() && n >= 1) {
+            return std::string();
+          }
         } catch (const std::exception&) {
         }
         return "\"" + v + "\" is neither auto nor a positive whole number";

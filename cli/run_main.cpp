@@ -65,7 +65,9 @@ void split_arguments(int argc, char** argv, std::vector<std::string>& kokkos, st
     if (a == "--threads" || a.rfind("--threads=", 0) == 0) {
       std::string_view value;
       if (a == "--threads") {
-        if (i + 1 >= argc) throw std::invalid_argument("--threads needs a value (e.g. --threads 2)");
+        if (i + 1 >= argc) {
+          throw std::invalid_argument("--threads needs a value (e.g. --threads 2)");
+        }
         value = argv[++i];
       } else {
         value = a.substr(10);
@@ -83,8 +85,12 @@ void split_arguments(int argc, char** argv, std::vector<std::string>& kokkos, st
     const bool flag = std::find(kFlags.begin(), kFlags.end(), name) != kFlags.end();
     if (!valued && !flag) {
       std::string known;
-      for (auto k : kValued) known += std::string(known.empty() ? "" : ", ") + std::string(k) + "=V";
-      for (auto k : kFlags) known += ", " + std::string(k);
+      for (auto k : kValued) {
+        known += std::string(known.empty() ? "" : ", ") + std::string(k) + "=V";
+      }
+      for (auto k : kFlags) {
+        known += ", " + std::string(k);
+      }
       throw std::invalid_argument("unknown Kokkos option " + std::string(a) + " (known: " + known +
                                   "; or --threads N)");
     }
@@ -114,7 +120,9 @@ int run_main(int argc, char** argv) {
     std::cerr << "wbaudit: error: " << e.what() << "\n";
     return kExitUsage;
   }
-  for (std::string& k : kokkos_strings) kokkos_args.push_back(k.data());
+  for (std::string& k : kokkos_strings) {
+    kokkos_args.push_back(k.data());
+  }
   int kokkos_argc = static_cast<int>(kokkos_args.size());
   Kokkos::ScopeGuard kokkos(kokkos_argc, kokkos_args.data());
   argc = static_cast<int>(cli_args.size());

@@ -15,7 +15,9 @@ void print_version() {
   int length = 0;
   MPI_Get_library_version(mpi_version, &length);  // allowed before MPI_Init
   std::string mpi(mpi_version, static_cast<std::size_t>(length));
-  if (auto cut = mpi.find_first_of(",\n"); cut != std::string::npos) mpi.resize(cut);
+  if (auto cut = mpi.find_first_of(",\n"); cut != std::string::npos) {
+    mpi.resize(cut);
+  }
   std::cout << "wbaudit " << build_info::kVersion << "\n"
             << "commit  " << build_info::kGitCommit << (build_info::kGitDirty ? " (dirty)" : "") << "\n"
             << "kokkos  " << KOKKOS_VERSION / 10000 << '.' << KOKKOS_VERSION / 100 % 100 << '.' << KOKKOS_VERSION % 100

@@ -29,7 +29,9 @@ namespace {
 void remove_if_only_lock(const std::filesystem::path& dir) {
   std::error_code ec;
   for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
-    if (entry.path().filename() != ".lock") return;
+    if (entry.path().filename() != ".lock") {
+      return;
+    }
   }
   std::filesystem::remove(dir / ".lock", ec);
   std::filesystem::remove(dir, ec);
@@ -40,19 +42,25 @@ class ProgressPrinter {
  public:
   ProgressPrinter(std::size_t total, int rank, int ranks) : m_total(total), m_rank(rank), m_ranks(ranks) {}
   void operator()(const ProgressEvent& event) {
-    if (event.kind == ProgressEvent::Kind::started) return;
+    if (event.kind == ProgressEvent::Kind::started) {
+      return;
+    }
     ++m_done;
     double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - m_start).count();
     double rate = m_done / std::max(elapsed, 1e-9);
     // Every rank runs about total/ranks cells.
     double remaining = std::max(0.0, static_cast<double>(m_total) / m_ranks - static_cast<double>(m_done));
     std::ostringstream line;
-    if (m_ranks > 1) line << "[rank " << m_rank << "] ";
+    if (m_ranks > 1) {
+      line << "[rank " << m_rank << "] ";
+    }
     line << "[" << m_done << (m_ranks > 1 ? " here" : "") << "/" << m_total << "] "
          << (event.kind == ProgressEvent::Kind::failed ? "FAILED " : "") << event.name << " (" << std::fixed
          << std::setprecision(1) << event.seconds << "s)  " << std::setprecision(2) << rate * 60 << " cells/min, ETA "
          << util::format_duration(remaining / std::max(rate, 1e-9));
-    if (event.kind == ProgressEvent::Kind::failed) line << "\n    reason: " << event.message;
+    if (event.kind == ProgressEvent::Kind::failed) {
+      line << "\n    reason: " << event.message;
+    }
     std::cerr << line.str() << "\n" << std::flush;
   }
 
@@ -67,19 +75,24 @@ class ProgressPrinter {
 
 std::vector<StoredCell> stored_cells(const SweepSpec& spec) {
   std::vector<StoredCell> cells;
-  for (auto& c : spec.cells) cells.push_back({"", c.name, role_name(c.role), c.reference, c.config});
+  for (auto& c : spec.cells) {
+    cells.push_back({"", c.name, role_name(c.role), c.reference, c.config});
+  }
   return cells;
 }
 
 void check_sweep_directory(const std::filesystem::path& dir, const SweepSpec& spec, bool resume) {
   namespace fs = std::filesystem;
   std::error_code ec;
-  if (!fs::exists(dir, ec)) return;
+  if (!fs::exists(dir, ec)) {
+    return;
+  }
   if (!fs::exists(dir / "sweep.json")) {
     // A creation interrupted before sweep.json leaves only what the store writes first (cells/, spec.toml, bin/,
     // temporaries); the store resumes it. Anything else is someone else's directory.
-    if (!fs::is_directory(dir, ec))
+    if (!fs::is_directory(dir, ec)) {
       throw StoreError(dir.string() + " exists and is not a directory; choose a new --out");
+    }
     for (const auto& entry : fs::directory_iterator(dir)) {
       const std::string name = entry.path().filename().string();
       if (name != "cells" && name != "bin" && name != "spec.toml" && name.front() != '.') {
@@ -118,7 +131,9 @@ LockedSweep create_locked(const SweepSpec& spec, const std::filesystem::path& ou
   // and a journal) there. The directory is made for the lock; a creation that fails removes it again.
   std::error_code ec;
   const bool made = std::filesystem::create_directories(out, ec);
-  if (ec) throw StoreError("cannot create " + out.string() + ": " + ec.message());
+  if (ec) {
+    throw StoreError("cannot create " + out.string() + ": " + ec.message());
+  }
   try {
     SweepLock lock = SweepLock::acquire(out);
     check_sweep_directory(out, spec, resume);  // again, now that no one else can write
@@ -127,7 +142,9 @@ LockedSweep create_locked(const SweepSpec& spec, const std::filesystem::path& ou
     SweepStore store = SweepStore::create(out, spec.text, stored_cells(spec), create);
     return LockedSweep{std::move(lock), std::move(store)};
   } catch (...) {
-    if (made) remove_if_only_lock(out);
+    if (made) {
+      remove_if_only_lock(out);
+    }
     throw;
   }
 }
@@ -143,14 +160,20 @@ ExecSummary run_sweep(const SweepSpec& spec, const RunOptions& options, MPI_Comm
   for (const auto& pattern : options.only) {
     bool matched = false;
     for (const auto& cell : spec.cells) {
-      if (::fnmatch(pattern.c_str(), cell.name.c_str(), 0) != 0) continue;
+      if (::fnmatch(pattern.c_str(), cell.name.c_str(), 0) != 0) {
+        continue;
+      }
       matched = true;
       const std::string id = cell_id(cell.config);
-      if (std::find(only_ids.begin(), only_ids.end(), id) == only_ids.end()) only_ids.push_back(id);
+      if (std::find(only_ids.begin(), only_ids.end(), id) == only_ids.end()) {
+        only_ids.push_back(id);
+      }
     }
     if (!matched) {
       std::string names;
-      for (const auto& cell : spec.cells) names += (names.empty() ? "" : ", ") + cell.name;
+      for (const auto& cell : spec.cells) {
+        names += (names.empty() ? "" : ", ") + cell.name;
+      }
       throw SpecError(spec.path.string() + ": --cells \"" + pattern +
                       "\" matches no cell of the sweep (its cells: " + names + ")");
     }
@@ -190,9 +213,15 @@ ExecSummary run_sweep(const SweepSpec& spec, const RunOptions& options, MPI_Comm
       // With the lock held: attempt directories the journal never heard of are moved aside (DIR/foreign/), so
       // they cannot sit beside canonical attempts; repairs of the frozen inputs are said.
       std::vector<std::string> notes = created.repairs();
-      for (auto& moved : created.set_aside_foreign()) notes.push_back(std::move(moved));
-      for (auto& removed : created.remove_leftover_temporaries()) notes.push_back(std::move(removed));
-      for (const auto& note : notes) std::cerr << "wbaudit run: " << note << "\n";
+      for (auto& moved : created.set_aside_foreign()) {
+        notes.push_back(std::move(moved));
+      }
+      for (auto& removed : created.remove_leftover_temporaries()) {
+        notes.push_back(std::move(removed));
+      }
+      for (const auto& note : notes) {
+        std::cerr << "wbaudit run: " << note << "\n";
+      }
     } catch (const std::exception& e) {
       create_error = e.what();
     }
@@ -200,7 +229,9 @@ ExecSummary run_sweep(const SweepSpec& spec, const RunOptions& options, MPI_Comm
   if (comm != MPI_COMM_NULL) {
     int failed = create_error.empty() ? 0 : 1;
     MPI_Bcast(&failed, 1, MPI_INT, 0, comm);
-    if (failed) throw StoreError(rank == 0 ? create_error : "rank 0 could not create the sweep directory");
+    if (failed) {
+      throw StoreError(rank == 0 ? create_error : "rank 0 could not create the sweep directory");
+    }
   } else if (!create_error.empty()) {
     throw StoreError(create_error);
   }
@@ -217,11 +248,18 @@ ExecSummary run_sweep(const SweepSpec& spec, const RunOptions& options, MPI_Comm
   ProgressPrinter printer(store.cells().size(), rank, ranks);
   const std::int64_t burn_in = crossing_burn_in(spec).steps;
   std::set<std::string> target_ids;
-  for (const auto& cell : store.cells())
-    if (cell.role == "target") target_ids.insert(cell.id);
+  for (const auto& cell : store.cells()) {
+    if (cell.role == "target") {
+      target_ids.insert(cell.id);
+    }
+  }
   exec.progress = [&](const ProgressEvent& e) {
-    if (options.progress) printer(e);
-    if (e.kind != ProgressEvent::Kind::completed || !target_ids.count(e.cell_id) || e.attempt.empty()) return;
+    if (options.progress) {
+      printer(e);
+    }
+    if (e.kind != ProgressEvent::Kind::completed || !target_ids.count(e.cell_id) || e.attempt.empty()) {
+      return;
+    }
     std::string warning;
     try {
       const sim::Trace trace = sim::read_trace(options.out / "cells" / e.cell_id / "attempts" / e.attempt / "trace.h5");
@@ -230,7 +268,9 @@ ExecSummary run_sweep(const SweepSpec& spec, const RunOptions& options, MPI_Comm
     } catch (const std::exception&) {
       return;  // the store's checks name an unreadable trace; a warning is no place for it
     }
-    if (!warning.empty()) std::cerr << "wbaudit run: warning: " << warning << "\n" << std::flush;
+    if (!warning.empty()) {
+      std::cerr << "wbaudit run: warning: " << warning << "\n" << std::flush;
+    }
   };
   if (options.progress && rank == 0) {
     std::cerr << "wbaudit run: " << spec.name << ": " << spec.count(CellRole::target) << " target runs, "
@@ -242,9 +282,10 @@ ExecSummary run_sweep(const SweepSpec& spec, const RunOptions& options, MPI_Comm
     std::cerr << "\n";
   }
   if (options.create_only) {
-    if (options.progress && rank == 0)
+    if (options.progress && rank == 0) {
       std::cerr << "wbaudit run: created " << options.out.string() << " (" << store.cells().size()
                 << " cells, none run: --create-only)\n";
+    }
     return ExecSummary{};
   }
   ExecSummary summary = execute_sweep(store, options.only.empty() ? tasks_of(store) : tasks_of(store, only_ids),
@@ -259,17 +300,24 @@ std::string early_crossing_warning(const std::string& cell_name, const sim::Trac
   std::ostringstream found;
   int count = 0;
   for (const auto& g : target.groups) {
-    if (groups.empty() ? g.size < min_group_size : std::find(groups.begin(), groups.end(), g.name) == groups.end())
+    if (groups.empty() ? g.size < min_group_size : std::find(groups.begin(), groups.end(), g.name) == groups.end()) {
       continue;
+    }
     for (std::size_t t = 0; t < target.recorded_steps.size() && t < g.erased_fraction.size(); ++t) {
-      if (t >= kEarlyRecordedSteps && target.recorded_steps[t] > burn_in) break;
-      if (!(g.erased_fraction[t] >= threshold)) continue;  // NaN (no proposal) is not a crossing
+      if (t >= kEarlyRecordedSteps && target.recorded_steps[t] > burn_in) {
+        break;
+      }
+      if (!(g.erased_fraction[t] >= threshold)) {
+        continue;  // NaN (no proposal) is not a crossing
+      }
       found << (count++ ? ", " : "") << g.name << " " << std::setprecision(3) << g.erased_fraction[t] << " at step "
             << target.recorded_steps[t];
       break;
     }
   }
-  if (count == 0) return {};
+  if (count == 0) {
+    return {};
+  }
   std::ostringstream out;
   out << cell_name << ": erased fraction at or above the threshold " << threshold << " by the burn-in (step " << burn_in
       << ") or within the first " << kEarlyRecordedSteps << " recorded steps (" << found.str()

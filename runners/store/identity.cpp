@@ -121,7 +121,9 @@ const std::string& self_executable_sha256() {
 bool is_system_library_path(const std::filesystem::path& path) {
   const std::string text = path.lexically_normal().string();
   for (const char* dir : {"/lib/", "/lib32/", "/lib64/", "/usr/lib/", "/usr/lib32/", "/usr/lib64/"}) {
-    if (text.rfind(dir, 0) == 0) return true;
+    if (text.rfind(dir, 0) == 0) {
+      return true;
+    }
   }
   return false;
 }
@@ -142,9 +144,13 @@ const std::vector<LoadedLibrary>& non_system_libraries() {
     for (const auto& path : paths) {
       std::error_code ec;
       const auto resolved = std::filesystem::canonical(path, ec);
-      if (is_system_library_path(path) || (!ec && is_system_library_path(resolved))) continue;
+      if (is_system_library_path(path) || (!ec && is_system_library_path(resolved))) {
+        continue;
+      }
       const std::string name = path.filename().string();
-      if (std::any_of(out.begin(), out.end(), [&](const LoadedLibrary& l) { return l.name == name; })) continue;
+      if (std::any_of(out.begin(), out.end(), [&](const LoadedLibrary& l) { return l.name == name; })) {
+        continue;
+      }
       out.push_back({name, path, sha256_file(path)});
     }
     std::sort(out.begin(), out.end(), [](const LoadedLibrary& a, const LoadedLibrary& b) { return a.name < b.name; });

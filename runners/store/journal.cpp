@@ -34,16 +34,24 @@ constexpr std::size_t kMaxHeadBytes = 4096;
 const std::string kZeroHash(64, '0');
 
 std::optional<std::string> from_hex(const std::string& text) {
-  if (text.size() % 2 != 0) return std::nullopt;
+  if (text.size() % 2 != 0) {
+    return std::nullopt;
+  }
   std::string out;
   for (std::size_t i = 0; i < text.size(); i += 2) {
     auto nibble = [](char c) -> int {
-      if (c >= '0' && c <= '9') return c - '0';
-      if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+      if (c >= '0' && c <= '9') {
+        return c - '0';
+      }
+      if (c >= 'a' && c <= 'f') {
+        return c - 'a' + 10;
+      }
       return -1;
     };
     const int hi = nibble(text[i]), lo = nibble(text[i + 1]);
-    if (hi < 0 || lo < 0) return std::nullopt;
+    if (hi < 0 || lo < 0) {
+      return std::nullopt;
+    }
     out.push_back(static_cast<char>(hi * 16 + lo));
   }
   return out;
@@ -67,7 +75,9 @@ std::string env(const char* name) {
 // A value from an untrusted file, safe to print: at most 80 characters, control characters as '?'.
 std::string printable(const std::string& text) {
   std::string out;
-  for (const char c : text.substr(0, 80)) out.push_back(static_cast<unsigned char>(c) < 0x20 || c == 0x7f ? '?' : c);
+  for (const char c : text.substr(0, 80)) {
+    out.push_back(static_cast<unsigned char>(c) < 0x20 || c == 0x7f ? '?' : c);
+  }
   return text.size() > 80 ? out + "..." : out;
 }
 
@@ -112,12 +122,16 @@ bool read_private_file(const fs::path& path, std::size_t max_bytes, std::string&
     why = path.string() + " has " + std::to_string(st.st_size) + " bytes, not the " + std::to_string(max_bytes) +
           (exact ? "" : " at most") + " of a wbaudit " + (exact ? "sweep key" : "journal head");
   }
-  if (!why.empty()) return false;
+  if (!why.empty()) {
+    return false;
+  }
   text.assign(static_cast<std::size_t>(st.st_size), '\0');
   std::size_t got = 0;
   while (got < text.size()) {
     const ssize_t n = ::read(fd, text.data() + got, text.size() - got);
-    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && errno == EINTR) {
+      continue;
+    }
     if (n <= 0) {
       why = "cannot read " + path.string() + (n < 0 ? ": " + errno_text() : ": it shrank while read");
       return false;
@@ -132,7 +146,9 @@ void write_all(int fd, const std::string& bytes, const fs::path& path) {
   while (written < bytes.size()) {
     const ssize_t n = ::write(fd, bytes.data() + written, bytes.size() - written);
     if (n < 0) {
-      if (errno == EINTR) continue;
+      if (errno == EINTR) {
+        continue;
+      }
       throw StoreError("cannot append to " + path.string() + ": " + errno_text());
     }
     written += static_cast<std::size_t>(n);
@@ -150,7 +166,9 @@ std::pair<std::uintmax_t, std::string> last_complete_line(int fd, std::uintmax_t
     }
     const auto end = buffer.rfind('\n');
     if (end == std::string::npos) {
-      if (from == 0) return {0, ""};
+      if (from == 0) {
+        return {0, ""};
+      }
       window *= 4;
       continue;
     }
@@ -167,11 +185,15 @@ std::pair<std::uintmax_t, std::string> last_complete_line(int fd, std::uintmax_t
 }  // namespace
 
 bool is_uuid(std::string_view text) {
-  if (text.size() != 36) return false;
+  if (text.size() != 36) {
+    return false;
+  }
   for (std::size_t i = 0; i < text.size(); ++i) {
     const char c = text[i];
     const bool dash = i == 8 || i == 13 || i == 18 || i == 23;
-    if (dash ? c != '-' : !((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
+    if (dash ? c != '-' : !((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) {
+      return false;
+    }
   }
   return true;
 }
@@ -180,7 +202,9 @@ fs::path sweep_key_path(const std::string& sweep_uuid) {
   if (!is_uuid(sweep_uuid)) {
     throw StoreError("the sweep uuid \"" + printable(sweep_uuid) + "\" is not a UUID (sweep.json was edited)");
   }
-  if (const auto file = env("WBAUDIT_KEY_FILE"); !file.empty()) return file;
+  if (const auto file = env("WBAUDIT_KEY_FILE"); !file.empty()) {
+    return file;
+  }
   if (const auto config = env("XDG_CONFIG_HOME"); !config.empty()) {
     return fs::path(config) / "wbaudit" / "keys" / sweep_uuid;
   }
@@ -223,7 +247,9 @@ SweepKey create_sweep_key(const std::string& sweep_uuid) {
   try {
     write_all(fd, std::string(kKeySchema) + " " + sweep_uuid + " " + to_hex(secret.data(), secret.size()) + "\n",
               key.path);
-    if (::fsync(fd) != 0) throw StoreError("cannot fsync " + key.path.string() + ": " + errno_text());
+    if (::fsync(fd) != 0) {
+      throw StoreError("cannot fsync " + key.path.string() + ": " + errno_text());
+    }
   } catch (...) {
     ::close(fd);
     ::unlink(key.path.c_str());
@@ -245,7 +271,9 @@ std::optional<SweepKey> load_sweep_key(const std::string& sweep_uuid, std::strin
     return std::nullopt;
   }
   std::string text;
-  if (!read_private_file(path, kKeyFileBytes, text, why_not)) return std::nullopt;
+  if (!read_private_file(path, kKeyFileBytes, text, why_not)) {
+    return std::nullopt;
+  }
   std::istringstream in(text);
   std::string schema, uuid, hex;
   in >> schema >> uuid >> hex;
@@ -265,7 +293,9 @@ std::optional<SweepKey> load_sweep_key(const std::string& sweep_uuid, std::strin
 fs::path journal_head_path(const SweepKey& key, const fs::path& sweep_dir) {
   std::error_code ec;
   fs::path where = fs::weakly_canonical(fs::absolute(sweep_dir), ec);
-  if (ec) where = fs::absolute(sweep_dir).lexically_normal();
+  if (ec) {
+    where = fs::absolute(sweep_dir).lexically_normal();
+  }
   return fs::path(key.path.string() + ".heads") / sha256_hex(where.string());
 }
 
@@ -282,7 +312,9 @@ void write_journal_head(const SweepKey& key, const fs::path& sweep_dir, const Jo
   const fs::path temp = path.string() + ".tmp." + std::to_string(::getpid());
   ::unlink(temp.c_str());
   const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-  if (fd < 0) throw StoreError("cannot write the journal head " + temp.string() + ": " + errno_text());
+  if (fd < 0) {
+    throw StoreError("cannot write the journal head " + temp.string() + ": " + errno_text());
+  }
   try {
     write_all(fd, canonical_json(value) + "\n", temp);
   } catch (...) {
@@ -301,7 +333,9 @@ void write_journal_head(const SweepKey& key, const fs::path& sweep_dir, const Jo
 std::optional<JournalHead> read_journal_head(const SweepKey& key, const fs::path& sweep_dir, std::string& problem) {
   const fs::path path = journal_head_path(key, sweep_dir);
   struct stat st {};
-  if (::lstat(path.c_str(), &st) != 0 && errno == ENOENT) return std::nullopt;
+  if (::lstat(path.c_str(), &st) != 0 && errno == ENOENT) {
+    return std::nullopt;
+  }
   std::string text, why;
   if (!read_private_file(path, kMaxHeadBytes, text, why)) {
     problem = "the journal head: " + why;
@@ -327,7 +361,9 @@ std::string sign_json(const SweepKey& key, const std::string& context, const nlo
 }
 
 bool signature_valid(const SweepKey& key, const std::string& context, const nlohmann::json& value) {
-  if (!value.is_object() || !value.contains("hmac") || !value["hmac"].is_string()) return false;
+  if (!value.is_object() || !value.contains("hmac") || !value["hmac"].is_string()) {
+    return false;
+  }
   const std::string given = value["hmac"].get<std::string>();
   const std::string expected = sign_json(key, context, value);
   return given.size() == expected.size() && CRYPTO_memcmp(given.data(), expected.data(), given.size()) == 0;
@@ -336,15 +372,21 @@ bool signature_valid(const SweepKey& key, const std::string& context, const nloh
 void journal_read_more(const fs::path& journal, const SweepKey& key, JournalIndex& index) {
   std::ifstream in(journal, std::ios::binary);
   if (!in) {
-    if (index.entries == 0 && index.problems.empty()) index.problems.push_back(journal.string() + " is missing");
+    if (index.entries == 0 && index.problems.empty()) {
+      index.problems.push_back(journal.string() + " is missing");
+    }
     return;
   }
-  if (index.offset == 0) index.last_hash = kZeroHash;
+  if (index.offset == 0) {
+    index.last_hash = kZeroHash;
+  }
   in.seekg(static_cast<std::streamoff>(index.offset));
   std::string line;
   constexpr std::size_t kMaxProblems = 20;
   auto problem = [&](const std::string& text) {
-    if (index.problems.size() < kMaxProblems) index.problems.push_back(text);
+    if (index.problems.size() < kMaxProblems) {
+      index.problems.push_back(text);
+    }
   };
   index.torn_tail = false;
   while (std::getline(in, line)) {
@@ -383,7 +425,9 @@ void journal_read_more(const fs::path& journal, const SweepKey& key, JournalInde
     }
     const std::string event = text("event");
     if (event == "sweep") {
-      if (seq != 0) problem(where + ": a second creation record");
+      if (seq != 0) {
+        problem(where + ": a second creation record");
+      }
       index.sweep_json = text("sweep_sha256");
     } else if (event == "begin" || event == "finish") {
       const auto id = std::make_pair(text("cell"), text("attempt"));
@@ -406,7 +450,9 @@ void journal_read_more(const fs::path& journal, const SweepKey& key, JournalInde
       index.outputs.clear();
       if (files != entry.end() && files->is_object()) {
         for (const auto& [name, digest] : files->items()) {
-          if (digest.is_string()) index.outputs[name] = digest.get<std::string>();
+          if (digest.is_string()) {
+            index.outputs[name] = digest.get<std::string>();
+          }
         }
       }
     } else {
@@ -439,10 +485,14 @@ std::size_t journal_append(const fs::path& journal, const SweepKey& key, nlohman
     ~Closer() { ::close(fd); }  // also releases the flock
   } closer{fd};
   while (::flock(fd, LOCK_EX) != 0) {
-    if (errno != EINTR) throw StoreError("cannot lock the journal " + journal.string() + ": " + errno_text());
+    if (errno != EINTR) {
+      throw StoreError("cannot lock the journal " + journal.string() + ": " + errno_text());
+    }
   }
   struct stat st {};
-  if (::fstat(fd, &st) != 0) throw StoreError("cannot stat " + journal.string() + ": " + errno_text());
+  if (::fstat(fd, &st) != 0) {
+    throw StoreError("cannot stat " + journal.string() + ": " + errno_text());
+  }
   const auto size = static_cast<std::uintmax_t>(st.st_size);
   const auto [end, last] = last_complete_line(fd, size, journal);
   if (end != size && ::ftruncate(fd, static_cast<off_t>(end)) != 0) {  // drop a torn last line

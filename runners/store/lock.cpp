@@ -20,9 +20,15 @@ namespace {
 std::string read_all(int fd) {
   std::string text;
   char buffer[512];
-  if (::lseek(fd, 0, SEEK_SET) < 0) return text;
-  for (ssize_t n; (n = ::read(fd, buffer, sizeof buffer)) > 0;) text.append(buffer, static_cast<std::size_t>(n));
-  while (!text.empty() && (text.back() == '\n' || text.back() == '\0')) text.pop_back();
+  if (::lseek(fd, 0, SEEK_SET) < 0) {
+    return text;
+  }
+  for (ssize_t n; (n = ::read(fd, buffer, sizeof buffer)) > 0;) {
+    text.append(buffer, static_cast<std::size_t>(n));
+  }
+  while (!text.empty() && (text.back() == '\n' || text.back() == '\0')) {
+    text.pop_back();
+  }
   return text;
 }
 

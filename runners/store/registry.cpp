@@ -80,7 +80,9 @@ std::string resolve_cell(const SweepStore& store, const std::string& key) {
 // between): signed by the sweep's key, so only the runner made it; `register` of the same analysis journals it.
 std::optional<Registration> finish_interrupted_registration(const SweepStore& store, const fs::path& dir) {
   const auto journaled = store.journaled_records();
-  if (!journaled || journaled->registrations.count(dir.filename().string())) return std::nullopt;
+  if (!journaled || journaled->registrations.count(dir.filename().string())) {
+    return std::nullopt;
+  }
   const std::string text = read_text(dir / "registration.json");
   nlohmann::json j;
   try {
@@ -88,7 +90,9 @@ std::optional<Registration> finish_interrupted_registration(const SweepStore& st
   } catch (const nlohmann::json::exception&) {
     return std::nullopt;
   }
-  if (!j.value("journaled", false) || !store.signature_problem(kRegistrationSchema, j).empty()) return std::nullopt;
+  if (!j.value("journaled", false) || !store.signature_problem(kRegistrationSchema, j).empty()) {
+    return std::nullopt;
+  }
   Registration r = registration_from_json(j, dir);
   if (r.sha256 != dir.filename().string() || !fs::is_regular_file(r.frozen) || sha256_file(r.frozen) != r.sha256) {
     return std::nullopt;
@@ -180,7 +184,9 @@ Registration register_analysis(const SweepStore& store, const fs::path& analysis
   r.outcome_cells = analysis_outcome_cells(store, analysis);
   const fs::path dir = store.dir() / "registry" / r.sha256;
   if (fs::exists(dir / "registration.json")) {
-    if (auto finished = finish_interrupted_registration(store, dir)) return *finished;
+    if (auto finished = finish_interrupted_registration(store, dir)) {
+      return *finished;
+    }
     throw RegistryError("the analysis " + analysis.string() + " (hash " + r.sha256 + ") is already registered in " +
                         store.dir().string());
   }
@@ -252,7 +258,9 @@ std::vector<Registration> registrations(const fs::path& sweep_dir, const SweepSt
       const std::string text = read_text(file);
       const nlohmann::json j = nlohmann::json::parse(text);
       r = registration_from_json(j, entry.path());
-      if (store) r.signature_problem = store->signature_problem(kRegistrationSchema, j);
+      if (store) {
+        r.signature_problem = store->signature_problem(kRegistrationSchema, j);
+      }
       if (r.signature_problem.empty() && journaled) {
         const auto it = journaled->registrations.find(r.sha256);
         if (it == journaled->registrations.end()) {
@@ -285,7 +293,9 @@ std::vector<Registration> registrations(const fs::path& sweep_dir, const SweepSt
 std::vector<std::string> missing_registrations(const SweepStore& store) {
   std::vector<std::string> problems;
   const auto journaled = store.journaled_records();
-  if (!journaled) return problems;
+  if (!journaled) {
+    return problems;
+  }
   for (const auto& [sha, registration_sha] : journaled->registrations) {
     const fs::path file = store.dir() / "registry" / sha / "registration.json";
     if (!fs::exists(file)) {
@@ -382,7 +392,9 @@ Deviation record_deviation(const SweepStore& store, const std::string& what, con
                           {"why", d.why},
                           {"cells", d.cells},
                           {"prev_sha256", sha256_hex(before)}};
-  if (store.can_verify()) entry["hmac"] = store.sign(kDeviationSchema, entry);
+  if (store.can_verify()) {
+    entry["hmac"] = store.sign(kDeviationSchema, entry);
+  }
   const std::string line = entry.dump() + "\n";
   append_to_log(log, line);
   d.line = static_cast<int>(count_lines(before)) + 1;
@@ -446,7 +458,9 @@ std::vector<Deviation> read_deviations(const fs::path& sweep_dir, const SweepSto
 }
 
 DeviationRepair repair_deviation_log(const SweepStore& store, const std::string& why, const std::string& who) {
-  if (why.empty()) throw RegistryError("a repair of the deviation log needs a reason (--reason)");
+  if (why.empty()) {
+    throw RegistryError("a repair of the deviation log needs a reason (--reason)");
+  }
   store.require_key("repair the deviation log of");
   store.require_no_links("repair the deviation log of");
   const SweepLock records_lock = SweepLock::acquire_records(store.dir());
@@ -474,7 +488,9 @@ DeviationRepair repair_deviation_log(const SweepStore& store, const std::string&
     ++repair.kept;
   }
   std::string dropped;
-  for (const auto& [n, sha] : repair.dropped) dropped += (dropped.empty() ? "" : ", ") + std::to_string(n);
+  for (const auto& [n, sha] : repair.dropped) {
+    dropped += (dropped.empty() ? "" : ", ") + std::to_string(n);
+  }
   nlohmann::json entry = {
       {"schema", kDeviationSchema},
       {"who", who.empty() ? current_user() : who},
@@ -488,7 +504,9 @@ DeviationRepair repair_deviation_log(const SweepStore& store, const std::string&
   rebuilt += entry.dump() + "\n";
   write_file_atomic(log, rebuilt);
   nlohmann::json dropped_json = nlohmann::json::array();
-  for (const auto& [n, sha] : repair.dropped) dropped_json.push_back({{"line", n}, {"sha256", sha}});
+  for (const auto& [n, sha] : repair.dropped) {
+    dropped_json.push_back({{"line", n}, {"sha256", sha}});
+  }
   store.journal_record({{"event", "deviation-repair"},
                         {"lines", count_lines(rebuilt)},
                         {"log_sha256", sha256_hex(rebuilt)},

@@ -96,7 +96,9 @@ std::string freeze_executable(const fs::path& source, const std::string& source_
 // {name: sha256} of the non-system libraries this process loaded, as recorded in attempt manifests.
 nlohmann::json loaded_libraries_json() {
   nlohmann::json out = nlohmann::json::object();
-  for (const auto& library : non_system_libraries()) out[library.name] = library.sha256;
+  for (const auto& library : non_system_libraries()) {
+    out[library.name] = library.sha256;
+  }
   return out;
 }
 
@@ -104,7 +106,9 @@ nlohmann::json loaded_libraries_json() {
 bool empty_but_lock(const fs::path& dir) {
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(dir, ec)) {
-    if (entry.path().filename() != ".lock") return false;
+    if (entry.path().filename() != ".lock") {
+      return false;
+    }
   }
   return !ec;
 }
@@ -128,7 +132,9 @@ bool process_gone(const nlohmann::json& manifest) {
   if (pid <= 0) {
     return false;
   }
-  if (::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) return true;
+  if (::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) {
+    return true;
+  }
   // A zombie has exited and only waits to be reaped: a worker killed with its parent is reparented to PID 1, which in
   // a container may reap it late or never. /proc/PID/stat: "pid (comm) S ...", the state after the last ')'.
   std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
@@ -218,7 +224,9 @@ SweepStore SweepStore::create(const fs::path& dir, const std::string& spec_text,
     store.require_no_links("resume");
     if (const auto problems = store.check_record(); !problems.empty()) {
       std::string list;
-      for (const auto& p : problems) list += "\n  " + p;
+      for (const auto& p : problems) {
+        list += "\n  " + p;
+      }
       throw StoreError("cannot resume " + dir.string() + ": its signed record was edited, so its attempts cannot be " +
                        "trusted; start a new sweep directory (or restore journal.jsonl and sweep.json):" + list);
     }
@@ -241,7 +249,9 @@ SweepStore SweepStore::create(const fs::path& dir, const std::string& spec_text,
     for (const auto& [name, sha] : store.m_libraries) {
       const fs::path frozen_lib = store.library_dir() / name;
       const bool missing = !fs::exists(frozen_lib);
-      if (!missing && sha256_file(frozen_lib) == sha) continue;
+      if (!missing && sha256_file(frozen_lib) == sha) {
+        continue;
+      }
       const std::string what = missing ? "is missing" : "was modified (hash differs from sweep.json)";
       const auto& loaded = non_system_libraries();
       const auto it = std::find_if(loaded.begin(), loaded.end(),
@@ -344,7 +354,9 @@ SweepStore SweepStore::create(const fs::path& dir, const std::string& spec_text,
                           {"binary_sha256", store.m_binary_sha256},
                           {"build", build_identity()},
                           {"cells", cells_json}};
-  if (store.m_has_libraries) sweep["libraries"] = libraries;
+  if (store.m_has_libraries) {
+    sweep["libraries"] = libraries;
+  }
   // The journal starts with the signed hash of sweep.json; sweep.json is written last: its presence marks a
   // completely created sweep directory.
   const std::string sweep_text = sweep.dump(1) + "\n";
@@ -418,7 +430,9 @@ void SweepStore::load_key() {
 }
 
 fs::path SweepStore::key_path() const {
-  if (can_verify()) return m_signing->key->path;
+  if (can_verify()) {
+    return m_signing->key->path;
+  }
   return is_uuid(m_sweep_uuid) ? sweep_key_path(m_sweep_uuid) : fs::path();
 }
 
@@ -436,12 +450,16 @@ std::string SweepStore::sign(const std::string& context, const nlohmann::json& v
 }
 
 std::string SweepStore::signature_problem(const std::string& context, const nlohmann::json& value) const {
-  if (!can_verify()) return "cannot be verified: " + key_problem();
-  if (!value.is_object() || !value.contains("hmac"))
+  if (!can_verify()) {
+    return "cannot be verified: " + key_problem();
+  }
+  if (!value.is_object() || !value.contains("hmac")) {
     return "not signed (written by hand, or before records were signed)";
-  if (!signature_valid(*m_signing->key, context, value))
+  }
+  if (!signature_valid(*m_signing->key, context, value)) {
     return "not signed by this sweep's key (edited, or made "
            "with another sweep's key)";
+  }
   return {};
 }
 
@@ -453,23 +471,35 @@ void SweepStore::require_key(const std::string& what) const {
 
 SweepStore::JournalView SweepStore::journal_view(const std::string& cell_id, const std::string& uuid) const {
   JournalView view;
-  if (!can_verify()) return view;
+  if (!can_verify()) {
+    return view;
+  }
   std::lock_guard<std::mutex> guard(m_signing->mutex);
   JournalIndex& index = m_signing->index;
   std::error_code ec;
   const auto size = fs::file_size(journal_path(), ec);
-  if (ec || size < index.offset) index = JournalIndex{};  // missing, or shorter than what was read: read afresh
-  if (ec || size != index.offset || index.entries == 0) journal_read_more(journal_path(), *m_signing->key, index);
+  if (ec || size < index.offset) {
+    index = JournalIndex{};  // missing, or shorter than what was read: read afresh
+  }
+  if (ec || size != index.offset || index.entries == 0) {
+    journal_read_more(journal_path(), *m_signing->key, index);
+  }
   const auto id = std::make_pair(cell_id, uuid);
   view.begun = index.begun.count(id) > 0;
   view.entries = index.entries;
-  if (auto it = index.finished.find(id); it != index.finished.end()) view.finished = it->second;
+  if (auto it = index.finished.find(id); it != index.finished.end()) {
+    view.finished = it->second;
+  }
   return view;
 }
 
 std::vector<std::string> SweepStore::check_record() const {
-  if (!m_sweep_uuid.empty() && !is_uuid(m_sweep_uuid)) return {key_problem()};
-  if (!can_verify()) return {};
+  if (!m_sweep_uuid.empty() && !is_uuid(m_sweep_uuid)) {
+    return {key_problem()};
+  }
+  if (!can_verify()) {
+    return {};
+  }
   (void)journal_view("", "");  // brings the index up to date
   std::lock_guard<std::mutex> guard(m_signing->mutex);
   const JournalIndex& index = m_signing->index;
@@ -486,7 +516,9 @@ std::vector<std::string> SweepStore::check_record() const {
   }
   std::string head_problem;
   const auto head = read_journal_head(*m_signing->key, m_dir, head_problem);
-  if (!head_problem.empty()) problems.push_back(head_problem);
+  if (!head_problem.empty()) {
+    problems.push_back(head_problem);
+  }
   if (head && head->entries > index.entries) {
     problems.push_back(journal_path().string() + " has " + std::to_string(index.entries) + " entries, but its signed " +
                        "head (" + journal_head_path(*m_signing->key, m_dir).string() + ") records " +
@@ -499,7 +531,9 @@ std::vector<std::string> SweepStore::check_record() const {
 }
 
 std::optional<SweepStore::JournaledRecords> SweepStore::journaled_records() const {
-  if (!can_verify()) return std::nullopt;
+  if (!can_verify()) {
+    return std::nullopt;
+  }
   (void)journal_view("", "");
   std::lock_guard<std::mutex> guard(m_signing->mutex);
   const JournalIndex& index = m_signing->index;
@@ -516,22 +550,32 @@ std::vector<std::string> SweepStore::link_problems() const {
   std::error_code ec;
   for (auto it = fs::recursive_directory_iterator(m_dir, fs::directory_options::skip_permission_denied, ec);
        !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
-    if (!it->is_symlink(ec)) continue;
+    if (!it->is_symlink(ec)) {
+      continue;
+    }
     std::error_code ignored;
     const fs::path target = fs::read_symlink(it->path(), ignored);
     problems.push_back(it->path().string() + " is a symbolic link (to " + target.string() +
                        "): wbaudit never writes through links; remove it (a sweep holds none)");
-    if (problems.size() >= 20) break;
+    if (problems.size() >= 20) {
+      break;
+    }
   }
-  if (ec) problems.push_back("cannot list " + m_dir.string() + ": " + ec.message());
+  if (ec) {
+    problems.push_back("cannot list " + m_dir.string() + ": " + ec.message());
+  }
   return problems;
 }
 
 void SweepStore::require_no_links(const std::string& what) const {
   const auto problems = link_problems();
-  if (problems.empty()) return;
+  if (problems.empty()) {
+    return;
+  }
   std::string list;
-  for (const auto& p : problems) list += "\n  " + p;
+  for (const auto& p : problems) {
+    list += "\n  " + p;
+  }
   throw StoreError("cannot " + what + " " + m_dir.string() + ":" + list);
 }
 
@@ -540,14 +584,18 @@ std::vector<std::string> SweepStore::unknown_cell_directories() const {
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(m_dir / "cells", ec)) {
     const std::string name = entry.path().filename().string();
-    if (!m_index.count(name)) out.push_back("cells/" + name);
+    if (!m_index.count(name)) {
+      out.push_back("cells/" + name);
+    }
   }
   std::sort(out.begin(), out.end());
   return out;
 }
 
 bool SweepStore::journal_torn_tail() const {
-  if (!can_verify()) return false;
+  if (!can_verify()) {
+    return false;
+  }
   (void)journal_view("", "");
   std::lock_guard<std::mutex> guard(m_signing->mutex);
   return m_signing->index.torn_tail;
@@ -559,7 +607,9 @@ namespace {
 std::map<std::string, fs::path> derived_outputs(const fs::path& dir) {
   std::map<std::string, fs::path> out;
   for (const char* name : {"summary.csv", "trajectories.csv"}) {
-    if (fs::is_regular_file(dir / name)) out[name] = dir / name;
+    if (fs::is_regular_file(dir / name)) {
+      out[name] = dir / name;
+    }
   }
   std::error_code ec;
   for (auto it = fs::recursive_directory_iterator(dir / "report", ec); !ec && it != fs::recursive_directory_iterator();
@@ -574,9 +624,13 @@ std::map<std::string, fs::path> derived_outputs(const fs::path& dir) {
 // The pid in a temporary's name ".<name>.tmp.<pid>" / "<name>.tmp.<pid>", or 0.
 long temporary_pid(const std::string& name) {
   const auto at = name.rfind(".tmp.");
-  if (at == std::string::npos || at + 5 >= name.size()) return 0;
+  if (at == std::string::npos || at + 5 >= name.size()) {
+    return 0;
+  }
   const std::string digits = name.substr(at + 5);
-  if (digits.find_first_not_of("0123456789") != std::string::npos || digits.size() > 10) return 0;
+  if (digits.find_first_not_of("0123456789") != std::string::npos || digits.size() > 10) {
+    return 0;
+  }
   return std::stol(digits);
 }
 
@@ -587,16 +641,22 @@ bool pid_alive(long pid) {
 }  // namespace
 
 void SweepStore::record_outputs() const {
-  if (!can_verify()) return;
+  if (!can_verify()) {
+    return;
+  }
   nlohmann::json files = nlohmann::json::object();
-  for (const auto& [name, path] : derived_outputs(m_dir)) files[name] = sha256_file(path);
+  for (const auto& [name, path] : derived_outputs(m_dir)) {
+    files[name] = sha256_file(path);
+  }
   journal_record({{"event", "outputs"}, {"files", files}});
 }
 
 std::vector<std::string> SweepStore::output_problems() const {
   std::vector<std::string> problems;
   const auto records = journaled_records();
-  if (!records || records->outputs.empty()) return problems;
+  if (!records || records->outputs.empty()) {
+    return problems;
+  }
   const auto present = derived_outputs(m_dir);
   const std::string fix = " (`wbaudit report " + m_dir.string() + "` writes them again from the canonical traces)";
   for (const auto& [name, sha] : records->outputs) {
@@ -608,7 +668,9 @@ std::vector<std::string> SweepStore::output_problems() const {
     }
   }
   for (const auto& [name, path] : present) {
-    if (!records->outputs.count(name)) problems.push_back(name + " was not written by wbaudit" + fix);
+    if (!records->outputs.count(name)) {
+      problems.push_back(name + " was not written by wbaudit" + fix);
+    }
   }
   return problems;
 }
@@ -621,21 +683,31 @@ std::vector<std::string> SweepStore::remove_leftover_temporaries() const {
     const std::string name = path.filename().string();
     const long pid = temporary_pid(name);
     const bool temporary = pid > 0 || (name.size() > 4 && name.compare(name.size() - 4, 4, ".tmp") == 0);
-    if (!temporary) return;
+    if (!temporary) {
+      return;
+    }
     if (attempt_done || (pid > 0 ? !pid_alive(pid) : path.parent_path().filename() == "report")) {
       doomed.push_back(path);
     }
   };
-  for (const auto& entry : fs::directory_iterator(m_dir, ec)) consider(entry.path(), false);
-  for (const auto& entry : fs::directory_iterator(m_dir / "report", ec)) consider(entry.path(), false);
+  for (const auto& entry : fs::directory_iterator(m_dir, ec)) {
+    consider(entry.path(), false);
+  }
+  for (const auto& entry : fs::directory_iterator(m_dir / "report", ec)) {
+    consider(entry.path(), false);
+  }
   for (const auto& cell : m_cells) {
     for (const auto& attempt : fs::directory_iterator(m_dir / "cells" / cell.id / "attempts", ec)) {
       std::vector<fs::path> temporaries;
       std::error_code inner;
       for (const auto& entry : fs::directory_iterator(attempt.path(), inner)) {
-        if (entry.path().filename().string().find(".tmp") != std::string::npos) temporaries.push_back(entry.path());
+        if (entry.path().filename().string().find(".tmp") != std::string::npos) {
+          temporaries.push_back(entry.path());
+        }
       }
-      if (temporaries.empty()) continue;
+      if (temporaries.empty()) {
+        continue;
+      }
       // Only the manifest is read (not the trace hashes): an attempt that ended, or whose process is gone, is done
       // writing.
       nlohmann::json manifest;
@@ -646,7 +718,9 @@ std::vector<std::string> SweepStore::remove_leftover_temporaries() const {
       }
       const std::string status = manifest.is_object() ? manifest.value("status", std::string()) : std::string();
       const bool done = status == "complete" || status == "failed" || (status == "running" && process_gone(manifest));
-      for (const auto& path : temporaries) consider(path, done);
+      for (const auto& path : temporaries) {
+        consider(path, done);
+      }
     }
   }
   for (const auto& path : doomed) {
@@ -656,7 +730,9 @@ std::vector<std::string> SweepStore::remove_leftover_temporaries() const {
     } else {
       fs::remove_all(path, rm);
     }
-    if (!rm) removed.push_back("removed " + path.string() + ", a temporary left by a killed process");
+    if (!rm) {
+      removed.push_back("removed " + path.string() + ", a temporary left by a killed process");
+    }
   }
   return removed;
 }
@@ -670,9 +746,13 @@ std::vector<std::string> SweepStore::set_aside_foreign() const {
       fs::path to = m_dir / "foreign" / stored.id / name;
       std::error_code ec;
       fs::create_directories(to.parent_path(), ec);
-      for (int n = 1; fs::exists(to); ++n) to = m_dir / "foreign" / stored.id / (name + "." + std::to_string(n));
+      for (int n = 1; fs::exists(to); ++n) {
+        to = m_dir / "foreign" / stored.id / (name + "." + std::to_string(n));
+      }
       fs::rename(from, to, ec);
-      if (ec) throw StoreError("cannot move " + from.string() + " to " + to.string() + ": " + ec.message());
+      if (ec) {
+        throw StoreError("cannot move " + from.string() + " to " + to.string() + ": " + ec.message());
+      }
       moved.push_back("cell " + stored.name + ": moved the foreign attempt directory " + name + " (not made by this " +
                       "sweep's runner) to " + to.string());
     }

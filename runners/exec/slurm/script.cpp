@@ -10,26 +10,38 @@
 namespace wbaudit::runners::slurm {
 
 std::optional<long> slurm_time_seconds(const std::string& text) {
-  if (text == "UNLIMITED" || text == "INFINITE") return LONG_MAX;
+  if (text == "UNLIMITED" || text == "INFINITE") {
+    return LONG_MAX;
+  }
   static const std::regex kForm(R"(^(?:(\d{1,5})-)?(\d{1,9})(?::(\d{1,2}))?(?::(\d{1,2}))?$)");
   std::smatch m;
-  if (!std::regex_match(text, m, kForm)) return std::nullopt;
+  if (!std::regex_match(text, m, kForm)) {
+    return std::nullopt;
+  }
   auto num = [&](int i) { return m[i].matched ? std::stol(m[i].str()) : 0L; };
   const bool days = m[1].matched;
   long seconds = 0;
   if (days) {  // days-hours[:minutes[:seconds]]
-    if (num(2) >= 24 || num(3) >= 60 || num(4) >= 60) return std::nullopt;
+    if (num(2) >= 24 || num(3) >= 60 || num(4) >= 60) {
+      return std::nullopt;
+    }
     seconds = ((num(1) * 24 + num(2)) * 60 + num(3)) * 60 + num(4);
   } else if (m[4].matched) {  // hours:minutes:seconds
-    if (num(3) >= 60 || num(4) >= 60) return std::nullopt;
+    if (num(3) >= 60 || num(4) >= 60) {
+      return std::nullopt;
+    }
     seconds = (num(2) * 60 + num(3)) * 60 + num(4);
   } else if (m[3].matched) {  // minutes:seconds
-    if (num(3) >= 60) return std::nullopt;
+    if (num(3) >= 60) {
+      return std::nullopt;
+    }
     seconds = num(2) * 60 + num(3);
   } else {  // minutes
     seconds = num(2) * 60;
   }
-  if (seconds <= 0) return std::nullopt;
+  if (seconds <= 0) {
+    return std::nullopt;
+  }
   return seconds;
 }
 
@@ -193,7 +205,9 @@ std::vector<std::pair<std::size_t, std::size_t>> pack_under(const std::vector<do
     }
     sum += seconds[i];
   }
-  if (begin < seconds.size()) ranges.emplace_back(begin, seconds.size());
+  if (begin < seconds.size()) {
+    ranges.emplace_back(begin, seconds.size());
+  }
   return ranges;
 }
 
@@ -213,7 +227,9 @@ TaskPlan plan_tasks_by_cost(const std::vector<std::string>& cell_ids, const std:
   }
   double total = 0, largest = 0;
   for (const double s : cell_seconds) {
-    if (!(s >= 0) || !std::isfinite(s)) throw std::invalid_argument("plan_tasks_by_cost: a negative estimate");
+    if (!(s >= 0) || !std::isfinite(s)) {
+      throw std::invalid_argument("plan_tasks_by_cost: a negative estimate");
+    }
     total += s;
     largest = std::max(largest, s);
   }
@@ -240,7 +256,9 @@ TaskPlan plan_tasks_by_cost(const std::vector<std::string>& cell_ids, const std:
   for (const auto& [b, e] : ranges) {
     plan.tasks.emplace_back(cell_ids.begin() + static_cast<long>(b), cell_ids.begin() + static_cast<long>(e));
     double sum = 0;
-    for (std::size_t i = b; i < e; ++i) sum += cell_seconds[i];
+    for (std::size_t i = b; i < e; ++i) {
+      sum += cell_seconds[i];
+    }
     plan.task_seconds.push_back(sum);
     plan.cells_per_task = std::max(plan.cells_per_task, static_cast<int>(e - b));
   }
@@ -273,7 +291,9 @@ std::optional<long> parse_max_array_size(const std::string& text) {
 // (no others, no links) with the registered hashes. The executable's RUNPATH looks in bin/lib/ first, so a library
 // dropped there would otherwise be loaded by the frozen binary, with the key in reach.
 static std::string verify_frozen(const ScriptPaths& p) {
-  if (p.frozen.empty()) return "";
+  if (p.frozen.empty()) {
+    return "";
+  }
   std::vector<std::string> listing;
   for (const auto& [path, sha] : p.frozen) {
     listing.push_back("./" + path);
@@ -283,7 +303,9 @@ static std::string verify_frozen(const ScriptPaths& p) {
   }
   std::sort(listing.begin(), listing.end());
   std::string expected;
-  for (const auto& entry : listing) expected += entry + " ";
+  for (const auto& entry : listing) {
+    expected += entry + " ";
+  }
   std::ostringstream s;
   s << "# The frozen binary and its libraries must be exactly those registered in sweep.json (checked before the key\n"
     << "# is exported or anything in bin/ runs).\n"
@@ -293,7 +315,9 @@ static std::string verify_frozen(const ScriptPaths& p) {
     << "    [ \"$(cd \"$sweep/bin\" && find . -mindepth 1 | LC_ALL=C sort | tr '\\n' ' ')\" = " << shell_quote(expected)
     << " ] &&\n"
     << "    (cd \"$sweep/bin\" && sha256sum --quiet --strict --check) <<'WBAUDIT_FROZEN'\n";
-  for (const auto& [path, sha] : p.frozen) s << sha << "  " << path << "\n";
+  for (const auto& [path, sha] : p.frozen) {
+    s << sha << "  " << path << "\n";
+  }
   s << "WBAUDIT_FROZEN\n"
     << "}\n"
     << "if ! frozen_intact; then\n"
@@ -306,7 +330,9 @@ static std::string verify_frozen(const ScriptPaths& p) {
 
 // Lines giving the job the sweep's signing key, unless its environment already names one.
 static std::string key_export(const ScriptPaths& p) {
-  if (p.key_file.empty()) return "";
+  if (p.key_file.empty()) {
+    return "";
+  }
   return "if [ -z \"${WBAUDIT_KEY_FILE:-}\" ]; then export WBAUDIT_KEY_FILE=" + shell_quote(p.key_file.string()) +
          "; fi\n";
 }
@@ -333,7 +359,9 @@ std::string render_array_script(const ScriptPaths& p, std::size_t task_count, co
     << "#SBATCH --ntasks=1\n"
     << "#SBATCH --cpus-per-task=" << o.cpus_per_task << "\n";
   common_directives(s, o);
-  for (const auto& extra : o.sbatch_options) s << "#SBATCH " << extra << "\n";
+  for (const auto& extra : o.sbatch_options) {
+    s << "#SBATCH " << extra << "\n";
+  }
   s << "set -u\n"
     << "sweep=" << shell_quote(p.sweep_dir.string()) << "\n"
     << "tasks=" << shell_quote(p.tasks_file.string()) << "\n"
@@ -364,7 +392,9 @@ std::string render_mpi_script(const ScriptPaths& p, const SlurmOptions& o) {
     << "#SBATCH --ntasks=" << o.mpi_ranks << "\n"
     << "#SBATCH --cpus-per-task=" << o.cpus_per_task << "\n";
   common_directives(s, o);
-  for (const auto& extra : o.sbatch_options) s << "#SBATCH " << extra << "\n";
+  for (const auto& extra : o.sbatch_options) {
+    s << "#SBATCH " << extra << "\n";
+  }
   s << "set -u\n"
     << "sweep=" << shell_quote(p.sweep_dir.string()) << "\n"
     << "tasks=" << shell_quote(p.tasks_file.string()) << "\n"

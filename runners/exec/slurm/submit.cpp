@@ -106,10 +106,14 @@ TaskPlan plan_for(const std::vector<std::string>& cell_ids, const std::vector<nl
   TaskPlan plan;
   if (options.mpi_ranks > 0) {
     plan.cells_per_task = static_cast<int>(cell_ids.size());
-    if (!cell_ids.empty()) plan.tasks.push_back(cell_ids);
+    if (!cell_ids.empty()) {
+      plan.tasks.push_back(cell_ids);
+    }
     return plan;
   }
-  if (options.cells_per_task > 0) return plan_tasks(cell_ids, options.cells_per_task, max_array_size);
+  if (options.cells_per_task > 0) {
+    return plan_tasks(cell_ids, options.cells_per_task, max_array_size);
+  }
   if (options.cells_per_task < 0) {
     throw std::invalid_argument("--cells-per-task must be auto or >= 1, not " + std::to_string(options.cells_per_task));
   }
@@ -119,7 +123,9 @@ TaskPlan plan_for(const std::vector<std::string>& cell_ids, const std::vector<nl
   }
   std::vector<double> seconds;
   seconds.reserve(configs.size());
-  for (const auto& config : configs) seconds.push_back(estimate_cell_seconds(config, options.cpus_per_task));
+  for (const auto& config : configs) {
+    seconds.push_back(estimate_cell_seconds(config, options.cpus_per_task));
+  }
   return plan_tasks_by_cost(cell_ids, seconds, auto_task_seconds(options), max_array_size);
 }
 
@@ -135,7 +141,9 @@ ScriptIdentity script_identity(const SweepStore& store) {
   ScriptIdentity identity;
   identity.key_file = store.key_path().empty() ? fs::path() : fs::absolute(store.key_path());
   identity.frozen.emplace_back("wbaudit", store.binary_sha256());
-  for (const auto& [name, sha] : store.libraries()) identity.frozen.emplace_back("lib/" + name, sha);
+  for (const auto& [name, sha] : store.libraries()) {
+    identity.frozen.emplace_back("lib/" + name, sha);
+  }
   return identity;
 }
 
@@ -147,15 +155,18 @@ ScriptIdentity new_sweep_script_identity() {
     identity.key_file = fs::absolute(named && *named ? example : example.parent_path() / "<sweep uuid>");
   }
   identity.frozen.emplace_back("wbaudit", self_executable_sha256());
-  for (const auto& library : non_system_libraries())
+  for (const auto& library : non_system_libraries()) {
     identity.frozen.emplace_back("lib/" + library.name, library.sha256);
+  }
   return identity;
 }
 
 fs::path next_submission_path(const fs::path& sweep_dir) {
   for (int n = 1;; ++n) {
     fs::path dir = sweep_dir / "slurm" / ("submit-" + std::to_string(n));
-    if (!fs::exists(dir)) return dir;
+    if (!fs::exists(dir)) {
+      return dir;
+    }
   }
 }
 
