@@ -37,8 +37,10 @@ struct F32 {
   static void storeu(float* p, V x) { _mm256_storeu_ps(p, x); }
   static V fmadd(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
   static V mul(V a, V b) { return _mm256_mul_ps(a, b); }
-  static void store_lanes(float* p, V x, int lanes) {
-    _mm256_maskstore_ps(p, _mm256_cmpgt_epi32(_mm256_set1_epi32(lanes), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)), x);
+  static void store_lanes(float* p, V x, int lanes) { _mm256_maskstore_ps(p, lane_mask(lanes), x); }
+  static V load_lanes(const float* p, int lanes) { return _mm256_maskload_ps(p, lane_mask(lanes)); }
+  static __m256i lane_mask(int lanes) {  // all ones in the first `lanes` lanes
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32(lanes), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
   }
   // r[j] becomes column j of the 8 x 8 block whose rows were r[0..7]: pairs interleaved, groups of 4 within each
   // 128-bit lane, then the two lanes.
@@ -72,8 +74,10 @@ struct F64 {
   static void storeu(double* p, V x) { _mm256_storeu_pd(p, x); }
   static V fmadd(V a, V b, V c) { return _mm256_fmadd_pd(a, b, c); }
   static V mul(V a, V b) { return _mm256_mul_pd(a, b); }
-  static void store_lanes(double* p, V x, int lanes) {
-    _mm256_maskstore_pd(p, _mm256_cmpgt_epi64(_mm256_set1_epi64x(lanes), _mm256_setr_epi64x(0, 1, 2, 3)), x);
+  static void store_lanes(double* p, V x, int lanes) { _mm256_maskstore_pd(p, lane_mask(lanes), x); }
+  static V load_lanes(const double* p, int lanes) { return _mm256_maskload_pd(p, lane_mask(lanes)); }
+  static __m256i lane_mask(int lanes) {
+    return _mm256_cmpgt_epi64(_mm256_set1_epi64x(lanes), _mm256_setr_epi64x(0, 1, 2, 3));
   }
   static void transpose(V* r) {  // 4 x 4
     V t[4];

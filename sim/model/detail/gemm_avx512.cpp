@@ -40,9 +40,11 @@ struct F32 {
   static void storeu(float* p, V x) { _mm512_storeu_ps(p, x); }
   static V fmadd(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
   static V mul(V a, V b) { return _mm512_mul_ps(a, b); }
-  static void store_lanes(float* p, V x, int lanes) {
-    _mm512_mask_storeu_ps(p, static_cast<__mmask16>((1u << lanes) - 1u), x);
+  static void store_lanes(float* p, V x, int lanes) {  // the first `lanes` lanes (1..16)
+    _mm512_mask_storeu_ps(p, lane_mask(lanes), x);
   }
+  static V load_lanes(const float* p, int lanes) { return _mm512_maskz_loadu_ps(lane_mask(lanes), p); }
+  static __mmask16 lane_mask(int lanes) { return static_cast<__mmask16>((1u << lanes) - 1u); }
   // r[j] becomes column j of the 16 x 16 block whose rows were r[0..15]: pairs interleaved, then groups of 4 within
   // each 128-bit lane, then the 128-bit lanes themselves in two steps.
   static void transpose(V* r) {
@@ -83,9 +85,9 @@ struct F64 {
   static void storeu(double* p, V x) { _mm512_storeu_pd(p, x); }
   static V fmadd(V a, V b, V c) { return _mm512_fmadd_pd(a, b, c); }
   static V mul(V a, V b) { return _mm512_mul_pd(a, b); }
-  static void store_lanes(double* p, V x, int lanes) {
-    _mm512_mask_storeu_pd(p, static_cast<__mmask8>((1u << lanes) - 1u), x);
-  }
+  static void store_lanes(double* p, V x, int lanes) { _mm512_mask_storeu_pd(p, lane_mask(lanes), x); }
+  static V load_lanes(const double* p, int lanes) { return _mm512_maskz_loadu_pd(lane_mask(lanes), p); }
+  static __mmask8 lane_mask(int lanes) { return static_cast<__mmask8>((1u << lanes) - 1u); }
   static void transpose(V* r) {  // 8 x 8, as F32's with pairs of doubles for groups of 4 floats
     V t[8], u[8];
     for (int i = 0; i < 4; ++i) {  // t[2i + c]: rows 2i, 2i+1, column 2 lane + c in each 128-bit lane

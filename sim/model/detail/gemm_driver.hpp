@@ -93,39 +93,54 @@ void gemm_interleave(const Scalar* src, std::ptrdiff_t ld, int rows, int w, int 
   }
 }
 
-// dst[p * W + c] = src[p * ld + c] for c < cols, 0 for cols <= c < W: an operand already laid out along the sliver
-// (op(A) = A^T, op(B) = B) copied row by row.
+// Slivers of W values along an operand already laid out that way (op(A) = A^T, op(B) = B): for every sliver s,
+// dst[s * W * kb + p * W + c] = src[p * ld + s * W + c] for s * W + c < cols, 0 beyond. Row by row over all the
+// slivers, so that memory is read in long contiguous runs (sliver by sliver, each row would be a short strided read).
+// The vector paths do the same with (masked) vector loads and stores (VectorKernel::copy_rows).
 template <class Scalar>
 void gemm_copy_rows(const Scalar* src, std::ptrdiff_t ld, int cols, int w, int kb, Scalar* dst) {
+  const std::ptrdiff_t sliver = static_cast<std::ptrdiff_t>(w) * kb;
   for (int p = 0; p < kb; ++p) {
     const Scalar* in = src + p * ld;
     Scalar* out = dst + static_cast<std::ptrdiff_t>(p) * w;
-    for (int c = 0; c < cols; ++c) {
-      out[c] = in[c];
-    }
-    for (int c = cols; c < w; ++c) {
-      out[c] = Scalar(0);
+    for (int c0 = 0; c0 < cols; c0 += w, out += sliver) {
+      const int n = std::min(w, cols - c0);
+      for (int c = 0; c < n; ++c) {
+        out[c] = in[c0 + c];
+      }
+      for (int c = n; c < w; ++c) {
+        out[c] = Scalar(0);
+      }
     }
   }
 }
 
-// One sliver of op(A): rows [i0, i0 + rows) and k values [p0, p0 + kb) as dst[p * kMr + r].
+// op(A)'s rows [i0, i0 + rows) and k values [p0, p0 + kb) as slivers of kMr rows: dst[s * kMr * kb + p * kMr + r].
 template <class Kernel, class Scalar>
 void gemm_pack_a(Op op, const Scalar* a, int lda, int i0, int rows, int p0, int kb, Scalar* dst) {
+  constexpr int Mr = Kernel::kMr;
   if (op == Op::transpose) {  // op(A)(i, p) = a[p * lda + i]
-    gemm_copy_rows(a + static_cast<std::ptrdiff_t>(p0) * lda + i0, lda, rows, Kernel::kMr, kb, dst);
-  } else {  // op(A)(i, p) = a[i * lda + p]
-    Kernel::interleave(a + static_cast<std::ptrdiff_t>(i0) * lda + p0, lda, rows, Kernel::kMr, kb, dst);
+    Kernel::copy_rows(a + static_cast<std::ptrdiff_t>(p0) * lda + i0, lda, rows, Mr, kb, dst);
+    return;
+  }
+  for (int r = 0; r < rows; r += Mr) {  // op(A)(i, p) = a[i * lda + p]
+    Kernel::interleave(a + static_cast<std::ptrdiff_t>(i0 + r) * lda + p0, lda, std::min(Mr, rows - r), Mr, kb,
+                       dst + static_cast<std::ptrdiff_t>(r) * kb);
   }
 }
 
-// One sliver of op(B): columns [j0, j0 + cols) and k values [p0, p0 + kb) as dst[p * kNr + c].
+// op(B)'s columns [j0, j0 + cols) and k values [p0, p0 + kb) as slivers of kNr columns: dst[s * kNr * kb + p * kNr
+// + c].
 template <class Kernel, class Scalar>
 void gemm_pack_b(Op op, const Scalar* b, int ldb, int p0, int kb, int j0, int cols, Scalar* dst) {
+  constexpr int Nr = Kernel::kNr;
   if (op == Op::none) {  // op(B)(p, j) = b[p * ldb + j]
-    gemm_copy_rows(b + static_cast<std::ptrdiff_t>(p0) * ldb + j0, ldb, cols, Kernel::kNr, kb, dst);
-  } else {  // op(B)(p, j) = b[j * ldb + p]
-    Kernel::interleave(b + static_cast<std::ptrdiff_t>(j0) * ldb + p0, ldb, cols, Kernel::kNr, kb, dst);
+    Kernel::copy_rows(b + static_cast<std::ptrdiff_t>(p0) * ldb + j0, ldb, cols, Nr, kb, dst);
+    return;
+  }
+  for (int c = 0; c < cols; c += Nr) {  // op(B)(p, j) = b[j * ldb + p]
+    Kernel::interleave(b + static_cast<std::ptrdiff_t>(j0 + c) * ldb + p0, ldb, std::min(Nr, cols - c), Nr, kb,
+                       dst + static_cast<std::ptrdiff_t>(c) * kb);
   }
 }
 
@@ -212,16 +227,10 @@ void gemm_packed(Op op_a, Op op_b, int m, int n, int k, Scalar alpha, const Scal
     for (int pc = 0; pc < k; pc += kc) {
       const int kb = std::min(kc, k - pc);
       const bool first = pc == 0, last = pc + kb == k;
-      for (int jr = 0; jr < nb; jr += Nr) {
-        gemm_pack_b<Kernel>(op_b, b, ldb, pc, kb, jc + jr, std::min(Nr, nb - jr),
-                            packed_b + static_cast<std::ptrdiff_t>(jr) * kb);
-      }
+      gemm_pack_b<Kernel>(op_b, b, ldb, pc, kb, jc, nb, packed_b);
       for (int ic = 0; ic < m; ic += mc) {
         const int mb = std::min(mc, m - ic);
-        for (int ir = 0; ir < mb; ir += Mr) {
-          gemm_pack_a<Kernel>(op_a, a, lda, ic + ir, std::min(Mr, mb - ir), pc, kb,
-                              packed_a + static_cast<std::ptrdiff_t>(ir) * kb);
-        }
+        gemm_pack_a<Kernel>(op_a, a, lda, ic, mb, pc, kb, packed_a);
         for (int jr = 0; jr < nb; jr += Nr) {
           const Scalar* bp = packed_b + static_cast<std::ptrdiff_t>(jr) * kb;
           for (int ir = 0; ir < mb; ir += Mr) {
@@ -241,10 +250,10 @@ void gemm_packed(Op op_a, Op op_b, int m, int n, int k, Scalar alpha, const Scal
 }
 
 // The vector paths' micro-kernel, on a vector type described by T (gemm_avx2.cpp, gemm_avx512.cpp: set1, zero, load,
-// loadu, storeu, fmadd, mul, kLanes, and for packing transpose and store_lanes): Mr rows x Nv vectors of accumulators,
-// each lane one element of C updated by one fused multiply-add per k in order; then the contract's last step, or the
-// partial sums stored. Slivers of B are packed two vectors wide (kNr); Nv = 1 computes the first half (the narrow tiles
-// at the right edge of C).
+// loadu, storeu, fmadd, mul, kLanes, and for packing transpose, load_lanes and store_lanes): Mr rows x Nv vectors of
+// accumulators, each lane one element of C updated by one fused multiply-add per k in order; then the contract's last
+// step, or the partial sums stored. Slivers of B are packed two vectors wide (kNr); Nv = 1 computes the first half (the
+// narrow tiles at the right edge of C).
 template <class T, int Mr, int Nv>
 [[gnu::always_inline]] inline void vector_tile(int kb, const typename T::Scalar* ap, const typename T::Scalar* bp,
                                                const GemmTile<typename T::Scalar>& t) {
@@ -293,11 +302,33 @@ template <class T, int Mr, int Kc, int Mc, int Nc>
 struct VectorKernel {
   using Scalar = typename T::Scalar;
   static constexpr int kMr = Mr, kNr = 2 * T::kLanes, kNarrow = T::kLanes, kKc = Kc, kMc = Mc, kNc = Nc;
-  static void tile(int kb, const Scalar* ap, const Scalar* bp, const GemmTile<Scalar>& t) {
+  // Out of line: inlined into the driver's loops, GCC kept values of theirs in registers across the k loop and spilled
+  // an accumulator of AVX2's 6 x 16 tile to the stack.
+  [[gnu::noinline]] static void tile(int kb, const Scalar* ap, const Scalar* bp, const GemmTile<Scalar>& t) {
     vector_tile<T, Mr, 2>(kb, ap, bp, t);
   }
-  static void tile_narrow(int kb, const Scalar* ap, const Scalar* bp, const GemmTile<Scalar>& t) {
+  [[gnu::noinline]] static void tile_narrow(int kb, const Scalar* ap, const Scalar* bp, const GemmTile<Scalar>& t) {
     vector_tile<T, Mr, 1>(kb, ap, bp, t);
+  }
+  // gemm_copy_rows, a vector at a time: masked loads past the end of a row (they read nothing there and give zeros, the
+  // padding), masked stores for a sliver narrower than whole vectors (AVX-512's 14 rows).
+  static void copy_rows(const Scalar* src, std::ptrdiff_t ld, int cols, int w, int kb, Scalar* dst) {
+    constexpr int L = T::kLanes;
+    const std::ptrdiff_t sliver = static_cast<std::ptrdiff_t>(w) * kb;
+    for (int p = 0; p < kb; ++p) {
+      const Scalar* in = src + p * ld;
+      Scalar* out = dst + static_cast<std::ptrdiff_t>(p) * w;
+      for (int c0 = 0; c0 < cols; c0 += w, out += sliver) {
+        const int n = std::min(w, cols - c0);
+        for (int v = 0; v < w; v += L) {
+          const int stored = std::min(L, w - v), loaded = std::max(0, std::min(stored, n - v));
+          const typename T::V x = loaded == L  ? T::loadu(in + c0 + v)
+                                  : loaded > 0 ? T::load_lanes(in + c0 + v, loaded)
+                                               : T::zero();
+          T::store_lanes(out + v, x, stored);
+        }
+      }
+    }
   }
   // gemm_interleave, kLanes rows x kLanes k values at a time through a register transpose.
   static void interleave(const Scalar* src, std::ptrdiff_t ld, int rows, int w, int kb, Scalar* dst) {
@@ -334,6 +365,9 @@ struct PlainKernel {
   static constexpr int kMr = Mr, kNr = Nr, kKc = Kc, kMc = Mc, kNc = Nc, kNarrow = 0;
   static void interleave(const Scalar* src, std::ptrdiff_t ld, int rows, int w, int kb, Scalar* dst) {
     gemm_interleave(src, ld, rows, w, kb, dst);
+  }
+  static void copy_rows(const Scalar* src, std::ptrdiff_t ld, int cols, int w, int kb, Scalar* dst) {
+    gemm_copy_rows(src, ld, cols, w, kb, dst);
   }
   static void tile(int kb, const Scalar* ap, const Scalar* bp, const GemmTile<Scalar>& t) {
     Scalar acc[Mr][Nr];
