@@ -172,7 +172,7 @@ void gemm_tile(int kb, const Scalar* ap, const Scalar* bp, int rows, int cols, c
       return;
     }
   }
-  alignas(64) Scalar local[Mr * Nr];
+  alignas(64) Scalar local[Mr * Nr] = {};
   if (t.in) {
     for (int r = 0; r < rows; ++r) {
       for (int c = 0; c < cols; ++c) {
