@@ -59,6 +59,7 @@ class GemmBuffer {
   Scalar* get(std::size_t count) {
     if (count > m_capacity) {
       const std::size_t bytes = (count * sizeof(Scalar) + 63) / 64 * 64;
+      m_capacity = 0;  // stays 0 if the allocation fails
       m_data.reset(static_cast<Scalar*>(std::aligned_alloc(64, bytes)));
       if (!m_data) {
         throw std::bad_alloc();
