@@ -1,49 +1,25 @@
 #pragma once
-// Matrix products for the decoder through cblas (Debian's OpenBLAS), row-major.
-//
-// Determinism: OpenBLAS is pinned to one thread (pin_blas_single_thread), so one call's result is a pure function of
-// its operands; a product is split into row blocks of C whose height is a function of the product's row count alone
-// (gemm_block_rows, never of the thread count) and Kokkos spreads the blocks over its threads. Each element of C is
-// therefore computed by the same single-threaded call at any thread count, and the result is bitwise identical at
-// 1, 2 or N threads.
-#include <cblas.h>
-
+// A product split into row blocks of C that Kokkos spreads over its threads; each block is one single-threaded call
+// of detail::gemm (gemm.hpp), whose every element follows the fixed summation order there whatever rows the block
+// holds. The block height is a function of the product's row count alone (gemm_block_rows, never of the thread count),
+// so the result is bitwise identical at 1, 2 or N threads, and on every CPU.
 #include <Kokkos_Core.hpp>
 #include <algorithm>
 #include <initializer_list>
 #include <vector>
 
+#include "sim/model/detail/gemm.hpp"
+
 namespace wbaudit::sim::detail {
 
-enum class Op { none, transpose };
-
 // Row blocks are multiples of 64 rows, about 4 per product, at most 512 rows. Fewer, taller calls pack the shared
-// operand op(B) fewer times (OpenBLAS packs all of it in every call): on the 1M decoder's shapes one thread reaches
-// 81-86 GFLOP/s with 64-row calls, 87-95 with 256-512 (docs/performance.md); 4 blocks per product, and several
-// independent products per launch (gemm_parallel), still leave work for every thread of a small machine.
+// operand op(B) fewer times (every call packs all of it); 4 blocks per product, and several independent products per
+// launch (gemm_parallel), still leave work for every thread of a small machine.
 inline constexpr int kGemmBlockQuantum = 64;
 inline constexpr int kGemmMaxBlockRows = 512;
 inline int gemm_block_rows(int m) {
   const int quanta = (m + kGemmBlockQuantum - 1) / kGemmBlockQuantum;
   return std::min(kGemmMaxBlockRows, kGemmBlockQuantum * std::max(1, (quanta + 3) / 4));
-}
-
-// Pins OpenBLAS to one thread (it is called from inside Kokkos' parallel regions; a threaded OpenBLAS would both
-// oversubscribe and split its reductions by its own thread count). Idempotent.
-void pin_blas_single_thread();
-
-inline CBLAS_TRANSPOSE cblas_op(Op op) {
-  return op == Op::none ? CblasNoTrans : CblasTrans;
-}
-
-// C [m x n] = alpha * op(A) * op(B) + beta * C, row-major with leading dimensions lda, ldb, ldc; one BLAS call.
-inline void gemm(Op op_a, Op op_b, int m, int n, int k, float alpha, const float* a, int lda, const float* b, int ldb,
-                 float beta, float* c, int ldc) {
-  cblas_sgemm(CblasRowMajor, cblas_op(op_a), cblas_op(op_b), m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-}
-inline void gemm(Op op_a, Op op_b, int m, int n, int k, double alpha, const double* a, int lda, const double* b,
-                 int ldb, double beta, double* c, int ldc) {
-  cblas_dgemm(CblasRowMajor, cblas_op(op_a), cblas_op(op_b), m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
 // One product C [m x n] = alpha * op(A) * op(B) + beta * C. With `then_add` set, the product is C += alpha *
@@ -73,7 +49,7 @@ void gemm_rows(const Gemm<Scalar>& g, int row0, int rows) {
 }
 
 // Independent products (and their then_add continuations), each split into blocks of gemm_block_rows(m) rows, all
-// blocks of all products in one launch, dynamically scheduled: one single-threaded BLAS call per block and product.
+// blocks of all products in one launch, dynamically scheduled: one single-threaded gemm call per block and product.
 template <class ExecSpace, class Scalar>
 void gemm_parallel(const ExecSpace& space, const char* label, std::initializer_list<Gemm<Scalar>> products) {
   struct Block {
