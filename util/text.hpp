@@ -20,6 +20,10 @@ std::string shown_number(double x, int precision = 4);
 // A duration for progress lines: "42s" under 90 s, "3.5min" under 90 min, else "2.1h".
 std::string format_duration(double seconds);
 
+// " (did you mean \"x\"?)" for the candidate closest to word in edit distance (Levenshtein, case-insensitive)
+// when it is close enough to be a typo (distance <= max(1, |word| / 3)); empty otherwise.
+std::string did_you_mean(std::string_view word, const std::vector<std::string>& candidates);
+
 // text without leading and trailing blanks (spaces, tabs, carriage returns).
 std::string trim(std::string_view text);
 
