@@ -17,7 +17,9 @@ constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 stats::CellTable empty_table(const std::vector<EvaluationCell>& cells, const std::vector<std::int64_t>& grid) {
   stats::CellTable t;
-  for (const auto& c : cells) t.cells.push_back(c.label());
+  for (const auto& c : cells) {
+    t.cells.push_back(c.label());
+  }
   t.steps = grid;
   t.values =
       Eigen::MatrixXd::Constant(static_cast<Eigen::Index>(cells.size()), static_cast<Eigen::Index>(grid.size()), kNaN);
@@ -41,7 +43,9 @@ std::vector<double> aligned(const Series& s, const std::vector<std::int64_t>& gr
 
 // The cell's M: given, or the target format's (floating formats only; integer formats have absolute gaps).
 int mantissa_width(const EvaluationCell& c) {
-  if (c.man_bits >= 0) return c.man_bits;
+  if (c.man_bits >= 0) {
+    return c.man_bits;
+  }
   sim::FormatSpec f;
   try {
     f = sim::format_from_name(c.format);
@@ -67,7 +71,9 @@ stats::CellTable projection_table(PredictorKind kind, const std::vector<Evaluati
   for (std::size_t r = 0; r < cells.size(); ++r) {
     const EvaluationCell& c = cells[r];
     const auto& trace = kind == PredictorKind::matched_reference ? c.matched_reference : c.reference;
-    if (!trace) throw ForecastError(name + ": cell \"" + c.label() + "\" has no reference trace");
+    if (!trace) {
+      throw ForecastError(name + ": cell \"" + c.label() + "\" has no reference trace");
+    }
     Series s;
     try {
       if (kind == PredictorKind::analytic_grid) {
@@ -89,7 +95,9 @@ stats::CellTable projection_table(PredictorKind kind, const std::vector<Evaluati
 const PredictorTable& EvaluationTables::predictor(std::string_view name) const {
   std::string known;
   for (const auto& p : predictors) {
-    if (p.name == name) return p;
+    if (p.name == name) {
+      return p;
+    }
     known += (known.empty() ? "" : ", ") + p.name;
   }
   throw ForecastError("no predictor \"" + std::string(name) + "\" (built: " + known + ")");
@@ -103,7 +111,9 @@ stats::CellTable common_time_table(const stats::CellTable& outcome) {
                         std::to_string(outcome.cells.size()) + " cells and " + std::to_string(outcome.steps.size()) +
                         " steps");
   }
-  if (outcome.cells.empty()) throw ForecastError("common_time_table: no cells");
+  if (outcome.cells.empty()) {
+    throw ForecastError("common_time_table: no cells");
+  }
   stats::CellTable out = outcome;
   for (Eigen::Index t = 0; t < outcome.cols(); ++t) {
     double sum = 0;
@@ -115,7 +125,9 @@ stats::CellTable common_time_table(const stats::CellTable& outcome) {
                             outcome.cells[static_cast<std::size_t>(r)] + "\" at step " +
                             std::to_string(outcome.steps[static_cast<std::size_t>(t)]));
       }
-      if (std::isnan(v)) continue;
+      if (std::isnan(v)) {
+        continue;
+      }
       sum += v;
       ++n;
     }
@@ -126,7 +138,9 @@ stats::CellTable common_time_table(const stats::CellTable& outcome) {
 
 EvaluationTables build_evaluation_tables(const std::vector<EvaluationCell>& cells,
                                          const std::vector<HistoryRun>& history, const TableOptions& options) {
-  if (cells.empty()) throw ForecastError("build_evaluation_tables: no evaluation cells");
+  if (cells.empty()) {
+    throw ForecastError("build_evaluation_tables: no evaluation cells");
+  }
   std::set<std::string> labels;
   for (const auto& c : cells) {
     if (c.run_id.empty() || c.group.empty()) {
@@ -145,7 +159,9 @@ EvaluationTables build_evaluation_tables(const std::vector<EvaluationCell>& cell
   std::vector<std::int64_t> grid = options.grid;
   if (grid.empty()) {
     std::vector<std::vector<std::int64_t>> lists;
-    for (const auto& c : cells) lists.push_back(c.outcome.steps);
+    for (const auto& c : cells) {
+      lists.push_back(c.outcome.steps);
+    }
     grid = common_steps(lists);
   }
   check_strictly_increasing(grid, "build_evaluation_tables (grid)");

@@ -35,16 +35,22 @@ struct Context {
   [[noreturn]] void fail(std::int64_t line, const std::string& what) const {
     std::ostringstream out;
     out << file;
-    if (line > 0) out << ':' << line;
+    if (line > 0) {
+      out << ':' << line;
+    }
     out << ": " << what;
     throw SpecError(out.str());
   }
   // The line of a key path, or of its closest declared ancestor.
   std::int64_t line_of(std::string path) const {
     while (!path.empty()) {
-      if (auto it = lines.find(path); it != lines.end()) return it->second;
+      if (auto it = lines.find(path); it != lines.end()) {
+        return it->second;
+      }
       auto dot = path.rfind('.');
-      if (dot == std::string::npos) break;
+      if (dot == std::string::npos) {
+        break;
+      }
       path.resize(dot);
     }
     return 0;
@@ -64,16 +70,26 @@ json to_json(const toml::node& node, const std::string& path, Context& ctx) {
   }
   if (auto* array = node.as_array()) {
     json out = json::array();
-    for (std::size_t i = 0; i < array->size(); ++i) out.push_back(to_json(*array->get(i), path, ctx));
+    for (std::size_t i = 0; i < array->size(); ++i) {
+      out.push_back(to_json(*array->get(i), path, ctx));
+    }
     return out;
   }
-  if (auto v = node.value_exact<std::int64_t>()) return *v;
-  if (auto v = node.value_exact<double>()) {
-    if (!std::isfinite(*v)) ctx.fail(ctx.line_of(path), path + ": non-finite number");
+  if (auto v = node.value_exact<std::int64_t>()) {
     return *v;
   }
-  if (auto v = node.value_exact<bool>()) return *v;
-  if (auto v = node.value_exact<std::string>()) return *v;
+  if (auto v = node.value_exact<double>()) {
+    if (!std::isfinite(*v)) {
+      ctx.fail(ctx.line_of(path), path + ": non-finite number");
+    }
+    return *v;
+  }
+  if (auto v = node.value_exact<bool>()) {
+    return *v;
+  }
+  if (auto v = node.value_exact<std::string>()) {
+    return *v;
+  }
   ctx.fail(static_cast<std::int64_t>(node.source().begin.line), path + ": dates and times are not supported here");
 }
 
@@ -85,8 +101,9 @@ void collect_axes(const json& table, const std::string& prefix, std::vector<std:
     if (value.is_object()) {
       collect_axes(value, path, axes, ctx);
     } else if (value.is_array()) {
-      if (value.empty())
+      if (value.empty()) {
         ctx.fail(ctx.line_of("grid." + path), "grid." + path + ": empty axis (the grid would be empty)");
+      }
       axes.emplace_back(path, value);
     } else {
       ctx.fail(ctx.line_of("grid." + path), "grid." + path + ": a grid axis must be an array of values");
@@ -95,15 +112,21 @@ void collect_axes(const json& table, const std::string& prefix, std::vector<std:
 }
 
 std::string value_text(const json& value) {
-  if (value.is_string()) return value.get<std::string>();
+  if (value.is_string()) {
+    return value.get<std::string>();
+  }
   return value.dump();
 }
 
 std::vector<std::string> string_list(const json& value, const std::string& path, const Context& ctx) {
-  if (!value.is_array()) ctx.fail(ctx.line_of(path), path + ": expected an array of strings");
+  if (!value.is_array()) {
+    ctx.fail(ctx.line_of(path), path + ": expected an array of strings");
+  }
   std::vector<std::string> out;
   for (auto& v : value) {
-    if (!v.is_string()) ctx.fail(ctx.line_of(path), path + ": expected an array of strings");
+    if (!v.is_string()) {
+      ctx.fail(ctx.line_of(path), path + ": expected an array of strings");
+    }
     out.push_back(v.get<std::string>());
   }
   return out;
@@ -119,8 +142,9 @@ void resolve_lr_scale(json& config, const std::string& cell, const Context& ctx)
   if (opt.contains("lr")) {
     ctx.fail(ctx.line_of("optimizer.lr_scale"), "optimizer: give either lr or lr_scale, not both (cell " + cell + ")");
   }
-  if (!opt["lr_scale"].is_number())
+  if (!opt["lr_scale"].is_number()) {
     ctx.fail(ctx.line_of("optimizer.lr_scale"), "optimizer.lr_scale: expected a number");
+  }
   if (!config.contains("target") || !config["target"].contains("format")) {
     ctx.fail(ctx.line_of("optimizer.lr_scale"), "optimizer.lr_scale needs target.format (cell " + cell + ")");
   }
@@ -143,7 +167,9 @@ void resolve_data_file(json& config, const std::string& cell, const Context& ctx
     return;
   }
   json& data = config["data"];
-  if (!data["path"].is_string()) ctx.fail(ctx.line_of("data.path"), "data.path: expected a string");
+  if (!data["path"].is_string()) {
+    ctx.fail(ctx.line_of("data.path"), "data.path: expected a string");
+  }
   const std::filesystem::path path = data["path"].get<std::string>();
   if (!path.is_absolute()) {
     ctx.fail(ctx.line_of("data.path"), "data.path: \"" + path.string() +
@@ -185,7 +211,9 @@ void validate(const SweepCell& cell, const Context& ctx) {
 }  // namespace
 
 double lr_for_scale(const sim::FormatSpec& format, double lr_scale) {
-  if (format.kind == sim::FormatKind::floating) return std::ldexp(lr_scale, -(format.man_bits + 1));
+  if (format.kind == sim::FormatKind::floating) {
+    return std::ldexp(lr_scale, -(format.man_bits + 1));
+  }
   // intK: half the step of a tensor whose absmax is 1 (scale 1 / L, L = 2^(K-1) - 1), as 2^-(M+1) is half the
   // spacing of floating values in [1, 2).
   return lr_scale / (2.0 * format.int_max_level);
@@ -208,19 +236,27 @@ std::vector<SpecKey> sweep_spec_keys() {
   const auto& tables = sweep_table_keys();
   // The sweep-level tables: never grid axes.
   for (const auto& [table, names] : tables) {
-    if (table.empty()) continue;
-    for (const auto& k : names) keys.push_back({table + "." + k, false, "any"});
+    if (table.empty()) {
+      continue;
+    }
+    for (const auto& k : names) {
+      keys.push_back({table + "." + k, false, "any"});
+    }
   }
   keys.push_back({"grid", false, "any"});
   // The cell configuration: every key but those the runner sets (schema, mode, project_*) can be a grid axis.
   const auto& run = sim::run_config_key_tables();
   const std::set<std::string> runner_set = {"schema", "mode", "project_formats", "project_policies"};
   for (const auto& k : run.at("")) {
-    if (runner_set.count(k) || run.count(k) || run.count(k + "/two_layer")) continue;
+    if (runner_set.count(k) || run.count(k) || run.count(k + "/two_layer")) {
+      continue;
+    }
     keys.push_back({k, true, "any"});
   }
   for (const auto& [table, names] : run) {
-    if (table.empty() || table == "project_policies[]") continue;
+    if (table.empty() || table == "project_policies[]") {
+      continue;
+    }
     const auto slash = table.find('/');
     const std::string prefix = table.substr(0, slash);
     const std::string models = slash == std::string::npos ? "any" : table.substr(slash + 1);
@@ -246,13 +282,18 @@ std::string role_name(CellRole role) {
 
 std::size_t SweepSpec::count(CellRole role) const {
   std::size_t n = 0;
-  for (auto& c : cells) n += c.role == role ? 1 : 0;
+  for (auto& c : cells) {
+    n += c.role == role ? 1 : 0;
+  }
   return n;
 }
 
 const SweepCell& SweepSpec::cell(const std::string& cell_name) const {
-  for (auto& c : cells)
-    if (c.name == cell_name) return c;
+  for (auto& c : cells) {
+    if (c.name == cell_name) {
+      return c;
+    }
+  }
   throw std::out_of_range("sweep " + name + " has no cell named " + cell_name);
 }
 
@@ -260,18 +301,24 @@ SweepSpec load_sweep_spec(const std::filesystem::path& path) {
   // Only a regular file of bounded size: a FIFO would block forever, /dev/zero would grow without end.
   std::error_code ec;
   const auto status = std::filesystem::status(path, ec);
-  if (ec || !std::filesystem::exists(status)) throw SpecError(path.string() + ": no such spec file");
+  if (ec || !std::filesystem::exists(status)) {
+    throw SpecError(path.string() + ": no such spec file");
+  }
   if (!std::filesystem::is_regular_file(status)) {
     throw SpecError(path.string() + ": not a regular file (a spec is a TOML file)");
   }
   const auto size = std::filesystem::file_size(path, ec);
-  if (ec) throw SpecError(path.string() + ": cannot read the spec file: " + ec.message());
+  if (ec) {
+    throw SpecError(path.string() + ": cannot read the spec file: " + ec.message());
+  }
   if (size > kMaxSpecBytes) {
     throw SpecError(path.string() + ": " + std::to_string(size) + " bytes; a spec is at most " +
                     std::to_string(kMaxSpecBytes) + " bytes");
   }
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw SpecError(path.string() + ": cannot open the spec file");
+  if (!in) {
+    throw SpecError(path.string() + ": cannot open the spec file");
+  }
   std::ostringstream text;
   text << in.rdbuf();
   return parse_sweep_spec(text.str(), path);
@@ -600,15 +647,23 @@ SweepSpec parse_sweep_spec(const std::string& text, const std::filesystem::path&
 
 BurnIn crossing_burn_in(const SweepSpec& spec, std::optional<std::int64_t> declared,
                         const std::string& declared_where) {
-  if (declared) return {*declared, declared_where};
-  if (spec.evaluation.burn_in) return {*spec.evaluation.burn_in, "declared in the sweep spec's [evaluation]"};
+  if (declared) {
+    return {*declared, declared_where};
+  }
+  if (spec.evaluation.burn_in) {
+    return {*spec.evaluation.burn_in, "declared in the sweep spec's [evaluation]"};
+  }
   std::int64_t steps = -1;
   for (const auto& c : spec.cells) {
-    if (c.role != CellRole::target || !c.config.contains("steps") || !c.config["steps"].is_number_integer()) continue;
+    if (c.role != CellRole::target || !c.config.contains("steps") || !c.config["steps"].is_number_integer()) {
+      continue;
+    }
     const auto s = c.config["steps"].get<std::int64_t>();
     steps = steps < 0 ? s : std::min(steps, s);
   }
-  if (steps < 0) steps = 0;
+  if (steps < 0) {
+    steps = 0;
+  }
   return {forecast::default_burn_in(steps), "default: 0.5% (" + std::to_string(forecast::kDefaultBurnInPerMille) +
                                                 " per mille) of the " + std::to_string(steps) +
                                                 " steps of the shortest target run"};
