@@ -164,7 +164,7 @@ DirectionalSpecificity directional_specificity(CellTable const& predictor, CellT
   }
   if (!(options.zero_tolerance >= 0) || !(options.alpha > 0 && options.alpha < 1)) {
     throw StatsError("directional_specificity: need zero_tolerance >= 0 and 0 < alpha < 1, got " +
-                     std::to_string(options.zero_tolerance) + ", " + std::to_string(options.alpha));
+                     value_text(options.zero_tolerance) + ", " + value_text(options.alpha));
   }
   DirectionalSpecificity r;
   r.cells = complete.tables[0].cells;

@@ -121,16 +121,19 @@ void gates_section(const EvaluationResult& r, report::Document& doc) {
   doc.heading("Gates");
   Rows rows;
   for (const auto& g : r.gates) {
+    // The baseline a gate compares against: a skill statistic names it; every other statistic has none.
+    const auto baseline = stats::skill_baseline(g.spec.gate.statistic);
     rows.push_back({g.spec.gate.name, g.spec.gate.statistic, g.spec.predictor.empty() ? "(outcome)" : g.spec.predictor,
+                    baseline ? *baseline : std::string("none"),
                     std::string(stats::to_string(g.spec.gate.direction)) + " " + num(g.spec.gate.threshold),
                     std::string(stats::to_string(g.result.verdict)),
                     g.has_interval ? shown(g.result.interval.estimate) : "—",
                     g.has_interval ? g.result.interval.describe() : "—", join(g.result.reasons, "; ")});
   }
   if (rows.empty()) {
-    rows.push_back({"(no gates declared)", "", "", "", "", "", "", ""});
+    rows.push_back({"(no gates declared)", "", "", "", "", "", "", "", ""});
   }
-  doc.table({"gate", "statistic", "predictor", "rule", "verdict", "estimate", "CI", "reasons"}, rows);
+  doc.table({"gate", "statistic", "predictor", "baseline", "rule", "verdict", "estimate", "CI", "reasons"}, rows);
 }
 
 // An estimate with its interval, or "not scored".
