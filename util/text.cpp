@@ -33,6 +33,15 @@ std::string shown_number(double x, int precision) {
   return std::isnan(x) ? "—" : number_text(x, precision);
 }
 
+std::string fixed_number(double x, int decimals) {
+  if (!std::isfinite(x)) {
+    return "—";
+  }
+  std::ostringstream out;
+  out << std::fixed << std::setprecision(decimals) << x;
+  return out.str();
+}
+
 std::string format_duration(double s) {
   std::ostringstream out;
   if (s < 90) {

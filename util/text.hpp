@@ -17,6 +17,10 @@ std::string number_text(double x, int precision = 17);
 // For prose and tables meant to be read: as number_text, but NaN is an em dash.
 std::string shown_number(double x, int precision = 4);
 
+// A number with a fixed count of decimals, for tables meant to be read ("2.1250"); NaN and infinities are an em
+// dash (a loss or a share that is not finite has no value to show).
+std::string fixed_number(double x, int decimals = 4);
+
 // A duration for progress lines: "42s" under 90 s, "3.5min" under 90 min, else "2.1h".
 std::string format_duration(double seconds);
 
