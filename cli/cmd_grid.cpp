@@ -229,7 +229,7 @@ void write_grids(const GridArgs& a, const sim::Trace& trace, const std::vector<s
     std::vector<double> shown(a.formats.size() * a.lr_scales.size());
     std::printf("\n%s\n  %-6s", group.c_str(), "format");
     for (double s : a.lr_scales) {
-      std::printf(" %9s", ("s=" + csv_number(s)).c_str());
+      std::printf(" %9s", ("s=" + util::shortest_number(s)).c_str());
     }
     std::printf("\n");
     for (std::size_t f = 0; f < a.formats.size(); ++f) {

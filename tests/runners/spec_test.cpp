@@ -337,3 +337,24 @@ TEST(EarlyCrossingWarning, NamesTheCellGroupStepAndFraction) {
   // A crossing after the first three recorded steps and the burn-in is an ordinary one.
   EXPECT_EQ(early_crossing_warning("c", early_trace({{"g", {0.1, 0.2, 0.3, 0.9}}}), {}, 0.5, 64, 10), "");
 }
+
+// Issue 31: typos get a "did you mean", with the file and line, in every table a user writes: top-level keys, the
+// sweep-level tables, a cell table (optimizer.lr_scal -> lr_scale), formats; and a key of another model kind says
+// which kind it belongs to.
+TEST(SweepSpec, TyposGetADidYouMean) {
+  const std::string top = message_of("steeps = 3\n" + kBase + "[grid]\nseed = [1]\n");
+  EXPECT_NE(top.find("spec.toml:1: unknown key \"steeps\" (did you mean \"steps\"?)"), std::string::npos) << top;
+  const std::string format = message_of(kBase + "[grid]\n\"target.format\" = [\"e4m4\"]\n");
+  EXPECT_NE(format.find("did you mean \"e4m3\"?"), std::string::npos) << format;
+  const std::string sweep = message_of(kBase + "[evaluation]\nthreshhold = 0.5\n[grid]\nseed = [1]\n");
+  EXPECT_NE(sweep.find("evaluation.threshhold: unknown key (did you mean \"threshold\"?)"), std::string::npos) << sweep;
+  std::string lr = kBase + "[grid]\nseed = [1]\n";
+  lr.replace(lr.find("[optimizer]\n"), std::string("[optimizer]\n").size(), "[optimizer]\nlr_scal = 2.0\n");
+  const std::string opt = message_of(lr);
+  EXPECT_NE(opt.find("optimizer.lr_scal: unknown key (did you mean \"lr_scale\"?)"), std::string::npos) << opt;
+  std::string decoder_key = kBase + "[grid]\nseed = [1]\n";
+  decoder_key.replace(decoder_key.find("hidden = 8\n"), std::string("hidden = 8\n").size(), "hidden = 8\nwidth = 32\n");
+  const std::string other = message_of(decoder_key);
+  EXPECT_NE(other.find("model.width: unknown key (model.width belongs to model.kind = \"decoder\")"), std::string::npos)
+      << other;
+}
