@@ -204,86 +204,94 @@ void write_file_atomic(const fs::path& path, const std::string& bytes, bool dura
   }
 }
 
-SweepStore SweepStore::create(const fs::path& dir, const std::string& spec_text, std::vector<StoredCell> cells,
-                              const CreateOptions& options) {
-  const std::string spec_sha256 = sha256_hex(spec_text);
-  const fs::path executable = options.executable.empty() ? self_executable() : options.executable;
-  const std::string executable_sha256 =
-      options.executable.empty() ? self_executable_sha256() : sha256_file(options.executable);
+namespace {
 
-  if (fs::exists(dir / "sweep.json")) {
-    if (!options.resume) {
-      throw StoreError("sweep directory " + dir.string() + " already exists; use --resume to continue it");
+// Removes a new sweep's key again when the creation fails (the sweep it belongs to never existed).
+struct KeyGuard {
+  const fs::path& path;
+  bool keep = false;
+  ~KeyGuard() {
+    if (!keep) {
+      std::error_code ignored;
+      fs::remove(path, ignored);
     }
-    SweepStore store = open(dir);
-    if (store.m_spec_sha256 != spec_sha256) {
-      throw StoreError("the spec changed since the sweep " + dir.string() + " was created (frozen spec.toml has hash " +
-                       store.m_spec_sha256 + ", this spec " + spec_sha256 +
-                       "); start a new sweep directory for a changed spec");
-    }
-    store.require_key("resume");
-    store.require_no_links("resume");
-    if (const auto problems = store.check_record(); !problems.empty()) {
-      std::string list;
-      for (const auto& p : problems) {
-        list += "\n  " + p;
-      }
-      throw StoreError("cannot resume " + dir.string() + ": its signed record was edited, so its attempts cannot be " +
-                       "trusted; start a new sweep directory (or restore journal.jsonl and sweep.json):" + list);
-    }
-    // Repair the frozen inputs from copies whose hashes are the registered (signed) ones, or refuse.
-    const fs::path frozen = store.executable_path();
-    const bool exe_missing = !fs::exists(frozen);
-    if (exe_missing || sha256_file(frozen) != store.m_binary_sha256) {
-      const std::string what = exe_missing ? "is missing" : "was modified (hash differs from sweep.json)";
-      if (executable_sha256 != store.m_binary_sha256) {
-        throw StoreError("the executable copy " + frozen.string() + " " + what + " and this executable (" +
-                         executable.string() + ", hash " + executable_sha256 + ") is not the registered one (hash " +
-                         store.m_binary_sha256 + "); resume with the registered binary to restore it");
-      }
-      freeze_executable(executable, executable_sha256, frozen);
-      store.m_repairs.push_back("the executable copy " + frozen.string() + " " + what + ": restored from " +
-                                executable.string() + " (the registered binary)");
-    }
-    // The frozen shared libraries (bin/lib/): restored from this process' own, when their hashes are the
-    // registered ones.
-    for (const auto& [name, sha] : store.m_libraries) {
-      const fs::path frozen_lib = store.library_dir() / name;
-      const bool missing = !fs::exists(frozen_lib);
-      if (!missing && sha256_file(frozen_lib) == sha) {
-        continue;
-      }
-      const std::string what = missing ? "is missing" : "was modified (hash differs from sweep.json)";
-      const auto& loaded = non_system_libraries();
-      const auto it = std::find_if(loaded.begin(), loaded.end(),
-                                   [&](const LoadedLibrary& l) { return l.name == name && l.sha256 == sha; });
-      if (it == loaded.end()) {
-        throw StoreError("the frozen library " + frozen_lib.string() + " " + what +
-                         " and this executable did not load the registered one (hash " + sha +
-                         "); resume with the registered binary and its libraries to restore it");
-      }
-      freeze_executable(it->path, sha, frozen_lib);
-      store.m_repairs.push_back("the frozen library " + frozen_lib.string() + " " + what + ": restored from " +
-                                it->path.string() + " (the registered library)");
-    }
-    const bool spec_missing = !fs::exists(store.spec_path());
-    if (spec_missing || sha256_file(store.spec_path()) != store.m_spec_sha256) {
-      write_file_atomic(store.spec_path(), spec_text);
-      store.m_repairs.push_back("the frozen spec " + store.spec_path().string() + " " +
-                                (spec_missing ? "is missing" : "was modified") +
-                                ": restored from the given spec (its hash is the registered one)");
-    }
-    return store;
   }
-  if (fs::exists(dir) && !options.resume && !empty_but_lock(dir)) {
-    throw StoreError("sweep directory " + dir.string() + " already exists; use --resume to continue it");
-  }
+};
 
-  SweepStore store;
-  store.m_dir = dir;
-  store.m_spec_sha256 = spec_sha256;
-  store.m_created = utc_now();
-  store.m_sweep_uuid = random_uuid();
+}  // namespace
+
+void SweepStore::check_resumable(const std::string& spec_sha256) const {
+  if (m_spec_sha256 != spec_sha256) {
+    throw StoreError("the spec changed since the sweep " + m_dir.string() + " was created (frozen spec.toml has hash " +
+                     m_spec_sha256 + ", this spec " + spec_sha256 +
+                     "); start a new sweep directory for a changed spec");
+  }
+  require_key("resume");
+  require_no_links("resume");
+  if (const auto problems = check_record(); !problems.empty()) {
+    std::string list;
+    for (const auto& p : problems) {
+      list += "\n  " + p;
+    }
+    throw StoreError("cannot resume " + m_dir.string() + ": its signed record was edited, so its attempts cannot be " +
+                     "trusted; start a new sweep directory (or restore journal.jsonl and sweep.json):" + list);
+  }
+}
+
+// Repair the frozen inputs from copies whose hashes are the registered (signed) ones, or refuse.
+void SweepStore::repair_frozen_inputs(const std::string& spec_text, const fs::path& executable,
+                                      const std::string& executable_sha256) {
+  const fs::path frozen = executable_path();
+  const bool exe_missing = !fs::exists(frozen);
+  if (exe_missing || sha256_file(frozen) != m_binary_sha256) {
+    const std::string what = exe_missing ? "is missing" : "was modified (hash differs from sweep.json)";
+    if (executable_sha256 != m_binary_sha256) {
+      throw StoreError("the executable copy " + frozen.string() + " " + what + " and this executable (" +
+                       executable.string() + ", hash " + executable_sha256 + ") is not the registered one (hash " +
+                       m_binary_sha256 + "); resume with the registered binary to restore it");
+    }
+    freeze_executable(executable, executable_sha256, frozen);
+    m_repairs.push_back("the executable copy " + frozen.string() + " " + what + ": restored from " +
+                        executable.string() + " (the registered binary)");
+  }
+  repair_frozen_libraries();
+  const bool spec_missing = !fs::exists(spec_path());
+  if (spec_missing || sha256_file(spec_path()) != m_spec_sha256) {
+    write_file_atomic(spec_path(), spec_text);
+    m_repairs.push_back("the frozen spec " + spec_path().string() + " " +
+                        (spec_missing ? "is missing" : "was modified") +
+                        ": restored from the given spec (its hash is the registered one)");
+  }
+}
+
+// The frozen shared libraries (bin/lib/): restored from this process' own, when their hashes are the registered ones.
+void SweepStore::repair_frozen_libraries() {
+  for (const auto& entry : m_libraries) {
+    const std::string& name = entry.first;  // not a structured binding: the lambda below captures it (clang < 16)
+    const std::string& sha = entry.second;
+    const fs::path frozen_lib = library_dir() / name;
+    const bool missing = !fs::exists(frozen_lib);
+    if (!missing && sha256_file(frozen_lib) == sha) {
+      continue;
+    }
+    const std::string what = missing ? "is missing" : "was modified (hash differs from sweep.json)";
+    const auto& loaded = non_system_libraries();
+    const auto it = std::find_if(loaded.begin(), loaded.end(),
+                                 [&](const LoadedLibrary& l) { return l.name == name && l.sha256 == sha; });
+    if (it == loaded.end()) {
+      throw StoreError("the frozen library " + frozen_lib.string() + " " + what +
+                       " and this executable did not load the registered one (hash " + sha +
+                       "); resume with the registered binary and its libraries to restore it");
+    }
+    freeze_executable(it->path, sha, frozen_lib);
+    m_repairs.push_back("the frozen library " + frozen_lib.string() + " " + what + ": restored from " +
+                        it->path.string() + " (the registered library)");
+  }
+}
+
+// Gives each cell its id and takes them, refusing duplicate names or configurations, unknown roles and references to
+// cells that do not exist.
+void SweepStore::set_new_cells(std::vector<StoredCell> cells) {
   std::set<std::string> names;
   for (std::size_t i = 0; i < cells.size(); ++i) {
     auto& cell = cells[i];
@@ -291,7 +299,7 @@ SweepStore SweepStore::create(const fs::path& dir, const std::string& spec_text,
     if (!names.insert(cell.name).second) {
       throw StoreError("duplicate cell name \"" + cell.name + "\"");
     }
-    if (auto [it, fresh] = store.m_index.emplace(cell.id, i); !fresh) {
+    if (auto [it, fresh] = m_index.emplace(cell.id, i); !fresh) {
       throw StoreError("cells \"" + cells[it->second].name + "\" and \"" + cell.name +
                        "\" have the same configuration (cell id " + cell.id + ")");
     }
@@ -305,43 +313,30 @@ SweepStore SweepStore::create(const fs::path& dir, const std::string& spec_text,
                        "\", which is not a cell");
     }
   }
-  store.m_cells = std::move(cells);
-  // The key first: a key location that cannot be written (or a WBAUDIT_KEY_FILE of another sweep) is refused before
-  // anything is written into DIR.
-  const SweepKey key = create_sweep_key(store.m_sweep_uuid);
-  struct KeyGuard {  // removes the key again when the creation fails (the sweep it belongs to never existed)
-    const fs::path& path;
-    bool keep = false;
-    ~KeyGuard() {
-      if (!keep) {
-        std::error_code ignored;
-        fs::remove(path, ignored);
-      }
-    }
-  } key_guard{key.path};
+  m_cells = std::move(cells);
+}
 
-  std::error_code ec;
-  fs::create_directories(dir / "cells", ec);
-  if (ec) {
-    throw StoreError("cannot create " + (dir / "cells").string() + ": " + ec.message());
-  }
-  write_file_atomic(store.spec_path(), spec_text);
-  store.m_binary_sha256 = freeze_executable(executable, executable_sha256, store.executable_path());
-  // Its shared libraries from outside the system directories beside it (bin/lib/, found through the executable's
-  // $ORIGIN/lib RUNPATH): a compute node without the build host's home directory runs the copy. Known only for this
-  // process' own executable.
+// Copies the executable to bin/wbaudit and, with_libraries, its shared libraries from outside the system directories
+// beside it (bin/lib/, found through the executable's $ORIGIN/lib RUNPATH): a compute node without the build host's
+// home directory runs the copy. Known only for this process' own executable. Returns sweep.json's "libraries".
+nlohmann::json SweepStore::freeze_binary(const fs::path& executable, const std::string& executable_sha256,
+                                         bool with_libraries) {
+  m_binary_sha256 = freeze_executable(executable, executable_sha256, executable_path());
   nlohmann::json libraries = nlohmann::json::array();
-  if (options.executable.empty()) {
+  if (with_libraries) {
     for (const auto& library : non_system_libraries()) {
-      store.m_libraries[library.name] =
-          freeze_executable(library.path, library.sha256, store.library_dir() / library.name);
+      m_libraries[library.name] = freeze_executable(library.path, library.sha256, library_dir() / library.name);
       libraries.push_back({{"name", library.name}, {"sha256", library.sha256}});
     }
-    store.m_has_libraries = true;
+    m_has_libraries = true;
   }
+  return libraries;
+}
 
+// The text of sweep.json for a new sweep.
+std::string SweepStore::sweep_record_text(const nlohmann::json& libraries) const {
   nlohmann::json cells_json = nlohmann::json::array();
-  for (const auto& cell : store.m_cells) {
+  for (const auto& cell : m_cells) {
     cells_json.push_back({{"id", cell.id},
                           {"name", cell.name},
                           {"role", cell.role},
@@ -349,19 +344,60 @@ SweepStore SweepStore::create(const fs::path& dir, const std::string& spec_text,
                           {"config", cell.config}});
   }
   nlohmann::json sweep = {{"schema", kSweepSchema},
-                          {"sweep_uuid", store.m_sweep_uuid},
-                          {"created", store.m_created},
-                          {"spec_sha256", store.m_spec_sha256},
-                          {"binary_sha256", store.m_binary_sha256},
+                          {"sweep_uuid", m_sweep_uuid},
+                          {"created", m_created},
+                          {"spec_sha256", m_spec_sha256},
+                          {"binary_sha256", m_binary_sha256},
                           {"build", build_identity()},
                           {"numeric", sim::numeric_identity().to_json()},
                           {"cells", cells_json}};
-  if (store.m_has_libraries) {
+  if (m_has_libraries) {
     sweep["libraries"] = libraries;
   }
+  return sweep.dump(1) + "\n";
+}
+
+SweepStore SweepStore::create(const fs::path& dir, const std::string& spec_text, std::vector<StoredCell> cells,
+                              const CreateOptions& options) {
+  const std::string spec_sha256 = sha256_hex(spec_text);
+  const fs::path executable = options.executable.empty() ? self_executable() : options.executable;
+  const std::string executable_sha256 =
+      options.executable.empty() ? self_executable_sha256() : sha256_file(options.executable);
+
+  if (fs::exists(dir / "sweep.json")) {
+    if (!options.resume) {
+      throw StoreError("sweep directory " + dir.string() + " already exists; use --resume to continue it");
+    }
+    SweepStore store = open(dir);
+    store.check_resumable(spec_sha256);
+    store.repair_frozen_inputs(spec_text, executable, executable_sha256);
+    return store;
+  }
+  if (fs::exists(dir) && !options.resume && !empty_but_lock(dir)) {
+    throw StoreError("sweep directory " + dir.string() + " already exists; use --resume to continue it");
+  }
+
+  SweepStore store;
+  store.m_dir = dir;
+  store.m_spec_sha256 = spec_sha256;
+  store.m_created = utc_now();
+  store.m_sweep_uuid = random_uuid();
+  store.set_new_cells(std::move(cells));
+  // The key first: a key location that cannot be written (or a WBAUDIT_KEY_FILE of another sweep) is refused before
+  // anything is written into DIR.
+  const SweepKey key = create_sweep_key(store.m_sweep_uuid);
+  KeyGuard key_guard{key.path};
+
+  std::error_code ec;
+  fs::create_directories(dir / "cells", ec);
+  if (ec) {
+    throw StoreError("cannot create " + (dir / "cells").string() + ": " + ec.message());
+  }
+  write_file_atomic(store.spec_path(), spec_text);
+  const nlohmann::json libraries = store.freeze_binary(executable, executable_sha256, options.executable.empty());
   // The journal starts with the signed hash of sweep.json; sweep.json is written last: its presence marks a
   // completely created sweep directory.
-  const std::string sweep_text = sweep.dump(1) + "\n";
+  const std::string sweep_text = store.sweep_record_text(libraries);
   const std::string genesis = journal_genesis_line(key, sha256_hex(sweep_text));
   write_file_atomic(store.journal_path(), genesis);
   write_journal_head(key, dir, JournalHead{1, sha256_hex(genesis.substr(0, genesis.size() - 1))});
