@@ -997,15 +997,10 @@ AttemptRecord SweepStore::fail_abandoned_attempt(const std::string& id, const st
   return read_attempt(dir, id);
 }
 
-AttemptRecord SweepStore::read_attempt(const fs::path& attempt_dir, const std::string& id) const {
-  AttemptRecord record;
-  record.dir = attempt_dir;
-  record.uuid = attempt_dir.filename().string();
-  const fs::path file = attempt_dir / "manifest.json";
-  if (!fs::exists(file)) {
-    record.reasons.push_back("no manifest.json (hand-made directory, or interrupted before its manifest was written)");
-    return record;
-  }
+namespace {
+
+// Parses manifest.json into the record (status, start, end, exit reason); false, with the reason, when it is corrupt.
+bool read_manifest(const fs::path& file, AttemptRecord& record) {
   try {
     record.manifest = nlohmann::json::parse(read_text(file));
     const auto& m = record.manifest;
@@ -1031,54 +1026,20 @@ AttemptRecord SweepStore::read_attempt(const fs::path& attempt_dir, const std::s
     record.manifest_valid = true;
   } catch (const std::exception& e) {
     record.reasons.push_back("corrupt manifest " + file.string() + ": " + e.what());
-    return record;
+    return false;
   }
+  return true;
+}
+
+// Every file the manifest lists is present with its recorded hash (record.complete), and nothing else is in the
+// directory. Returns the listed names.
+std::set<std::string> check_listed_files(AttemptRecord& record, bool signed_ok) {
   const auto& m = record.manifest;
-  if (record.status == AttemptStatus::running) {
-    record.reasons.push_back(process_gone(m) ? "interrupted: process " + std::to_string(m["pid"].get<long long>()) +
-                                                   " on " + m["host"].get<std::string>() + " no longer exists"
-                                             : "running (or killed on another host) since " + record.start);
-    return record;
-  }
-  if (record.status == AttemptStatus::failed) {
-    record.reasons.push_back("failed: " + record.exit_reason);
-    return record;
-  }
-  // Complete: signed by this sweep's key and recorded in its journal (runners/store/journal.hpp), every listed file
-  // present with its recorded hash, and nothing else in the directory.
-  bool signed_ok = false;
-  if (!can_verify()) {
-    record.reasons.push_back("cannot be verified: " + key_problem());
-  } else {
-    signed_ok = signature_valid(*m_signing->key, kManifestSchema, m);
-    if (!signed_ok) {
-      record.reasons.push_back(m.contains("hmac") ? "manifest not signed by this sweep's key (edited, or made with "
-                                                    "another sweep's key)"
-                                                  : "manifest not signed by this sweep's key (it has no signature)");
-    }
-    const JournalView journal = journal_view(id, record.uuid);
-    if (journal.finished.empty()) {
-      std::string why = "attempt not in the journal";
-      if (m.contains("journal_seq") && m["journal_seq"].is_number_unsigned() &&
-          m["journal_seq"].get<std::size_t>() >= journal.entries) {
-        why += " (it began as entry #" + std::to_string(m["journal_seq"].get<std::size_t>()) + " but the journal has " +
-               std::to_string(journal.entries) + " entries: truncated)";
-      } else if (!journal.begun) {
-        why += " (made outside this sweep's runner, or copied from another cell or sweep)";
-      } else {
-        why += " (its runner was killed before recording the finish, or the entry was removed)";
-      }
-      record.reasons.push_back(why);
-    } else if (std::find(journal.finished.begin(), journal.finished.end(), sha256_hex(canonical_json(m))) ==
-               journal.finished.end()) {
-      record.reasons.push_back("manifest differs from the one the journal recorded for this attempt");
-    }
-  }
   bool hashes_match = true;
   std::set<std::string> listed;
   for (const auto& [name, digest] : m["files"].items()) {
     listed.insert(name);
-    const fs::path full = attempt_dir / name;
+    const fs::path full = record.dir / name;
     if (!digest.is_string() || !is_hex_digest(digest.get<std::string>())) {
       record.reasons.push_back("manifest entry for " + name + " is not a SHA-256 digest");
       hashes_match = false;
@@ -1097,35 +1058,79 @@ AttemptRecord SweepStore::read_attempt(const fs::path& attempt_dir, const std::s
   }
   record.complete = hashes_match;
   std::error_code ec;
-  for (const auto& entry : fs::recursive_directory_iterator(attempt_dir, ec)) {
+  for (const auto& entry : fs::recursive_directory_iterator(record.dir, ec)) {
     if (!entry.is_regular_file()) {
       continue;
     }
-    const std::string rel = fs::relative(entry.path(), attempt_dir).generic_string();
+    const std::string rel = fs::relative(entry.path(), record.dir).generic_string();
     if (rel != "manifest.json" && !listed.count(rel)) {
       record.reasons.push_back("unlisted file " + rel);
     }
   }
-  // The trace must be this cell's run: its own configuration (written by the engine) must be the cell's, so a trace
-  // copied from another cell under a rewritten manifest is caught even when every hash matches.
-  // Cells whose configuration is not a simulator run (none in a real sweep) have nothing to compare against.
-  if (hashes_match && listed.count("trace.h5") && m_index.count(id)) {
-    std::optional<std::string> expected;
-    try {
-      expected = sim::to_json(sim::run_config_from_json(cell(id).config)).dump();
-    } catch (const std::exception&) {
-    }
-    if (expected) {
-      try {
-        if (sim::read_trace_config_json(attempt_dir / "trace.h5") != *expected) {
-          record.reasons.push_back("trace.h5 is the run of another configuration than cell " + id +
-                                   " (its config_json differs from the cell's)");
-        }
-      } catch (const std::exception& e) {
-        record.reasons.push_back("trace.h5 cannot be checked against the cell: " + std::string(e.what()));
-      }
-    }
+  return listed;
+}
+
+}  // namespace
+
+// Signed by this sweep's key and recorded in its journal (runners/store/journal.hpp); returns whether the signature
+// is valid.
+bool SweepStore::check_signed_and_journaled(AttemptRecord& record, const std::string& id) const {
+  const auto& m = record.manifest;
+  if (!can_verify()) {
+    record.reasons.push_back("cannot be verified: " + key_problem());
+    return false;
   }
+  const bool signed_ok = signature_valid(*m_signing->key, kManifestSchema, m);
+  if (!signed_ok) {
+    record.reasons.push_back(m.contains("hmac") ? "manifest not signed by this sweep's key (edited, or made with "
+                                                  "another sweep's key)"
+                                                : "manifest not signed by this sweep's key (it has no signature)");
+  }
+  const JournalView journal = journal_view(id, record.uuid);
+  if (journal.finished.empty()) {
+    std::string why = "attempt not in the journal";
+    if (m.contains("journal_seq") && m["journal_seq"].is_number_unsigned() &&
+        m["journal_seq"].get<std::size_t>() >= journal.entries) {
+      why += " (it began as entry #" + std::to_string(m["journal_seq"].get<std::size_t>()) + " but the journal has " +
+             std::to_string(journal.entries) + " entries: truncated)";
+    } else if (!journal.begun) {
+      why += " (made outside this sweep's runner, or copied from another cell or sweep)";
+    } else {
+      why += " (its runner was killed before recording the finish, or the entry was removed)";
+    }
+    record.reasons.push_back(why);
+  } else if (std::find(journal.finished.begin(), journal.finished.end(), sha256_hex(canonical_json(m))) ==
+             journal.finished.end()) {
+    record.reasons.push_back("manifest differs from the one the journal recorded for this attempt");
+  }
+  return signed_ok;
+}
+
+// The trace must be this cell's run: its own configuration (written by the engine) must be the cell's, so a trace
+// copied from another cell under a rewritten manifest is caught even when every hash matches.
+// Cells whose configuration is not a simulator run (none in a real sweep) have nothing to compare against.
+void SweepStore::check_trace_is_cells(AttemptRecord& record, const std::string& id) const {
+  std::optional<std::string> expected;
+  try {
+    expected = sim::to_json(sim::run_config_from_json(cell(id).config)).dump();
+  } catch (const std::exception&) {
+  }
+  if (!expected) {
+    return;
+  }
+  try {
+    if (sim::read_trace_config_json(record.dir / "trace.h5") != *expected) {
+      record.reasons.push_back("trace.h5 is the run of another configuration than cell " + id +
+                               " (its config_json differs from the cell's)");
+    }
+  } catch (const std::exception& e) {
+    record.reasons.push_back("trace.h5 cannot be checked against the cell: " + std::string(e.what()));
+  }
+}
+
+// The manifest names this cell, this directory, the registered spec, binary and libraries.
+void SweepStore::check_manifest_identity(AttemptRecord& record, const std::string& id) const {
+  const auto& m = record.manifest;
   if (m.value("cell_id", std::string()) != id) {
     record.reasons.push_back("manifest names cell " + m.value("cell_id", std::string("(none)")) +
                              ", not the directory's cell " + id);
@@ -1152,6 +1157,39 @@ AttemptRecord SweepStore::read_attempt(const fs::path& attempt_dir, const std::s
                                    : "run with another " + name + " (hash " + used + ", registered " + sha + ")");
     }
   }
+}
+
+AttemptRecord SweepStore::read_attempt(const fs::path& attempt_dir, const std::string& id) const {
+  AttemptRecord record;
+  record.dir = attempt_dir;
+  record.uuid = attempt_dir.filename().string();
+  const fs::path file = attempt_dir / "manifest.json";
+  if (!fs::exists(file)) {
+    record.reasons.push_back("no manifest.json (hand-made directory, or interrupted before its manifest was written)");
+    return record;
+  }
+  if (!read_manifest(file, record)) {
+    return record;
+  }
+  const auto& m = record.manifest;
+  if (record.status == AttemptStatus::running) {
+    record.reasons.push_back(process_gone(m) ? "interrupted: process " + std::to_string(m["pid"].get<long long>()) +
+                                                   " on " + m["host"].get<std::string>() + " no longer exists"
+                                             : "running (or killed on another host) since " + record.start);
+    return record;
+  }
+  if (record.status == AttemptStatus::failed) {
+    record.reasons.push_back("failed: " + record.exit_reason);
+    return record;
+  }
+  // Complete: signed by this sweep's key and recorded in its journal, every listed file present with its recorded
+  // hash, nothing else in the directory, and the trace and the manifest this cell's.
+  const bool signed_ok = check_signed_and_journaled(record, id);
+  const std::set<std::string> listed = check_listed_files(record, signed_ok);
+  if (record.complete && listed.count("trace.h5") && m_index.count(id)) {
+    check_trace_is_cells(record, id);
+  }
+  check_manifest_identity(record, id);
   if (!m_index.count(id)) {
     record.reasons.push_back("cell " + id + " is not part of the sweep");
   }

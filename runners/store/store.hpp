@@ -223,6 +223,10 @@ class SweepStore {
   nlohmann::json freeze_binary(const std::filesystem::path& executable, const std::string& executable_sha256,
                                bool with_libraries);
   std::string sweep_record_text(const nlohmann::json& libraries) const;
+  // The checks of read_attempt() on a complete attempt; each adds its findings to record.reasons.
+  bool check_signed_and_journaled(AttemptRecord& record, const std::string& cell_id) const;
+  void check_trace_is_cells(AttemptRecord& record, const std::string& cell_id) const;
+  void check_manifest_identity(AttemptRecord& record, const std::string& cell_id) const;
   struct JournalView {
     bool begun = false;
     std::size_t entries = 0;
