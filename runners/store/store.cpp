@@ -24,7 +24,6 @@
 
 namespace wbaudit::runners {
 namespace fs = std::filesystem;
-using util::errno_text;
 using util::fsync_path;
 using util::host_name;
 
@@ -428,7 +427,9 @@ SweepStore SweepStore::open(const fs::path& dir) {
     store.m_binary_sha256 = sweep.at("binary_sha256").get<std::string>();
     store.m_created = sweep.at("created").get<std::string>();
     store.m_sweep_uuid = sweep.value("sweep_uuid", std::string());
-    if (sweep.contains("numeric")) store.m_numeric = sweep["numeric"];
+    if (sweep.contains("numeric")) {
+      store.m_numeric = sweep["numeric"];
+    }
     if (sweep.contains("libraries")) {
       store.m_has_libraries = true;
       for (const auto& library : sweep.at("libraries")) {
@@ -620,12 +621,18 @@ void SweepStore::require_no_links(const std::string& what) const {
 
 std::vector<std::string> SweepStore::numeric_problems(const std::vector<CellStatus>& statuses) const {
   std::vector<std::string> problems;
-  if (m_numeric.is_null()) return problems;  // a sweep made before numeric identities were recorded
+  if (m_numeric.is_null()) {  // a sweep made before numeric identities were recorded
+    return problems;
+  }
   const sim::NumericIdentity sweep = sim::NumericIdentity::from_json(m_numeric);
   for (const auto& status : statuses) {
-    if (!status.canonical_attempt) continue;
+    if (!status.canonical_attempt) {
+      continue;
+    }
     const auto& manifest = status.attempts[*status.canonical_attempt].manifest;
-    if (!manifest.contains("numeric")) continue;
+    if (!manifest.contains("numeric")) {
+      continue;
+    }
     const sim::NumericIdentity cell = sim::NumericIdentity::from_json(manifest["numeric"]);
     if (cell.contract() != sweep.contract()) {
       problems.push_back("cell " + status.cell->name + " ran under another numeric contract (" + cell.contract() +
