@@ -10,6 +10,7 @@
 #include "sim/precision/format.hpp"
 #include "sim/precision/policy.hpp"
 #include "sim/precision/writeback.hpp"
+#include "sim/trace/margin_histogram.hpp"
 
 namespace wbaudit::sim {
 
@@ -223,6 +224,22 @@ double estimate_cell_bytes(const RunConfig& config) {
   // Per coordinate: weight, gradient, two Adam moments, the proposal, a storage/master copy, projection scratch.
   constexpr double kFloatsPerParameter = 8;
   return 4.0 * (kFloatsPerParameter * params + activations);
+}
+
+double estimate_recording_bytes(const RunConfig& config, int threads) {
+  const auto names = model_tensor_names(config.model);
+  const double groups = static_cast<double>(names.size());
+  const double per_step_target = 40.0;  // nonzero, erased, saturated, applied, erased_fraction
+  if (config.mode == RunMode::target) return groups * per_step_target + 4096.0 * groups;
+  const MarginLayout margin = default_margin_layout();
+  const double bins = 8.0 * (static_cast<double>(margin.bins()) + RatioHistogramLayout{}.bins);
+  // one recorded step's rows (kept w and u: at most kJointExactMaxCoordinates per group) and the writer's handles
+  const double rows = groups * (bins + 16.0 + 8.0 * static_cast<double>(kJointExactMaxCoordinates) +
+                                16.0 * static_cast<double>(config.project_formats.size()) *
+                                    (1.0 + static_cast<double>(config.project_policies.size())));
+  // per thread: the kernel's chunk scratch and 32-bit counters, and the reduction's 64-bit counters
+  const double per_thread = 6.0 * 4 * 2048 + 4.0 * 4 * static_cast<double>(margin.bins() + 600) + bins;
+  return rows + std::max(1, threads) * per_thread + 4096.0 * groups;
 }
 
 std::vector<std::string> model_tensor_names(const ModelConfig& model) {

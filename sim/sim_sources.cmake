@@ -1,7 +1,12 @@
 # Sources of models, optimizers, data, traces and the cell runner (list them relative to sim/).
 list(APPEND WBAUDIT_SIM_SOURCES model/two_layer.cpp optim/optimizer.cpp optim/schedule.cpp trace/record_schedule.cpp
-     trace/trace.cpp run.cpp engine.cpp checkpoint.cpp)
+     trace/trace.cpp trace/trace_reader.cpp trace/trace_writer.cpp trace/margin_histogram.cpp trace/margin_kernel.cpp
+     trace/margin_kernel_avx2.cpp trace/margin_kernel_avx512.cpp run.cpp engine.cpp checkpoint.cpp)
 # The decoder (docs/decoder.md).
 list(APPEND WBAUDIT_SIM_SOURCES model/decoder.cpp)
 # The token sources of language models (docs/data.md).
 list(APPEND WBAUDIT_SIM_SOURCES data/markov_language.cpp data/byte_text.cpp)
+# The reference step's histogram kernel (sim/trace/detail/margin_kernel.hpp): its loops vectorize only if GCC may
+# if-convert the selects between floating-point values (-fno-trapping-math; no result changes, -ffp-contract=off holds).
+set_source_files_properties(trace/margin_kernel.cpp trace/margin_kernel_avx2.cpp trace/margin_kernel_avx512.cpp
+                            PROPERTIES COMPILE_OPTIONS "-fno-trapping-math")
