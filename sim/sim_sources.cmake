@@ -2,8 +2,10 @@
 list(APPEND WBAUDIT_SIM_SOURCES model/two_layer.cpp optim/optimizer.cpp optim/schedule.cpp trace/record_schedule.cpp
      trace/trace.cpp trace/trace_reader.cpp trace/trace_writer.cpp trace/margin_histogram.cpp trace/margin_kernel.cpp
      trace/margin_kernel_avx2.cpp trace/margin_kernel_avx512.cpp run.cpp engine.cpp checkpoint.cpp)
-# The decoder (docs/decoder.md).
-list(APPEND WBAUDIT_SIM_SOURCES model/decoder.cpp)
+# The decoder (docs/decoder.md) and its matrix product: one summation order on every CPU (model/detail/gemm.hpp), a
+# path per instruction set chosen at run time (each file selects its own with a target pragma: no flags here).
+list(APPEND WBAUDIT_SIM_SOURCES model/decoder.cpp model/detail/gemm.cpp model/detail/gemm_avx2.cpp
+     model/detail/gemm_avx512.cpp)
 # The token sources of language models (docs/data.md).
 list(APPEND WBAUDIT_SIM_SOURCES data/markov_language.cpp data/byte_text.cpp)
 # The reference step's histogram kernel (sim/trace/detail/margin_kernel.hpp): its loops vectorize only if GCC may

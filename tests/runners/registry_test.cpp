@@ -1,5 +1,5 @@
 // Preregistration (refused once outcomes exist unless retrospective) and the append-only, hash-chained deviation log.
-#include "runners/registry.hpp"
+#include "runners/store/registry.hpp"
 
 #include <gtest/gtest.h>
 
@@ -7,7 +7,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "runners/identity.hpp"
+#include "runners/store/identity.hpp"
 
 namespace fs = std::filesystem;
 namespace wr = wbaudit::runners;

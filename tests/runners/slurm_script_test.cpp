@@ -1,6 +1,6 @@
 // sbatch rendering against golden files written by hand (tests/slurm/golden/), task chunking against
 // MaxArraySize, automatic packing by estimated cost (against a brute force), and the scontrol parser.
-#include "runners/slurm/script.hpp"
+#include "runners/exec/slurm/script.hpp"
 
 #include <gtest/gtest.h>
 
@@ -13,7 +13,7 @@
 #include <utility>
 #include <vector>
 
-#include "runners/slurm/submit.hpp"
+#include "runners/exec/slurm/submit.hpp"
 
 namespace sl = wbaudit::runners::slurm;
 
@@ -299,8 +299,8 @@ TEST(SlurmScript, AutoTargetRespectsTheTimeLimit) {
   EXPECT_THROW((void)sl::auto_task_seconds(o), std::invalid_argument);
 }
 
-// The cost estimate, worked by hand from the documented constants (runners/slurm/submit.hpp) for a two-layer target
-// cell: 13 coordinates, 5 x (6 x 9 + 2 x 12) = 390 FLOPs per step, one projection.
+// The cost estimate, worked by hand from the documented constants (runners/exec/slurm/submit.hpp) for a two-layer
+// target cell: 13 coordinates, 5 x (6 x 9 + 2 x 12) = 390 FLOPs per step, one projection.
 TEST(SlurmScript, CellCostEstimateFollowsItsFormula) {
   const nlohmann::json target = {
       {"schema", "wbaudit.cell/1"},
