@@ -197,9 +197,11 @@ void run_cell_to_file(const ExecSpace& space, const RunConfig& config, const std
 void run_cell_to_file(const RunConfig& config, const std::filesystem::path& trace_path,
                       const ProgressCallback& progress = {});
 
-// About how many bytes the recording of one run of `config` holds besides the training state (the margin histogram
-// kernel's per-thread scratch, one recorded step's rows, the streaming writer's tables), for `threads` threads: what
-// it adds to estimate_cell_bytes when the trace is streamed (it does not grow with the number of recorded steps).
+// About how many bytes the recording of one run of `config` holds besides the training state, for `threads` threads:
+// the margin histogram kernel's per-thread scratch, one recorded step's rows of every group while training (the trace
+// is streamed), one group's rows of every recorded step while the finished file is written, HDF5's own state. What
+// `wbaudit run` adds to estimate_cell_bytes before it starts a cell; it grows with the recorded steps only through
+// the finished file's one group at a time.
 double estimate_recording_bytes(const RunConfig& config, int threads);
 
 }  // namespace wbaudit::sim

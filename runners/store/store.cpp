@@ -19,6 +19,8 @@
 #include "runners/store/journal.hpp"
 #include "sim/run.hpp"
 #include "sim/trace/trace.hpp"
+#include "sim/trace/trace_reader.hpp"
+#include "sim/trace/trace_writer.hpp"
 #include "util/files.hpp"
 
 namespace wbaudit::runners {
@@ -976,6 +978,23 @@ AttemptRecord SweepStore::read_attempt(const fs::path& attempt_dir, const std::s
     return record;
   }
   const auto& m = record.manifest;
+  // A run that has not finished (running, interrupted or failed) leaves its streamed trace as trace.h5.partial
+  // (docs/trace-format.md, "Streaming"): say how far it got, never take it for a trace.
+  if (record.status != AttemptStatus::complete) {
+    const fs::path partial = sim::partial_trace_path(attempt_dir / "trace.h5");
+    if (fs::exists(partial)) {
+      try {
+        const sim::TraceReader reader(partial, sim::TraceReadOptions{true});
+        const auto& steps = reader.header().recorded_steps;
+        record.reasons.push_back("incomplete trace " + partial.filename().string() + ": " +
+                                 std::to_string(steps.size()) + " recorded steps" +
+                                 (steps.empty() ? std::string() : ", the last at step " + std::to_string(steps.back())) +
+                                 " of " + std::to_string(reader.header().steps));
+      } catch (const std::exception& e) {
+        record.reasons.push_back("incomplete trace " + partial.filename().string() + " cannot be read: " + e.what());
+      }
+    }
+  }
   if (record.status == AttemptStatus::running) {
     record.reasons.push_back(process_gone(m) ? "interrupted: process " + std::to_string(m["pid"].get<long long>()) +
                                                    " on " + m["host"].get<std::string>() + " no longer exists"

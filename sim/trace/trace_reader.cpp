@@ -142,7 +142,8 @@ void TraceReader::State::read_group_header(GroupTrace& g, std::size_t index) {
         }
       }
     } else if (!has_link(jh.get(), "margin")) {
-      throw TraceFileError(file + ": " + jwhere + ": neither joint pairs (offsets, keys, counts) nor a margin histogram");
+      throw TraceFileError(file + ": " + jwhere +
+                           ": neither joint pairs (offsets, keys, counts) nor a margin histogram");
     } else if (header.margin.formats.empty()) {
       throw TraceFileError(file + ": " + jwhere + "margin without the root's margin layout attributes");
     } else {
@@ -196,7 +197,8 @@ void TraceReader::State::read_validation_and_replay() {
     r.policy = read_string_attribute(rh.get(), "policy", file);
     r.sr_bits = static_cast<int>(read_scalar_attribute<std::int64_t>(rh.get(), "sr_bits", file));
     if (H5Aexists(rh.get(), "sr_stream") > 0) r.sr_stream = read_string_attribute(rh.get(), "sr_stream", file);
-    r.validation_loss = read_prefix<double>(rh.get(), "validation_loss", "/replay/" + name + "/", file, std::string::npos);
+    r.validation_loss =
+        read_prefix<double>(rh.get(), "validation_loss", "/replay/" + name + "/", file, std::string::npos);
     if (t.complete && r.validation_loss.size() != t.replay_checkpoints.size()) {
       throw TraceFileError(file + ": /replay/" + name + "/validation_loss has " +
                            std::to_string(r.validation_loss.size()) + " entries for " +
@@ -225,11 +227,12 @@ GroupTrace TraceReader::State::read_group(std::size_t index, std::size_t first, 
     using T = typename std::decay_t<decltype(out)>::value_type;
     Handle set(H5Dopen2(loc, name.c_str(), H5P_DEFAULT), H5Dclose, "open dataset " + at + name, file);
     const RowExtent e = row_extent(set.get(), at + name, file);
-    if (static_cast<std::size_t>(e.rows * e.width) < steps * width || (header.complete && e.rows * e.width != steps * width)) {
-      throw TraceFileError(file + ": " + at + name + " has " + std::to_string(e.rows * e.width) + " entries, expected " +
-                           std::to_string(width) + " per recorded step x " + std::to_string(steps) +
-                           (first + count > 0 ? " (reading step " + std::to_string(header.recorded_steps[first]) + ")"
-                                              : std::string()));
+    if (static_cast<std::size_t>(e.rows * e.width) < steps * width ||
+        (header.complete && e.rows * e.width != steps * width)) {
+      throw TraceFileError(
+          file + ": " + at + name + " has " + std::to_string(e.rows * e.width) + " entries, expected " +
+          std::to_string(width) + " per recorded step x " + std::to_string(steps) +
+          (first + count > 0 ? " (reading step " + std::to_string(header.recorded_steps[first]) + ")" : std::string()));
     }
     out.resize(count * width);
     read_elements<T>(set.get(), first * width, count * width, out.data(), at + name, file);
@@ -304,7 +307,13 @@ Handle open_trace_file(const std::filesystem::path& path) {
   if (!std::filesystem::exists(path)) throw TraceFileError(file + ": no such trace file");
   if (H5Fis_hdf5(file.c_str()) <= 0) throw TraceFileError(file + ": not an HDF5 file");
   hid_t id = H5Fopen(file.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
-  if (id < 0) id = H5Fopen(file.c_str(), H5F_ACC_RDONLY | H5F_ACC_SWMR_READ, H5P_DEFAULT);
+  if (id < 0) {
+    // A SWMR reader retries a metadata read whose checksum fails (a writer may be mid-flush), doubling its sleep each
+    // time from 1 us: HDF5's default of 100 tries never ends on a cut file. 16 tries wait at most ~65 ms in all.
+    Handle fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose, "access property list", file);
+    check(H5Pset_metadata_read_attempts(fapl.get(), 16), "metadata read attempts", file);
+    id = H5Fopen(file.c_str(), H5F_ACC_RDONLY | H5F_ACC_SWMR_READ, fapl.get());
+  }
   return Handle(id, H5Fclose, "open file (truncated, or not a trace?)", file);
 }
 

@@ -33,8 +33,8 @@ void reserve_file_space(hid_t file_id, std::uint64_t bytes, const std::string& f
   int err = ::posix_fallocate(fd, static_cast<off_t>(eoa), static_cast<off_t>(bytes));
   if (err == EINTR) err = ::posix_fallocate(fd, static_cast<off_t>(eoa), static_cast<off_t>(bytes));
   if (err != 0) {
-    throw TraceFileError(file + ": cannot reserve " + std::to_string(bytes) + " bytes for the trace: " +
-                         std::strerror(err));
+    throw TraceFileError(file + ": cannot reserve " + std::to_string(bytes) +
+                         " bytes for the trace: " + std::strerror(err));
   }
 }
 
@@ -191,7 +191,8 @@ void TraceWriter::State::open_sets(bool create_them) {
         write_scalar_attribute<std::int64_t>(rh.get(), "sr_bits", r.sr_bits, file);
         if (r.sr_stream != "philox") write_string_attribute(rh.get(), "sr_stream", r.sr_stream, file);
       }
-      replay_losses.push_back(*row_set<double>(rh.get(), "validation_loss", 0, 16, false, c, "/replay/" + name + "/", file));
+      replay_losses.push_back(
+          *row_set<double>(rh.get(), "validation_loss", 0, 16, false, c, "/replay/" + name + "/", file));
     }
     if (c) write_string_attribute(replay.get(), "order", names, file);
   }
@@ -213,8 +214,8 @@ void TraceWriter::State::open_sets(bool create_them) {
       s.erased_fraction = row_set<double>(gh.get(), "erased_fraction", 0, kSeriesChunk, false, c, where, file);
     } else {
       s.zero_weight = row_set<std::int64_t>(gh.get(), "zero_weight", 0, kSeriesChunk, false, c, where, file);
-      s.ratio = row_set<std::int64_t>(gh.get(), "ratio_histogram", static_cast<hsize_t>(header.histogram.bins), 1,
-                                      true, c, where, file);
+      s.ratio = row_set<std::int64_t>(gh.get(), "ratio_histogram", static_cast<hsize_t>(header.histogram.bins), 1, true,
+                                      c, where, file);
       Handle jh = c ? create_group(gh.get(), "joint", file) : open_group(gh.get(), "joint", file);
       if (c) write_scalar_attribute<double>(jh.get(), "init_absmax", g.init_absmax, file);
       s.margin = row_set<std::int64_t>(jh.get(), "margin", header.margin.bins(), 1, true, c, where + "joint/", file);
@@ -275,12 +276,17 @@ void TraceWriter::State::create() {
 
 void TraceWriter::State::check_header(const Trace& t, const std::string& what) const {
   const auto differ = [&](const std::string& field) {
-    throw TraceFileError(file + ": " + what + ": " + field + " differs from the trace's header");
+    throw TraceFileError(file + ": " + what + ": the run's " + field + " differs from the partial trace's");
   };
   if (t.schema != header.schema) differ("schema");
   if (t.mode != header.mode) differ("mode");
   if (t.format != header.format || t.policy != header.policy) differ("format or policy");
-  if (t.seed != header.seed || t.steps != header.steps) differ("seed or steps");
+  if (t.seed != header.seed) {
+    differ("seed " + std::to_string(header.seed) + " (the file's " + std::to_string(t.seed) + ")");
+  }
+  if (t.steps != header.steps) {
+    differ("steps " + std::to_string(header.steps) + " (the file's " + std::to_string(t.steps) + ")");
+  }
   if (t.config_json != header.config_json) differ("config_json");
   if (!(t.margin == header.margin)) differ("margin layout");
   if (t.histogram.bins != header.histogram.bins) differ("histogram bins");
@@ -460,8 +466,8 @@ void TraceWriter::State::append(Trace& t) {
     }
   }
   // HDF5 writes only into space reserved now (it holds nothing unwritten since the last flush).
-  reserve_file_space(h5->get(), T * step.bytes + 16 * V + (16 + 8 * header.replays.size()) * K +
-                                    metadata_slack(step.datasets), file);
+  reserve_file_space(
+      h5->get(), T * step.bytes + 16 * V + (16 + 8 * header.replays.size()) * K + metadata_slack(step.datasets), file);
   const auto at = static_cast<hsize_t>(rows.steps);
   const auto n = static_cast<hsize_t>(T);
   for (std::size_t i = 0; i < t.groups.size(); ++i) {
@@ -552,9 +558,9 @@ void write_trace_from_reader(const std::filesystem::path& path, const TraceReade
   Trace finished = header;
   finished.complete = true;
   if (steps) finished.steps = *steps;
-  const std::uint64_t bound = finished_trace_bound(finished, T, header.validation_steps.size(),
-                                                   header.replay_checkpoints.size()) +
-                              (pairs ? 16 * static_cast<std::uint64_t>(reader.pair_count()) : 0);
+  const std::uint64_t bound =
+      finished_trace_bound(finished, T, header.validation_steps.size(), header.replay_checkpoints.size()) +
+      (pairs ? 16 * static_cast<std::uint64_t>(reader.pair_count()) : 0);
   write_final_trace(path, bound, [&](hid_t root, const std::string& file) {
     write_trace_header(root, finished, file, pairs, margin);
     write_trace_steps(root, finished, file);

@@ -10,12 +10,18 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+extern char** environ;
+
 #include <Kokkos_Core.hpp>
 #include <csignal>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
 
 #include "sim/checkpoint.hpp"
 #include "sim/engine.hpp"
@@ -151,17 +157,68 @@ TEST(TraceStream, AReferenceKeepsEverySchema1DatasetOfTheGoldenFile) {
   fs::remove_all(dir);
 }
 
-// A child process runs a streamed cell with checkpoints and kills itself (SIGKILL, from the code) right after recorded
-// step `kill_at` is on disk; returns the directory.
-void run_and_kill(const RunConfig& c, const fs::path& dir, std::int64_t kill_at, std::int64_t every) {
+// Runs TraceStreamChild.Run (below) in a fresh process of this test program, with `role`, the cell `c` (written to
+// dir/config.json) and `args` in its environment; returns its wait status. A fresh program, not a fork: a process
+// with a running OpenMP thread pool cannot use it again in a forked child (libgomp waits there for threads that were
+// not copied).
+int run_child(const std::string& role, const RunConfig& c, const fs::path& dir, const std::string& args) {
+  std::ofstream(dir / "config.json") << to_json(c).dump();
+  std::vector<std::string> env_text;
+  for (char** e = environ; *e != nullptr; ++e) {
+    if (std::strncmp(*e, "WBAUDIT_STREAM_", 15) != 0) {
+      env_text.emplace_back(*e);
+    }
+  }
+  env_text.push_back("WBAUDIT_STREAM_CHILD=" + role);
+  env_text.push_back("WBAUDIT_STREAM_DIR=" + dir.string());
+  env_text.push_back("WBAUDIT_STREAM_ARGS=" + args);
+  std::vector<char*> envp;
+  for (std::string& e : env_text) {
+    envp.push_back(e.data());
+  }
+  envp.push_back(nullptr);
+  std::string exe = fs::read_symlink("/proc/self/exe").string(), filter = "--gtest_filter=TraceStreamChild.Run";
+  char* argv[] = {exe.data(), filter.data(), nullptr};
   const pid_t pid = ::fork();
-  ASSERT_GE(pid, 0);
   if (pid == 0) {
+    ::execve(exe.c_str(), argv, envp.data());
+    ::_exit(127);
+  }
+  int status = 0;
+  if (pid < 0 || ::waitpid(pid, &status, 0) != pid) {
+    return -1;
+  }
+  return status;
+}
+
+// A child process runs a streamed cell with checkpoints every `every` steps and kills itself (SIGKILL, from the code)
+// right after recorded step `kill_at` is on disk.
+void run_and_kill(const RunConfig& c, const fs::path& dir, std::int64_t kill_at, std::int64_t every) {
+  const int status = run_child("kill", c, dir, std::to_string(kill_at) + " " + std::to_string(every));
+  ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL)
+      << "exit " << (WIFEXITED(status) ? WEXITSTATUS(status) : -1)
+      << " (3: an error, 4: never reached the step, 127: not started)";
+}
+
+// The child side of run_child: skipped unless a test started it.
+TEST(TraceStreamChild, Run) {
+  const char* role = std::getenv("WBAUDIT_STREAM_CHILD");
+  if (role == nullptr) {
+    GTEST_SKIP() << "run by the other tests, in a child process";
+  }
+  const fs::path dir = std::getenv("WBAUDIT_STREAM_DIR");
+  std::istringstream args(std::getenv("WBAUDIT_STREAM_ARGS"));
+  const RunConfig c = run_config_from_json(nlohmann::json::parse(bytes(dir / "config.json")));
+  if (std::string(role) == "kill") {
+    std::int64_t kill_at = 0, every = 0;
+    args >> kill_at >> every;
     RunHooks hooks;
     hooks.checkpoints.dir = dir / "ckpt";
     hooks.checkpoints.every = every;
     hooks.on_recorded = [kill_at](std::int64_t step) {
-      if (step == kill_at) ::raise(SIGKILL);
+      if (step == kill_at) {
+        ::raise(SIGKILL);
+      }
     };
     try {
       run_cell_to_file(Kokkos::DefaultExecutionSpace(), c, dir / "trace.h5", {}, hooks);
@@ -170,10 +227,32 @@ void run_and_kill(const RunConfig& c, const fs::path& dir, std::int64_t kill_at,
     }
     ::_exit(4);  // not killed
   }
-  int status = 0;
-  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
-  ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL)
-      << "exit " << (WIFEXITED(status) ? WEXITSTATUS(status) : -1) << " (3: an error, 4: never reached the step)";
+  // "full": the run under a file-size limit
+  rlim_t limit = 0;
+  args >> limit;
+  std::signal(SIGXFSZ, SIG_IGN);
+  const struct rlimit r { limit, limit };
+  ::setrlimit(RLIMIT_FSIZE, &r);
+  int code = 3;  // finished: the limit did not bite
+  try {
+    run_cell_to_file(Kokkos::DefaultExecutionSpace(), c, dir / "trace.h5");
+  } catch (const TraceFileError& e) {
+    const std::string what = e.what();
+    const bool named =
+        what.find(dir.string()) != std::string::npos && what.find(std::strerror(EFBIG)) != std::string::npos;
+    code = named ? 0 : 4;
+    if (!named) {
+      std::fprintf(stderr, "message: %s\n", e.what());
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "other: %s\n", e.what());
+    code = 5;
+  }
+  if (fs::exists(dir / "trace.h5")) {
+    code = 6;
+  }
+  H5close();
+  ::_exit(code);
 }
 
 TEST(TraceStream, AKilledRunLeavesAnIncompleteTraceAndResumeFinishesItIntoTheUninterruptedFile) {
@@ -258,36 +337,13 @@ TEST(TraceStream, TheRecorderHoldsTheSameBytesAfterEveryRecordedStep) {
 // exit) does not crash; at the end the partial file stays, readable and marked incomplete.
 TEST(TraceStream, AFullDiskIsANamedErrorAndNotACrash) {
   RunConfig c = two_layer(RunMode::reference);
-  c.record.kind = RecordKind::every;  // 24 steps: ~5 MB of histograms before compression, what the finished file reserves
+  c.record.kind =
+      RecordKind::every;  // 24 steps: ~5 MB of histograms before compression, what the finished file reserves
   // 4 KiB: the partial file's first reservation fails; 5 MiB: every step's (the file's end plus one step's rows and
   // slack for HDF5's indexes, ~4 MiB) fits, the finished file's (~6.6 MiB) does not.
   for (const rlim_t limit : {rlim_t{4096}, rlim_t{5} << 20}) {
     const fs::path dir = scratch("full");
-    const pid_t pid = ::fork();
-    ASSERT_GE(pid, 0);
-    if (pid == 0) {
-      std::signal(SIGXFSZ, SIG_IGN);
-      const struct rlimit r { limit, limit };
-      ::setrlimit(RLIMIT_FSIZE, &r);
-      int code = 3;  // finished: the limit did not bite
-      try {
-        run_cell_to_file(Kokkos::DefaultExecutionSpace(), c, dir / "trace.h5");
-      } catch (const TraceFileError& e) {
-        const std::string what = e.what();
-        code = what.find(dir.string()) != std::string::npos && what.find(std::strerror(EFBIG)) != std::string::npos
-                   ? 0
-                   : 4;
-        if (code == 4) std::fprintf(stderr, "message: %s\n", e.what());
-      } catch (const std::exception& e) {
-        std::fprintf(stderr, "other: %s\n", e.what());
-        code = 5;
-      }
-      if (fs::exists(dir / "trace.h5")) code = 6;
-      H5close();
-      ::_exit(code);
-    }
-    int status = 0;
-    ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+    const int status = run_child("full", c, dir, std::to_string(limit));
     ASSERT_TRUE(WIFEXITED(status)) << "the writer died by signal " << (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
     EXPECT_EQ(WEXITSTATUS(status), 0) << "limit " << limit << ": 3 finished despite the limit, 4 unclear message, "
                                       << "5 another exception, 6 a finished file left behind";
@@ -350,7 +406,11 @@ TEST(TraceStream, BadFilesAreNamedWithWhatIsWrong) {
     (void)TraceWriter::resume(dir / "trace.h5", training.mutable_trace(), TraceRows{});
     ADD_FAILURE() << "a partial trace of another run was continued";
   } catch (const TraceFileError& e) {
-    EXPECT_NE(std::string(e.what()).find("config_json"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("seed " + std::to_string(other.seed) + " (the file's " +
+                                         std::to_string(c.seed) + ")"),
+              std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("trace.h5.partial"), std::string::npos) << e.what();
   }
   fs::remove_all(dir);
 }
