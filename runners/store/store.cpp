@@ -986,10 +986,10 @@ AttemptRecord SweepStore::read_attempt(const fs::path& attempt_dir, const std::s
       try {
         const sim::TraceReader reader(partial, sim::TraceReadOptions{true});
         const auto& steps = reader.header().recorded_steps;
-        record.reasons.push_back("incomplete trace " + partial.filename().string() + ": " +
-                                 std::to_string(steps.size()) + " recorded steps" +
-                                 (steps.empty() ? std::string() : ", the last at step " + std::to_string(steps.back())) +
-                                 " of " + std::to_string(reader.header().steps));
+        record.reasons.push_back(
+            "incomplete trace " + partial.filename().string() + ": " + std::to_string(steps.size()) +
+            " recorded steps" + (steps.empty() ? std::string() : ", the last at step " + std::to_string(steps.back())) +
+            " of " + std::to_string(reader.header().steps));
       } catch (const std::exception& e) {
         record.reasons.push_back("incomplete trace " + partial.filename().string() + " cannot be read: " + e.what());
       }

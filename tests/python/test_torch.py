@@ -273,7 +273,7 @@ def _held_bytes(obj, seen=None):
 
 
 @pytest.mark.parametrize("which", ["reference", "target"])
-def test_recorders_stream_each_step_and_hold_the_same_bytes(tmp_path, which):
+def test_recorders_stream_each_step_and_hold_the_same_bytes(tmp_path, which, wbaudit_exe):
     """Each recorded step is on disk (trace.h5.partial, marked incomplete) as soon as it is recorded; reading it as a
     finished trace is refused naming the file and its last step; what the recorder holds after 3 recorded steps is what
     it holds after 12 (the rows are not kept); close() leaves the finished trace and removes the partial file."""
@@ -301,6 +301,12 @@ def test_recorders_stream_each_step_and_hold_the_same_bytes(tmp_path, which):
             wbaudit.read_trace(rec.partial)
         held[k] = _held_bytes(rec)
     assert held[2] == held[11], held
+    # the unfinished trace on the command line: refused, naming the file and its last recorded step
+    for cmd in (["grid", rec.partial, "--formats", "e4m3", "--lr-scales", "1", "-o", str(tmp_path / "grid"),
+                 "--no-figure"], ["import", str(tmp_path / "sweep"), rec.partial]):
+        r = subprocess.run([wbaudit_exe, *cmd], capture_output=True, text=True)
+        assert r.returncode != 0 and rec.partial in r.stderr and "step 11" in r.stderr and "unfinished" in r.stderr, \
+            (cmd, r.stderr)
     trace = wbaudit.read_trace(rec.close())
     assert trace["complete"] and list(trace["recorded_steps"]) == list(range(12))
     assert not (tmp_path / which / "trace.h5.partial").exists()
