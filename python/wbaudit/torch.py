@@ -204,7 +204,7 @@ class ReferenceRecorder:
                             name, step, joint=True, init_absmax=self._init_absmax[name])
                 joint = {"margin": r["margin"]}
                 if p.numel() <= _core.JOINT_EXACT_MAX:  # a small tensor keeps w and u: the grid counts it exactly
-                    joint["w"], joint["u"] = wf, uf
+                    joint["w"], joint["u"] = wf, uf.copy()  # u: the scratch is the next parameter's
                 groups[name] = {
                     "nonzero": [r["nonzero"]], "zero_weight": [r["zero_weight"]],
                     "ratio_histogram": r["ratio_histogram"], "joint": joint,
