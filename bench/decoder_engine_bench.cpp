@@ -190,7 +190,8 @@ BENCHMARK(DecoderRatiosMillionShape)->Unit(benchmark::kMillisecond)->Iterations(
 
 // The recording kernel alone (reference_histograms: the d histogram and the margin histogram of the 14 formats) on
 // one 4M-coordinate tensor (w ~ N(0, 0.02), u ~ +-6e-4 lognormal), under the ISA range(0) (0 portable, 1 AVX2,
-// 2 AVX-512; one the CPU lacks is skipped), against a plain w + u loop over the same arrays: nanoseconds per coordinate.
+// 2 AVX-512; one the CPU lacks is skipped), against a plain w + u loop over the same arrays: nanoseconds per
+// coordinate.
 void MarginKernel(benchmark::State& state) {
   const auto isa = static_cast<detail::BlockIsa>(state.range(0));
   if (!detail::block_isa_supported(isa)) {

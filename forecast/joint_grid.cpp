@@ -505,8 +505,8 @@ namespace {
 
 // One grid computation: the formats and scales, how each format is evaluated, and the output.
 struct GridPlan {
-  const sim::Trace* header;  // the reference (its rows need not be present)
-  const sim::GroupTrace* group;  // name, size, init absmax
+  const sim::Trace* header;               // the reference (its rows need not be present)
+  const sim::GroupTrace* group;           // name, size, init absmax
   std::vector<Rounder> rounders;          // schema 2 (pairs)
   std::vector<sim::FormatParams> params;  // groups kept exactly
   std::vector<int> margin_block;          // schema 3: each format's block (-1: not recorded)
@@ -655,21 +655,26 @@ sim::GroupTrace rows_at(const sim::Trace& trace, const sim::GroupTrace& g, std::
   if (t < g.nonzero.size()) r.nonzero = {g.nonzero[t]};
   if (g.has_exact()) {
     const auto n = static_cast<std::size_t>(g.size);
-    r.exact_w.assign(g.exact_w.begin() + static_cast<std::ptrdiff_t>(t * n), g.exact_w.begin() + static_cast<std::ptrdiff_t>((t + 1) * n));
-    r.exact_u.assign(g.exact_u.begin() + static_cast<std::ptrdiff_t>(t * n), g.exact_u.begin() + static_cast<std::ptrdiff_t>((t + 1) * n));
+    r.exact_w.assign(g.exact_w.begin() + static_cast<std::ptrdiff_t>(t * n),
+                     g.exact_w.begin() + static_cast<std::ptrdiff_t>((t + 1) * n));
+    r.exact_u.assign(g.exact_u.begin() + static_cast<std::ptrdiff_t>(t * n),
+                     g.exact_u.begin() + static_cast<std::ptrdiff_t>((t + 1) * n));
   } else if (g.has_margin()) {
     const std::size_t bins = trace.margin.bins();
     r.margin.assign(g.margin.begin() + static_cast<std::ptrdiff_t>(t * bins),
                     g.margin.begin() + static_cast<std::ptrdiff_t>((t + 1) * bins));
   } else {
-    const auto begin = static_cast<std::size_t>(g.joint_offsets[t]), end = static_cast<std::size_t>(g.joint_offsets[t + 1]);
+    const auto begin = static_cast<std::size_t>(g.joint_offsets[t]),
+               end = static_cast<std::size_t>(g.joint_offsets[t + 1]);
     if (end < begin || end > g.joint_keys.size() || end > g.joint_counts.size()) {
       throw ForecastError("analytic grid: group \"" + g.name + "\" step " + std::to_string(trace.recorded_steps[t]) +
                           ": joint offsets out of order");
     }
     r.joint_offsets = {0, static_cast<std::int64_t>(end - begin)};
-    r.joint_keys.assign(g.joint_keys.begin() + static_cast<std::ptrdiff_t>(begin), g.joint_keys.begin() + static_cast<std::ptrdiff_t>(end));
-    r.joint_counts.assign(g.joint_counts.begin() + static_cast<std::ptrdiff_t>(begin), g.joint_counts.begin() + static_cast<std::ptrdiff_t>(end));
+    r.joint_keys.assign(g.joint_keys.begin() + static_cast<std::ptrdiff_t>(begin),
+                        g.joint_keys.begin() + static_cast<std::ptrdiff_t>(end));
+    r.joint_counts.assign(g.joint_counts.begin() + static_cast<std::ptrdiff_t>(begin),
+                          g.joint_counts.begin() + static_cast<std::ptrdiff_t>(end));
   }
   return r;
 }

@@ -132,7 +132,8 @@ Training<ExecSpace>::Training(const ExecSpace& space, const RunConfig& config)
   if (config.replay.checkpoints > 0) {
     trace.replay_steps = config.replay.steps;
     for (const std::string& policy : config.replay.policies) {
-      trace.replays.push_back(ReplaySeries{config.replay.format, policy, config.replay.sr_bits, {}, config.replay.sr_stream});
+      trace.replays.push_back(
+          ReplaySeries{config.replay.format, policy, config.replay.sr_bits, {}, config.replay.sr_stream});
     }
   }
   if (const auto optimum = m_model->optimal_validation_loss()) {
@@ -200,8 +201,8 @@ void Training<ExecSpace>::step(const RunHooks& hooks) {
         // per declared format.
         static_assert(Kokkos::SpaceAccessibility<ExecSpace, Kokkos::HostSpace>::accessible,
                       "the reference recording reads w and u in host memory");
-        const ReferenceHistograms h = reference_histograms(space, layout, m_trace.margin, m_margin_formats[t],
-                                                           w.data(), u.data(), w.extent(0));
+        const ReferenceHistograms h =
+            reference_histograms(space, layout, m_trace.margin, m_margin_formats[t], w.data(), u.data(), w.extent(0));
         if (h.non_finite > 0) {
           non_finite(g.name, step, std::to_string(h.non_finite) + " coordinates");
         }
@@ -299,7 +300,8 @@ std::size_t Training<ExecSpace>::recorder_bytes() const {
   add(m_trace.replay_start_loss);
   for (const ReplaySeries& r : m_trace.replays) add(r.validation_loss);
   for (const GroupTrace& g : m_trace.groups) {
-    for (const auto* v : {&g.nonzero, &g.erased, &g.saturated, &g.applied, &g.zero_weight, &g.ratio_histogram, &g.margin})
+    for (const auto* v :
+         {&g.nonzero, &g.erased, &g.saturated, &g.applied, &g.zero_weight, &g.ratio_histogram, &g.margin})
       add(*v);
     add(g.erased_fraction);
     add(g.exact_w);

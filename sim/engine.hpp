@@ -86,9 +86,9 @@ class Training {
   std::vector<Kokkos::View<float*, memory_space>> m_proposals, m_masters;
   std::vector<std::vector<MarginFormat>> m_margin_formats;  // reference: per tensor, the margin histogram's formats
   std::vector<FormatSpec> m_target_formats;                 // target: per tensor
-  std::vector<std::vector<FormatSpec>> m_project_formats;  // reference: per tensor, per declared format
-  TraceWriter* m_writer = nullptr;                         // streaming: where rows go after each step
-  TraceRows m_streamed;                                    // rows of the trace already in the writer
+  std::vector<std::vector<FormatSpec>> m_project_formats;   // reference: per tensor, per declared format
+  TraceWriter* m_writer = nullptr;                          // streaming: where rows go after each step
+  TraceRows m_streamed;                                     // rows of the trace already in the writer
 };
 
 }  // namespace wbaudit::sim

@@ -427,9 +427,9 @@ py::dict trace_to_dict(const Trace& t) {
       }
       gd["projected"] = projected;
       if (g.has_margin()) {
-        gd["joint"] = py::dict(py::arg("margin") = array_of(g.margin).reshape(
-                                   {T, static_cast<py::ssize_t>(t.margin.bins())}),
-                               py::arg("init_absmax") = g.init_absmax);
+        gd["joint"] =
+            py::dict(py::arg("margin") = array_of(g.margin).reshape({T, static_cast<py::ssize_t>(t.margin.bins())}),
+                     py::arg("init_absmax") = g.init_absmax);
       } else if (g.has_pairs()) {
         gd["joint"] = py::dict(py::arg("offsets") = array_of(g.joint_offsets), py::arg("keys") = array_of(g.joint_keys),
                                py::arg("counts") = array_of(g.joint_counts), py::arg("init_absmax") = g.init_absmax);
@@ -535,12 +535,14 @@ void rows_from_dict(Trace& t, const py::dict& d, const char* who) {
     if (!from.contains(key)) throw py::value_error(std::string(who) + ": missing key \"" + w + key + "\"");
     return from[key];
   };
-  t.recorded_steps = vector_of<std::int64_t>(need(d, "recorded_steps", ""), "recorded_steps", static_cast<std::size_t>(-1));
+  t.recorded_steps =
+      vector_of<std::int64_t>(need(d, "recorded_steps", ""), "recorded_steps", static_cast<std::size_t>(-1));
   const std::size_t T = t.recorded_steps.size();
   t.loss = vector_of<double>(need(d, "loss", ""), "loss", T);
   t.learning_rate = vector_of<double>(need(d, "learning_rate", ""), "learning_rate", T);
   if (d.contains("validation_steps")) {
-    t.validation_steps = vector_of<std::int64_t>(d["validation_steps"], "validation_steps", static_cast<std::size_t>(-1));
+    t.validation_steps =
+        vector_of<std::int64_t>(d["validation_steps"], "validation_steps", static_cast<std::size_t>(-1));
     t.validation_loss = vector_of<double>(need(d, "validation_loss", ""), "validation_loss", t.validation_steps.size());
   }
   const auto groups = py::reinterpret_borrow<py::dict>(need(d, "groups", ""));
@@ -563,7 +565,8 @@ void rows_from_dict(Trace& t, const py::dict& d, const char* who) {
                                                 T * static_cast<std::size_t>(t.histogram.bins));
     const auto projected = py::reinterpret_borrow<py::dict>(need(gd, "projected", w));
     for (auto& [pname, series] : g.projected) {
-      if (!projected.contains(py::str(pname))) throw py::value_error(std::string(who) + ": " + w + "projected." + pname + " missing");
+      if (!projected.contains(py::str(pname)))
+        throw py::value_error(std::string(who) + ": " + w + "projected." + pname + " missing");
       const py::dict pd = projected[py::str(pname)];
       series.erased = vector_of<std::int64_t>(need(pd, "erased", w + "projected."), w + "projected.erased", T);
       series.fraction = vector_of<double>(need(pd, "fraction", w + "projected."), w + "projected.fraction", T);
@@ -593,7 +596,8 @@ void rows_from_dict(Trace& t, const py::dict& d, const char* who) {
       }
     }
     if (jd.contains("w") || jd.contains("u")) {
-      if (!jd.contains("w") || !jd.contains("u")) throw py::value_error(std::string(who) + ": " + w + "joint needs both w and u");
+      if (!jd.contains("w") || !jd.contains("u"))
+        throw py::value_error(std::string(who) + ": " + w + "joint needs both w and u");
       const std::size_t n = T * static_cast<std::size_t>(g.size);
       g.exact_w = vector_of<float>(jd["w"], w + "joint.w", n);  // [T, size] or flat, C order
       g.exact_u = vector_of<float>(jd["u"], w + "joint.u", n);
@@ -604,7 +608,8 @@ void rows_from_dict(Trace& t, const py::dict& d, const char* who) {
 Trace trace_from_dict(const py::dict& d) {
   Trace t = header_from_dict(d, "write_trace");
   rows_from_dict(t, d, "write_trace");
-  if (t.schema == kTraceSchema && std::any_of(t.groups.begin(), t.groups.end(), [](const GroupTrace& g) { return g.has_pairs(); })) {
+  if (t.schema == kTraceSchema &&
+      std::any_of(t.groups.begin(), t.groups.end(), [](const GroupTrace& g) { return g.has_pairs(); })) {
     t.schema = kTraceSchemaV2;  // a dict read from a schema-2 trace written back as it was
   }
   return t;
@@ -749,8 +754,9 @@ PYBIND11_MODULE(_core, m) {
       .def("close", &PyTraceWriter::close)
       .def_property_readonly("rows", &PyTraceWriter::rows)
       .def_property_readonly("partial", &PyTraceWriter::partial);
-  m.def("margin_layout", [] { return margin_layout_dict(default_margin_layout()); },
-        "margin_layout() -> dict\n\nThe margin histogram's layout the simulator records (formats, rows, bins).");
+  m.def(
+      "margin_layout", [] { return margin_layout_dict(default_margin_layout()); },
+      "margin_layout() -> dict\n\nThe margin histogram's layout the simulator records (formats, rows, bins).");
   m.attr("TRACE_SCHEMA") = kTraceSchema;
   m.attr("TRACE_SCHEMA_TARGET") = kTraceSchemaV2;
   m.def(

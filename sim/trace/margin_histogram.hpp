@@ -30,7 +30,7 @@
 
 namespace wbaudit::sim {
 
-inline constexpr int kMarginSubBins = 32;  // linear bins of m in [1, 2) in a fine row
+inline constexpr int kMarginSubBins = 32;   // linear bins of m in [1, 2) in a fine row
 inline constexpr int kMarginSaturated = 0;  // counter 0 of a block: u points away from q_F(w) = max finite
 inline constexpr int kMarginMaxRows = 64;   // MarginRows::rows() at most
 

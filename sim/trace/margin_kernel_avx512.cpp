@@ -19,7 +19,7 @@ struct IsaAvx512 {};
 }  // namespace
 
 void margin_item_avx512(const MarginKernelArgs& a, std::size_t begin, std::size_t end, MarginScratch& s,
-                     std::uint32_t* counters, std::int64_t* counts) {
+                        std::uint32_t* counters, std::int64_t* counts) {
   margin_item<IsaAvx512>(a, begin, end, s, counters, counts);
 }
 
@@ -28,7 +28,7 @@ void margin_item_avx512(const MarginKernelArgs& a, std::size_t begin, std::size_
 #else
 namespace wbaudit::sim::detail {
 void margin_item_avx512(const MarginKernelArgs& a, std::size_t begin, std::size_t end, MarginScratch& s,
-                     std::uint32_t* counters, std::int64_t* counts) {
+                        std::uint32_t* counters, std::int64_t* counts) {
   margin_item_portable(a, begin, end, s, counters, counts);
 }
 }  // namespace wbaudit::sim::detail

@@ -67,12 +67,21 @@ ReferenceHistograms reference_histograms(const ExecSpace& space, const RatioHist
   const std::size_t total = nratio + margin.bins();
   std::vector<std::int64_t> counts(total, 0);
   Kokkos::View<std::int64_t*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged> result(counts.data(), total);
-  const detail::MarginKernelArgs args{w,          u,          n,         margin.rows, formats.data(), nfloating,
-                                      static_cast<int>(formats.size()), ratio.d_min, ratio.bin_width, ratio.bins};
+  const detail::MarginKernelArgs args{w,
+                                      u,
+                                      n,
+                                      margin.rows,
+                                      formats.data(),
+                                      nfloating,
+                                      static_cast<int>(formats.size()),
+                                      ratio.d_min,
+                                      ratio.bin_width,
+                                      ratio.bins};
   // Four items per thread (at least 8192 coordinates each, so that clearing an item's counters stays cheap).
-  const std::size_t per_thread = (n + 4 * static_cast<std::size_t>(space.concurrency()) - 1) /
-                                 (4 * static_cast<std::size_t>(space.concurrency()));
-  const std::size_t item_size = per_thread < 8192 ? 8192 : (per_thread > detail::kMarginItem ? detail::kMarginItem : per_thread);
+  const std::size_t per_thread =
+      (n + 4 * static_cast<std::size_t>(space.concurrency()) - 1) / (4 * static_cast<std::size_t>(space.concurrency()));
+  const std::size_t item_size =
+      per_thread < 8192 ? 8192 : (per_thread > detail::kMarginItem ? detail::kMarginItem : per_thread);
   const std::size_t items = (n + item_size - 1) / item_size;
   Kokkos::parallel_reduce("wbaudit::sim::trace::reference_histograms", Kokkos::RangePolicy<ExecSpace>(space, 0, items),
                           detail::ReferenceHistogramsReduce{total, args, item_size}, result);

@@ -8,8 +8,8 @@
 #include "sim/trace/trace_reader.hpp"
 
 #include <fcntl.h>
-#include <sys/types.h>
 #include <hdf5.h>
+#include <sys/types.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -148,8 +148,9 @@ void check_group_name(const std::string& name, const std::string& file) {
 void write_ratio_histogram(hid_t gh, const Trace& trace, const GroupTrace& g, const std::string& file) {
   const auto bins = static_cast<hsize_t>(trace.histogram.bins);
   if (bins == 0 || g.ratio_histogram.size() % bins != 0) {
-    throw TraceFileError(file + ": group " + g.name + ": ratio_histogram has " + std::to_string(g.ratio_histogram.size()) +
-                         " entries, not a multiple of " + std::to_string(trace.histogram.bins) + " bins");
+    throw TraceFileError(file + ": group " + g.name + ": ratio_histogram has " +
+                         std::to_string(g.ratio_histogram.size()) + " entries, not a multiple of " +
+                         std::to_string(trace.histogram.bins) + " bins");
   }
   const hsize_t rows = g.ratio_histogram.size() / bins;
   if (is_schema3(trace)) {
@@ -177,8 +178,8 @@ void write_joint(hid_t gh, const Trace& trace, const GroupTrace& g, const std::s
                          std::to_string(steps));
   }
   if (g.has_pairs() && trace.schema != kTraceSchemaV2) {
-    throw TraceFileError(file + ": group " + g.name + ": joint pairs belong to schema " + kTraceSchemaV2 +
-                         ", not " + trace.schema);
+    throw TraceFileError(file + ": group " + g.name + ": joint pairs belong to schema " + kTraceSchemaV2 + ", not " +
+                         trace.schema);
   }
   if (g.has_margin() && !is_schema3(trace)) {
     throw TraceFileError(file + ": group " + g.name + ": a margin histogram needs schema " + kTraceSchema);
@@ -333,8 +334,8 @@ void write_trace_to(hid_t root, const Trace& trace, const std::string& file) {
   };
   // The margin layout of a schema-3 reference also when no step is recorded yet (a checkpoint's header).
   write_trace_header(root, trace, file, any(&GroupTrace::has_pairs),
-                     any(&GroupTrace::has_margin) || (is_schema3(trace) && trace.mode == "reference" &&
-                                                       !trace.margin.formats.empty()));
+                     any(&GroupTrace::has_margin) ||
+                         (is_schema3(trace) && trace.mode == "reference" && !trace.margin.formats.empty()));
   write_trace_steps(root, trace, file);
   Handle groups = create_group(root, "groups", file);
   for (const GroupTrace& g : trace.groups) write_trace_group(groups.get(), trace, g, file);

@@ -42,14 +42,20 @@ Sample synthetic(std::uint64_t seed, int n) {
   for (int i = 0; i < n; ++i) {
     double w = std::exp2(unit(rng) * 58 - 40);
     const double r = unit(rng);
-    if (r < 0.03) w = 0;
-    else if (r < 0.06) w = std::exp2(std::round(std::log2(w)));
-    else if (r < 0.08) w = int4 * std::round(unit(rng) * 14 - 7);
+    if (r < 0.03)
+      w = 0;
+    else if (r < 0.06)
+      w = std::exp2(std::round(std::log2(w)));
+    else if (r < 0.08)
+      w = int4 * std::round(unit(rng) * 14 - 7);
     double u = (std::fabs(w) + 0x1p-30) * std::exp2(normal(rng) * 4 - 5);
     const double v = unit(rng);
-    if (v < 0.03) u = std::exp2(std::round(std::log2(u)));
-    else if (v < 0.05) u = int4 / 2 * std::exp2(std::round(normal(rng) * 2));
-    else if (v < 0.06) u = 0;
+    if (v < 0.03)
+      u = std::exp2(std::round(std::log2(u)));
+    else if (v < 0.05)
+      u = int4 / 2 * std::exp2(std::round(normal(rng) * 2));
+    else if (v < 0.06)
+      u = 0;
     s.w.push_back(static_cast<float>(unit(rng) < 0.5 ? -w : w));
     s.u.push_back(static_cast<float>(unit(rng) < 0.5 ? -u : u));
   }

@@ -438,7 +438,8 @@ inline std::vector<std::string> link_names(hid_t loc, const std::string& where, 
 // The canonical layout of a finished trace (docs/trace-format.md), in the order the file is written: the root
 // attributes, the per-step root datasets and group order, each group, then validation, replay and (schema 3)
 // `complete`. write_trace_to writes all of it; the streaming writer's finish writes the same, a group at a time.
-// pairs / margin: whether some group has schema 2's joint pairs / schema 3's margin histogram (their layout attributes).
+// pairs / margin: whether some group has schema 2's joint pairs / schema 3's margin histogram (their layout
+// attributes).
 void write_trace_header(hid_t root, const Trace& trace, const std::string& file, bool pairs, bool margin);
 void write_margin_layout(hid_t root, const MarginLayout& margin, const std::string& file);
 void write_trace_steps(hid_t root, const Trace& trace, const std::string& file);

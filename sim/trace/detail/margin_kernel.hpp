@@ -80,7 +80,8 @@ inline void margin_chunk_floating(const MarginRows& r, const MarginFormat& f, in
   const int shift = 23 - f.man_bits;
   const std::int32_t half = (1 << (shift - 1)) - 1, mask = ~((1 << shift) - 1);
   const std::int32_t c_sub = f.emin - f.man_bits - 1, c_norm = -127 - f.man_bits - 1;
-  const std::int32_t max_bits = static_cast<std::int32_t>(f.max_bits), emin_bits = static_cast<std::int32_t>(f.emin_bits);
+  const std::int32_t max_bits = static_cast<std::int32_t>(f.max_bits),
+                     emin_bits = static_cast<std::int32_t>(f.emin_bits);
   const std::int32_t emin_field = f.emin + 127;
   const std::int32_t lo = r.coarse_lo, flo = r.fine_lo, fhi = r.fine_hi, nfine = r.fine_rows(), rmax = r.rows() - 1;
   const std::int32_t trash = r.block();
@@ -204,7 +205,8 @@ inline void margin_item(const MarginKernelArgs& a, std::size_t begin, std::size_
     }
   }
   for (int b = 0; b < a.ratio_bins; ++b) {
-    counts[b] += static_cast<std::int64_t>(ratio[b]) + ratio[rstride + b] + ratio[2 * rstride + b] + ratio[3 * rstride + b];
+    counts[b] +=
+        static_cast<std::int64_t>(ratio[b]) + ratio[rstride + b] + ratio[2 * rstride + b] + ratio[3 * rstride + b];
   }
   counts[a.ratio_bins] += proposals;
   counts[a.ratio_bins + 1] += zero_weight;

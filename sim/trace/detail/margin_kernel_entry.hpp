@@ -14,9 +14,9 @@ inline constexpr int kMarginChunk = 2048;
 // The per-work-item state: scratch arrays of one chunk and the 32-bit counters of every format (4 copies each) and
 // of the d histogram. Counters hold at most kMarginItem coordinates, so they never overflow.
 struct MarginScratch {
-  alignas(64) std::int32_t aw[kMarginChunk];     // |w| bits (0 where the coordinate is not a finite proposal)
-  alignas(64) std::int32_t away[kMarginChunk];   // 1: u points away from zero or w == 0
-  alignas(64) std::int32_t eu[kMarginChunk];     // |u| = (1 + fu 2^-23) 2^eu
+  alignas(64) std::int32_t aw[kMarginChunk];    // |w| bits (0 where the coordinate is not a finite proposal)
+  alignas(64) std::int32_t away[kMarginChunk];  // 1: u points away from zero or w == 0
+  alignas(64) std::int32_t eu[kMarginChunk];    // |u| = (1 + fu 2^-23) 2^eu
   alignas(64) std::int32_t fu[kMarginChunk];
   alignas(64) std::int32_t valid[kMarginChunk];  // 1: a finite proposal u != 0
   alignas(64) std::int32_t idx[kMarginChunk];

@@ -49,8 +49,8 @@ struct Brute {
 int brute_counter(const Brute& b, const MarginRows& r, float w, float u, bool& sub_exact) {
   const double aw = std::fabs(static_cast<double>(w)), au = std::fabs(static_cast<double>(u));
   const double q = wbaudit::test::ref_nearest_search(b.table, aw);
-  const auto it = std::lower_bound(b.table.begin(), b.table.end(), q,
-                                   [](const ValueCode& a, double v) { return a.value < v; });
+  const auto it =
+      std::lower_bound(b.table.begin(), b.table.end(), q, [](const ValueCode& a, double v) { return a.value < v; });
   const bool toward = w != 0 && std::signbit(w) != std::signbit(u);
   const bool even = (it->code & 1u) == 0;
   if (!toward && it + 1 == b.table.end()) return kMarginSaturated;
@@ -174,7 +174,8 @@ TEST(MarginHistogram, EveryCounterIsTheBruteForceOneOnEveryIsa) {
       EXPECT_EQ(total, nonzero) << where << " " << layout.formats[f];
       if (!brutes[f].integer) {
         for (int k = 0; k < block; ++k) {
-          EXPECT_EQ(h.margin[f * block + k], want[f * block + k]) << where << " " << layout.formats[f] << " counter " << k;
+          EXPECT_EQ(h.margin[f * block + k], want[f * block + k])
+              << where << " " << layout.formats[f] << " counter " << k;
         }
       } else {
         EXPECT_EQ(row_sums(h.margin, f), row_sums(want, f)) << where << " " << layout.formats[f];

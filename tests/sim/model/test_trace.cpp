@@ -65,7 +65,8 @@ Trace sample_trace(const std::string& mode) {
       g.projected["bf16"] = ProjectedSeries{{0, 0, 0, 0}, {0.0, 0.0, std::nan(""), 0.0}, {}};
       // schema 3's margin histogram: 4 steps of the default layout's counters
       t.margin = default_margin_layout();
-      for (std::size_t k = 0; k < 4 * t.margin.bins(); ++k) g.margin.push_back(static_cast<std::int64_t>((k * 7 + id) % 11));
+      for (std::size_t k = 0; k < 4 * t.margin.bins(); ++k)
+        g.margin.push_back(static_cast<std::int64_t>((k * 7 + id) % 11));
       g.init_absmax = 0.5 + id;
     }
     t.groups.push_back(g);
