@@ -280,7 +280,7 @@ void add_grid_command(CLI::App& app) {
   auto* cmd = app.add_subcommand(
       "grid", "The analytic grid of an fp32 reference trace: projected erased fraction over formats x lr scales");
   cmd->add_option("trace", args->trace,
-                  "Reference trace.h5 (schema wbaudit.trace/2, mode reference), or a sweep directory with --cell")
+                  "Reference trace.h5 (schema wbaudit.trace/3 or /2, mode reference), or a sweep directory with --cell")
       ->required()
       ->check(CLI::ExistingPath);
   cmd->add_option("--cell", args->cell,
@@ -304,7 +304,8 @@ void add_grid_command(CLI::App& app) {
       "TRACE may also be a reference trace.h5 itself (then without --cell).\n"
       "Writes DIR/grid.csv (group, format, lr_scale, step, erased_fraction), DIR/grid_summary.csv (mean, max and\n"
       "final over the selected steps) and DIR/grid_<group>.{svg,png}. A trace made before schema\n"
-      "wbaudit.trace/2 has no joint histogram: re-run its reference with this wbaudit. See docs/forecasting.md.");
+      "wbaudit.trace/2 has no joint histogram: re-run its reference with this wbaudit. The partial trace of an\n"
+      "unfinished run (trace.h5.partial) is refused, naming its last recorded step. See docs/forecasting.md.");
   cmd->callback([args] { run_grid(*args); });
 }
 

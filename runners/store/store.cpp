@@ -20,6 +20,8 @@
 #include "sim/numeric_identity.hpp"
 #include "sim/run.hpp"
 #include "sim/trace/trace.hpp"
+#include "sim/trace/trace_reader.hpp"
+#include "sim/trace/trace_writer.hpp"
 #include "util/files.hpp"
 
 namespace wbaudit::runners {
@@ -1166,6 +1168,29 @@ void SweepStore::check_manifest_identity(AttemptRecord& record, const std::strin
   }
 }
 
+namespace {
+
+// A run that has not finished (running, interrupted or failed) leaves its streamed trace as trace.h5.partial
+// (docs/trace-format.md, "Streaming"): say how far it got, never take it for a trace.
+void note_partial_trace(AttemptRecord& record, const fs::path& attempt_dir) {
+  const fs::path partial = sim::partial_trace_path(attempt_dir / "trace.h5");
+  if (!fs::exists(partial)) {
+    return;
+  }
+  try {
+    const sim::TraceReader reader(partial, sim::TraceReadOptions{true});
+    const auto& steps = reader.header().recorded_steps;
+    record.reasons.push_back("incomplete trace " + partial.filename().string() + ": " + std::to_string(steps.size()) +
+                             " recorded steps" +
+                             (steps.empty() ? std::string() : ", the last at step " + std::to_string(steps.back())) +
+                             " of " + std::to_string(reader.header().steps));
+  } catch (const std::exception& e) {
+    record.reasons.push_back("incomplete trace " + partial.filename().string() + " cannot be read: " + e.what());
+  }
+}
+
+}  // namespace
+
 AttemptRecord SweepStore::read_attempt(const fs::path& attempt_dir, const std::string& id) const {
   AttemptRecord record;
   record.dir = attempt_dir;
@@ -1179,6 +1204,9 @@ AttemptRecord SweepStore::read_attempt(const fs::path& attempt_dir, const std::s
     return record;
   }
   const auto& m = record.manifest;
+  if (record.status != AttemptStatus::complete) {
+    note_partial_trace(record, attempt_dir);
+  }
   if (record.status == AttemptStatus::running) {
     record.reasons.push_back(process_gone(m) ? "interrupted: process " + std::to_string(m["pid"].get<long long>()) +
                                                    " on " + m["host"].get<std::string>() + " no longer exists"
