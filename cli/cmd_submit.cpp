@@ -101,8 +101,9 @@ void add_slurm_options(CLI::App* cmd, SubmitArgs& args) {
       ->check(CLI::PositiveNumber);
   cmd->add_option("--job-name", o.job_name, "Job name");
   cmd->add_option("--sbatch", o.sbatch_options,
-                  "Another sbatch option for the cells job, as --name=value (repeatable), e.g. --sbatch=--gres=gpu:1 "
-                  "--sbatch=--constraint=avx2 --sbatch=--exclusive --sbatch=--mail-type=END");
+                  "Another sbatch option for the cells job, as --name=value (repeatable), e.g. "
+                  "--sbatch=--constraint=avx2 --sbatch=--exclusive --sbatch=--mail-type=END (wbaudit runs on CPUs: "
+                  "no --gres is needed)");
   cmd->add_option("--report-command", o.report_command, "wbaudit subcommand the report job runs on the directory");
 }
 
@@ -143,6 +144,20 @@ void print_dry_run(const SubmitArgs& args, const std::filesystem::path& out,
   std::cout << "# ---- report.sbatch (sbatch --dependency=afterany:<cells job>) ----\n" << plan.report_script;
 }
 
+// What a user should hear before submitting (runners::slurm::submission_warnings), on stderr, dry run or not.
+void warn_before_submitting(const SubmitArgs& args, const std::filesystem::path& out,
+                            const std::vector<runners::StoredCell>& cells) {
+  std::vector<std::string> names;
+  std::vector<nlohmann::json> configs;
+  for (const auto& c : cells) {
+    names.push_back(c.name);
+    configs.push_back(c.config);
+  }
+  for (const auto& w : runners::slurm::submission_warnings(out, names, configs, args.slurm)) {
+    std::cerr << "wbaudit submit: warning: " << w << "\n";
+  }
+}
+
 void submit_sweep(SubmitArgs& args) {
   args.slurm.cells_per_task = args.cells_per_task == "auto" ? 0 : std::stoi(args.cells_per_task);
   const runners::SweepSpec spec = runners::load_sweep_spec(args.spec);
@@ -153,6 +168,7 @@ void submit_sweep(SubmitArgs& args) {
     args.slurm.job_name = "wbaudit-" + spec.name;
   }
   runners::check_sweep_directory(out, spec, args.resume);
+  warn_before_submitting(args, out, cells);
   if (args.dry_run) {
     print_dry_run(args, out, cells);
     return;

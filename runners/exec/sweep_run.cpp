@@ -205,15 +205,13 @@ LockedSweep create_locked(const SweepSpec& spec, const std::filesystem::path& ou
   }
 }
 
-ExecSummary run_sweep(const SweepSpec& spec, const RunOptions& options, MPI_Comm comm) {
-  int rank = 0, ranks = 1;
-  if (comm != MPI_COMM_NULL) {
-    MPI_Comm_rank(comm, &rank);
-    MPI_Comm_size(comm, &ranks);
-  }
-  // Cell patterns are checked before anything is written.
+namespace {
+
+// The ids of the cells --cells selects, checked before anything is written: a pattern that matches no cell is an
+// error naming the sweep's cells.
+std::vector<std::string> selected_cell_ids(const SweepSpec& spec, const std::vector<std::string>& patterns) {
   std::vector<std::string> only_ids;
-  for (const auto& pattern : options.only) {
+  for (const auto& pattern : patterns) {
     bool matched = false;
     for (const auto& cell : spec.cells) {
       if (::fnmatch(pattern.c_str(), cell.name.c_str(), 0) != 0) {
@@ -234,19 +232,23 @@ ExecSummary run_sweep(const SweepSpec& spec, const RunOptions& options, MPI_Comm
                       "\" matches no cell of the sweep (its cells: " + names + ")");
     }
   }
-  // Refuse before anything is written a cell that cannot fit in this machine's memory with the cells that run
-  // beside it (local worker processes; one cell per rank under MPI).
-  {
-    const double physical =
-        static_cast<double>(::sysconf(_SC_PHYS_PAGES)) * static_cast<double>(::sysconf(_SC_PAGESIZE));
-    const int beside = comm == MPI_COMM_NULL ? std::max(1, options.jobs) : 1;
-    const int threads = comm == MPI_COMM_NULL && options.jobs > 1
-                            ? std::max(1, options.worker_threads)
-                            : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
-    check_cells_fit(spec, beside, threads, physical);
-  }
-  // Rank 0 creates (or checks) the sweep directory; the others open it once it exists.
-  // It also takes the sweep's lock for the whole run (one writer per sweep: a second run refuses, naming the holder).
+  return only_ids;
+}
+
+// Refuse before anything is written a cell that cannot fit in this machine's memory with the cells that run beside
+// it (local worker processes; one cell per rank under MPI).
+void check_memory(const SweepSpec& spec, const RunOptions& options, MPI_Comm comm) {
+  const double physical = static_cast<double>(::sysconf(_SC_PHYS_PAGES)) * static_cast<double>(::sysconf(_SC_PAGESIZE));
+  const int beside = comm == MPI_COMM_NULL ? std::max(1, options.jobs) : 1;
+  const int threads = comm == MPI_COMM_NULL && options.jobs > 1
+                          ? std::max(1, options.worker_threads)
+                          : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  check_cells_fit(spec, beside, threads, physical);
+}
+
+// Rank 0 creates (or checks) the sweep directory and takes its lock for the whole run (one writer per sweep: a
+// second run refuses, naming the holder); every rank learns whether that worked. Returns the lock (rank 0 only).
+std::optional<SweepLock> create_sweep(const SweepSpec& spec, const RunOptions& options, MPI_Comm comm, int rank) {
   std::string create_error;
   std::optional<SweepLock> lock;
   if (rank == 0) {
@@ -279,6 +281,76 @@ ExecSummary run_sweep(const SweepSpec& spec, const RunOptions& options, MPI_Comm
   } else if (!create_error.empty()) {
     throw StoreError(create_error);
   }
+  return lock;
+}
+
+// The early-crossing warnings (docs/specs.md) of completed target cells, collected as they complete.
+class EarlyCrossings {
+ public:
+  EarlyCrossings(const SweepSpec& spec, const SweepStore& store, std::filesystem::path out)
+      : m_spec(spec), m_out(std::move(out)), m_burn_in(crossing_burn_in(spec).steps) {
+    for (const auto& cell : store.cells()) {
+      if (cell.role == "target") {
+        m_target_ids.insert(cell.id);
+      }
+    }
+  }
+
+  void operator()(const ProgressEvent& e) {
+    if (e.kind != ProgressEvent::Kind::completed || !m_target_ids.count(e.cell_id) || e.attempt.empty()) {
+      return;
+    }
+    std::string warning;
+    try {
+      const sim::Trace trace = sim::read_trace(m_out / "cells" / e.cell_id / "attempts" / e.attempt / "trace.h5");
+      warning = early_crossing_warning(e.name, trace, m_spec.evaluation.groups, m_spec.evaluation.threshold,
+                                       m_spec.evaluation.min_group_size, m_burn_in);
+    } catch (const std::exception&) {
+      return;  // the store's checks name an unreadable trace; a warning is no place for it
+    }
+    if (!warning.empty()) {
+      const std::lock_guard<std::mutex> guard(m_mutex);
+      m_warnings.push_back(std::move(warning));
+    }
+  }
+
+  // The run ends with one line and the details in a file (rank 0).
+  void report() const {
+    if (!m_warnings.empty()) {
+      report_early_crossings(m_out, m_warnings, m_spec.count(CellRole::target));
+    }
+  }
+
+ private:
+  const SweepSpec& m_spec;
+  std::filesystem::path m_out;
+  std::int64_t m_burn_in;
+  std::set<std::string> m_target_ids;
+  std::vector<std::string> m_warnings;
+  std::mutex m_mutex;
+};
+
+void print_run_header(const SweepSpec& spec, const RunOptions& options, MPI_Comm comm) {
+  std::cerr << "wbaudit run: " << spec.name << ": " << spec.count(CellRole::target) << " target runs, "
+            << spec.count(CellRole::reference) << " fp32 reference runs -> " << options.out.string();
+  if (comm == MPI_COMM_NULL && options.jobs > 1) {
+    std::cerr << " (up to " << options.jobs << " worker processes, " << options.worker_threads << " thread"
+              << (options.worker_threads == 1 ? "" : "s") << " each)";
+  }
+  std::cerr << "\n";
+}
+
+}  // namespace
+
+ExecSummary run_sweep(const SweepSpec& spec, const RunOptions& options, MPI_Comm comm) {
+  int rank = 0, ranks = 1;
+  if (comm != MPI_COMM_NULL) {
+    MPI_Comm_rank(comm, &rank);
+    MPI_Comm_size(comm, &ranks);
+  }
+  const std::vector<std::string> only_ids = selected_cell_ids(spec, options.only);
+  check_memory(spec, options, comm);
+  const std::optional<SweepLock> lock = create_sweep(spec, options, comm, rank);
   SweepStore store = SweepStore::open(options.out);
 
   ExecOptions exec;
@@ -290,44 +362,15 @@ ExecSummary run_sweep(const SweepSpec& spec, const RunOptions& options, MPI_Comm
                            "--kokkos-threads=" + std::to_string(options.worker_threads), "--", options.out.string()};
   }
   ProgressPrinter printer(store.cells().size(), rank, ranks);
-  const std::int64_t burn_in = crossing_burn_in(spec).steps;
-  std::set<std::string> target_ids;
-  for (const auto& cell : store.cells()) {
-    if (cell.role == "target") {
-      target_ids.insert(cell.id);
-    }
-  }
-  // Early-crossing warnings (docs/specs.md) are collected; the run ends with one line and the details in a file.
-  std::vector<std::string> early;
-  std::mutex early_mutex;
+  EarlyCrossings early(spec, store, options.out);
   exec.progress = [&](const ProgressEvent& e) {
     if (options.progress) {
       printer(e);
     }
-    if (e.kind != ProgressEvent::Kind::completed || !target_ids.count(e.cell_id) || e.attempt.empty()) {
-      return;
-    }
-    std::string warning;
-    try {
-      const sim::Trace trace = sim::read_trace(options.out / "cells" / e.cell_id / "attempts" / e.attempt / "trace.h5");
-      warning = early_crossing_warning(e.name, trace, spec.evaluation.groups, spec.evaluation.threshold,
-                                       spec.evaluation.min_group_size, burn_in);
-    } catch (const std::exception&) {
-      return;  // the store's checks name an unreadable trace; a warning is no place for it
-    }
-    if (!warning.empty()) {
-      const std::lock_guard<std::mutex> guard(early_mutex);
-      early.push_back(std::move(warning));
-    }
+    early(e);
   };
   if (options.progress && rank == 0) {
-    std::cerr << "wbaudit run: " << spec.name << ": " << spec.count(CellRole::target) << " target runs, "
-              << spec.count(CellRole::reference) << " fp32 reference runs -> " << options.out.string();
-    if (comm == MPI_COMM_NULL && options.jobs > 1) {
-      std::cerr << " (up to " << options.jobs << " worker processes, " << options.worker_threads << " thread"
-                << (options.worker_threads == 1 ? "" : "s") << " each)";
-    }
-    std::cerr << "\n";
+    print_run_header(spec, options, comm);
   }
   if (options.create_only) {
     if (options.progress && rank == 0) {
@@ -338,10 +381,9 @@ ExecSummary run_sweep(const SweepSpec& spec, const RunOptions& options, MPI_Comm
   }
   ExecSummary summary = execute_sweep(store, options.only.empty() ? tasks_of(store) : tasks_of(store, only_ids),
                                       simulator_cell_fn(), exec);
-  if (rank == 0 && !early.empty()) {
-    report_early_crossings(options.out, early, spec.count(CellRole::target));
+  if (rank == 0) {
+    early.report();
   }
-
   return summary;
 }
 

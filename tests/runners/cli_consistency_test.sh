@@ -63,6 +63,14 @@ for resume in "" "--resume"; do
   if "$wbaudit" submit "$work/other.toml" -o "$work/s" $resume --dry-run > /dev/null 2> "$work/err"; then fail "submit: another spec ($resume)"; fi
   grep -q "created by another spec" "$work/err" || { cat "$work/err"; fail "submit, another spec ($resume): not said"; }
 done
+# submit warns before submitting (issue 31): no --time, and a sweep directory on node-local storage ($work is under
+# the temporary directory); the warnings go to stderr, the dry run's scripts to stdout.
+"$wbaudit" submit "$src/examples/tiny.toml" -o "$work/sub" --dry-run > "$work/sub.out" 2> "$work/sub.err" || { cat "$work/sub.err"; fail "submit --dry-run"; }
+grep -q "^wbaudit submit: warning: no --time" "$work/sub.err" || { cat "$work/sub.err"; fail "no warning without --time"; }
+case "$(cd "$work" && pwd -P)" in
+  /tmp/*|/var/tmp/*|/dev/shm/*) grep -q "node-local storage" "$work/sub.err" || { cat "$work/sub.err"; fail "no node-local warning"; } ;;
+esac
+grep -q "warning" "$work/sub.out" && fail "a warning in the dry run's scripts"
 if "$wbaudit" run "$src/examples/tiny.toml" -o "$work/s" -q 2> "$work/err"; then fail "reran into s"; fi
 grep -q "use --resume" "$work/err" || { cat "$work/err"; fail "same spec without --resume: no hint"; }
 mkdir "$work/junk" && echo keep > "$work/junk/notes.txt"
