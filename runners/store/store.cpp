@@ -967,6 +967,15 @@ AttemptRecord SweepStore::finish_attempt(Attempt& attempt, AttemptStatus status,
     }
     hashes[name] = sha256_file(full);
   }
+  if (status == AttemptStatus::failed) {
+    // A failed attempt is never resumed (a rerun is a new attempt): its streamed partial trace only takes space,
+    // which a run that failed on a full disk needs back.
+    const fs::path partial = sim::partial_trace_path(attempt.m_dir / "trace.h5");
+    std::error_code ec;
+    if (fs::is_regular_file(fs::symlink_status(partial, ec)) && fs::remove(partial, ec)) {
+      reason += (reason.empty() ? "" : "; ") + std::string("its partial trace was removed to free the space");
+    }
+  }
   attempt.m_manifest["files"] = hashes;
   attempt.m_manifest["status"] = to_string(status);
   attempt.m_manifest["exit_reason"] = reason;
@@ -1204,17 +1213,18 @@ AttemptRecord SweepStore::read_attempt(const fs::path& attempt_dir, const std::s
     return record;
   }
   const auto& m = record.manifest;
-  if (record.status != AttemptStatus::complete) {
-    note_partial_trace(record, attempt_dir);
-  }
+  // The state's reason comes first (cell_status and run-cells read reasons.front()), then how far a streamed trace
+  // got.
   if (record.status == AttemptStatus::running) {
     record.reasons.push_back(process_gone(m) ? "interrupted: process " + std::to_string(m["pid"].get<long long>()) +
                                                    " on " + m["host"].get<std::string>() + " no longer exists"
                                              : "running (or killed on another host) since " + record.start);
+    note_partial_trace(record, attempt_dir);
     return record;
   }
   if (record.status == AttemptStatus::failed) {
     record.reasons.push_back("failed: " + record.exit_reason);
+    note_partial_trace(record, attempt_dir);
     return record;
   }
   // Complete: signed by this sweep's key and recorded in its journal, every listed file present with its recorded

@@ -165,8 +165,8 @@ TEST(SpecKeys, ParsersRefuseWhatTheTablesOmit) {
     wbaudit::runners::parse_sweep_spec(base + "[sweep]\nmax_cell = 3\n[grid]\nseed = [1]\n", "spec.toml");
     ADD_FAILURE() << "sweep.max_cell accepted";
   } catch (const wbaudit::runners::SpecError& e) {
-    EXPECT_NE(std::string(e.what()).find("spec.toml:7: sweep.max_cell: unknown key (known: name, description, "
-                                         "max_cells)"),
+    EXPECT_NE(std::string(e.what()).find("spec.toml:7: sweep.max_cell: unknown key (did you mean \"max_cells\"?) "
+                                         "(known: name, description, max_cells)"),
               std::string::npos)
         << e.what();
   }

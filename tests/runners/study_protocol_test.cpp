@@ -79,6 +79,7 @@ resamples = 300
 seed = 5
 method = "percentile"
 unit = "run"
+min_units = 3  # the retrospective cohort has 3 runs, accepted as examples/study4_retrospective.toml does
 
 [[gates]]
 name = "accuracy, surely met"
