@@ -2,6 +2,8 @@
 list(APPEND WBAUDIT_SIM_SOURCES precision/format.cpp precision/policy.cpp precision/writeback.cpp
      precision/writeback_blocks.cpp precision/writeback_blocks_avx512.cpp precision/writeback_blocks_avx2.cpp
      precision/audit.cpp precision/expected_erasure.cpp)
+# Block-scaled formats (MX, NVFP4): names, layout and scale rules.
+list(APPEND WBAUDIT_SIM_SOURCES precision/block_format.cpp)
 # The vectorized write-back loops: without -fno-trapping-math GCC does not if-convert selects between floating-point
 # values and leaves the loops scalar. It changes no result (only what is promised about FP exception flags, which
 # the code never reads); -ffp-contract=off still holds (tests compare every coordinate with the exact scalar path).
