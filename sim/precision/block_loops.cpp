@@ -73,7 +73,8 @@ struct Lanes {
     const std::uint64_t changed = val != wf;
     const std::uint64_t nz = uf != 0.0f;
     const std::uint64_t outward =
-        static_cast<std::uint64_t>(uf > 0.0f && wf > 0.0f) | static_cast<std::uint64_t>(uf < 0.0f && wf < 0.0f);
+        (static_cast<std::uint64_t>(uf > 0.0f) & static_cast<std::uint64_t>(wf > 0.0f)) |
+        (static_cast<std::uint64_t>(uf < 0.0f) & static_cast<std::uint64_t>(wf < 0.0f));  // no && (branches)
     const std::uint64_t at_max = std::fabs(static_cast<double>(wf)) == top_old;
     const std::uint64_t erased_here = ok & nz & (changed ^ 1u);
     nonzero[i] += ok & nz;
@@ -174,7 +175,7 @@ template <bool Integer, int Mode, bool RBits, int N>
 }
 
 // ---- NVFP4: |w + u| against the block's decoded grid g_0 < ... < g_7 and the midpoints (g_k + g_k+1) / 2 ----
-template <int Mode, bool RBits, int N>
+template <int Mode, bool RBits, int N, bool Count = true>
 [[gnu::always_inline]] inline void nvfp4_element(const LoopConfig& cfg, const double* g, double top_old,
                                                  std::uint64_t cs, std::int64_t k, float& w, float uf,
                                                  std::uint32_t word, unsigned char& flag_out, Lanes<N>& lanes) {
@@ -183,9 +184,11 @@ template <int Mode, bool RBits, int N>
   const double a = std::fabs(t);
   // nearest: above a midpoint, or on one whose lower neighbour has an odd code (ties to even)
   double near_mag = g[0];
+#pragma GCC unroll 8
   for (int j = 0; j < 7; ++j) {
     const double mid = (g[j] + g[j + 1]) * 0.5;  // exact: fp32 values in double
-    const bool up = a > mid || (a == mid && (j % 2) == 1);
+    const std::uint64_t up = static_cast<std::uint64_t>(a > mid) |
+                             (static_cast<std::uint64_t>(a == mid) & static_cast<std::uint64_t>(j % 2));
     near_mag = up ? g[j + 1] : near_mag;
   }
   const std::uint64_t live = g[7] != 0.0;  // s_b = 0: a zero block, every element decodes to zero
@@ -194,8 +197,9 @@ template <int Mode, bool RBits, int N>
   std::uint64_t flag = 0, rnd = 0, trunc = 0;
   if constexpr (Mode != 0) {
     double lo = g[0], hi = g[1];
+#pragma GCC unroll 8
     for (int j = 1; j < 7; ++j) {
-      const bool ge = a >= g[j];
+      const std::uint64_t ge = a >= g[j];
       lo = ge ? g[j] : lo;
       hi = ge ? g[j + 1] : hi;
     }
@@ -226,11 +230,22 @@ template <int Mode, bool RBits, int N>
     flag = use & tie;
     rnd = use & (zero_prob ^ 1u);
     trunc = use & zero_prob;
-    flag_out = static_cast<unsigned char>(flag);
+    if constexpr (Count) {
+      flag_out = static_cast<unsigned char>(flag);
+    }
   }
   const auto val = static_cast<float>(std::copysign(mag, t));
-  w = flag ? wf : val;
-  lanes.add(k, flag, wf, uf, val, top_old, cs, sat, rnd, trunc);
+  if constexpr (Count) {
+    w = flag ? wf : val;
+    lanes.add(k, flag, wf, uf, val, top_old, cs, sat, rnd, trunc);
+  } else {  // the result (the caller counts): w' (w where flagged), and sat, rnd, trunc in the lanes at k
+    w = flag ? wf : val;
+    lanes.saturated[k] = sat;
+    lanes.random[k] = rnd;
+    lanes.truncated[k] = trunc;
+    lanes.flagged[k] = flag;  // no byte stores here: they would shrink the loop's vectors
+    (void)flag_out;
+  }
 }
 
 // One block of runtime length (short last blocks, 2-D tiles).
@@ -303,8 +318,28 @@ template <int Mode, bool RBits>
     const float* ub = u + b * B;
     const std::uint32_t* wd = Mode != 0 ? words + b * B : nullptr;
     unsigned char* fb = flags + b * B;
-    for (std::int64_t k = 0; k < B; ++k) {
-      nvfp4_element<Mode, RBits>(cfg, g, top_old, cs, k, wb[k], ub[k], Mode != 0 ? wd[k] : 0u, fb[k], lanes);
+    if constexpr (Mode == 0) {
+      for (std::int64_t k = 0; k < B; ++k) {
+        nvfp4_element<Mode, RBits>(cfg, g, top_old, cs, k, wb[k], ub[k], 0u, fb[k], lanes);
+      }
+    } else {
+      // SR: the rounding and the counting in two loops (one loop with both is too much for GCC's if-conversion, and
+      // stays scalar)
+      float old[B];
+      Lanes<B> element;  // per element: sat, rnd, trunc in saturated, random, truncated
+      for (std::int64_t k = 0; k < B; ++k) {
+        old[k] = wb[k];
+      }
+      for (std::int64_t k = 0; k < B; ++k) {
+        nvfp4_element<Mode, RBits, B, false>(cfg, g, top_old, cs, k, wb[k], ub[k], wd[k], fb[k], element);
+      }
+      for (std::int64_t k = 0; k < B; ++k) {
+        lanes.add(k, element.flagged[k], old[k], ub[k], wb[k], top_old, cs, element.saturated[k], element.random[k],
+                  element.truncated[k]);
+      }
+      for (std::int64_t k = 0; k < B; ++k) {
+        fb[k] = static_cast<unsigned char>(element.flagged[k]);
+      }
     }
   }
   lanes.flush(counts);
@@ -429,8 +464,8 @@ template <bool Master>
       const float val = ws[b * 32 + k] * X;  // exact: the range check keeps it finite
       const std::uint32_t changed = val != wf;
       const std::uint32_t nz = uf != 0.0f;
-      const std::uint32_t outward =
-          static_cast<std::uint32_t>(uf > 0.0f && wf > 0.0f) | static_cast<std::uint32_t>(uf < 0.0f && wf < 0.0f);
+      const std::uint32_t outward = (static_cast<std::uint32_t>(uf > 0.0f) & static_cast<std::uint32_t>(wf > 0.0f)) |
+                                    (static_cast<std::uint32_t>(uf < 0.0f) & static_cast<std::uint32_t>(wf < 0.0f));
       const std::uint32_t erased_here = nz & (changed ^ 1u);
       collateral[k] += (nz ^ 1u) & changed;
       flushed[k] +=

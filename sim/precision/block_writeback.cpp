@@ -293,18 +293,42 @@ void process_span(const Launch& L, float* w, const float* u, const std::uint32_t
   }
 }
 
-// The exponent of an MX block's new scale from the fp32 maximum of |fl32(w + u)|: the exact maximum lies within half an
-// fp32 ulp of it, so where the rule gives the same exponent at both fp32 neighbours that is the answer; otherwise (a
-// rule boundary within rounding) the exact maximum is formed.
+// The MX rule's exponent for an fp32 magnitude a (what mx_scale_exponent gives for ExactSum{a, 0}), on the bit pattern;
+// `ambiguous` when an exact magnitude that rounds to a in fp32 could have another exponent: a is a power of two (floor:
+// the exact value may lie just below it) or a is the rceil boundary max_elem * 2^E itself (the exact value may lie just
+// above it). Zero and fp32-subnormal magnitudes give -127 under both rules (emax_elem >= 0, max_elem >= 1).
+inline int mx_exponent_fp32(const BlockFormatParams& p, float a, bool& ambiguous) {
+  const std::uint32_t b = std::bit_cast<std::uint32_t>(a);
+  ambiguous = false;
+  if ((b >> 23) == 0) {
+    return kE8M0MinExponent;
+  }
+  const int f = static_cast<int>(b >> 23) - 127;  // floor(log2 a)
+  int E = f - p.emax_elem;
+  if (p.rule == ScaleRule::floor) {
+    ambiguous = (b & 0x7fffffu) == 0;
+  } else {
+    const double bound = p.max_elem * detail::pow2(E);
+    E += static_cast<double>(a) > bound;
+    ambiguous = static_cast<double>(a) == p.max_elem * detail::pow2(E);
+  }
+  return E < kE8M0MinExponent ? kE8M0MinExponent : E;
+}
+
+// The exponent of an MX block's new scale from the fp32 maximum of |fl32(w + u)|, exact: where the fast rule is
+// ambiguous, the exact maximum of the elements that reach the fp32 maximum (no other element's exact magnitude can
+// exceed theirs) decides.
 int mx_new_exponent(const Launch& L, float amax32, const float* w, const float* u, std::int64_t len) {
-  const int E = mx_scale_exponent(L.p, ExactSum{amax32, 0.0});
-  const std::uint32_t bits = std::bit_cast<std::uint32_t>(amax32);  // finite, >= 0 (checked)
-  if (bits > 0 && bits < 0x7f7fffffu && mx_scale_exponent(L.p, ExactSum{float_of_bits(bits - 1), 0.0}) == E &&
-      mx_scale_exponent(L.p, ExactSum{float_of_bits(bits + 1), 0.0}) == E) {
+  bool ambiguous;
+  const int E = mx_exponent_fp32(L.p, amax32, ambiguous);
+  if (!ambiguous) {
     return E;
   }
   ExactSum amax{};
   for (std::int64_t k = 0; k < len; ++k) {
+    if (std::fabs(w[k] + u[k]) != amax32) {
+      continue;
+    }
     ExactSum v = exact_sum(w[k], u[k]);
     v = std::signbit(v.hi) ? ExactSum{-v.hi, -v.lo} : v;
     if (v.hi > amax.hi || (v.hi == amax.hi && v.lo > amax.lo)) {
@@ -330,7 +354,8 @@ void process_span_mx(const Launch& L, float* w, const float* u, std::uint64_t fi
       c.blocks_skipped += 1;
       continue;
     }
-    const int old_exp = mx_scale_exponent(L.p, ExactSum{float_of_bits(scan.amax_w_bits[b]), 0.0});
+    bool unused;
+    const int old_exp = mx_exponent_fp32(L.p, float_of_bits(scan.amax_w_bits[b]), unused);  // exact: w is fp32
     const int new_exp = mx_new_exponent(L, float_of_bits(scan.amax_v32_bits[b]), w + b * B, u + b * B, B);
     sb.active[b] = 1;
     sb.changed[b] = new_exp > old_exp ? 1 : (new_exp < old_exp ? 2 : 0);  // 1 up, 2 down (then 0/1 below)
