@@ -369,22 +369,24 @@ template <int B>
   }
 }
 
-// The check pass's chunk: integer tests of the exponent fields and unsigned maxima of the magnitudes' bits.
-template <bool Master>
+// The check pass's chunk: integer tests of the exponent fields and unsigned maxima of the magnitudes' bits. u may be
+// null (all zero: quantization).
+template <bool Master, bool HasU>
 [[gnu::always_inline]] inline void check_body(const float* __restrict w, const float* __restrict u,
                                               const float* __restrict m, std::int64_t len, CheckChunk& out) {
   std::uint32_t bad = 0, amax_w = 0, amax_v = 0;
   for (std::int64_t i = 0; i < len; ++i) {
+    const float ui = HasU ? u[i] : 0.0f;
     const std::uint32_t bw = std::bit_cast<std::uint32_t>(w[i]) & 0x7fffffffu;
-    const std::uint32_t bu = std::bit_cast<std::uint32_t>(u[i]) & 0x7fffffffu;
+    const std::uint32_t bu = std::bit_cast<std::uint32_t>(ui) & 0x7fffffffu;
     std::uint32_t b = static_cast<std::uint32_t>(bw >= 0x7f800000u) | static_cast<std::uint32_t>(bu >= 0x7f800000u);
     std::uint32_t bx;
     if constexpr (Master) {
       const std::uint32_t bm = std::bit_cast<std::uint32_t>(m[i]) & 0x7fffffffu;
-      bx = std::bit_cast<std::uint32_t>(m[i] + u[i]) & 0x7fffffffu;
+      bx = std::bit_cast<std::uint32_t>(m[i] + ui) & 0x7fffffffu;
       b |= static_cast<std::uint32_t>(bm >= 0x7f800000u) | static_cast<std::uint32_t>(bx >= 0x7f800000u);
     } else {
-      bx = std::bit_cast<std::uint32_t>(w[i] + u[i]) & 0x7fffffffu;
+      bx = std::bit_cast<std::uint32_t>(w[i] + ui) & 0x7fffffffu;
     }
     bad += b;
     amax_w = bw > amax_w ? bw : amax_w;
@@ -509,9 +511,11 @@ template <bool Master>
   }                                                                                                               \
   TARGET void check(const float* w, const float* u, const float* m, std::int64_t len, CheckChunk& out) {          \
     if (m) {                                                                                                      \
-      check_body<true>(w, u, m, len, out);                                                                        \
+      check_body<true, true>(w, u, m, len, out);                                                                  \
+    } else if (u) {                                                                                               \
+      check_body<false, true>(w, u, m, len, out);                                                                 \
     } else {                                                                                                      \
-      check_body<false>(w, u, m, len, out);                                                                       \
+      check_body<false, false>(w, u, m, len, out);                                                                \
     }                                                                                                             \
   }                                                                                                               \
   template <bool Integer, int Mode, bool RBits>                                                                   \

@@ -463,18 +463,19 @@ struct CheckKernel {
     const std::int64_t begin = chunk * kCheckChunk;
     const std::int64_t end = std::min(n, begin + kCheckChunk);
     const float* wp = w.data();
-    const float* up = u.data();
+    const float* up = u.extent(0) > 0 ? u.data() : nullptr;  // empty: all zero
     const float* mp = master.extent(0) > 0 ? master.data() : nullptr;
     detail::CheckChunk cc;
-    check(wp + begin, up + begin, mp ? mp + begin : nullptr, end - begin, cc);
+    check(wp + begin, up ? up + begin : nullptr, mp ? mp + begin : nullptr, end - begin, cc);
     if (cc.bad > 0 || cc.amax_v_bits >= 0x7f800000u) {  // where: rare, scalar
       for (std::int64_t i = begin; i < end; ++i) {
-        const bool input_bad = abs_bits(wp[i]) >= 0x7f800000u || abs_bits(up[i]) >= 0x7f800000u ||
-                               (mp && (abs_bits(mp[i]) >= 0x7f800000u || abs_bits(mp[i] + up[i]) >= 0x7f800000u));
+        const float ui = up ? up[i] : 0.0f;
+        const bool input_bad = abs_bits(wp[i]) >= 0x7f800000u || abs_bits(ui) >= 0x7f800000u ||
+                               (mp && (abs_bits(mp[i]) >= 0x7f800000u || abs_bits(mp[i] + ui) >= 0x7f800000u));
         if (input_bad && i < v.first_bad) {
           v.first_bad = i;
         }
-        if (!input_bad && abs_bits(wp[i] + up[i]) >= 0x7f800000u && i < v.first_inf) {
+        if (!input_bad && abs_bits(wp[i] + ui) >= 0x7f800000u && i < v.first_inf) {
           v.first_inf = i;
         }
       }
@@ -512,7 +513,8 @@ struct RangeKernel {
   BlockFormatParams p;
   RowMajorShape shape;
   KOKKOS_INLINE_FUNCTION ExactSum value(std::int64_t i) const {
-    return master.extent(0) > 0 ? ExactSum{static_cast<double>(master(i) + u(i)), 0.0} : exact_sum(w(i), u(i));
+    const float ui = u.extent(0) > 0 ? u(i) : 0.0f;  // empty: all zero
+    return master.extent(0) > 0 ? ExactSum{static_cast<double>(master(i) + ui), 0.0} : exact_sum(w(i), ui);
   }
   KOKKOS_INLINE_FUNCTION void operator()(std::int64_t block, std::int64_t& first) const {
     const ExactSum amax = block_amax(fmt, shape, block, [&](std::int64_t i) { return value(i); });
@@ -524,6 +526,9 @@ struct RangeKernel {
 
 template <class MS>
 float host_value(const ConstFloatView<MS>& v, std::int64_t i) {
+  if (v.extent(0) == 0) {
+    return 0.0f;  // an empty u: all zero
+  }
   auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace{}, Kokkos::subview(v, Kokkos::make_pair(i, i + 1)));
   return h(0);
 }
@@ -597,8 +602,9 @@ struct RowSpanKernel : CountsReducer {
     const std::int64_t row = span / spans_per_row;
     const std::int64_t col0 = (span % spans_per_row) * kSpanCols;
     const std::int64_t base = row * cols + col0;
-    process_segment(L, w.data() + base, u.data() + base, L.first_coordinate + static_cast<std::uint64_t>(base),
-                    std::min(kSpanCols, cols - col0), c);
+    static constexpr float kZeros[kSpanCols] = {};  // an empty u: all zero (quantization)
+    process_segment(L, w.data() + base, u.extent(0) > 0 ? u.data() + base : kZeros,
+                    L.first_coordinate + static_cast<std::uint64_t>(base), std::min(kSpanCols, cols - col0), c);
   }
 };
 
@@ -877,8 +883,7 @@ BlockWritebackCounts block_project(const ExecSpace& space, const BlockFormatSpec
   Launch Lq = L;
   check_pass(space, fmt, context, L, w, u, ConstFloatView<MS>(), false);  // w and u finite
   // q(w): w in range, and its tensor scales (NVFP4)
-  const Kokkos::View<float*, MS> zeros("wbaudit::sim::precision::block_project::zeros", w.extent(0));
-  check_pass(space, fmt, context, Lq, w, ConstFloatView<MS>(zeros), ConstFloatView<MS>());
+  check_pass(space, fmt, context, Lq, w, ConstFloatView<MS>(), ConstFloatView<MS>());
   std::int64_t spans_per_row = 1;
   const std::int64_t items = work_items<ExecSpace>(fmt, shape, spans_per_row);
   // q(w) + u: its tensor scales (NVFP4) and its range; for MX only where some |w| or |w + u| reaches 2^125 (|q(w)|
@@ -922,11 +927,10 @@ void block_quantize(const ExecSpace& space, const BlockFormatSpec& fmt, const Ro
   if (shape.size() == 0) {
     return;
   }
-  const Kokkos::View<float*, MS> zeros("wbaudit::sim::precision::block_quantize::zeros", x.extent(0));
   Launch L = make_launch(fmt, WritebackPolicy{}, RngKey{}, shape, {});
   check_pass(space, fmt, std::string("block_quantize (format ") + fmt.name + ")", L, ConstFloatView<MS>(x),
-             ConstFloatView<MS>(zeros), ConstFloatView<MS>());
-  write_pass(space, fmt, L, x, ConstFloatView<MS>(zeros));
+             ConstFloatView<MS>(), ConstFloatView<MS>());
+  write_pass(space, fmt, L, x, ConstFloatView<MS>());  // u empty: all zero
 }
 
 #define WBAUDIT_INSTANTIATE_BLOCK_WRITEBACK(SPACE)                                                       \

@@ -98,7 +98,8 @@ using SpanRoundFn = void (*)(const LoopConfig& cfg, const SpanBlocks& sb, float*
 using GridFn = void (*)(const float* s_b, std::int64_t blocks, float s_enc, double (*grid)[8]);
 
 // The check pass over a chunk: counts coordinates whose w or u (master variant: master, u, w, or fl32(master + u))
-// is NaN/inf; the fp32 bits of max |w| and of max |fl32(value)| with value w + u (or master + u).
+// is NaN/inf; the fp32 bits of max |w| and of max |fl32(value)| with value w + u (or master + u). u may be null
+// (all zero).
 struct CheckChunk {
   std::uint32_t bad = 0;
   std::uint32_t amax_w_bits = 0;
