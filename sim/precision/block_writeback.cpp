@@ -766,10 +766,12 @@ struct ProjectMaxima : ProjectKernel<MS> {
           if (bv >= 0x7f800000u && i < v.first_inf) {
             v.first_inf = i;
           }
-          ExactSum x = exact_sum(q[k], u[k]);
-          x = std::signbit(x.hi) ? ExactSum{-x.hi, -x.lo} : x;
-          if (x.hi > amax.hi || (x.hi == amax.hi && x.lo > amax.lo)) {
-            amax = x;
+          if (L.p.family == BlockFamily::mx) {  // the MX range check needs the exact maximum
+            ExactSum x = exact_sum(q[k], u[k]);
+            x = std::signbit(x.hi) ? ExactSum{-x.hi, -x.lo} : x;
+            if (x.hi > amax.hi || (x.hi == amax.hi && x.lo > amax.lo)) {
+              amax = x;
+            }
           }
         }
         const std::int64_t block = block0 + b0 / B;
