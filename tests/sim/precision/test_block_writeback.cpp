@@ -312,10 +312,10 @@ TEST(BlockWriteback, RceilRequantizationIsValueIdempotent) {
   }
 }
 
-// SR is unbiased where nothing saturates: one element rounded N times (steps 0 .. N-1 key independent draws) moves
-// away from zero with probability p = (|v| - lo) / (hi - lo), with lo, hi its neighbours computed here. The count k is
-// checked against N p within 8 standard deviations: with the fixed seed the test is deterministic, and a correct
-// implementation fails it with probability below 1e-14 for any seed.
+// SR is unbiased where nothing saturates: one block repeated in N rows (its element rounded N times with independent
+// draws: the coordinates differ) moves away from zero with probability p = (|v| - lo) / (hi - lo), with lo, hi its
+// neighbours computed here. The count k is checked against N p within 8 standard deviations: with the fixed seed the
+// test is deterministic, and a correct implementation fails it with probability below 1e-14 for any seed.
 TEST(BlockWriteback, StochasticRoundingIsUnbiased) {
   struct Case {
     const char* format;
@@ -338,18 +338,23 @@ TEST(BlockWriteback, StochasticRoundingIsUnbiased) {
   for (const auto& cs : cases) {
     SCOPED_TRACE(cs.format);
     const BlockFormatSpec fmt = block_format_from_name(cs.format);
-    const RowMajorShape shape{1, static_cast<std::int64_t>(cs.w.size())};
+    const auto B = static_cast<std::int64_t>(cs.w.size());
+    const RowMajorShape shape{N, B};
+    std::vector<float> w, u;
+    for (int row = 0; row < N; ++row) {
+      w.insert(w.end(), cs.w.begin(), cs.w.end());
+      u.insert(u.end(), cs.u.begin(), cs.u.end());
+    }
     const double v = static_cast<double>(cs.w[cs.index]) + static_cast<double>(cs.u[cs.index]);
     ASSERT_GT(v, cs.lo);
     ASSERT_LT(v, cs.hi);
     const double p = (v - cs.lo) / (cs.hi - cs.lo);
     for (const int r : {0, 16}) {
+      const Result k = run_kernel(fmt, make_policy("stochastic", r), RngKey{2024, 7, 5}, shape, w, u);
       int away = 0;
       double sum = 0;
-      for (int step = 0; step < N; ++step) {
-        const Result k = run_kernel(fmt, make_policy("stochastic", r),
-                                    RngKey{2024, static_cast<std::uint64_t>(step), 5}, shape, cs.w, cs.u);
-        const double x = k.w[cs.index];
+      for (int row = 0; row < N; ++row) {
+        const double x = k.w[row * B + cs.index];
         ASSERT_TRUE(x == cs.lo || x == cs.hi) << x;
         away += x == cs.hi;
         sum += x;
