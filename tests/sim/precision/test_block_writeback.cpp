@@ -113,6 +113,27 @@ TEST(BlockWriteback, E2M1NearestEvenTable) {
   EXPECT_EQ(c.rescaled_up + c.rescaled_down, 0);
 }
 
+// The same table through NVFP4 at S_enc = 1 (tensor max 2688 = 6 * 448) and s_b = 1 (block max 6: RNE(6 * fl32(1/6))
+// = RNE(1.0000001) = 1), where the decoded grid is E2M1 exactly and the midpoints are ties to the even code.
+TEST(BlockWriteback, Nvfp4NearestEvenTable) {
+  const std::vector<float> in = {0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f};
+  const std::vector<float> out = {0.0f, 1.0f, 1.0f, 2.0f, 2.0f, 4.0f, 4.0f};
+  std::vector<float> w(32, 0.0f), u(32, 0.0f), expected(32, 0.0f);
+  w[0] = expected[0] = 2688.0f;
+  w[16] = expected[16] = 6.0f;
+  for (std::size_t i = 0; i < in.size(); ++i) {
+    u[17 + i] = in[i];
+    expected[17 + i] = out[i];
+    u[24 + i] = -in[i];
+    expected[24 + i] = -out[i];
+  }
+  for (const char* name : {"nvfp4", "nvfp4:2d"}) {
+    const auto c = expect_both(block_format_from_name(name), WritebackPolicy{}, {1, 32}, w, u, expected);
+    EXPECT_EQ(c.erased, 2);  // +-0.25
+    EXPECT_EQ(c.applied, 12);
+  }
+}
+
 // (a) Saturation erasure, floor, E2M1, X = 1. w = [6, 1, 0.5, -3, 2, 1.5, 0, 4, 0 ...]: amax 6 gives
 // E = floor(log2 6) - 2 = 0. u_0 in {0.01, 0.5, 1.0}: v_0 in {6.01, 6.5, 7}, floor(log2 v_0) = 2 keeps X = 1, v_0 / X
 // saturates to 6 = w_0: erased with cause saturation (scale unchanged, w_0 at +max, u_0 outward); every other
