@@ -19,10 +19,12 @@
 #include <string>
 #include <vector>
 
-#include "runners/trajectory.hpp"
-#include "runners/trajectory_audit.hpp"
+#include "audit/trajectory.hpp"
+#include "audit/trajectory_audit.hpp"
 #include "sim/precision/format.hpp"
 #include "sim/precision/writeback.hpp"
+
+namespace wa = wbaudit::audit;
 
 namespace {
 
@@ -94,7 +96,7 @@ fs::path trajectory(const std::string& policy, bool hdf5) {
   for (int k = 0; k < kSteps; ++k) steps[k] = k;
   write_npy(dir / "steps.npy", "<i8", kSteps, 0, steps.data(), steps.size() * 8);
   const hid_t file = H5Fcreate(h5.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
-  write_h5_string(file, "schema", runners::kTrajectorySchema);
+  write_h5_string(file, "schema", wa::kTrajectorySchema);
   {
     const hsize_t n = kSteps;
     const hid_t space = H5Screate_simple(1, &n, nullptr);
@@ -153,9 +155,9 @@ double cpu_seconds() {
 // One pass that only reads the file: every row of every dataset once (w, u and w_next; without w_next, the T + 1 rows
 // of w and the T rows of u), in the audit's chunks, through the same reader.
 double read_pass(const fs::path& path, std::vector<float>& w, std::vector<float>& u, std::vector<float>& n) {
-  const std::int64_t chunk = runners::TrajectoryAuditOptions{}.chunk;
+  const std::int64_t chunk = wa::TrajectoryAuditOptions{}.chunk;
   const auto t0 = std::chrono::steady_clock::now();
-  auto source = runners::open_trajectory(path);
+  auto source = wa::open_trajectory(path);
   const std::size_t T = source->steps.size();
   for (std::size_t t = 0; t < source->tensors.size(); ++t) {
     const std::int64_t size = source->tensors[t].size;
@@ -182,7 +184,7 @@ double read_pass(const fs::path& path, std::vector<float>& w, std::vector<float>
 // is the audit's.
 void BM_audit(benchmark::State& state, const std::string& policy, bool hdf5) {
   const fs::path path = trajectory(policy, hdf5);
-  runners::TrajectoryAuditOptions options;
+  wa::TrajectoryAuditOptions options;
   options.format = "e4m3";
   options.policy = sim::make_policy(policy);
   options.seed = 1;  // the run's seed (RngKey{1, step, tensor} above): SR draws are replayed by the fast path
@@ -192,8 +194,8 @@ void BM_audit(benchmark::State& state, const std::string& policy, bool hdf5) {
   std::int64_t inconsistent = 0, passes = 0;
   auto audit_pass = [&] {
     const auto t0 = std::chrono::steady_clock::now();
-    auto source = runners::open_trajectory(path);
-    inconsistent += runners::audit_trajectory(*source, options).inconsistent;
+    auto source = wa::open_trajectory(path);
+    inconsistent += wa::audit_trajectory(*source, options).inconsistent;
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   };
   auto timed = [](auto&& pass, double& cpu) {

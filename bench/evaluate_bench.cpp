@@ -14,11 +14,11 @@
 #include <filesystem>
 #include <iostream>
 
-#include "runners/evaluate.hpp"
-#include "runners/spec.hpp"
-#include "runners/store.hpp"
-#include "runners/sweep_cells.hpp"
-#include "runners/sweep_run.hpp"
+#include "runners/evaluate/evaluate.hpp"
+#include "runners/evaluate/sweep_cells.hpp"
+#include "runners/exec/sweep_run.hpp"
+#include "runners/spec/sweep_spec.hpp"
+#include "runners/store/store.hpp"
 
 namespace wr = wbaudit::runners;
 namespace fs = std::filesystem;
@@ -38,7 +38,6 @@ int main(int argc, char** argv) {
     if (!fs::exists(sweep / "sweep.json")) {
       wr::RunOptions options;
       options.out = sweep;
-      options.report = false;
       options.resume = fs::exists(sweep);
       const auto t0 = clock::now();
       auto summary = wr::run_sweep(spec, options);

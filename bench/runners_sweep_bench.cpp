@@ -11,11 +11,11 @@
 #include <filesystem>
 #include <iostream>
 
-#include "runners/executor.hpp"
-#include "runners/identity.hpp"
-#include "runners/spec.hpp"
-#include "runners/store.hpp"
-#include "runners/sweep_run.hpp"
+#include "runners/exec/executor.hpp"
+#include "runners/exec/sweep_run.hpp"
+#include "runners/spec/sweep_spec.hpp"
+#include "runners/store/identity.hpp"
+#include "runners/store/store.hpp"
 
 namespace wr = wbaudit::runners;
 namespace fs = std::filesystem;

@@ -1,11 +1,11 @@
 include_guard(GLOBAL)
 include(CMakePackageConfigHelpers)
-install(TARGETS wbaudit_stats wbaudit_sim wbaudit_forecast wbaudit_runners wbaudit_random123 wbaudit_hdf5
+install(TARGETS wbaudit_util wbaudit_stats wbaudit_sim wbaudit_forecast wbaudit_audit wbaudit_runners wbaudit_random123 wbaudit_hdf5
         EXPORT wbauditTargets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR} LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
         INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 install(TARGETS wbaudit RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
-foreach(module stats sim forecast runners)
+foreach(module util stats sim forecast audit runners)
   install(DIRECTORY ${PROJECT_SOURCE_DIR}/${module}/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/wbaudit/${module}
           FILES_MATCHING PATTERN "*.hpp")
 endforeach()

@@ -7,12 +7,12 @@
 #   4. the three target seeds run (with their matched fp32 references, the privileged comparison);
 #   5. `wbaudit evaluate` scores source, template, matched-reference and common-time under the registration.
 # Usage: examples/study3.sh [OUT]   (default runs/study3; OUT must not exist)
-# Environment: WBAUDIT (the executable, default build/release/runners/wbaudit), THREADS (default 2),
+# Environment: WBAUDIT (the executable, default build/release/cli/wbaudit), THREADS (default 2),
 # STUDY_STEPS (shrinks the runs, e.g. 60 for a smoke test; default: the specs' 800 steps).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(dirname "$here")"
-wbaudit="${WBAUDIT:-$root/build/release/runners/wbaudit}"
+wbaudit="${WBAUDIT:-$root/build/release/cli/wbaudit}"
 threads="${THREADS:-2}"
 out="${1:-runs/study3}"
 if [[ -e "$out" ]]; then

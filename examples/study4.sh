@@ -11,12 +11,12 @@
 #      is registered with --retrospective and evaluated: its report is labelled retrospective, states which cohort
 #      is complete, whether the recovered cell can enter it, and the verdict that follows.
 # Usage: examples/study4.sh [OUT]   (default runs/study4; OUT must not exist)
-# Environment: WBAUDIT (default build/release/runners/wbaudit), THREADS (default 2), STUDY_STEPS (shrinks the runs,
+# Environment: WBAUDIT (default build/release/cli/wbaudit), THREADS (default 2), STUDY_STEPS (shrinks the runs,
 # e.g. 60 for a smoke test; default: the specs' 800 steps).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(dirname "$here")"
-wbaudit="${WBAUDIT:-$root/build/release/runners/wbaudit}"
+wbaudit="${WBAUDIT:-$root/build/release/cli/wbaudit}"
 threads="${THREADS:-2}"
 out="${1:-runs/study4}"
 if [[ -e "$out" ]]; then

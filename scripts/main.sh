@@ -22,6 +22,6 @@ if [ -d "$out" ] && [[ "$*" != *--resume* ]]; then
   mv "$out" "$out.$(date +%Y%m%d-%H%M%S)"
 fi
 export OMP_PROC_BIND=false
-build/release/runners/wbaudit formats
-build/release/runners/wbaudit run "$spec" --out "$out" --kokkos-threads="$(nproc)" "$@"
+build/release/cli/wbaudit formats
+build/release/cli/wbaudit run "$spec" --out "$out" --kokkos-threads="$(nproc)" "$@"
 echo "report: $root/$out/report/report.html (Markdown: $out/report/report.md; tables: $out/summary.csv)"

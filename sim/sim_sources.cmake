@@ -1,7 +1,9 @@
 # Sources of models, optimizers, data, traces and the cell runner (list them relative to sim/).
 list(APPEND WBAUDIT_SIM_SOURCES model/two_layer.cpp optim/optimizer.cpp optim/schedule.cpp trace/record_schedule.cpp
      trace/trace.cpp run.cpp engine.cpp checkpoint.cpp)
-# The decoder (docs/decoder.md).
-list(APPEND WBAUDIT_SIM_SOURCES model/decoder.cpp)
+# The decoder (docs/decoder.md) and its matrix product: one summation order on every CPU (model/detail/gemm.hpp), a
+# path per instruction set chosen at run time (each file selects its own with a target pragma: no flags here).
+list(APPEND WBAUDIT_SIM_SOURCES model/decoder.cpp model/detail/gemm.cpp model/detail/gemm_avx2.cpp
+     model/detail/gemm_avx512.cpp)
 # The token sources of language models (docs/data.md).
 list(APPEND WBAUDIT_SIM_SOURCES data/markov_language.cpp data/byte_text.cpp)

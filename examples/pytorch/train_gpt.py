@@ -106,7 +106,7 @@ def main():
     p.add_argument("--lr-min", type=float, default=3e-4)
     p.add_argument("--points", type=int, default=40, help="log-spaced recorded steps")
     p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--wbaudit", default=shutil.which("wbaudit") or "build/release/runners/wbaudit")
+    p.add_argument("--wbaudit", default=shutil.which("wbaudit") or "build/release/cli/wbaudit")
     args = p.parse_args()
     if os.path.exists(args.out):
         sys.exit(f"train_gpt.py: {args.out} exists (choose a new --out)")

@@ -10,6 +10,7 @@
 
 #include "runners/report/document.hpp"
 #include "runners/report/figure.hpp"
+#include "util/files.hpp"
 
 namespace wbaudit::runners::report {
 namespace {
@@ -30,17 +31,6 @@ std::string fmt_percent(double x) {
 
 std::string fraction(int a, int b) {
   return std::to_string(a) + "/" + std::to_string(b);
-}
-
-void write_file(const std::filesystem::path& path, const std::string& text) {
-  auto tmp = path;
-  tmp += ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary);
-    out << text;
-    if (!out) throw std::runtime_error(tmp.string() + ": cannot write report");
-  }
-  std::filesystem::rename(tmp, path);
 }
 
 Figure scatter_figure(const CrossingReport& report) {
@@ -190,8 +180,8 @@ std::filesystem::path write_crossing_report(const CrossingReport& report, const 
                "measured re-crossings"},
               rows);
   }
-  write_file(dir / "report.md", doc.markdown());
-  write_file(dir / "report.html", doc.html());
+  util::write_atomic(dir / "report.md", doc.markdown(), /*durable=*/false);
+  util::write_atomic(dir / "report.html", doc.html(), /*durable=*/false);
   return dir / "report.html";
 }
 

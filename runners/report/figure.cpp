@@ -1,7 +1,6 @@
 #include "runners/report/figure.hpp"
 
 #include <cmath>
-#include <cstdlib>
 #include <fstream>
 #include <iomanip>
 #include <limits>
@@ -9,19 +8,31 @@
 #include <sstream>
 #include <stdexcept>
 
-namespace wbaudit::runners::report {
-namespace {
+#include "util/process.hpp"
 
-std::string quoted(const std::string& text) {
+namespace wbaudit::runners::report {
+std::string gnuplot_string(const std::string& text) {
   std::string out = "\"";
-  for (char c : text) {
-    if (c == '"' || c == '\\') out += '\\';
+  for (const char c : text) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+    }
     out += c;
   }
   return out + "\"";
 }
 
-}  // namespace
+void run_gnuplot(const std::filesystem::path& dir, const std::string& script) {
+  // gnuplot runs in DIR with the script's name as its only argument, never through a shell: a sweep path holding
+  // spaces, quotes, $(...) or backticks reaches nothing that would interpret it.
+  const util::CommandResult r = util::run_command({"gnuplot", script}, dir);
+  if (r.exit_code != 0) {
+    const std::filesystem::path log = dir / (std::filesystem::path(script).stem().string() + ".log");
+    std::ofstream(log) << r.output;
+    throw std::runtime_error("gnuplot failed on " + (dir / script).string() + " (exit " + std::to_string(r.exit_code) +
+                             ", see " + log.string() + "; is gnuplot installed? apt-get install gnuplot-nox)");
+  }
+}
 
 std::string html_escape(const std::string& text) {
   std::string out;
@@ -83,8 +94,8 @@ std::vector<std::string> render(const Figure& figure, const std::filesystem::pat
   {
     std::ofstream out(script);
     out << "set datafile missing 'nan'\n";
-    out << "set title " << quoted(figure.title) << "\n";
-    out << "set xlabel " << quoted(figure.xlabel) << "\nset ylabel " << quoted(figure.ylabel) << "\n";
+    out << "set title " << gnuplot_string(figure.title) << "\n";
+    out << "set xlabel " << gnuplot_string(figure.xlabel) << "\nset ylabel " << gnuplot_string(figure.ylabel) << "\n";
     out << "set grid\nset key below\nset autoscale xfix\n";
     if (figure.logx) out << "set logscale x\n";
     if (figure.logy) out << "set logscale y\n";
@@ -99,26 +110,19 @@ std::vector<std::string> render(const Figure& figure, const std::filesystem::pat
       if (s) plot << ", ";
       const auto& series = figure.series[s];
       const std::string columns = !series.columns.empty() ? series.columns : series.low.empty() ? "1:2" : "1:2:3:4";
-      plot << quoted(data.filename().string()) << " index " << s << " using " << columns << " with " << series.style
-           << " title " << quoted(figure.series[s].title);
+      plot << gnuplot_string(data.filename().string()) << " index " << s << " using " << columns << " with "
+           << series.style << " title " << gnuplot_string(figure.series[s].title);
     }
     plot << "\n";
     out << "set terminal svg size " << figure.width << "," << figure.height
         << " dynamic noenhanced background '#ffffff'\n";
-    out << "set output " << quoted(stem + ".svg") << "\n" << plot.str();
+    out << "set output " << gnuplot_string(stem + ".svg") << "\n" << plot.str();
     out << "set terminal pngcairo noenhanced size " << figure.width << "," << figure.height << "\n";
-    out << "set output " << quoted(stem + ".png") << "\n" << plot.str();
+    out << "set output " << gnuplot_string(stem + ".png") << "\n" << plot.str();
     out << "unset output\n";
     if (!out) throw std::runtime_error(script.string() + ": cannot write gnuplot script");
   }
-  std::string command = "cd " + quoted(dir.string()) + " && gnuplot " + quoted(script.filename().string()) + " > " +
-                        quoted(stem + ".log") + " 2>&1";
-  int rc = std::system(command.c_str());
-  if (rc != 0) {
-    throw std::runtime_error("gnuplot failed on " + script.string() + " (see " + (dir / (stem + ".log")).string() +
-                             "; is gnuplot installed? apt-get install gnuplot-nox)");
-  }
-  std::filesystem::remove(dir / (stem + ".log"));
+  run_gnuplot(dir, script.filename().string());
   return {stem + ".svg", stem + ".png"};
 }
 

@@ -46,6 +46,12 @@ struct Figure {
 // script when gnuplot is missing or fails. Returns the relative names {"STEM.svg", "STEM.png"}.
 std::vector<std::string> render(const Figure& figure, const std::filesystem::path& dir, const std::string& stem);
 
+// A gnuplot string literal ("...", with " and \ escaped): how every title, label and file name enters a script.
+std::string gnuplot_string(const std::string& text);
+// Runs gnuplot on DIR/SCRIPT with DIR as its working directory (argv, no shell); on failure writes its output to
+// DIR/<script stem>.log and throws naming both.
+void run_gnuplot(const std::filesystem::path& dir, const std::string& script);
+
 // Escapes text for HTML.
 std::string html_escape(const std::string& text);
 

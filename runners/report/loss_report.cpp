@@ -7,16 +7,18 @@
 #include <set>
 #include <sstream>
 
-#include "runners/report/csv.hpp"
 #include "runners/report/document.hpp"
 #include "runners/report/figure.hpp"
-#include "runners/store.hpp"
 #include "sim/precision/expected_erasure.hpp"
 #include "sim/precision/policy.hpp"
 #include "stats/error.hpp"
 #include "stats/recovery.hpp"
+#include "util/csv.hpp"
+#include "util/files.hpp"
 
 namespace wbaudit::runners::report {
+using util::csv_field;
+using util::csv_number;
 namespace {
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
@@ -358,7 +360,7 @@ LossReportFiles write_loss_report(const LossStudy& study, const std::vector<Loss
     }
   }
   files.summary_csv = sweep_dir / "loss_summary.csv";
-  write_file_atomic(files.summary_csv, summary.str());
+  util::write_atomic(files.summary_csv, summary.str());
 
   // loss_curves.csv: every validation curve and every group's erased fraction, long format.
   std::ostringstream curves;
@@ -379,7 +381,7 @@ LossReportFiles write_loss_report(const LossStudy& study, const std::vector<Loss
     }
   }
   files.curves_csv = sweep_dir / "loss_curves.csv";
-  write_file_atomic(files.curves_csv, curves.str());
+  util::write_atomic(files.curves_csv, curves.str());
 
   std::map<std::string, std::string> colours;
   std::map<std::string, const LossCell*> by_name;
@@ -608,8 +610,8 @@ LossReportFiles write_loss_report(const LossStudy& study, const std::vector<Loss
                       {"crossing report", "report.html"}});
   files.markdown = report_dir / "loss.md";
   files.html = report_dir / "loss.html";
-  write_file_atomic(files.markdown, doc.markdown());
-  write_file_atomic(files.html, doc.html());
+  util::write_atomic(files.markdown, doc.markdown());
+  util::write_atomic(files.html, doc.html());
   return files;
 }
 

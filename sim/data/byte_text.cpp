@@ -1,7 +1,5 @@
 #include "sim/data/byte_text.hpp"
 
-#include <openssl/evp.h>
-
 #include <array>
 #include <fstream>
 #include <iomanip>
@@ -9,28 +7,11 @@
 #include <sstream>
 #include <system_error>
 
+#include "util/hash.hpp"
+
 namespace wbaudit::sim {
 
 namespace {
-
-std::string sha256_hex(const std::vector<std::uint8_t>& bytes) {
-  struct Free {
-    void operator()(EVP_MD_CTX* ctx) const { EVP_MD_CTX_free(ctx); }
-  };
-  std::unique_ptr<EVP_MD_CTX, Free> ctx(EVP_MD_CTX_new());
-  std::array<unsigned char, EVP_MAX_MD_SIZE> digest{};
-  unsigned int length = 0;
-  if (!ctx || EVP_DigestInit_ex(ctx.get(), EVP_sha256(), nullptr) != 1 ||
-      EVP_DigestUpdate(ctx.get(), bytes.data(), bytes.size()) != 1 ||
-      EVP_DigestFinal_ex(ctx.get(), digest.data(), &length) != 1) {
-    throw DataError("ByteText: OpenSSL SHA-256 failed");
-  }
-  std::ostringstream os;
-  for (unsigned int i = 0; i < length; ++i) {
-    os << std::hex << std::setw(2) << std::setfill('0') << static_cast<int>(digest[i]);
-  }
-  return os.str();
-}
 
 // frac(i * phi) as a 53-bit fraction: the Weyl sequence of the golden ratio in 64-bit fixed point.
 double weyl_fraction(std::uint64_t i) {
@@ -85,7 +66,7 @@ ByteText<ExecSpace>::ByteText(const std::filesystem::path& path, double validati
        << " training and " << size - m_split << " held-out bytes; each part needs at least 2";
     throw DataError(os.str());
   }
-  m_sha256 = sha256_hex(m_host);
+  m_sha256 = util::sha256_hex(std::string_view(reinterpret_cast<const char*>(m_host.data()), m_host.size()));
   m_bytes = Kokkos::View<std::uint8_t*, memory_space>(
       Kokkos::view_alloc(Kokkos::WithoutInitializing, "wbaudit::data::ByteText::bytes"), m_host.size());
   auto host = Kokkos::create_mirror_view(m_bytes);

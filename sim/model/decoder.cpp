@@ -1,27 +1,16 @@
 #include "sim/model/decoder.hpp"
 
-#include <cblas.h>
-
 #include <cmath>
-#include <mutex>
 #include <stdexcept>
 
 #include "sim/data/gaussian_stream.hpp"
-#include "sim/model/detail/blas.hpp"
 #include "sim/model/detail/exp.hpp"
+#include "sim/model/detail/gemm.hpp"
+#include "sim/model/detail/gemm_parallel.hpp"
 #include "sim/model/detail/lane_sum.hpp"
 #include "sim/model/detail/rope.hpp"
 
 namespace wbaudit::sim {
-
-namespace detail {
-
-void pin_blas_single_thread() {
-  static std::once_flag once;
-  std::call_once(once, [] { openblas_set_num_threads(1); });
-}
-
-}  // namespace detail
 
 namespace {
 
@@ -93,7 +82,7 @@ DecoderModel<ExecSpace, Scalar>::DecoderModel(const DecoderShape& shape, int bat
   if (batch <= 0) {
     throw std::invalid_argument("DecoderModel: batch = " + std::to_string(batch) + " must be positive");
   }
-  detail::pin_blas_single_thread();
+  detail::default_gemm_isa();  // a bad WBAUDIT_GEMM_ISA throws here, not inside a product's parallel region
   const std::int64_t V = shape.vocab, D = shape.width, F = shape.mlp_hidden, L = shape.layers, S = shape.seq_len;
   m_rows = batch * shape.seq_len;
   m_rotary_dim = rotary_dim(shape);

@@ -4,10 +4,10 @@
 // (or GPT-NeoX's parallel residual x + attn(n1(x)) + mlp(n2(x))); final RMSNorm; untied LM head; mean cross-entropy
 // in nats over batch x positions. No biases. Architecture, tensor layout and kernels: docs/decoder.md.
 //
-// Matrix products go through cblas (OpenBLAS, pinned to one thread) on the View data, each product split into fixed
-// row blocks that Kokkos spreads over its threads; every other reduction runs in a fixed order. The block split and
-// the reduction orders do not depend on the thread count, so the loss and every gradient are bitwise identical at any
-// thread count.
+// Matrix products go through wbaudit's own GEMM (sim/model/detail/gemm.hpp: one fused multiply-add per k in order
+// for every element, on every instruction set) on the View data, each product split into fixed row blocks that
+// Kokkos spreads over its threads; every other reduction runs in a fixed order. Neither depends on the thread count or
+// the CPU, so the loss and every gradient are bitwise identical at any thread count and on every CPU.
 #include <Kokkos_Core.hpp>
 #include <cstddef>
 #include <cstdint>
@@ -47,7 +47,7 @@ class DecoderModel {
   using Vector = Kokkos::View<Scalar*, memory_space>;
   using Tokens = Kokkos::View<const std::int32_t*, memory_space>;  // [batch x (seq_len + 1)] row-major
   static_assert(Kokkos::SpaceAccessibility<Kokkos::HostSpace, memory_space>::accessible,
-                "DecoderModel calls host BLAS on its Views: the execution space must use host memory");
+                "DecoderModel runs host matrix products on its Views: the execution space must use host memory");
 
   DecoderModel(const DecoderShape& shape, int batch);
 

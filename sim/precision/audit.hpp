@@ -45,7 +45,7 @@ AuditReport audit_writeback(const FormatSpec& fmt, const WritebackPolicy& policy
                             std::span<const float> u, std::span<const float> w_next, std::uint32_t tensor_id = 0,
                             std::uint64_t step = 0, std::optional<RngKey> replay = std::nullopt);
 
-// The vectorized replay of realized write-backs (the fast path of `wbaudit audit`, runners/trajectory_audit.hpp):
+// The vectorized replay of realized write-backs (the fast path of `wbaudit audit`, audit/trajectory_audit.hpp):
 // one pass over blocks of coordinates that stay in cache re-rounds w[t] (q(w + 0) == w iff w is a value of the
 // format; skipped when w_stored says the caller has already verified it), recomputes w[t+1] with the write-back's
 // block loops under nearest and, for the SR policies, under `policy` keyed by `key` (the run's seed, the step and the

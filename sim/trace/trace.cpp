@@ -1,6 +1,8 @@
 // trace.h5 through the HDF5 C API; the layout is documented in docs/trace-format.md.
 #include "sim/trace/trace.hpp"
 
+#include "sim/precision/format.hpp"
+#include "sim/precision/policy.hpp"
 #include "sim/trace/detail/h5.hpp"
 
 #include <fcntl.h>
@@ -15,6 +17,95 @@
 #include <system_error>
 
 namespace wbaudit::sim {
+
+namespace {
+
+// The problems of one group's per-step series (see trace_problems).
+void group_problems(const Trace& trace, const GroupTrace& g, std::vector<std::string>& out) {
+  const std::size_t T = trace.recorded_steps.size();
+  const std::string where = "group " + g.name + ": ";
+  auto check_length = [&](std::size_t n, const char* what) {
+    if (n != T)
+      out.push_back(where + what + " has " + std::to_string(n) + " entries for " + std::to_string(T) + " steps");
+  };
+  if (g.size < 0) out.push_back(where + "negative size");
+  check_length(g.nonzero.size(), "nonzero");
+  const bool target = trace.mode == "target";
+  if (target) {
+    check_length(g.erased.size(), "erased");
+    check_length(g.erased_fraction.size(), "erased_fraction");
+  }
+  for (std::size_t t = 0; t < T && t < g.nonzero.size(); ++t) {
+    const std::string at = where + "step " + std::to_string(trace.recorded_steps[t]) + ": ";
+    if (g.nonzero[t] < 0 || g.nonzero[t] > g.size) {
+      out.push_back(at + "nonzero " + std::to_string(g.nonzero[t]) + " outside [0, size " + std::to_string(g.size) +
+                    "]");
+    }
+    if (!target || t >= g.erased.size() || t >= g.erased_fraction.size()) continue;
+    if (g.erased[t] < 0 || g.erased[t] > g.nonzero[t]) {
+      out.push_back(at + "erased " + std::to_string(g.erased[t]) + " outside [0, nonzero " +
+                    std::to_string(g.nonzero[t]) + "]");
+    }
+    const double y = g.erased_fraction[t];
+    const bool consistent =
+        g.nonzero[t] == 0
+            ? std::isnan(y)
+            : std::fabs(y - static_cast<double>(g.erased[t]) / static_cast<double>(g.nonzero[t])) <= 1e-12;
+    if (!consistent) out.push_back(at + "erased_fraction " + std::to_string(y) + " is not erased / nonzero");
+  }
+  for (const auto& [format, series] : g.projected) {
+    try {
+      (void)format_from_name(format);
+    } catch (const std::exception&) {
+      out.push_back(where + "projected format \"" + format + "\" is not a known format");
+    }
+    check_length(series.fraction.size(), "a projected fraction");
+    for (const double y : series.fraction) {
+      if (!std::isnan(y) && !(y >= 0 && y <= 1)) {
+        out.push_back(where + "projected fraction " + std::to_string(y) + " for " + format + " outside [0, 1]");
+        break;
+      }
+    }
+  }
+}
+
+}  // namespace
+
+std::vector<std::string> trace_problems(const Trace& trace) {
+  std::vector<std::string> out;
+  if (trace.mode != "reference" && trace.mode != "target") {
+    out.push_back("mode \"" + trace.mode + "\" is neither reference nor target");
+  }
+  if (trace.mode == "target") {
+    try {
+      (void)format_from_name(trace.format);
+    } catch (const std::exception&) {
+      out.push_back("format \"" + trace.format + "\" is not a known format");
+    }
+  }
+  try {
+    (void)policy_from_name(trace.policy);
+  } catch (const std::exception&) {
+    out.push_back("policy \"" + trace.policy + "\" is not a known write-back policy");
+  }
+  for (std::size_t t = 0; t < trace.recorded_steps.size(); ++t) {
+    const auto s = trace.recorded_steps[t];
+    if (s < 0 || s > trace.steps || (t > 0 && s <= trace.recorded_steps[t - 1])) {
+      out.push_back("recorded step " + std::to_string(s) + " (entry " + std::to_string(t) +
+                    ") is not strictly increasing within [0, steps " + std::to_string(trace.steps) + "]");
+      break;
+    }
+  }
+  for (const double lr : trace.learning_rate) {
+    if (std::isinf(lr) || lr < 0) {  // NaN: not recorded (external traces), allowed
+      out.push_back("a learning rate is infinite or negative");
+      break;
+    }
+  }
+  if (trace.groups.empty()) out.push_back("no parameter group");
+  for (const auto& g : trace.groups) group_problems(trace, g, out);
+  return out;
+}
 
 const GroupTrace& Trace::group(const std::string& name) const {
   for (const GroupTrace& g : groups) {

@@ -110,6 +110,14 @@ struct Trace {
 void write_trace(const std::filesystem::path& path, const Trace& trace);
 // Throws naming the file and the missing dataset/attribute when the file is not a valid wbaudit trace.
 Trace read_trace(const std::filesystem::path& path);
+// What makes a trace that read_trace could parse malformed as a record of a run, one line each (empty when none): a
+// mode other than reference/target, an unknown format or policy, recorded steps not strictly increasing within
+// [0, steps], per-step arrays of the wrong length, counts that are negative or inconsistent (erased > nonzero >
+// size), erased fractions that are not erased / nonzero (NaN exactly when nonzero is 0) or projected fractions
+// outside [0, 1], infinite or negative learning rates (NaN: not recorded). `wbaudit import` refuses such a trace,
+// naming the file.
+std::vector<std::string> trace_problems(const Trace& trace);
+
 // Only the root attribute config_json (the run's configuration), without reading the datasets: what the run store
 // checks against an attempt's cell. Throws like read_trace.
 std::string read_trace_config_json(const std::filesystem::path& path);

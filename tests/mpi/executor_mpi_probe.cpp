@@ -11,9 +11,9 @@
 #include <iostream>
 #include <string>
 
-#include "runners/executor.hpp"
-#include "runners/identity.hpp"
-#include "runners/store.hpp"
+#include "runners/exec/executor.hpp"
+#include "runners/store/identity.hpp"
+#include "runners/store/store.hpp"
 
 namespace wr = wbaudit::runners;
 

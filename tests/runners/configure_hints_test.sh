@@ -34,7 +34,7 @@ grep -q "^WBAUDIT_KOKKOS_CACHE:PATH=$work/home/" "$cache" || fail "the default K
 # compile line.
 [ "$(grep '^Kokkos_DIR:' "$cache" | cut -d= -f2-)" = "$kokkos_dir" ] || fail "Kokkos_DIR is not the hinted one"
 kokkos_prefix=$(cd "$kokkos_dir/../../.." && pwd)
-link="$work/build/runners/CMakeFiles/wbaudit.dir/link.txt"
+link="$work/build/cli/CMakeFiles/wbaudit.dir/link.txt"
 grep -q "$kokkos_prefix/lib[^ ]*/libkokkoscore\.so" "$link" || fail "wbaudit does not link the hinted Kokkos ($kokkos_prefix)"
 grep -q -- "-isystem $kokkos_prefix/include" "$work"/build/sim/CMakeFiles/*/flags.make \
   || fail "the simulator does not compile against the hinted Kokkos headers"

@@ -1,7 +1,8 @@
 // wbaudit evaluate on a real (small) sweep run by the simulator: the CSV numbers against plain recomputations from
 // the trace files, leave-run-out templates, gate verdicts, required cells, bad analysis specs, and reports that
 // never overwrite earlier ones.
-#include "runners/evaluate.hpp"
+#include "runners/evaluate/evaluate.hpp"
+#include "runners/evaluate/sweep_outputs.hpp"
 
 #include <gtest/gtest.h>
 
@@ -12,11 +13,11 @@
 #include <sstream>
 #include <tuple>
 
-#include "runners/identity.hpp"
-#include "runners/registry.hpp"
-#include "runners/spec.hpp"
-#include "runners/store.hpp"
-#include "runners/sweep_run.hpp"
+#include "runners/exec/sweep_run.hpp"
+#include "runners/spec/sweep_spec.hpp"
+#include "runners/store/identity.hpp"
+#include "runners/store/registry.hpp"
+#include "runners/store/store.hpp"
 #include "sim/trace/trace.hpp"
 
 namespace fs = std::filesystem;
@@ -124,7 +125,6 @@ class EvaluateTest : public ::testing::Test {
     wr::SweepSpec spec = wr::load_sweep_spec(root / "spec.toml");
     wr::RunOptions options;
     options.out = root / "sweep";
-    options.report = false;
     options.progress = false;
     auto summary = wr::run_sweep(spec, options);
     ASSERT_EQ(summary.failed, 0u);
@@ -626,6 +626,7 @@ TEST(EvaluatePolicies, EachTargetIsScoredAgainstTheProjectionOfItsOwnPolicy) {
   run.out = root / "sweep";
   run.progress = false;
   ASSERT_EQ(wr::run_sweep(spec, run).failed, 0u);
+  (void)wr::write_sweep_outputs(wr::SweepStore::open(run.out), spec);  // what `wbaudit run` writes after the cells
 
   wr::EvaluateOptions options;
   options.figures = false;
@@ -691,8 +692,8 @@ TEST(EvaluateMissing, DropPoliciesStateTheCountsAndListEveryDropInDroppedCsv) {
   wr::RunOptions run;
   run.out = root / "sweep";
   run.progress = false;
-  run.report = false;
   ASSERT_EQ(wr::run_sweep(spec, run).failed, 0u);
+  (void)wr::write_sweep_outputs(wr::SweepStore::open(run.out), spec);  // what `wbaudit run` writes after the cells
 
   // Independent expectation from the target traces: (cell label, step) pairs with no nonzero proposal.
   const auto store = wr::SweepStore::open(run.out);

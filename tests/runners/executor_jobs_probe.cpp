@@ -27,10 +27,10 @@
 #include <string>
 #include <thread>
 
-#include "runners/executor.hpp"
-#include "runners/identity.hpp"
-#include "runners/local_workers.hpp"
-#include "runners/store.hpp"
+#include "runners/exec/executor.hpp"
+#include "runners/exec/local_workers.hpp"
+#include "runners/store/identity.hpp"
+#include "runners/store/store.hpp"
 
 namespace wr = wbaudit::runners;
 

@@ -1,6 +1,6 @@
 // Local executor with a cheap cell function (the executor's input): failures recorded, resume runs only what is
 // missing, failed or non-canonical.
-#include "runners/executor.hpp"
+#include "runners/exec/executor.hpp"
 
 #include <gtest/gtest.h>
 #include <sys/wait.h>
@@ -10,7 +10,7 @@
 #include <map>
 #include <set>
 
-#include "runners/identity.hpp"
+#include "runners/store/identity.hpp"
 
 namespace fs = std::filesystem;
 namespace wr = wbaudit::runners;

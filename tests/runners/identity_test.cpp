@@ -1,6 +1,6 @@
 // Canonical identity: digests are checked against values computed outside this code base, by `sha256sum` on
 // canonical strings written by hand (the command is quoted next to each digest).
-#include "runners/identity.hpp"
+#include "runners/store/identity.hpp"
 
 #include <gtest/gtest.h>
 
@@ -98,7 +98,7 @@ TEST(Identity, FileHashIsStreamedOverBlocks) {
   // head -c 3000000 /dev/zero | sha256sum
   EXPECT_EQ(wr::sha256_file(path), "35bce4eae54ec8e6cc2868baa8d157914d6ae2858811b4cc0c078c94460fa26f");
   std::filesystem::remove(path);
-  EXPECT_THROW((void)wr::sha256_file(path), wr::IdentityError);
+  EXPECT_THROW((void)wr::sha256_file(path), wbaudit::util::HashError);
 }
 
 TEST(Identity, UuidsAreVersion4AndDistinct) {

@@ -1,7 +1,7 @@
-// The attempt journal (runners/journal.hpp): concurrent appenders in separate processes give one unbroken chain
+// The attempt journal (runners/store/journal.hpp): concurrent appenders in separate processes give one unbroken chain
 // (every seq once, every prev the SHA-256 of the line before, checked here line by line); a torn last line is
 // ignored by readers and dropped by the next append; edited, removed and foreign-key entries are named.
-#include "runners/journal.hpp"
+#include "runners/store/journal.hpp"
 
 #include <gtest/gtest.h>
 #include <sys/wait.h>
@@ -12,7 +12,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "runners/identity.hpp"
+#include "runners/store/identity.hpp"
 
 namespace wr = wbaudit::runners;
 namespace fs = std::filesystem;

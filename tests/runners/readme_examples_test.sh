@@ -4,7 +4,7 @@
 # lines of its ```sh blocks, the `$ ` lines of its ```text blocks, its ```python blocks, and the commands of the
 # studies table; the table of "The CLI" is synopses (SPEC.toml, DIR), whose runnable forms are the --help examples.
 # An example the README gains or loses without a line here fails the test. The runnable ones run in a fresh
-# directory with build/release/runners/wbaudit and examples/ linked in, and the output lines the README shows after
+# directory with build/release/cli/wbaudit and examples/ linked in, and the output lines the README shows after
 # each (but timings, paths with placeholders and lines the README elides) must appear in what it prints.
 #   readme_examples_test.sh WBAUDIT SOURCE_DIR
 set -euo pipefail
@@ -49,7 +49,7 @@ for line in lines:
         continue
     # The studies table: | study | `command` ... |
     m = re.match(r"^\| [^|]+ \| `([^`]+)`", line)
-    if m and (m.group(1).startswith("build/release/runners/wbaudit ") or m.group(1).startswith("examples/")):
+    if m and (m.group(1).startswith("build/release/cli/wbaudit ") or m.group(1).startswith("examples/")):
         out.append({"example": m.group(1), "shown": []})
 merged = {}
 for e in out:  # the same command shown twice (the quick start and the worked example) is one, with all its output
@@ -65,20 +65,20 @@ PY
 declare -A how=(
   ["scripts/main.sh"]="run its wbaudit steps (formats; run examples/two_layer_grid_quick.toml --out runs/two_layer_grid_quick --kokkos-threads=2); not its setup.sh (installs Debian packages and Kokkos) nor its build"
   ["scripts/test.sh"]="not run: it is this test suite (ctest), after the setup.sh that installs packages"
-  ["build/release/runners/wbaudit evaluate runs/two_layer_grid_quick --analysis examples/two_layer_analysis.toml --check"]="run"
+  ["build/release/cli/wbaudit evaluate runs/two_layer_grid_quick --analysis examples/two_layer_analysis.toml --check"]="run"
   ["python"]="run"
-  ["build/release/runners/wbaudit run examples/two_layer_grid.toml"]="not run: the full-length study 1 grid (13 s unloaded); its quick reduction runs above, from the same code"
-  ["build/release/runners/wbaudit run examples/decoder_matched.toml"]="not run: about 2 minutes of decoder training (study 2)"
+  ["build/release/cli/wbaudit run examples/two_layer_grid.toml"]="not run: the full-length study 1 grid (13 s unloaded); its quick reduction runs above, from the same code"
+  ["build/release/cli/wbaudit run examples/decoder_matched.toml"]="not run: about 2 minutes of decoder training (study 2)"
   ["examples/study3.sh runs/study3"]="not run here: runners.study_scripts runs examples/study3.sh end to end at STUDY_STEPS=40"
   ["examples/study4.sh runs/study4"]="not run here: runners.study_scripts runs examples/study4.sh end to end at STUDY_STEPS=40"
-  ["build/release/runners/wbaudit run examples/decoder_policy_contrast.toml"]="not run: about 2 minutes of decoder training (study 5)"
-  ["build/release/runners/wbaudit run examples/decoder_replay_int3.toml"]="not run: 36 s of decoder training and replays (study 6)"
+  ["build/release/cli/wbaudit run examples/decoder_policy_contrast.toml"]="not run: about 2 minutes of decoder training (study 5)"
+  ["build/release/cli/wbaudit run examples/decoder_replay_int3.toml"]="not run: 36 s of decoder training and replays (study 6)"
   ["PYTHONPATH=build/release/python /usr/bin/python3 examples/pytorch/train_gpt.py --out runs/pytorch"]="not run: 75 s of PyTorch training; tests/python run ReferenceRecorder, PersistentNative, audit, import and evaluate on smaller models"
 )
 
 d="$work/clone"
-mkdir -p "$d/build/release/runners"
-ln -s "$wbaudit" "$d/build/release/runners/wbaudit"
+mkdir -p "$d/build/release/cli"
+ln -s "$wbaudit" "$d/build/release/cli/wbaudit"
 ln -s "$src/examples" "$d/examples"
 
 # The README's shown output lines that a run must print: timings, the build's and setup's own lines, elisions and
@@ -116,8 +116,8 @@ while IFS= read -r json; do
   fi
   case "$example" in
     scripts/main.sh)
-      (cd "$d" && build/release/runners/wbaudit formats &&
-        build/release/runners/wbaudit run examples/two_layer_grid_quick.toml --out runs/two_layer_grid_quick \
+      (cd "$d" && build/release/cli/wbaudit formats &&
+        build/release/cli/wbaudit run examples/two_layer_grid_quick.toml --out runs/two_layer_grid_quick \
           --kokkos-threads=2) > "$work/out" 2>&1 || { cat "$work/out"; fail "$example: its wbaudit steps failed"; }
       ;;
     python)

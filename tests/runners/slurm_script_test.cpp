@@ -1,6 +1,6 @@
 // sbatch rendering against golden files written by hand (tests/slurm/golden/), task chunking against
 // MaxArraySize, automatic packing by estimated cost (against a brute force), and the scontrol parser.
-#include "runners/slurm/script.hpp"
+#include "runners/exec/slurm/script.hpp"
 
 #include <gtest/gtest.h>
 
@@ -13,7 +13,7 @@
 #include <utility>
 #include <vector>
 
-#include "runners/slurm/submit.hpp"
+#include "runners/exec/slurm/submit.hpp"
 
 namespace sl = wbaudit::runners::slurm;
 
@@ -40,8 +40,12 @@ sl::SlurmOptions full_options() {
   return o;
 }
 
-const sl::ScriptPaths kPaths{
-    "/scratch/runs/tiny", "/scratch/runs/tiny/slurm/submit-1/tasks.json", "/scratch/runs/tiny/slurm/submit-1/logs", {}};
+// The golden scripts check this frozen binary (two files) before exporting the key.
+const sl::ScriptPaths kPaths{"/scratch/runs/tiny",
+                             "/scratch/runs/tiny/slurm/submit-1/tasks.json",
+                             "/scratch/runs/tiny/slurm/submit-1/logs",
+                             "/home/u/.config/wbaudit/keys/0f6c2a52-5d2b-4c43-9a4e-9b4c3d2e1f00",
+                             {{"wbaudit", std::string(64, 'a')}, {"lib/libkokkoscore.so.3.4", std::string(64, 'b')}}};
 
 std::vector<std::string> ids(int n) {
   std::vector<std::string> out;
@@ -66,6 +70,7 @@ TEST(SlurmScript, MpiScriptMatchesGoldenAndQuotesPaths) {
   const sl::ScriptPaths paths{"/scratch/it's here",
                               "/scratch/it's here/slurm/submit-2/tasks.json",
                               "/scratch/it's here/slurm/submit-2/logs",
+                              {},
                               {}};
   EXPECT_EQ(sl::render_mpi_script(paths, o), golden("cells_mpi.sbatch"));
 }
@@ -199,8 +204,15 @@ TEST(SlurmScript, ScriptsExportTheSigningKey) {
   EXPECT_NE(ranks.find("mpirun -n \"$SLURM_NTASKS\" --bind-to none -x WBAUDIT_KEY_FILE "), std::string::npos) << ranks;
   // The export comes before the command that needs the key.
   EXPECT_LT(array.find(line), array.find("run-cells"));
-  // Without a key path nothing is exported (the golden scripts above).
-  EXPECT_EQ(sl::render_array_script(kPaths, 2, full_options()).find("WBAUDIT_KEY_FILE"), std::string::npos);
+  // Without a key path nothing is exported.
+  sl::ScriptPaths keyless = kPaths;
+  keyless.key_file.clear();
+  EXPECT_EQ(sl::render_array_script(keyless, 2, full_options()).find("WBAUDIT_KEY_FILE"), std::string::npos);
+  // The frozen binary is checked before the key is exported (issue 27: a library dropped into bin/lib/ would be
+  // loaded by the frozen binary with the key in reach).
+  for (const std::string& script : {array, ranks, report}) {
+    EXPECT_LT(script.find("if ! frozen_intact; then"), script.find(line)) << script;
+  }
 }
 
 // --cells-per-task auto: consecutive cells packed under the target; hand-worked cases, then the bound under a
@@ -287,8 +299,8 @@ TEST(SlurmScript, AutoTargetRespectsTheTimeLimit) {
   EXPECT_THROW((void)sl::auto_task_seconds(o), std::invalid_argument);
 }
 
-// The cost estimate, worked by hand from the documented constants (runners/slurm/submit.hpp) for a two-layer target
-// cell: 13 coordinates, 5 x (6 x 9 + 2 x 12) = 390 FLOPs per step, one projection.
+// The cost estimate, worked by hand from the documented constants (runners/exec/slurm/submit.hpp) for a two-layer
+// target cell: 13 coordinates, 5 x (6 x 9 + 2 x 12) = 390 FLOPs per step, one projection.
 TEST(SlurmScript, CellCostEstimateFollowsItsFormula) {
   const nlohmann::json target = {
       {"schema", "wbaudit.cell/1"},

@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "runners/analysis_spec.hpp"
-#include "runners/spec.hpp"
+#include "runners/spec/analysis_spec.hpp"
+#include "runners/spec/sweep_spec.hpp"
 #include "sim/run.hpp"
 
 namespace {

@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "runners/spec.hpp"
-#include "runners/sweep_run.hpp"
+#include "runners/exec/sweep_run.hpp"
+#include "runners/spec/sweep_spec.hpp"
 #include "sim/run.hpp"
 
 namespace {

@@ -1,6 +1,6 @@
 // Sweep store: creation and resume rules, manifests, and the canonical check against hand-made, edited and
 // foreign-binary attempts.
-#include "runners/store.hpp"
+#include "runners/store/store.hpp"
 
 #include <gtest/gtest.h>
 #include <sys/wait.h>
@@ -11,7 +11,7 @@
 #include <set>
 #include <sstream>
 
-#include "runners/identity.hpp"
+#include "runners/store/identity.hpp"
 #include "sim/run.hpp"
 #include "sim/trace/trace.hpp"
 

@@ -11,12 +11,12 @@
 #include <sstream>
 
 #include "forecast/source.hpp"
-#include "runners/evaluate.hpp"
-#include "runners/identity.hpp"
-#include "runners/registry.hpp"
-#include "runners/spec.hpp"
-#include "runners/store.hpp"
-#include "runners/sweep_run.hpp"
+#include "runners/evaluate/evaluate.hpp"
+#include "runners/exec/sweep_run.hpp"
+#include "runners/spec/sweep_spec.hpp"
+#include "runners/store/identity.hpp"
+#include "runners/store/registry.hpp"
+#include "runners/store/store.hpp"
 #include "sim/trace/trace.hpp"
 #include "stats/gates.hpp"
 
@@ -123,7 +123,6 @@ class StudyProtocol : public ::testing::Test {
     wr::SweepSpec spec = wr::load_sweep_spec(root / spec_file);
     wr::RunOptions options;
     options.out = root / dir;
-    options.report = false;
     options.progress = false;
     options.only = std::move(only);
     options.create_only = create_only;

@@ -8,8 +8,8 @@
 #include <filesystem>
 #include <string>
 
-#include "runners/store.hpp"
-#include "runners/sweep_lock.hpp"
+#include "runners/store/lock.hpp"
+#include "runners/store/store.hpp"
 
 namespace {
 

@@ -1,18 +1,22 @@
 // The decoder on the training engine: an fp32 target under nearest is the reference run bitwise, traces do not
 // depend on the thread count (tests run at 1 and 2 threads; the hash of the trace is compared across both runs of
 // this test through a file written by the first), replay under the run's own policy reproduces the run, resume is
-// bitwise, validation and the Markov optimum are recorded, bad input is refused with the value named.
+// bitwise, validation and the Markov optimum are recorded, bad input is refused with the value named, and every
+// matrix-product path (the one each CPU family would take, forced here) gives the same trace and weights.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <Kokkos_Core.hpp>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <iterator>
 
 #include "sim/checkpoint.hpp"
 #include "sim/engine.hpp"
+#include "sim/model/detail/gemm.hpp"
 #include "sim/run.hpp"
 #include "trace_compare.hpp"
 
@@ -157,6 +161,55 @@ TEST(DecoderEngine, TraceFileIsTheSameOnTheSerialSpaceAndOnEveryThreadCount) {
   write_trace(dir / "serial.h5", run_cell(Kokkos::Serial(), decoder_config(RunMode::target), {}, {}));
   EXPECT_EQ(bytes(dir / "default.h5"), bytes(dir / "serial.h5"))
       << "the trace at " << Kokkos::DefaultExecutionSpace().concurrency() << " threads differs from the Serial one";
+  fs::remove_all(dir);
+}
+
+TEST(DecoderEngine, TraceAndFinalWeightsAreTheSameOnEveryGemmPath) {
+  // The matrix-product paths that different CPU families take (portable, AVX2 without AVX-512, AVX-512), forced in
+  // turn on this machine, at this test's thread count and on the Serial space: a few steps of a target run (e4m3
+  // nearest, whose erasures any weight difference would change) give the same trace file and final weights bit for
+  // bit. Paths this CPU lacks are skipped.
+  struct DefaultPathAtExit {
+    ~DefaultPathAtExit() { detail::reset_gemm_isa(); }
+  } restore;
+  const fs::path dir = scratch("gemm_paths");
+  RunConfig cfg = decoder_config(RunMode::target);
+  cfg.steps = 5;
+  std::string first_trace;
+  std::vector<std::vector<float>> first_weights;
+  std::string first_path;
+  for (const detail::GemmIsa isa : {detail::GemmIsa::portable, detail::GemmIsa::avx2, detail::GemmIsa::avx512}) {
+    if (!detail::gemm_isa_supported(isa)) {
+      std::cout << "[ NOTE     ] this CPU cannot run the " << detail::gemm_isa_name(isa) << " path: not compared\n";
+      continue;
+    }
+    detail::force_gemm_isa(isa);
+    const auto run = [&](const auto& space, const std::string& name) {
+      Training training(space, cfg);
+      training.run(cfg.steps);
+      write_trace(dir / (name + ".h5"), training.trace());
+      std::vector<std::vector<float>> weights;
+      for (int t = 0; t < training.model().tensor_count(); ++t) {
+        const auto w = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), training.model().parameter(t));
+        weights.emplace_back(w.data(), w.data() + w.extent(0));
+      }
+      const std::string label = std::string(detail::gemm_isa_name(isa)) + " " + name;
+      if (first_path.empty()) {
+        first_path = label;
+        first_trace = bytes(dir / (name + ".h5"));
+        first_weights = weights;
+        return;
+      }
+      EXPECT_EQ(bytes(dir / (name + ".h5")), first_trace) << label << " against " << first_path;
+      ASSERT_EQ(weights.size(), first_weights.size());
+      for (std::size_t t = 0; t < weights.size(); ++t) {
+        EXPECT_EQ(0, std::memcmp(weights[t].data(), first_weights[t].data(), weights[t].size() * sizeof(float)))
+            << "tensor " << t << ", " << label << " against " << first_path;
+      }
+    };
+    run(Kokkos::DefaultExecutionSpace(), "threads" + std::to_string(Kokkos::DefaultExecutionSpace().concurrency()));
+    run(Kokkos::Serial(), "serial");
+  }
   fs::remove_all(dir);
 }
 

@@ -1,0 +1,330 @@
+#include "runners/exec/sweep_run.hpp"
+
+#include <fnmatch.h>
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <fstream>
+#include <iomanip>
+#include <iostream>
+#include <map>
+#include <optional>
+#include <set>
+#include <sstream>
+
+#include "forecast/crossing.hpp"
+#include "runners/store/identity.hpp"
+#include "runners/store/lock.hpp"
+#include "sim/run.hpp"
+#include "sim/trace/trace.hpp"
+#include "util/text.hpp"
+
+namespace wbaudit::runners {
+namespace {
+
+// Removes a directory this run made for its lock when nothing else was written into it (a creation that failed).
+void remove_if_only_lock(const std::filesystem::path& dir) {
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+    if (entry.path().filename() != ".lock") {
+      return;
+    }
+  }
+  std::filesystem::remove(dir / ".lock", ec);
+  std::filesystem::remove(dir, ec);
+}
+
+// Progress on stderr: one line per finished cell with done/total, rate and ETA (per rank under MPI).
+class ProgressPrinter {
+ public:
+  ProgressPrinter(std::size_t total, int rank, int ranks) : m_total(total), m_rank(rank), m_ranks(ranks) {}
+  void operator()(const ProgressEvent& event) {
+    if (event.kind == ProgressEvent::Kind::started) {
+      return;
+    }
+    ++m_done;
+    double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - m_start).count();
+    double rate = m_done / std::max(elapsed, 1e-9);
+    // Every rank runs about total/ranks cells.
+    double remaining = std::max(0.0, static_cast<double>(m_total) / m_ranks - static_cast<double>(m_done));
+    std::ostringstream line;
+    if (m_ranks > 1) {
+      line << "[rank " << m_rank << "] ";
+    }
+    line << "[" << m_done << (m_ranks > 1 ? " here" : "") << "/" << m_total << "] "
+         << (event.kind == ProgressEvent::Kind::failed ? "FAILED " : "") << event.name << " (" << std::fixed
+         << std::setprecision(1) << event.seconds << "s)  " << std::setprecision(2) << rate * 60 << " cells/min, ETA "
+         << util::format_duration(remaining / std::max(rate, 1e-9));
+    if (event.kind == ProgressEvent::Kind::failed) {
+      line << "\n    reason: " << event.message;
+    }
+    std::cerr << line.str() << "\n" << std::flush;
+  }
+
+ private:
+  std::size_t m_total;
+  int m_rank, m_ranks;
+  std::size_t m_done = 0;
+  std::chrono::steady_clock::time_point m_start = std::chrono::steady_clock::now();
+};
+
+}  // namespace
+
+std::vector<StoredCell> stored_cells(const SweepSpec& spec) {
+  std::vector<StoredCell> cells;
+  for (auto& c : spec.cells) {
+    cells.push_back({"", c.name, role_name(c.role), c.reference, c.config});
+  }
+  return cells;
+}
+
+void check_sweep_directory(const std::filesystem::path& dir, const SweepSpec& spec, bool resume) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!fs::exists(dir, ec)) {
+    return;
+  }
+  if (!fs::exists(dir / "sweep.json")) {
+    // A creation interrupted before sweep.json leaves only what the store writes first (cells/, spec.toml, bin/,
+    // temporaries); the store resumes it. Anything else is someone else's directory.
+    if (!fs::is_directory(dir, ec)) {
+      throw StoreError(dir.string() + " exists and is not a directory; choose a new --out");
+    }
+    for (const auto& entry : fs::directory_iterator(dir)) {
+      const std::string name = entry.path().filename().string();
+      if (name != "cells" && name != "bin" && name != "spec.toml" && name.front() != '.') {
+        throw StoreError(dir.string() + " exists and is not a sweep directory (no sweep.json, and it holds " + name +
+                         "); choose a new --out");
+      }
+    }
+    return;
+  }
+  const SweepStore store = SweepStore::open(dir);
+  const std::string hash = sha256_hex(spec.text);
+  if (store.spec_sha256() != hash) {
+    throw StoreError("sweep directory " + dir.string() +
+                     " was created by another spec (the spec changed since: its frozen " + store.spec_path().string() +
+                     " has hash " + store.spec_sha256() + ", " + spec.path.string() + " has hash " + hash +
+                     "); choose a new --out for this spec (--resume continues a sweep only "
+                     "with the spec that created it)");
+  }
+  if (!resume) {
+    throw StoreError("sweep directory " + dir.string() + " already exists for this spec; use --resume to continue it");
+  }
+}
+
+CellFn simulator_cell_fn() {
+  return [](const CellTask& task, const std::filesystem::path& attempt_dir) -> std::vector<std::string> {
+    sim::RunConfig config = sim::run_config_from_json(task.config);
+    sim::Trace trace = sim::run_cell(config);
+    sim::write_trace(attempt_dir / "trace.h5", trace);
+    return {"trace.h5"};
+  };
+}
+
+LockedSweep create_locked(const SweepSpec& spec, const std::filesystem::path& out, bool resume) {
+  check_sweep_directory(out, spec, resume);
+  // The lock before anything is written: two runs into one new directory must not both create a sweep (and a key
+  // and a journal) there. The directory is made for the lock; a creation that fails removes it again.
+  std::error_code ec;
+  const bool made = std::filesystem::create_directories(out, ec);
+  if (ec) {
+    throw StoreError("cannot create " + out.string() + ": " + ec.message());
+  }
+  try {
+    SweepLock lock = SweepLock::acquire(out);
+    check_sweep_directory(out, spec, resume);  // again, now that no one else can write
+    CreateOptions create;
+    create.resume = resume;
+    SweepStore store = SweepStore::create(out, spec.text, stored_cells(spec), create);
+    return LockedSweep{std::move(lock), std::move(store)};
+  } catch (...) {
+    if (made) {
+      remove_if_only_lock(out);
+    }
+    throw;
+  }
+}
+
+ExecSummary run_sweep(const SweepSpec& spec, const RunOptions& options, MPI_Comm comm) {
+  int rank = 0, ranks = 1;
+  if (comm != MPI_COMM_NULL) {
+    MPI_Comm_rank(comm, &rank);
+    MPI_Comm_size(comm, &ranks);
+  }
+  // Cell patterns are checked before anything is written.
+  std::vector<std::string> only_ids;
+  for (const auto& pattern : options.only) {
+    bool matched = false;
+    for (const auto& cell : spec.cells) {
+      if (::fnmatch(pattern.c_str(), cell.name.c_str(), 0) != 0) {
+        continue;
+      }
+      matched = true;
+      const std::string id = cell_id(cell.config);
+      if (std::find(only_ids.begin(), only_ids.end(), id) == only_ids.end()) {
+        only_ids.push_back(id);
+      }
+    }
+    if (!matched) {
+      std::string names;
+      for (const auto& cell : spec.cells) {
+        names += (names.empty() ? "" : ", ") + cell.name;
+      }
+      throw SpecError(spec.path.string() + ": --cells \"" + pattern +
+                      "\" matches no cell of the sweep (its cells: " + names + ")");
+    }
+  }
+  // Refuse before anything is written a cell that cannot fit in this machine's memory with the cells that run
+  // beside it (local worker processes; one cell per rank under MPI).
+  {
+    const double physical =
+        static_cast<double>(::sysconf(_SC_PHYS_PAGES)) * static_cast<double>(::sysconf(_SC_PAGESIZE));
+    const double beside = comm == MPI_COMM_NULL ? std::max(1, options.jobs) : 1;
+    for (const auto& cell : spec.cells) {
+      double bytes = 0;
+      try {
+        bytes = sim::estimate_cell_bytes(sim::run_config_from_json(cell.config));
+      } catch (const std::exception&) {
+        continue;  // its own validation names the problem
+      }
+      if (physical > 0 && bytes * beside > physical) {
+        std::ostringstream msg;
+        msg << std::fixed << std::setprecision(1) << "cell " << cell.name << " needs about " << bytes / 1073741824.0
+            << " GiB (" << (beside > 1 ? "x " + std::to_string(static_cast<int>(beside)) + " cells at a time, " : "")
+            << "model and batch of the spec), more than this machine's " << physical / 1073741824.0
+            << " GiB of memory; shrink [model] or [data] batch" << (beside > 1 ? ", or run fewer --jobs" : "");
+        throw SpecError(msg.str());
+      }
+    }
+  }
+  // Rank 0 creates (or checks) the sweep directory; the others open it once it exists.
+  // It also takes the sweep's lock for the whole run (one writer per sweep: a second run refuses, naming the holder).
+  std::string create_error;
+  std::optional<SweepLock> lock;
+  if (rank == 0) {
+    try {
+      LockedSweep locked = create_locked(spec, options.out, options.resume);
+      lock.emplace(std::move(locked.lock));
+      const SweepStore& created = locked.store;
+      // With the lock held: attempt directories the journal never heard of are moved aside (DIR/foreign/), so
+      // they cannot sit beside canonical attempts; repairs of the frozen inputs are said.
+      std::vector<std::string> notes = created.repairs();
+      for (auto& moved : created.set_aside_foreign()) {
+        notes.push_back(std::move(moved));
+      }
+      for (auto& removed : created.remove_leftover_temporaries()) {
+        notes.push_back(std::move(removed));
+      }
+      for (const auto& note : notes) {
+        std::cerr << "wbaudit run: " << note << "\n";
+      }
+    } catch (const std::exception& e) {
+      create_error = e.what();
+    }
+  }
+  if (comm != MPI_COMM_NULL) {
+    int failed = create_error.empty() ? 0 : 1;
+    MPI_Bcast(&failed, 1, MPI_INT, 0, comm);
+    if (failed) {
+      throw StoreError(rank == 0 ? create_error : "rank 0 could not create the sweep directory");
+    }
+  } else if (!create_error.empty()) {
+    throw StoreError(create_error);
+  }
+  SweepStore store = SweepStore::open(options.out);
+
+  ExecOptions exec;
+  exec.resume = true;  // the directory was just created (or resume was asked for and checked by create)
+  exec.comm = comm;
+  if (comm == MPI_COMM_NULL) {
+    exec.local_jobs = options.jobs;
+    exec.worker_command = {self_executable().string(), "worker",
+                           "--kokkos-threads=" + std::to_string(options.worker_threads), "--", options.out.string()};
+  }
+  ProgressPrinter printer(store.cells().size(), rank, ranks);
+  const std::int64_t burn_in = crossing_burn_in(spec).steps;
+  std::set<std::string> target_ids;
+  for (const auto& cell : store.cells()) {
+    if (cell.role == "target") {
+      target_ids.insert(cell.id);
+    }
+  }
+  exec.progress = [&](const ProgressEvent& e) {
+    if (options.progress) {
+      printer(e);
+    }
+    if (e.kind != ProgressEvent::Kind::completed || !target_ids.count(e.cell_id) || e.attempt.empty()) {
+      return;
+    }
+    std::string warning;
+    try {
+      const sim::Trace trace = sim::read_trace(options.out / "cells" / e.cell_id / "attempts" / e.attempt / "trace.h5");
+      warning = early_crossing_warning(e.name, trace, spec.evaluation.groups, spec.evaluation.threshold,
+                                       spec.evaluation.min_group_size, burn_in);
+    } catch (const std::exception&) {
+      return;  // the store's checks name an unreadable trace; a warning is no place for it
+    }
+    if (!warning.empty()) {
+      std::cerr << "wbaudit run: warning: " << warning << "\n" << std::flush;
+    }
+  };
+  if (options.progress && rank == 0) {
+    std::cerr << "wbaudit run: " << spec.name << ": " << spec.count(CellRole::target) << " target runs, "
+              << spec.count(CellRole::reference) << " fp32 reference runs -> " << options.out.string();
+    if (comm == MPI_COMM_NULL && options.jobs > 1) {
+      std::cerr << " (up to " << options.jobs << " worker processes, " << options.worker_threads << " thread"
+                << (options.worker_threads == 1 ? "" : "s") << " each)";
+    }
+    std::cerr << "\n";
+  }
+  if (options.create_only) {
+    if (options.progress && rank == 0) {
+      std::cerr << "wbaudit run: created " << options.out.string() << " (" << store.cells().size()
+                << " cells, none run: --create-only)\n";
+    }
+    return ExecSummary{};
+  }
+  ExecSummary summary = execute_sweep(store, options.only.empty() ? tasks_of(store) : tasks_of(store, only_ids),
+                                      simulator_cell_fn(), exec);
+
+  return summary;
+}
+
+std::string early_crossing_warning(const std::string& cell_name, const sim::Trace& target,
+                                   const std::vector<std::string>& groups, double threshold,
+                                   std::int64_t min_group_size, std::int64_t burn_in) {
+  std::ostringstream found;
+  int count = 0;
+  for (const auto& g : target.groups) {
+    if (groups.empty() ? g.size < min_group_size : std::find(groups.begin(), groups.end(), g.name) == groups.end()) {
+      continue;
+    }
+    for (std::size_t t = 0; t < target.recorded_steps.size() && t < g.erased_fraction.size(); ++t) {
+      if (t >= kEarlyRecordedSteps && target.recorded_steps[t] > burn_in) {
+        break;
+      }
+      if (!(g.erased_fraction[t] >= threshold)) {
+        continue;  // NaN (no proposal) is not a crossing
+      }
+      found << (count++ ? ", " : "") << g.name << " " << std::setprecision(3) << g.erased_fraction[t] << " at step "
+            << target.recorded_steps[t];
+      break;
+    }
+  }
+  if (count == 0) {
+    return {};
+  }
+  std::ostringstream out;
+  out << cell_name << ": erased fraction at or above the threshold " << threshold << " by the burn-in (step " << burn_in
+      << ") or within the first " << kEarlyRecordedSteps << " recorded steps (" << found.str()
+      << "): above the threshold at initialization or crossing before its trajectory is resolved, which leaves "
+         "little to forecast; lower optimizer.lr_scale, raise the weights' scale (weights below the format's min "
+         "normal erase most updates), or record more early steps (docs/specs.md)";
+  return out.str();
+}
+
+}  // namespace wbaudit::runners

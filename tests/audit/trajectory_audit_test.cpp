@@ -1,0 +1,269 @@
+// `wbaudit audit`'s engine (audit/trajectory*): simulator trajectories dumped through the observation hook are
+// consistent and their counts equal the simulator's trace; planted inconsistencies are found exactly; both layouts
+// (w with T + 1 rows, and w / w_next) and chunking give the same result.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <Kokkos_Core.hpp>
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <set>
+#include <tuple>
+
+#include "audit/trajectory.hpp"
+#include "audit/trajectory_audit.hpp"
+#include "sim/run.hpp"
+#include "tests/sim/model/format_table.hpp"
+
+namespace wa = wbaudit::audit;
+
+namespace {
+
+namespace fs = std::filesystem;
+using namespace wbaudit;
+
+// A plain .npy writer (format 1.0), independent of the reader under test.
+template <class T>
+void write_npy(const fs::path& path, const char* descr, std::vector<std::int64_t> shape, const std::vector<T>& data) {
+  std::string dims;
+  for (auto d : shape) {
+    dims += std::to_string(d) + ", ";
+  }
+  if (shape.size() > 1) {
+    dims.resize(dims.size() - 2);
+  }
+  std::string header = "{'descr': '" + std::string(descr) + "', 'fortran_order': False, 'shape': (" + dims + "), }";
+  while ((10 + header.size() + 1) % 64 != 0) {
+    header += ' ';
+  }
+  header += '\n';
+  std::ofstream out(path, std::ios::binary);
+  out.write("\x93NUMPY\x01\x00", 8);
+  const auto len = static_cast<std::uint16_t>(header.size());
+  const char len_bytes[2] = {static_cast<char>(len & 0xff), static_cast<char>(len >> 8)};
+  out.write(len_bytes, 2);
+  out << header;
+  out.write(reinterpret_cast<const char*>(data.data()), static_cast<std::streamsize>(data.size() * sizeof(T)));
+}
+
+struct Row {
+  std::vector<float> w, u, w_next;
+};
+
+// A captured simulator run: rows[(tensor, step)].
+struct Captured {
+  std::map<std::pair<int, std::int64_t>, Row> rows;
+  sim::Trace trace;
+};
+
+sim::RunConfig config(const std::string& policy, sim::RecordKind record) {
+  sim::RunConfig c;
+  c.mode = sim::RunMode::target;
+  c.seed = 11;
+  c.steps = 30;
+  c.model.shape = sim::TwoLayerShape{6, 10, 3, sim::Activation::tanh};
+  c.model.teacher_hidden = 5;
+  c.data.batch = 8;
+  c.optimizer.lr = 0.5 * std::ldexp(1.0, -4);  // a mix of erased and applied updates in e4m3
+  c.record.kind = record;
+  c.record.k = 4;
+  c.target = sim::TargetConfig{"e4m3", policy, 0};
+  return c;
+}
+
+Captured capture(const sim::RunConfig& cfg) {
+  Captured cap;
+  sim::RunHooks hooks;
+  hooks.on_update = [&cap](const sim::UpdateObservation& o) {
+    Row& r = cap.rows[{o.tensor, o.step}];
+    r.w.assign(o.weight_before.begin(), o.weight_before.end());
+    r.u.assign(o.proposal.begin(), o.proposal.end());
+    r.w_next.assign(o.weight_after.begin(), o.weight_after.end());
+  };
+  cap.trace = sim::run_cell(Kokkos::DefaultExecutionSpace(), cfg, {}, hooks);
+  return cap;
+}
+
+// Writes the captured rows at `steps` as a .npy trajectory directory; consecutive: w has T + 1 rows.
+fs::path write_trajectory(const Captured& cap, const std::vector<std::int64_t>& steps, bool consecutive,
+                          const std::string& name) {
+  const fs::path dir = fs::temp_directory_path() / ("wbaudit_traj_" + name + "_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  write_npy(dir / "steps.npy", "<i8", {static_cast<std::int64_t>(steps.size())}, steps);
+  for (int t = 0; t < sim::kTwoLayerTensors; ++t) {
+    std::vector<float> w, u, n;
+    for (auto s : steps) {
+      const Row& r = cap.rows.at({t, s});
+      w.insert(w.end(), r.w.begin(), r.w.end());
+      u.insert(u.end(), r.u.begin(), r.u.end());
+      n.insert(n.end(), r.w_next.begin(), r.w_next.end());
+    }
+    const auto size = static_cast<std::int64_t>(cap.rows.at({t, steps[0]}).u.size());
+    const auto T = static_cast<std::int64_t>(steps.size());
+    const std::string tn = sim::kTwoLayerTensorNames[t];
+    if (consecutive) {
+      const Row& last = cap.rows.at({t, steps.back()});
+      w.insert(w.end(), last.w_next.begin(), last.w_next.end());
+      write_npy(dir / (tn + ".w.npy"), "<f4", {T + 1, size}, w);
+    } else {
+      write_npy(dir / (tn + ".w.npy"), "<f4", {T, size}, w);
+      write_npy(dir / (tn + ".w_next.npy"), "<f4", {T, size}, n);
+    }
+    write_npy(dir / (tn + ".u.npy"), "<f4", {T, size}, u);
+  }
+  // Tensor order as in the simulator (tensor id = position).
+  std::ofstream meta(dir / "trajectory.json");
+  meta << "{\"tensors\": [";
+  for (int t = 0; t < sim::kTwoLayerTensors; ++t) {
+    meta << (t ? "," : "") << "{\"name\": \"" << sim::kTwoLayerTensorNames[t] << "\", \"tensor_id\": " << t << "}";
+  }
+  meta << "]}";
+  return dir;
+}
+
+wa::TrajectoryAudit audit(const fs::path& dir, const std::string& policy, std::int64_t chunk = 1 << 22,
+                          std::optional<std::uint64_t> seed = std::nullopt) {
+  auto source = wa::open_trajectory(dir);
+  wa::TrajectoryAuditOptions o;
+  o.format = "e4m3";
+  o.policy = sim::make_policy(policy);
+  o.chunk = chunk;
+  o.seed = seed;  // the run's seed: the SR fast path replays the draws
+  o.groups = {{"layer1", {"layer1.weight", "layer1.bias"}}};
+  return wa::audit_trajectory(*source, o);
+}
+
+class SimulatorTrajectory : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(SimulatorTrajectory, IsConsistentAndCountsEqualTheTrace) {
+  const std::string policy = GetParam();
+  for (const bool consecutive : {true, false}) {
+    const auto record = consecutive ? sim::RecordKind::every : sim::RecordKind::every_k;
+    const Captured cap = capture(config(policy, record));
+    const auto& steps = cap.trace.recorded_steps;
+    const fs::path dir = write_trajectory(cap, steps, consecutive, policy);
+    for (const auto& [chunk, seed] : {std::pair<std::int64_t, std::optional<std::uint64_t>>{1 << 22, std::nullopt},
+                                      {7, std::nullopt},
+                                      {1 << 22, 11},
+                                      {7, 11}}) {
+      SCOPED_TRACE("chunk " + std::to_string(chunk) + (seed ? ", seed 11" : ""));
+      const wa::TrajectoryAudit a = audit(dir, policy, chunk, seed);
+      EXPECT_TRUE(a.consistent()) << policy << ": " << (a.listed.empty() ? "" : a.listed[0].reason);
+      ASSERT_EQ(a.groups.size(), sim::kTwoLayerTensors + 1u);
+      std::int64_t erased = 0, applied = 0;
+      for (int t = 0; t < sim::kTwoLayerTensors; ++t) {
+        const sim::GroupTrace& g = cap.trace.groups[t];
+        ASSERT_EQ(a.groups[t], g.name);
+        for (std::size_t k = 0; k < steps.size(); ++k) {
+          const wa::AuditCounts& c = a.counts[t][k];
+          EXPECT_EQ(c.nonzero, g.nonzero[k]) << g.name << " step " << steps[k];
+          EXPECT_EQ(c.erased, g.erased[k]) << g.name << " step " << steps[k];
+          EXPECT_EQ(c.saturated, g.saturated[k]) << g.name << " step " << steps[k];
+          EXPECT_EQ(c.applied, g.applied[k]) << g.name << " step " << steps[k];
+          erased += c.erased;
+          applied += c.applied;
+        }
+      }
+      EXPECT_GT(erased, 0);  // the run exercises both events
+      EXPECT_GT(applied, 0);
+      for (std::size_t k = 0; k < steps.size(); ++k) {  // the declared union is the sum of its tensors
+        EXPECT_EQ(a.counts[4][k].erased, cap.trace.groups[0].erased[k] + cap.trace.groups[1].erased[k]);
+      }
+      // The audit's trace reproduces the simulator's counts in the trace schema.
+      const sim::Trace tr = wa::audit_as_trace(a, dir.string());
+      EXPECT_EQ(tr.groups[2].erased, cap.trace.groups[2].erased);
+      EXPECT_EQ(tr.recorded_steps, steps);
+    }
+    fs::remove_all(dir);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Policies, SimulatorTrajectory, ::testing::Values("nearest", "stochastic", "deadzone-sr"));
+
+// The e4m3 value `codes` codes away from v in magnitude, from an independent table.
+float move_codes(float v, int codes) {
+  const auto table = test::FormatTable::e4m3();
+  const auto it = std::find(table.values.begin(), table.values.end(), std::fabs(static_cast<double>(v)));
+  EXPECT_NE(it, table.values.end());
+  auto c = static_cast<int>(it - table.values.begin()) + codes;
+  if (c >= static_cast<int>(table.values.size())) {
+    c -= 2 * codes;
+  }
+  return std::copysign(static_cast<float>(table.values[static_cast<std::size_t>(c)]), v);
+}
+
+TEST(PlantedInconsistencies, AreFoundExactly) {
+  for (const std::string policy : {"nearest", "stochastic"}) {
+    Captured cap = capture(config(policy, sim::RecordKind::every));
+    const auto& steps = cap.trace.recorded_steps;
+    // (tensor, step, index) -> what was planted
+    std::set<std::tuple<std::string, std::int64_t, std::int64_t>> planted;
+    auto plant = [&](int t, std::int64_t step, std::size_t i, float value) {
+      cap.rows.at({t, step}).w_next[i] = value;
+      planted.insert({sim::kTwoLayerTensorNames[t], step, static_cast<std::int64_t>(i)});
+    };
+    {  // a flipped bit: the second-lowest e4m3 mantissa bit of the float32 encoding (bit 21: two codes away, so
+       // never the other SR neighbour, which flipping the lowest bit can legitimately produce)
+      const float v = cap.rows.at({0, 3}).w_next[2];
+      plant(0, 3, 2, std::bit_cast<float>(std::bit_cast<std::uint32_t>(v) ^ (1u << 21)));
+    }
+    {  // a value off the e4m3 grid
+      const float v = cap.rows.at({2, 7}).w_next[5];
+      plant(2, 7, 5, v == 0 ? 1e-7f : std::nextafter(v, 2 * v));
+    }
+    // under SR: a result two codes away from the realized neighbour, hence not a neighbour of w + u; under nearest
+    // the same plant is simply not the nearest value
+    plant(1, 12, 0, move_codes(cap.rows.at({1, 12}).w_next[0], 2));
+    const fs::path dir = write_trajectory(cap, steps, /*consecutive=*/false, "planted_" + policy);
+    const wa::TrajectoryAudit a = audit(dir, policy);
+    std::set<std::tuple<std::string, std::int64_t, std::int64_t>> found;
+    for (const auto& c : a.listed) {
+      found.insert({c.tensor, c.step, c.index});
+    }
+    EXPECT_EQ(found, planted) << policy;
+    EXPECT_EQ(a.inconsistent, 3);
+    for (const auto& c : a.listed) {
+      if (c.tensor == "layer2.weight") {
+        EXPECT_NE(c.reason.find("not representable"), std::string::npos) << c.reason;
+      }
+      if (c.tensor == "layer1.bias" && policy == "stochastic") {
+        EXPECT_NE(c.reason.find("neighbours"), std::string::npos) << c.reason;
+        EXPECT_NE(c.expected_low, c.expected_high);
+      }
+    }
+    fs::remove_all(dir);
+  }
+}
+
+TEST(TrajectoryErrors, NameTheProblem) {
+  const Captured cap = capture(config("nearest", sim::RecordKind::every));
+  std::vector<std::int64_t> steps = {0, 1, 2, 4};  // step 3 missing; w has T + 1 rows
+  const fs::path dir = write_trajectory(cap, steps, /*consecutive=*/true, "missing");
+  try {
+    wa::open_trajectory(dir);
+    FAIL() << "a missing step was accepted";
+  } catch (const wa::TrajectoryError& e) {
+    EXPECT_NE(std::string(e.what()).find("step 3 is missing"), std::string::npos) << e.what();
+  }
+  fs::remove_all(dir);
+  // NaN proposal: an error naming tensor, step and coordinate.
+  Captured bad = cap;
+  bad.rows.at({3, 2}).u[1] = std::numeric_limits<float>::quiet_NaN();
+  const fs::path nan_dir = write_trajectory(bad, {0, 1, 2}, false, "nan");
+  try {
+    audit(nan_dir, "nearest");
+    FAIL() << "a NaN proposal was accepted";
+  } catch (const std::runtime_error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("tensor layer2.bias, step 2, coordinate 1"), std::string::npos) << m;
+  }
+  fs::remove_all(nan_dir);
+}
+
+}  // namespace

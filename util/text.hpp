@@ -1,0 +1,26 @@
+#pragma once
+// Text helpers shared by every module: joining lists and the one rule for writing numbers.
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace wbaudit::util {
+
+// items joined with sep ("a, b, c").
+std::string join(const std::vector<std::string>& items, std::string_view sep = ", ");
+
+// A number as text, the one rule every table and message follows: `precision` significant digits (17, the default,
+// round-trips a double); NaN (a missing value) is the empty string; infinities are "inf" and "-inf" (read back as such
+// by pandas and by std::strtod).
+std::string number_text(double x, int precision = 17);
+
+// For prose and tables meant to be read: as number_text, but NaN is an em dash.
+std::string shown_number(double x, int precision = 4);
+
+// A duration for progress lines: "42s" under 90 s, "3.5min" under 90 min, else "2.1h".
+std::string format_duration(double seconds);
+
+// text without leading and trailing blanks (spaces, tabs, carriage returns).
+std::string trim(std::string_view text);
+
+}  // namespace wbaudit::util
