@@ -74,7 +74,8 @@ BlockScale new_scale(const BlockFormatParams& p, const Inputs& in, const std::ve
 // out of range is refused before anything is written; then block by block.
 BlockWritebackCounts writeback_blocks(const BlockFormatSpec& fmt, const WritebackPolicy& policy, const RngKey& key,
                                       const RowMajorShape& shape, const Inputs& in, std::span<float> out,
-                                      const BlockWritebackOptions& options, const std::string& context) {
+                                      const BlockWritebackOptions& options, const std::string& context,
+                                      BlockWritebackExplained* explained = nullptr) {
   const BlockFormatParams p = block_format_params(fmt);
   const std::int64_t n = shape.size();
   float s_old = 1, s_new = 1;  // NVFP4: the tensor's encode scales from w and from the values to round
@@ -105,13 +106,26 @@ BlockWritebackCounts writeback_blocks(const BlockFormatSpec& fmt, const Writebac
   }
   BlockWritebackCounts counts;
   counts.blocks = blocks;
+  if (explained != nullptr) {
+    explained->events.assign(static_cast<std::size_t>(n), BlockEvent::unchanged);
+    explained->saturated.assign(static_cast<std::size_t>(n), false);
+    explained->scales.assign(static_cast<std::size_t>(blocks), BlockScaleChange{});
+  }
   for (std::int64_t b = 0; b < blocks; ++b) {
     const auto idx = block_coordinates(fmt, shape, b);
+    const int order = detail::scale_order(p, olds[b], news[b]);
+    if (explained != nullptr) {
+      explained->scales[b] = BlockScaleChange{olds[b].exp,   news[b].exp,   olds[b].s_b, news[b].s_b,
+                                              olds[b].s_enc, news[b].s_enc, order,       false};
+    }
     if (options.skip_unchanged_blocks && std::all_of(idx.begin(), idx.end(), [&](auto i) { return in.u[i] == 0; })) {
       counts.blocks_skipped += 1;
+      if (explained != nullptr) {
+        explained->scales[b].order = 0;
+        explained->scales[b].skipped = true;
+      }
       continue;
     }
-    const int order = detail::scale_order(p, olds[b], news[b]);
     counts.rescaled_up += order > 0;
     counts.rescaled_down += order < 0;
     const double top_old = detail::largest_decoded(p, olds[b]);
@@ -119,8 +133,20 @@ BlockWritebackCounts writeback_blocks(const BlockFormatSpec& fmt, const Writebac
       const float w = in.w[i], u = in.u[i];
       const detail::ElementOutcome o = detail::round_element(
           p, news[b], policy, key, options.first_coordinate + static_cast<std::uint64_t>(i), in.value(i), w, u);
-      detail::add_element_events(counts, w, u, o, order != 0, std::fabs(static_cast<double>(w)) == top_old);
+      BlockWritebackCounts one;
+      detail::add_element_events(one, w, u, o, order != 0, std::fabs(static_cast<double>(w)) == top_old);
+      counts += one;
       out[i] = o.value;
+      if (explained != nullptr) {
+        explained->saturated[i] = o.saturated;
+        explained->events[i] = one.erased_grid         ? BlockEvent::erased_grid
+                               : one.erased_saturation ? BlockEvent::erased_saturation
+                               : one.erased_scale      ? BlockEvent::erased_scale
+                               : one.applied           ? BlockEvent::applied
+                               : one.flushed           ? BlockEvent::flushed
+                               : one.collateral        ? BlockEvent::collateral
+                                                       : BlockEvent::unchanged;
+      }
     }
   }
   return counts;
@@ -189,6 +215,38 @@ BlockWritebackCounts block_project_reference(const BlockFormatSpec& fmt, const R
   writeback_blocks(fmt, WritebackPolicy{}, key, shape, Inputs{state, zeros, {}}, state, {}, context);  // q(w)
   std::vector<float> scratch(state);
   return writeback_blocks(fmt, WritebackPolicy{}, key, shape, Inputs{state, u, {}}, scratch, {}, context);
+}
+
+BlockWritebackExplained block_writeback_explain(const BlockFormatSpec& fmt, const WritebackPolicy& policy,
+                                                const RngKey& key, const RowMajorShape& shape, std::span<float> w,
+                                                std::span<const float> u, const BlockWritebackOptions& options) {
+  detail::check_block_shape("block_writeback_explain", shape, w.size(), u.size());
+  detail::check_block_policy("block_writeback_explain", policy, key, options.first_coordinate, w.size());
+  const std::string context = detail::block_context("block_writeback", key, fmt);
+  require_finite(context, fmt, shape, {{"w", w}, {"u", u}});
+  BlockWritebackExplained e;
+  e.counts = writeback_blocks(fmt, policy, key, shape, Inputs{w, u, {}}, w, options, context, &e);
+  return e;
+}
+
+const char* block_event_name(BlockEvent e) {
+  switch (e) {
+    case BlockEvent::unchanged:
+      return "unchanged";
+    case BlockEvent::erased_grid:
+      return "erased:grid";
+    case BlockEvent::erased_saturation:
+      return "erased:saturation";
+    case BlockEvent::erased_scale:
+      return "erased:scale";
+    case BlockEvent::applied:
+      return "applied";
+    case BlockEvent::collateral:
+      return "collateral";
+    case BlockEvent::flushed:
+      return "collateral:flushed";
+  }
+  return "?";
 }
 
 void block_quantize_reference(const BlockFormatSpec& fmt, const RowMajorShape& shape, std::span<float> x) {

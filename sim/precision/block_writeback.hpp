@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <span>
 #include <stdexcept>
+#include <vector>
 
 #include "sim/precision/block_format.hpp"
 #include "sim/precision/policy.hpp"
@@ -143,5 +144,37 @@ BlockWritebackCounts block_writeback_master_reference(const BlockFormatSpec& fmt
 BlockWritebackCounts block_project_reference(const BlockFormatSpec& fmt, const RngKey& key, const RowMajorShape& shape,
                                              std::span<const float> w, std::span<const float> u);
 void block_quantize_reference(const BlockFormatSpec& fmt, const RowMajorShape& shape, std::span<float> x);
+
+// ---- One write-back explained (the scalar reference, per coordinate and block; `wbaudit round`, Python) ----
+enum class BlockEvent : std::uint8_t {
+  unchanged,          // u == 0 and w' == w
+  erased_grid,        // u != 0, w' == w, the block's scale unchanged and the element rounds back
+  erased_saturation,  // u != 0, w' == w, the scale unchanged, w at +-max of the block and u pointing outward
+  erased_scale,       // u != 0, w' == w, the block's scale changed
+  applied,            // u != 0, w' != w
+  collateral,         // u == 0, w' != w, w' != 0 or w == 0
+  flushed,            // u == 0, w != 0, w' == 0 (a collateral move to zero)
+};
+const char* block_event_name(BlockEvent e);  // "erased:grid", "applied", "collateral:flushed", ...
+
+struct BlockScaleChange {
+  // MX: X = 2^exp (exp_old from w, exp_new from w + u). NVFP4: the decode scale s_b / S_enc, from w and from w + u.
+  int exp_old = 0, exp_new = 0;
+  float s_b_old = 0, s_b_new = 0, s_enc_old = 1, s_enc_new = 1;
+  int order = 0;         // +1 rescaled up, -1 rescaled down, 0 unchanged
+  bool skipped = false;  // skip_unchanged_blocks left the block as it was
+};
+
+struct BlockWritebackExplained {
+  BlockWritebackCounts counts;
+  std::vector<BlockEvent> events;        // per coordinate
+  std::vector<bool> saturated;           // per coordinate: |v| / scale beyond max_elem
+  std::vector<BlockScaleChange> scales;  // per block
+};
+
+// block_writeback_reference, returning each coordinate's event and each block's scales as well (w is updated).
+BlockWritebackExplained block_writeback_explain(const BlockFormatSpec& fmt, const WritebackPolicy& policy,
+                                                const RngKey& key, const RowMajorShape& shape, std::span<float> w,
+                                                std::span<const float> u, const BlockWritebackOptions& options = {});
 
 }  // namespace wbaudit::sim
