@@ -10,6 +10,7 @@
 #include "sim/model/model.hpp"
 #include "sim/precision/format.hpp"
 #include "sim/precision/policy.hpp"
+#include "sim/precision/storage_format.hpp"
 #include "sim/precision/writeback.hpp"
 #include "sim/run.hpp"
 #include "sim/trace/joint_recording.hpp"
@@ -23,6 +24,18 @@ std::unique_ptr<TrainableModel<ExecSpace>> make_model(const ExecSpace& space, co
 // The format a tensor is held in (or projected to); intK takes its per-tensor scale from the absmax of `values`
 // (the fp32 initialization, DESIGN §2 in docs/formats.md).
 FormatSpec tensor_format(const std::string& name, const std::vector<float>& values);
+
+// The format a target tensor is held in: a per-tensor format (tensor_format) or a block-scaled one with the tensor's
+// row-major shape (blocks along its last dimension).
+struct TargetFormat {
+  FormatSpec scalar;  // per-tensor formats (block formats: the element format, unused by the write-back)
+  bool block = false;
+  BlockFormatSpec blocks;
+  BlockWritebackOptions options;
+  RowMajorShape shape;
+};
+TargetFormat target_format(const std::string& name, const std::vector<float>& values,
+                           const std::vector<std::int64_t>& dims);
 
 template <class ExecSpace>
 class Training {
@@ -58,7 +71,8 @@ class Training {
   void requantize_from_current();
   void validate_now();
   WritebackCounts write_back(int tensor, Kokkos::View<float*, memory_space> w,
-                             Kokkos::View<const float*, memory_space> u);
+                             Kokkos::View<const float*, memory_space> u, BlockWritebackCounts* block_counts);
+  void hold_in_target_format(int tensor, const std::vector<float>& values);
 
   ExecSpace m_space;
   RunConfig m_config;
@@ -73,7 +87,7 @@ class Training {
   std::vector<Kokkos::View<float*, memory_space>> m_proposals, m_masters;
   std::vector<Kokkos::View<std::uint64_t*, memory_space>> m_joint_key;  // reference: joint-histogram key
   JointScratch m_joint_scratch;                                         // reference: its sort's buffers
-  std::vector<FormatSpec> m_target_formats;                             // target: per tensor
+  std::vector<TargetFormat> m_target_formats;                           // target: per tensor
   std::vector<std::vector<FormatSpec>> m_project_formats;               // reference: per tensor, per declared format
 };
 

@@ -9,6 +9,7 @@
 #include "sim/model/decoder_task.hpp"
 #include "sim/precision/format.hpp"
 #include "sim/precision/policy.hpp"
+#include "sim/precision/storage_format.hpp"
 #include "sim/precision/writeback.hpp"
 
 namespace wbaudit::sim {
@@ -164,7 +165,7 @@ std::map<std::string, std::string> group_formats_from_json(const json& gf, const
     require(!item.key().empty(), where, "empty group name");
     require(item.value().is_string(), path, "expected a format name");
     const std::string name = item.value().get<std::string>();
-    named(path, [&] { return format_from_name(name); });
+    named(path, [&] { return storage_format_from_name(name); });
     out[item.key()] = name;
   }
   return out;
@@ -425,7 +426,7 @@ RunConfig run_config_from_json(const json& j) {
     require(c.mode != RunMode::target, "target", "required in target mode");
   }
   if (c.mode == RunMode::target) {
-    named("target.format", [&] { return format_from_name(c.target.format); });
+    named("target.format", [&] { return storage_format_from_name(c.target.format); });
     require(c.target.sr_bits >= 0 && c.target.sr_bits <= 32, "target.sr_bits", "must be in 0..32");
     named("target.policy", [&] { return make_policy(c.target.policy, c.target.sr_bits); });
     named("target.sr_stream", [&] { return make_policy(c.target.policy, c.target.sr_bits, c.target.sr_stream); });
@@ -463,7 +464,7 @@ RunConfig run_config_from_json(const json& j) {
             std::to_string(c.replay.checkpoints) + " checkpoints do not fit in " + std::to_string(c.steps) + " steps");
     require(c.replay.steps > 0, "replay.steps", "must be positive");
     require(c.replay.sr_bits >= 0 && c.replay.sr_bits <= 32, "replay.sr_bits", "must be in 0..32");
-    named("replay.format", [&] { return format_from_name(c.replay.format); });
+    named("replay.format", [&] { return storage_format_from_name(c.replay.format); });
     std::set<std::string> seen;
     for (const std::string& p : c.replay.policies) {
       named("replay.policies", [&] { return make_policy(p, c.replay.sr_bits); });
@@ -479,6 +480,8 @@ RunConfig run_config_from_json(const json& j) {
       const std::string path = "project_formats[" + std::to_string(i) + "]";
       require((*p)[i].is_string(), path, "expected a string");
       const std::string name = (*p)[i].get<std::string>();
+      require(!is_block_storage_name(name), path,
+              "\"" + name + "\" is a block-scaled format; reference traces do not project block formats yet");
       named(path, [&] { return format_from_name(name); });
       require(std::find(c.project_formats.begin(), c.project_formats.end(), name) == c.project_formats.end(), path,
               "duplicate format \"" + name + "\"");

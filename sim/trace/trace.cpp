@@ -3,6 +3,7 @@
 
 #include "sim/precision/format.hpp"
 #include "sim/precision/policy.hpp"
+#include "sim/precision/storage_format.hpp"
 #include "sim/trace/detail/h5.hpp"
 
 #include <fcntl.h>
@@ -53,6 +54,39 @@ void group_problems(const Trace& trace, const GroupTrace& g, std::vector<std::st
             : std::fabs(y - static_cast<double>(g.erased[t]) / static_cast<double>(g.nonzero[t])) <= 1e-12;
     if (!consistent) out.push_back(at + "erased_fraction " + std::to_string(y) + " is not erased / nonzero");
   }
+  if (!g.block_events.empty()) {
+    const BlockEventSeries& b = g.block_events;
+    if (!target) out.push_back(where + "block_events in a reference trace");
+    if (!is_block_storage_name(g.block_format)) {
+      out.push_back(where + "block_events format \"" + g.block_format + "\" is not a block format");
+    }
+    check_length(b.erased_grid.size(), "block_events/erased_grid");
+    check_length(b.erased_saturation.size(), "block_events/erased_saturation");
+    check_length(b.erased_scale.size(), "block_events/erased_scale");
+    check_length(b.collateral.size(), "block_events/collateral");
+    check_length(b.flushed.size(), "block_events/flushed");
+    check_length(b.rescaled_up.size(), "block_events/rescaled_up");
+    check_length(b.rescaled_down.size(), "block_events/rescaled_down");
+    for (std::size_t t = 0; t < T && t < g.nonzero.size() && t < g.erased.size() && t < b.erased_grid.size() &&
+                            t < b.erased_saturation.size() && t < b.erased_scale.size() && t < b.collateral.size() &&
+                            t < b.flushed.size() && t < b.rescaled_up.size() && t < b.rescaled_down.size();
+         ++t) {
+      const std::string at = where + "step " + std::to_string(trace.recorded_steps[t]) + ": ";
+      if (b.erased_grid[t] < 0 || b.erased_saturation[t] < 0 || b.erased_scale[t] < 0 ||
+          b.erased_grid[t] + b.erased_saturation[t] + b.erased_scale[t] != g.erased[t]) {
+        out.push_back(at + "erased causes (grid " + std::to_string(b.erased_grid[t]) + ", saturation " +
+                      std::to_string(b.erased_saturation[t]) + ", scale " + std::to_string(b.erased_scale[t]) +
+                      ") do not sum to erased " + std::to_string(g.erased[t]));
+      }
+      if (b.flushed[t] < 0 || b.flushed[t] > b.collateral[t] || b.collateral[t] > g.size - g.nonzero[t]) {
+        out.push_back(at + "collateral " + std::to_string(b.collateral[t]) + " / flushed " +
+                      std::to_string(b.flushed[t]) + " outside [0, coordinates with u == 0]");
+      }
+      if (b.rescaled_up[t] < 0 || b.rescaled_down[t] < 0 || b.rescaled_up[t] + b.rescaled_down[t] > b.blocks) {
+        out.push_back(at + "rescaled blocks outside [0, blocks " + std::to_string(b.blocks) + "]");
+      }
+    }
+  }
   for (const auto& [format, series] : g.projected) {
     try {
       (void)format_from_name(format);
@@ -78,7 +112,7 @@ std::vector<std::string> trace_problems(const Trace& trace) {
   }
   if (trace.mode == "target") {
     try {
-      (void)format_from_name(trace.format);
+      (void)storage_format_from_name(trace.format);
     } catch (const std::exception&) {
       out.push_back("format \"" + trace.format + "\" is not a known format");
     }
@@ -162,6 +196,19 @@ void write_trace_to(hid_t root, const Trace& trace, const std::string& file) {
       write_vector(gh.get(), "saturated", g.saturated, file);
       write_vector(gh.get(), "applied", g.applied, file);
       write_vector(gh.get(), "erased_fraction", g.erased_fraction, file);
+    }
+    if (!g.block_events.empty()) {
+      const BlockEventSeries& b = g.block_events;
+      Handle bh = create_group(gh.get(), "block_events", file);
+      write_string_attribute(bh.get(), "format", g.block_format, file);
+      write_scalar_attribute<std::int64_t>(bh.get(), "blocks", b.blocks, file);
+      write_vector(bh.get(), "erased_grid", b.erased_grid, file);
+      write_vector(bh.get(), "erased_saturation", b.erased_saturation, file);
+      write_vector(bh.get(), "erased_scale", b.erased_scale, file);
+      write_vector(bh.get(), "collateral", b.collateral, file);
+      write_vector(bh.get(), "flushed", b.flushed, file);
+      write_vector(bh.get(), "rescaled_up", b.rescaled_up, file);
+      write_vector(bh.get(), "rescaled_down", b.rescaled_down, file);
     }
     if (!g.zero_weight.empty() || !g.ratio_histogram.empty() || !g.projected.empty()) {
       write_vector(gh.get(), "zero_weight", g.zero_weight, file);
@@ -354,6 +401,20 @@ Trace read_trace_from(hid_t root, const std::string& file) {
     g.saturated = read_optional<std::int64_t>(gh.get(), "saturated", where, file);
     g.applied = read_optional<std::int64_t>(gh.get(), "applied", where, file);
     g.erased_fraction = read_optional<double>(gh.get(), "erased_fraction", where, file);
+    if (has_link(gh.get(), "block_events")) {
+      Handle bh = open_group(gh.get(), "block_events", file);
+      const std::string bw = where + "block_events/";
+      BlockEventSeries& b = g.block_events;
+      g.block_format = read_string_attribute(bh.get(), "format", file);
+      b.blocks = read_scalar_attribute<std::int64_t>(bh.get(), "blocks", file);
+      b.erased_grid = read_dataset<std::int64_t>(bh.get(), "erased_grid", bw, file);
+      b.erased_saturation = read_dataset<std::int64_t>(bh.get(), "erased_saturation", bw, file);
+      b.erased_scale = read_dataset<std::int64_t>(bh.get(), "erased_scale", bw, file);
+      b.collateral = read_dataset<std::int64_t>(bh.get(), "collateral", bw, file);
+      b.flushed = read_dataset<std::int64_t>(bh.get(), "flushed", bw, file);
+      b.rescaled_up = read_dataset<std::int64_t>(bh.get(), "rescaled_up", bw, file);
+      b.rescaled_down = read_dataset<std::int64_t>(bh.get(), "rescaled_down", bw, file);
+    }
     g.zero_weight = read_optional<std::int64_t>(gh.get(), "zero_weight", where, file);
     g.ratio_histogram = read_optional<std::int64_t>(gh.get(), "ratio_histogram", where, file);
     if (has_link(gh.get(), "joint")) {

@@ -40,6 +40,20 @@ struct ProjectedSeries {             // reference mode, one declared target form
   std::map<std::string, ExpectedSeries> expected;
 };
 
+// Target mode, groups held in a block-scaled format (docs/formats.md, "Block-scaled formats"): the events by cause
+// per recorded step. Stored under /groups/<g>/block_events only for such groups (other traces are unchanged).
+struct BlockEventSeries {
+  std::vector<std::int64_t> erased_grid;        // [T] erased, the block's scale unchanged, the element rounds back
+  std::vector<std::int64_t> erased_saturation;  // [T] erased, scale unchanged, w at +-max of its block, u outward
+  std::vector<std::int64_t> erased_scale;       // [T] erased, the block's scale changed
+  std::vector<std::int64_t> collateral;         // [T] u == 0 and w' != w
+  std::vector<std::int64_t> flushed;            // [T] of those, w != 0 and w' == 0
+  std::vector<std::int64_t> rescaled_up;        // [T] blocks whose decode scale grew
+  std::vector<std::int64_t> rescaled_down;      // [T] blocks whose decode scale shrank
+  std::int64_t blocks = 0;                      // blocks of the group
+  bool empty() const { return blocks == 0; }
+};
+
 struct GroupTrace {
   std::string name;  // e.g. "layer1.weight"
   std::uint32_t tensor_id = 0;
@@ -49,6 +63,8 @@ struct GroupTrace {
   std::vector<std::int64_t> saturated;  // [T] target mode
   std::vector<std::int64_t> applied;    // [T] target mode: w changed
   std::vector<double> erased_fraction;  // [T] target mode: erased / nonzero (NaN when nonzero == 0)
+  std::string block_format;             // target mode: the group's block format ("" for a per-tensor format)
+  BlockEventSeries block_events;        // target mode, block formats only
   std::map<std::string, ProjectedSeries> projected;  // reference mode, keyed by format name
   std::vector<std::int64_t> zero_weight;             // [T] reference mode: coordinates with u != 0 and w == 0
   std::vector<std::int64_t> ratio_histogram;         // [T * bins] reference mode, row-major by step
