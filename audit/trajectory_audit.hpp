@@ -19,8 +19,11 @@ struct TrajectoryAuditOptions {
   std::string format;  // format name (intK: the per-tensor scale comes from the trajectory)
   sim::WritebackPolicy policy;
   std::int64_t chunk = std::int64_t{1} << 21;  // coordinates read per tensor row at a time (memory: 24 bytes each)
-  // The run's SR seed, when known: the fast path replays the claimed policy's draws and takes the coordinate-by-
-  // coordinate audit only where they differ (which stays a neighbour check: a replay never makes the audit stricter).
+  // The run's SR seed, when known: the claimed policy's draws are replayed from it (key: seed, step, tensor id,
+  // coordinate), and a coordinate whose w[t+1] is an SR neighbour but not the one its draw gives is inconsistent
+  // ("replay mismatch"), as the Python module's audit(seed=) does. Without it, SR is checked as "one of the two
+  // neighbours". The fast path replays the draws; where anything differs the coordinate-by-coordinate audit explains
+  // it.
   std::optional<std::uint64_t> seed;
   std::vector<std::pair<std::string, std::vector<std::string>>> groups;  // declared unions of tensors
   std::size_t max_listed = 100000;  // inconsistent coordinates kept in the list (all are counted)
@@ -34,6 +37,11 @@ struct AuditCounts {
   std::int64_t inconsistent = 0;    // coordinates inconsistent with the policy (or not representable)
   std::int64_t nearest_erased = 0;  // u != 0 and q_nearest(w + u) == w
   std::int64_t sr_truncated = 0;    // r-bit SR dead zone: the away-from-zero probability truncated to 0
+  // Counted within `inconsistent` too: SR with a seed, w[t+1] the other neighbour than the replayed draw gives; and,
+  // where w[t+1] is stored apart from w (w_next) and the next recorded step is t + 1, w[t+1] differing from the w
+  // recorded at t + 1 (the trajectory does not chain).
+  std::int64_t replay_mismatched = 0;
+  std::int64_t chain_breaks = 0;
   AuditCounts& operator+=(const AuditCounts& o);
   friend bool operator==(const AuditCounts&, const AuditCounts&) = default;
 };
@@ -58,6 +66,8 @@ struct TrajectoryAudit {
   std::vector<InconsistentCoordinate> listed;    // in (tensor, step, index) order, at most max_listed
   std::int64_t inconsistent = 0;                 // all of them
   std::int64_t coordinates = 0;                  // coordinate-steps audited
+  std::int64_t chain_checked = 0;                // coordinate-steps whose w[t+1] was compared with w at step t + 1
+  std::int64_t chain_unchecked_steps = 0;        // recorded steps with w_next whose next step is not t + 1
   std::int64_t bytes_read = 0;
   double read_seconds = 0;     // time spent reading (with more than one thread, mostly alongside the audit)
   double elapsed_seconds = 0;  // the whole audit

@@ -86,13 +86,15 @@ std::vector<std::pair<std::string, std::vector<std::string>>> parse_groups(const
 void write_audit_outputs(const wa::TrajectoryAudit& audit, const std::string& trajectory,
                          const std::filesystem::path& dir) {
   std::ostringstream counts;
-  counts << "group,step,nonzero,erased,saturated,applied,inconsistent,nearest_erased,sr_truncated,erased_fraction\n";
+  counts << "group,step,nonzero,erased,saturated,applied,inconsistent,nearest_erased,sr_truncated,erased_fraction,"
+            "replay_mismatched,chain_breaks\n";
   for (std::size_t g = 0; g < audit.groups.size(); ++g) {
     for (std::size_t k = 0; k < audit.steps.size(); ++k) {
       const wa::AuditCounts& c = audit.counts[g][k];
       counts << util::csv_field(audit.groups[g]) << ',' << audit.steps[k] << ',' << c.nonzero << ',' << c.erased << ','
              << c.saturated << ',' << c.applied << ',' << c.inconsistent << ',' << c.nearest_erased << ','
-             << c.sr_truncated << ',' << fraction_text(c.erased, c.nonzero) << '\n';
+             << c.sr_truncated << ',' << fraction_text(c.erased, c.nonzero) << ',' << c.replay_mismatched << ','
+             << c.chain_breaks << '\n';
     }
   }
   util::write_atomic(dir / "counts.csv", counts.str(), /*durable=*/false);
@@ -177,6 +179,23 @@ void run_audit(const Args& a) {
     std::cout << ", r-bit dead zone " << total.sr_truncated;
   }
   std::cout << "\n";
+  const bool sr = audit.policy.policy == sim::Policy::stochastic || audit.policy.policy == sim::Policy::deadzone_sr;
+  if (sr) {
+    std::cout << "  SR draws: "
+              << (options.seed ? "replayed from seed " + std::to_string(*options.seed) + ": " +
+                                     std::to_string(total.replay_mismatched) + " replay mismatches"
+                               : std::string("not replayed (no --seed, and the trajectory declares none): each "
+                                             "w[t+1] checked to be one of its two SR neighbours"))
+              << "\n";
+  }
+  if (audit.chain_checked > 0 || audit.chain_unchecked_steps > 0) {
+    std::cout << "  chaining: " << audit.chain_checked << " coordinate-steps of w[t+1] compared with w at step t + 1, "
+              << total.chain_breaks << " differ"
+              << (audit.chain_unchecked_steps > 0 ? "; " + std::to_string(audit.chain_unchecked_steps) +
+                                                        " steps not checked (the next recorded step is not t + 1)"
+                                                  : std::string())
+              << "\n";
+  }
   for (std::size_t g = 0; g < audit.groups.size(); ++g) {
     wa::AuditCounts c;
     for (const auto& x : audit.counts[g]) {
@@ -241,8 +260,9 @@ void add_audit_command(CLI::App& app) {
                   "audit.json");
   cmd->add_option("--chunk", args->chunk, "Coordinates read at a time per tensor row (default 2097152)");
   cmd->add_option("--seed", args->seed,
-                  "The run's SR seed (default: the trajectory's attribute): lets the fast path replay SR draws; "
-                  "the check stays a neighbour check");
+                  "The run's SR seed (default: the trajectory's attribute): SR draws are replayed from it and a w[t+1] "
+                  "that is the other SR neighbour is a replay mismatch (inconsistent, exit 2); without a seed each "
+                  "w[t+1] is checked to be one of its two SR neighbours");
   cmd->add_option("--max-listed", args->max_listed,
                   "Inconsistent coordinates kept in inconsistent.csv (default 100000; all are counted)");
   cmd->add_option("--show", args->show, "Inconsistent coordinates printed (default 10)");

@@ -70,6 +70,9 @@ void add_status_command(CLI::App& app) {
     for (auto& p : store.output_problems()) {
       other_problems.push_back(std::move(p));
     }
+    for (auto& p : store.numeric_problems(statuses)) {  // issue 30: a cell that ran under another numeric contract
+      other_problems.push_back(std::move(p));
+    }
     // Edited or hand-made registrations and deviations (signed by the sweep's key, runners/store/registry.hpp).
     std::vector<std::string> signature_problems;
     for (const auto& r : registrations) {

@@ -16,6 +16,14 @@ find_package(Kokkos CONFIG QUIET HINTS "${WBAUDIT_KOKKOS_CACHE}")
 if(NOT Kokkos_FOUND)
   wbaudit_missing("Kokkos (with the OpenMP backend)" "scripts/bootstrap-kokkos.sh")
 endif()
+# Kokkos 3.x: the code is built and tested with 3.4 (Debian's trilinos 13.2); the two APIs that changed in 3.7/4.x
+# (Kokkos::Experimental::fabs, Kokkos::InitArguments) are spelled per version, but no Kokkos 4 tree was available to
+# test with (Debian 12 ships none), so 4.x is refused with the version to install rather than half-supported.
+if(Kokkos_VERSION VERSION_GREATER_EQUAL 4.0)
+  message(FATAL_ERROR "wbaudit: found Kokkos ${Kokkos_VERSION} at ${Kokkos_DIR}; wbaudit is tested with Kokkos 3.x "
+                      "(3.4; 3.5 to 3.7 untested). Install a 3.x Kokkos with the OpenMP backend (Spack: spack install "
+                      "kokkos@3.7.02+openmp; Debian: scripts/bootstrap-kokkos.sh) and pass -DKokkos_DIR=<its prefix>/lib/cmake/Kokkos.")
+endif()
 kokkos_check(DEVICES OpenMP RETURN_VALUE _wbaudit_kokkos_openmp)
 if(NOT _wbaudit_kokkos_openmp)
   wbaudit_missing("Kokkos with the OpenMP backend (found ${Kokkos_DIR}, which lacks it)"

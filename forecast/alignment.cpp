@@ -10,7 +10,9 @@
 namespace wbaudit::forecast {
 
 void check_strictly_increasing(std::span<const std::int64_t> steps, const char* what) {
-  if (steps.empty()) throw ForecastError(std::string(what) + ": empty step list");
+  if (steps.empty()) {
+    throw ForecastError(std::string(what) + ": empty step list");
+  }
   for (std::size_t i = 1; i < steps.size(); ++i) {
     if (steps[i] <= steps[i - 1]) {
       throw ForecastError(std::string(what) + ": steps not strictly increasing at index " + std::to_string(i) + " (" +
@@ -26,7 +28,9 @@ std::vector<double> align_series(std::span<const std::int64_t> steps, std::span<
                         std::to_string(values.size()) + " values");
   }
   check_strictly_increasing(steps, "align_series (recorded steps)");
-  if (!grid.empty()) check_strictly_increasing(grid, "align_series (grid)");
+  if (!grid.empty()) {
+    check_strictly_increasing(grid, "align_series (grid)");
+  }
   for (std::size_t i = 0; i < values.size(); ++i) {
     if (std::isinf(values[i])) {
       throw ForecastError("align_series: infinite value at step " + std::to_string(steps[i]));
@@ -60,7 +64,9 @@ std::vector<double> align_series(std::span<const std::int64_t> steps, std::span<
 }
 
 std::vector<std::int64_t> common_steps(const std::vector<std::vector<std::int64_t>>& step_lists) {
-  if (step_lists.empty()) throw ForecastError("common_steps: no step lists given");
+  if (step_lists.empty()) {
+    throw ForecastError("common_steps: no step lists given");
+  }
   for (std::size_t i = 0; i < step_lists.size(); ++i) {
     check_strictly_increasing(step_lists[i], ("common_steps (list " + std::to_string(i) + ")").c_str());
   }
@@ -71,7 +77,9 @@ std::vector<std::int64_t> common_steps(const std::vector<std::vector<std::int64_
                           std::back_inserter(next));
     common.swap(next);
   }
-  if (common.empty()) throw ForecastError("common_steps: the step lists have no step in common");
+  if (common.empty()) {
+    throw ForecastError("common_steps: the step lists have no step in common");
+  }
   return common;
 }
 

@@ -39,7 +39,9 @@ void check_group(const sim::Trace& ref, const sim::GroupTrace& g) {
   }
   for (std::size_t t = 0; t < steps; ++t) {
     std::int64_t total = g.zero_weight[t];
-    for (std::size_t b = 0; b < bins; ++b) total += g.ratio_histogram[t * bins + b];
+    for (std::size_t b = 0; b < bins; ++b) {
+      total += g.ratio_histogram[t * bins + b];
+    }
     if (total != g.nonzero[t]) {
       throw ForecastError("analytic grid: group \"" + g.name + "\" step " + std::to_string(ref.recorded_steps[t]) +
                           ": histogram + zero-weight count " + std::to_string(total) + " != nonzero " +
@@ -64,7 +66,9 @@ std::pair<std::size_t, double> threshold_bin(const sim::RatioHistogramLayout& la
 }
 
 double threshold_of(int man_bits, double lr_scale) {
-  if (man_bits < 0) throw ForecastError("analytic grid: mantissa width " + std::to_string(man_bits));
+  if (man_bits < 0) {
+    throw ForecastError("analytic grid: mantissa width " + std::to_string(man_bits));
+  }
   if (!(lr_scale > 0) || !std::isfinite(lr_scale)) {
     throw ForecastError("analytic grid: learning-rate scale " + std::to_string(lr_scale));
   }
@@ -90,10 +94,14 @@ std::vector<std::vector<double>> fractions(const sim::Trace& ref, const sim::Gro
   std::vector<std::vector<double>> out(taus.size(), std::vector<double>(steps, kNaN));
   std::vector<std::int64_t> suffix(bins + 1);
   for (std::size_t t = 0; t < steps; ++t) {
-    if (g.nonzero[t] == 0) continue;
+    if (g.nonzero[t] == 0) {
+      continue;
+    }
     const std::int64_t* row = g.ratio_histogram.data() + t * bins;
     suffix[bins] = 0;
-    for (std::size_t b = bins; b-- > 0;) suffix[b] = suffix[b + 1] + row[b];
+    for (std::size_t b = bins; b-- > 0;) {
+      suffix[b] = suffix[b + 1] + row[b];
+    }
     const auto nonzero = static_cast<double>(g.nonzero[t]);
     for (std::size_t k = 0; k < taus.size(); ++k) {
       const auto [b_tau, partial] = bins_of_tau[k];
@@ -112,7 +120,9 @@ double histogram_mass_above(std::span<const std::int64_t> row, const sim::RatioH
   }
   const auto [b_tau, partial] = threshold_bin(layout, tau);
   std::int64_t above = 0;
-  for (std::size_t b = b_tau + 1; b < row.size(); ++b) above += row[b];
+  for (std::size_t b = b_tau + 1; b < row.size(); ++b) {
+    above += row[b];
+  }
   return static_cast<double>(above) + partial * static_cast<double>(row[b_tau]);
 }
 
@@ -126,7 +136,9 @@ std::vector<double> analytic_erased_fraction(const sim::Trace& reference, const 
 
 AnalyticGrid analytic_grid(const sim::Trace& reference, const std::string& group, std::span<const int> man_bits,
                            std::span<const double> lr_scales) {
-  if (man_bits.empty() || lr_scales.empty()) throw ForecastError("analytic_grid: empty M or learning-rate list");
+  if (man_bits.empty() || lr_scales.empty()) {
+    throw ForecastError("analytic_grid: empty M or learning-rate list");
+  }
   const sim::GroupTrace& g = find_group(reference, group);
   AnalyticGrid grid;
   grid.group = g.name;
@@ -135,11 +147,15 @@ AnalyticGrid analytic_grid(const sim::Trace& reference, const std::string& group
   grid.steps = reference.recorded_steps;
   std::vector<double> taus;
   for (int m : man_bits) {
-    for (double s : lr_scales) taus.push_back(threshold_of(m, s));
+    for (double s : lr_scales) {
+      taus.push_back(threshold_of(m, s));
+    }
   }
   const auto series = fractions(reference, g, taus, "analytic_grid");
   grid.values.reserve(taus.size() * grid.steps.size());
-  for (const auto& v : series) grid.values.insert(grid.values.end(), v.begin(), v.end());
+  for (const auto& v : series) {
+    grid.values.insert(grid.values.end(), v.begin(), v.end());
+  }
   return grid;
 }
 
@@ -151,9 +167,13 @@ std::vector<AnalyticCheck> check_analytic_grid(const sim::Trace& reference, std:
     check.max_abs_difference = kNaN;
     bool any = false;
     for (const auto& f : formats) {
-      if (f.kind != sim::FormatKind::floating) continue;
+      if (f.kind != sim::FormatKind::floating) {
+        continue;
+      }
       const auto it = g.projected.find(f.name);
-      if (it == g.projected.end()) continue;
+      if (it == g.projected.end()) {
+        continue;
+      }
       if (it->second.fraction.size() != reference.recorded_steps.size()) {
         throw ForecastError("check_analytic_grid: group \"" + g.name + "\" format \"" + f.name +
                             "\": " + std::to_string(it->second.fraction.size()) + " fractions but " +
@@ -164,7 +184,9 @@ std::vector<AnalyticCheck> check_analytic_grid(const sim::Trace& reference, std:
       const auto analytic = analytic_erased_fraction(reference, g, f.man_bits, 1.0);
       for (std::size_t t = 0; t < analytic.size(); ++t) {
         const double exact = it->second.fraction[t];
-        if (std::isnan(exact) || std::isnan(analytic[t])) continue;
+        if (std::isnan(exact) || std::isnan(analytic[t])) {
+          continue;
+        }
         const double diff = std::abs(analytic[t] - exact);
         ++check.compared_points;
         if (std::isnan(check.max_abs_difference) || diff > check.max_abs_difference) {
@@ -174,7 +196,9 @@ std::vector<AnalyticCheck> check_analytic_grid(const sim::Trace& reference, std:
         }
       }
     }
-    if (any) out.push_back(std::move(check));
+    if (any) {
+      out.push_back(std::move(check));
+    }
   }
   if (out.empty()) {
     throw ForecastError("check_analytic_grid: no group of the trace projects any of the given floating formats");
@@ -185,7 +209,9 @@ std::vector<AnalyticCheck> check_analytic_grid(const sim::Trace& reference, std:
 std::vector<AnalyticCheck> check_analytic_grid(const sim::Trace& reference) {
   std::set<std::string> names;
   for (const auto& g : reference.groups) {
-    for (const auto& [name, series] : g.projected) names.insert(name);
+    for (const auto& [name, series] : g.projected) {
+      names.insert(name);
+    }
   }
   std::vector<sim::FormatSpec> formats;
   for (const auto& name : names) {

@@ -20,11 +20,17 @@ void check_trajectory(std::span<const std::int64_t> steps, std::span<const doubl
                         " values");
   }
   check_strictly_increasing(steps, "find_crossing");
-  if (steps.front() < 0) throw ForecastError("find_crossing: negative step " + std::to_string(steps.front()));
-  for (std::size_t i = 0; i < y.size(); ++i) {
-    if (std::isinf(y[i])) throw ForecastError("find_crossing: infinite value at step " + std::to_string(steps[i]));
+  if (steps.front() < 0) {
+    throw ForecastError("find_crossing: negative step " + std::to_string(steps.front()));
   }
-  if (!std::isfinite(o.threshold)) throw ForecastError("find_crossing: threshold is not finite");
+  for (std::size_t i = 0; i < y.size(); ++i) {
+    if (std::isinf(y[i])) {
+      throw ForecastError("find_crossing: infinite value at step " + std::to_string(steps[i]));
+    }
+  }
+  if (!std::isfinite(o.threshold)) {
+    throw ForecastError("find_crossing: threshold is not finite");
+  }
 }
 }  // namespace
 
@@ -80,15 +86,25 @@ Crossing find_crossing(std::span<const std::int64_t> steps, std::span<const doub
   std::vector<std::size_t> obs;
   obs.reserve(y.size());
   for (std::size_t i = 0; i < y.size(); ++i) {
-    if (!std::isnan(y[i])) obs.push_back(i);
+    if (!std::isnan(y[i])) {
+      obs.push_back(i);
+    }
   }
-  if (obs.empty()) return result;
+  if (obs.empty()) {
+    return result;
+  }
 
   // Bracket t0 among the observed points: lo = last observed step <= t0, hi = first observed step >= t0.
   std::size_t hi_pos = 0;
-  while (hi_pos < obs.size() && steps[obs[hi_pos]] < t0) ++hi_pos;
-  if (hi_pos == obs.size()) return result;                     // t0 after the last observed point
-  if (steps[obs[hi_pos]] != t0 && hi_pos == 0) return result;  // t0 before the first observed point
+  while (hi_pos < obs.size() && steps[obs[hi_pos]] < t0) {
+    ++hi_pos;
+  }
+  if (hi_pos == obs.size()) {
+    return result;  // t0 after the last observed point
+  }
+  if (steps[obs[hi_pos]] != t0 && hi_pos == 0) {
+    return result;  // t0 before the first observed point
+  }
   const std::size_t lo_pos = steps[obs[hi_pos]] == t0 ? hi_pos : hi_pos - 1;
 
   double y0;
@@ -136,24 +152,40 @@ Crossing find_crossing(std::span<const std::int64_t> steps, std::span<const doub
 }
 
 std::int64_t default_burn_in(std::int64_t steps) {
-  if (steps < 0) throw ForecastError("default_burn_in: negative step count " + std::to_string(steps));
+  if (steps < 0) {
+    throw ForecastError("default_burn_in: negative step count " + std::to_string(steps));
+  }
   return steps * kDefaultBurnInPerMille / 1000;
 }
 
 CrossingCategory categorize(CrossingStatus predicted, CrossingStatus measured) {
   using S = CrossingStatus;
   using C = CrossingCategory;
-  if (predicted == S::undetermined || measured == S::undetermined) return C::undetermined;
+  if (predicted == S::undetermined || measured == S::undetermined) {
+    return C::undetermined;
+  }
   const bool pa = predicted == S::above_at_init;
   const bool ma = measured == S::above_at_init;
-  if (pa && ma) return C::both_above_at_init;
-  if (ma) return C::measured_above_at_init;
-  if (pa) return C::predicted_above_at_init;
+  if (pa && ma) {
+    return C::both_above_at_init;
+  }
+  if (ma) {
+    return C::measured_above_at_init;
+  }
+  if (pa) {
+    return C::predicted_above_at_init;
+  }
   const bool pc = predicted == S::crossed;
   const bool mc = measured == S::crossed;
-  if (pc && mc) return C::both_cross;
-  if (pc) return C::only_predicted;
-  if (mc) return C::only_measured;
+  if (pc && mc) {
+    return C::both_cross;
+  }
+  if (pc) {
+    return C::only_predicted;
+  }
+  if (mc) {
+    return C::only_measured;
+  }
   return C::neither;
 }
 
@@ -219,7 +251,9 @@ CellCrossing compare_cell_crossing(const std::string& cell, std::span<const std:
   cc.group_size = group_size;
   cc.below_min_group_size = group_size >= 0 && group_size < options.min_group_size;
   try {
-    if (measured_steps.empty()) throw ForecastError("compare_cell_crossing: empty measured series");
+    if (measured_steps.empty()) {
+      throw ForecastError("compare_cell_crossing: empty measured series");
+    }
     CrossingOptions o = options;
     o.burn_in = options.burn_in.value_or(measured_steps.front());
     cc.predicted = find_crossing(predicted_steps, predicted, o);
@@ -242,7 +276,9 @@ CellCrossing compare_cell_crossing(const std::string& cell, std::span<const std:
 }
 
 CrossingSummary summarize_crossings(const std::vector<CellCrossing>& cells, const CrossingOptions& options) {
-  if (cells.empty()) throw ForecastError("summarize_crossings: no cells");
+  if (cells.empty()) {
+    throw ForecastError("summarize_crossings: no cells");
+  }
   CrossingSummary s;
   s.threshold = options.threshold;
   s.tolerance = options.tolerance;
@@ -251,7 +287,9 @@ CrossingSummary summarize_crossings(const std::vector<CellCrossing>& cells, cons
   std::vector<double> measured_times, predicted_times, rel_errors;
   std::map<int, std::pair<CrossingDecade, std::vector<double>>> decades;  // by floor(log10 t)
   for (const CellCrossing& cc : cells) {
-    if (cc.measured.burn_in != s.burn_in) s.burn_in = kNaN;
+    if (cc.measured.burn_in != s.burn_in) {
+      s.burn_in = kNaN;
+    }
     if (cc.below_min_group_size) {
       ++s.below_min_group_size;
       continue;
@@ -297,22 +335,36 @@ CrossingSummary summarize_crossings(const std::vector<CellCrossing>& cells, cons
         ++s.undetermined;
         break;
     }
-    if (cc.category == CrossingCategory::both_cross) rel_errors.push_back(cc.relative_error);
-    if (cc.within_tolerance) ++s.within_tolerance;
-    if (cc.differs) ++s.differ_in_category;
-    if (cc.measured.status == CrossingStatus::crossed) measured_times.push_back(cc.measured.time);
-    if (cc.predicted.status == CrossingStatus::crossed) predicted_times.push_back(cc.predicted.time);
+    if (cc.category == CrossingCategory::both_cross) {
+      rel_errors.push_back(cc.relative_error);
+    }
+    if (cc.within_tolerance) {
+      ++s.within_tolerance;
+    }
+    if (cc.differs) {
+      ++s.differ_in_category;
+    }
+    if (cc.measured.status == CrossingStatus::crossed) {
+      measured_times.push_back(cc.measured.time);
+    }
+    if (cc.predicted.status == CrossingStatus::crossed) {
+      predicted_times.push_back(cc.predicted.time);
+    }
   }
   s.measured_crossing = static_cast<int>(measured_times.size());
   const auto span = [](const std::vector<double>& t) {
-    if (t.empty()) return kNaN;
+    if (t.empty()) {
+      return kNaN;
+    }
     const auto [mn, mx] = std::minmax_element(t.begin(), t.end());
     return *mx / *mn;
   };
   s.measured_span = span(measured_times);
   s.predicted_span = span(predicted_times);
   const auto median = [](std::vector<double> v) {
-    if (v.empty()) return kNaN;
+    if (v.empty()) {
+      return kNaN;
+    }
     std::sort(v.begin(), v.end());
     const std::size_t n = v.size();
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
@@ -345,7 +397,9 @@ CrossingComparison compare_crossings(const stats::CellTable& predicted, const st
   }
   check_labels(predicted, "compare_crossings (predicted)");
   check_labels(measured, "compare_crossings (measured)");
-  if (predicted.cells.empty()) throw ForecastError("compare_crossings: no cells");
+  if (predicted.cells.empty()) {
+    throw ForecastError("compare_crossings: no cells");
+  }
   CrossingComparison out;
   for (std::size_t r = 0; r < predicted.cells.size(); ++r) {
     out.cells.push_back(compare_cell_crossing(predicted.cells[r], predicted.steps, row_of(predicted, r), measured.steps,

@@ -7,7 +7,9 @@ namespace wbaudit::forecast {
 const sim::GroupTrace& find_group(const sim::Trace& trace, std::string_view group) {
   std::string known;
   for (const auto& g : trace.groups) {
-    if (g.name == group) return g;
+    if (g.name == group) {
+      return g;
+    }
     known += (known.empty() ? "" : ", ") + g.name;
   }
   throw ForecastError("trace has no group \"" + std::string(group) + "\" (groups: " + known + ")");
@@ -22,7 +24,9 @@ Series projected_series(const sim::Trace& reference, std::string_view group, std
   const auto it = g.projected.find(std::string(format));
   if (it == g.projected.end()) {
     std::string known;
-    for (const auto& [name, series] : g.projected) known += (known.empty() ? "" : ", ") + name;
+    for (const auto& [name, series] : g.projected) {
+      known += (known.empty() ? "" : ", ") + name;
+    }
     throw ForecastError("projected_series: group \"" + g.name + "\" has no projection for format \"" +
                         std::string(format) + "\" (projected formats: " + known + ")");
   }
@@ -31,7 +35,9 @@ Series projected_series(const sim::Trace& reference, std::string_view group, std
     const auto e = it->second.expected.find(std::string(projection));
     if (e == it->second.expected.end()) {
       std::string known = "nearest";
-      for (const auto& [name, series] : it->second.expected) known += ", " + name;
+      for (const auto& [name, series] : it->second.expected) {
+        known += ", " + name;
+      }
       throw ForecastError("projected_series: group \"" + g.name + "\" format \"" + std::string(format) +
                           "\" has no \"" + std::string(projection) + "\" projection (projections: " + known + ")");
     }

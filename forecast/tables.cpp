@@ -7,6 +7,7 @@
 #include "forecast/analytic_grid.hpp"
 #include "forecast/error.hpp"
 #include "forecast/joint_grid.hpp"
+#include "forecast/predictor_registry.hpp"
 #include "sim/precision/format.hpp"
 
 namespace wbaudit::forecast {
@@ -16,7 +17,9 @@ constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 stats::CellTable empty_table(const std::vector<EvaluationCell>& cells, const std::vector<std::int64_t>& grid) {
   stats::CellTable t;
-  for (const auto& c : cells) t.cells.push_back(c.label());
+  for (const auto& c : cells) {
+    t.cells.push_back(c.label());
+  }
   t.steps = grid;
   t.values =
       Eigen::MatrixXd::Constant(static_cast<Eigen::Index>(cells.size()), static_cast<Eigen::Index>(grid.size()), kNaN);
@@ -40,7 +43,9 @@ std::vector<double> aligned(const Series& s, const std::vector<std::int64_t>& gr
 
 // The cell's M: given, or the target format's (floating formats only; integer formats have absolute gaps).
 int mantissa_width(const EvaluationCell& c) {
-  if (c.man_bits >= 0) return c.man_bits;
+  if (c.man_bits >= 0) {
+    return c.man_bits;
+  }
   sim::FormatSpec f;
   try {
     f = sim::format_from_name(c.format);
@@ -53,18 +58,22 @@ int mantissa_width(const EvaluationCell& c) {
   return f.man_bits;
 }
 
-PredictorTable projection_table(PredictorKind kind, const std::vector<EvaluationCell>& cells,
-                                const std::vector<std::int64_t>& grid, OutOfRange policy,
-                                TableOptions::SourceMethod method = TableOptions::SourceMethod::projection) {
-  PredictorTable p;
-  p.kind = kind;
-  p.name = predictor_name(kind);
-  p.privileged = kind == PredictorKind::matched_reference;
-  p.table = empty_table(cells, grid);
+}  // namespace
+
+const char* predictor_name(PredictorKind kind) {
+  return predictor_info(kind).name.data();  // the registry's names are literals, so NUL-terminated
+}
+
+stats::CellTable projection_table(PredictorKind kind, const std::vector<EvaluationCell>& cells,
+                                  const std::vector<std::int64_t>& grid, OutOfRange policy, SourceMethod method) {
+  const std::string name = predictor_name(kind);
+  stats::CellTable table = empty_table(cells, grid);
   for (std::size_t r = 0; r < cells.size(); ++r) {
     const EvaluationCell& c = cells[r];
     const auto& trace = kind == PredictorKind::matched_reference ? c.matched_reference : c.reference;
-    if (!trace) throw ForecastError(p.name + ": cell \"" + c.label() + "\" has no reference trace");
+    if (!trace) {
+      throw ForecastError(name + ": cell \"" + c.label() + "\" has no reference trace");
+    }
     Series s;
     try {
       if (kind == PredictorKind::analytic_grid) {
@@ -76,34 +85,19 @@ PredictorTable projection_table(PredictorKind kind, const std::vector<Evaluation
         s = projected_series(*trace, c.group, c.format, c.projection);
       }
     } catch (const ForecastError& e) {
-      throw ForecastError(p.name + ": cell \"" + c.label() + "\": " + e.what());
+      throw ForecastError(name + ": cell \"" + c.label() + "\": " + e.what());
     }
-    set_row(p.table, r, aligned(s, grid, policy, p.name, c.label()));
+    set_row(table, r, aligned(s, grid, policy, name, c.label()));
   }
-  return p;
-}
-}  // namespace
-
-const char* predictor_name(PredictorKind kind) {
-  switch (kind) {
-    case PredictorKind::source:
-      return "source";
-    case PredictorKind::analytic_grid:
-      return "analytic-grid";
-    case PredictorKind::template_mean:
-      return "template";
-    case PredictorKind::matched_reference:
-      return "matched-reference";
-    case PredictorKind::common_time:
-      return "common-time";
-  }
-  return "?";
+  return table;
 }
 
 const PredictorTable& EvaluationTables::predictor(std::string_view name) const {
   std::string known;
   for (const auto& p : predictors) {
-    if (p.name == name) return p;
+    if (p.name == name) {
+      return p;
+    }
     known += (known.empty() ? "" : ", ") + p.name;
   }
   throw ForecastError("no predictor \"" + std::string(name) + "\" (built: " + known + ")");
@@ -117,7 +111,9 @@ stats::CellTable common_time_table(const stats::CellTable& outcome) {
                         std::to_string(outcome.cells.size()) + " cells and " + std::to_string(outcome.steps.size()) +
                         " steps");
   }
-  if (outcome.cells.empty()) throw ForecastError("common_time_table: no cells");
+  if (outcome.cells.empty()) {
+    throw ForecastError("common_time_table: no cells");
+  }
   stats::CellTable out = outcome;
   for (Eigen::Index t = 0; t < outcome.cols(); ++t) {
     double sum = 0;
@@ -129,7 +125,9 @@ stats::CellTable common_time_table(const stats::CellTable& outcome) {
                             outcome.cells[static_cast<std::size_t>(r)] + "\" at step " +
                             std::to_string(outcome.steps[static_cast<std::size_t>(t)]));
       }
-      if (std::isnan(v)) continue;
+      if (std::isnan(v)) {
+        continue;
+      }
       sum += v;
       ++n;
     }
@@ -140,7 +138,9 @@ stats::CellTable common_time_table(const stats::CellTable& outcome) {
 
 EvaluationTables build_evaluation_tables(const std::vector<EvaluationCell>& cells,
                                          const std::vector<HistoryRun>& history, const TableOptions& options) {
-  if (cells.empty()) throw ForecastError("build_evaluation_tables: no evaluation cells");
+  if (cells.empty()) {
+    throw ForecastError("build_evaluation_tables: no evaluation cells");
+  }
   std::set<std::string> labels;
   for (const auto& c : cells) {
     if (c.run_id.empty() || c.group.empty()) {
@@ -159,7 +159,9 @@ EvaluationTables build_evaluation_tables(const std::vector<EvaluationCell>& cell
   std::vector<std::int64_t> grid = options.grid;
   if (grid.empty()) {
     std::vector<std::vector<std::int64_t>> lists;
-    for (const auto& c : cells) lists.push_back(c.outcome.steps);
+    for (const auto& c : cells) {
+      lists.push_back(c.outcome.steps);
+    }
     grid = common_steps(lists);
   }
   check_strictly_increasing(grid, "build_evaluation_tables (grid)");
@@ -170,46 +172,17 @@ EvaluationTables build_evaluation_tables(const std::vector<EvaluationCell>& cell
     set_row(out.outcome, r, aligned(cells[r].outcome, grid, options.out_of_range, "outcome", cells[r].label()));
   }
 
-  if (options.source) {
-    out.predictors.push_back(
-        projection_table(PredictorKind::source, cells, grid, options.out_of_range, options.source_method));
-  }
-  if (options.analytic_grid) {
-    out.predictors.push_back(projection_table(PredictorKind::analytic_grid, cells, grid, options.out_of_range));
-  }
-  if (options.template_mean) {
-    std::vector<TemplateRow> rows;
-    for (const auto& c : cells) rows.push_back({c.label(), c.run_id, c.template_class});
-    TemplateOptions topt;
-    topt.out_of_range = options.out_of_range;
-    topt.missing_class = options.missing_class;
-    TemplateTable tt = template_table(rows, history, grid, topt);
-    PredictorTable p;
-    p.kind = PredictorKind::template_mean;
-    p.name = predictor_name(p.kind);
-    p.table = std::move(tt.table);
-    p.missing_cells = std::move(tt.missing);
-    out.predictors.push_back(std::move(p));
-  }
-  std::size_t matched = 0;
-  for (const auto& c : cells) matched += c.matched_reference ? 1 : 0;
-  if (matched > 0 && matched < cells.size()) {
-    for (const auto& c : cells) {
-      if (!c.matched_reference) {
-        throw ForecastError("build_evaluation_tables: matched-reference given for " + std::to_string(matched) + " of " +
-                            std::to_string(cells.size()) + " cells; missing for \"" + c.label() + "\"");
-      }
+  const TableInputs inputs{cells, history, grid, options, out.outcome};
+  for (const auto& info : predictor_registry()) {
+    if (info.wanted != nullptr ? !info.wanted(inputs) : !(options.*info.option)) {
+      continue;
     }
-  }
-  if (matched == cells.size()) {
-    out.predictors.push_back(projection_table(PredictorKind::matched_reference, cells, grid, options.out_of_range));
-  }
-  if (options.common_time) {
     PredictorTable p;
-    p.kind = PredictorKind::common_time;
-    p.name = predictor_name(p.kind);
-    p.post_outcome = true;
-    p.table = common_time_table(out.outcome);
+    p.kind = info.kind;
+    p.name = info.name;
+    p.privileged = info.privileged;
+    p.post_outcome = info.post_outcome;
+    p.table = info.build(inputs, p.missing_cells);
     out.predictors.push_back(std::move(p));
   }
   return out;

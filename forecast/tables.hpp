@@ -38,8 +38,9 @@ struct EvaluationCell {
   std::string label() const { return run_id + "/" + group; }
 };
 
+// One value per predictor of the registry (predictor_registry.hpp, which names and describes each).
 enum class PredictorKind { source, analytic_grid, template_mean, matched_reference, common_time };
-const char* predictor_name(PredictorKind kind);  // "source", "analytic-grid", "template", ...
+const char* predictor_name(PredictorKind kind);  // the registry's name: "source", "analytic-grid", "template", ...
 
 struct PredictorTable {
   PredictorKind kind = PredictorKind::source;
@@ -64,6 +65,7 @@ struct TableOptions {
   bool common_time = true;
   // matched-reference is built when any cell has one; then every cell must.
 };
+using SourceMethod = TableOptions::SourceMethod;
 
 struct EvaluationTables {
   stats::CellTable outcome;
@@ -73,11 +75,20 @@ struct EvaluationTables {
   const PredictorTable& predictor(std::string_view name) const;
 };
 
+// Builds the table of every predictor of the registry (predictor_registry.hpp) that `options` (or, for
+// matched-reference, the cells) ask for, in registry order.
 // Throws ForecastError for: no cells, duplicate cell labels, empty run id/group, a series length mismatch, a missing
 // reference or projection, a matched reference on some cells only, a grid step outside a series' range
 // (OutOfRange::error), and a template class without history (MissingClass::error).
 EvaluationTables build_evaluation_tables(const std::vector<EvaluationCell>& cells,
                                          const std::vector<HistoryRun>& history, const TableOptions& options = {});
+
+// A projection predictor's table (source, analytic-grid, matched-reference): each cell's reference
+// (matched_reference for matched-reference) projected for the cell's format and policy, or by the analytic grid,
+// aligned on `grid`. Throws ForecastError naming the predictor and the cell.
+stats::CellTable projection_table(PredictorKind kind, const std::vector<EvaluationCell>& cells,
+                                  const std::vector<std::int64_t>& grid, OutOfRange policy,
+                                  SourceMethod method = SourceMethod::projection);
 
 // The descriptive common-time predictor: at each step, the mean over cells of the present (non-NaN) values; NaN
 // where no cell has a value. Every row of the result is that mean.

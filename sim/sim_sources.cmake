@@ -7,3 +7,5 @@ list(APPEND WBAUDIT_SIM_SOURCES model/decoder.cpp model/detail/gemm.cpp model/de
      model/detail/gemm_avx512.cpp)
 # The token sources of language models (docs/data.md).
 list(APPEND WBAUDIT_SIM_SOURCES data/markov_language.cpp data/byte_text.cpp)
+# The numeric identity recorded with every attempt (GEMM contract, libm variant, ISA paths).
+list(APPEND WBAUDIT_SIM_SOURCES numeric_identity.cpp)

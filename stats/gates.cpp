@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "stats/error.hpp"
+#include "stats/statistic_table.hpp"
 
 namespace wbaudit::stats {
 
@@ -24,47 +25,13 @@ std::string_view to_string(Verdict verdict) {
 }
 
 std::vector<std::string> const& known_gate_statistics() {
-  static std::vector<std::string> const names = {"bias",
-                                                 "mae",
-                                                 "rmse_macro",
-                                                 "rmse_pooled",
-                                                 "skill_vs_<baseline>",
-                                                 "share_time",
-                                                 "share_cell",
-                                                 "share_residual",
-                                                 "error_share_time",
-                                                 "error_share_cell",
-                                                 "error_share_residual",
-                                                 "sign_agreement_rate",
-                                                 "anomaly_correlation",
-                                                 "cell_anomaly_correlation",
-                                                 "mean_difference",
-                                                 "mean_ratio",
-                                                 "ratio_of_means",
-                                                 "recovery"};
+  static std::vector<std::string> const names = gate_statistic_names();
   return names;
 }
 
 bool is_known_gate_statistic(std::string_view name) {
-  constexpr std::string_view skill_prefix = "skill_vs_";
-  if (name.starts_with(skill_prefix)) {
-    auto const baseline = name.substr(skill_prefix.size());
-    if (baseline.empty()) {
-      return false;
-    }
-    for (char c : baseline) {
-      if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_')) {
-        return false;
-      }
-    }
-    return true;
-  }
-  for (auto const& known : known_gate_statistics()) {
-    if (known == name) {
-      return true;
-    }
-  }
-  return false;
+  StatisticDefinition const* row = find_statistic(name);
+  return row != nullptr && row->gate;
 }
 
 void check_gate_statistic(std::string_view name) {

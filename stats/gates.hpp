@@ -22,10 +22,8 @@ enum class Verdict { pass, fail, inconclusive };
 std::string_view to_string(GateDirection direction);  // "<=" / ">="
 std::string_view to_string(Verdict verdict);          // "pass" / "fail" / "inconclusive"
 
-// Statistic names a gate may use: bias, mae, rmse_macro, rmse_pooled, skill_vs_<baseline> (e.g.
-// skill_vs_template, skill_vs_common_time), share_time, share_cell, share_residual, error_share_time,
-// error_share_cell, error_share_residual, sign_agreement_rate, anomaly_correlation, cell_anomaly_correlation,
-// mean_difference, mean_ratio, ratio_of_means, recovery.
+// Statistic names a gate may use: the rows of the statistic table (statistic_table.hpp) a gate may use, e.g.
+// rmse_macro, skill_vs_<baseline> (skill_vs_template, skill_vs_common_time), share_time, recovery.
 std::vector<std::string> const& known_gate_statistics();
 bool is_known_gate_statistic(std::string_view name);
 // Throws StatsError naming `name` and listing the known statistics.

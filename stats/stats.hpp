@@ -14,6 +14,10 @@
 //                        moving blocks; Kokkos-parallel over resamples, bitwise identical at any thread count)
 //   bootstrap_tables.hpp bootstrap_metric, bootstrap_skill, bootstrap_decomposition, bootstrap_directional
 //   gates.hpp            Gate, parse_gate, evaluate_gate -> pass / fail / inconclusive with reasons
+//   statistic_table.hpp  one row per statistic: name, definition, whose, gate-usable, how its report row is shown
+//   rmse_by_step.hpp     rmse over cells at each step with a percentile bootstrap interval over units
+//   breakdown.hpp        breakdown_by_factor: rmse_macro and skill per level of each grid factor
+//   table_predicates.hpp same_values (NaN-aware equality), anomaly_field_is_zero
 //
 // Typical evaluation of one predictor P against outcome Y and baseline B (unit_of_cell: the run owning each cell):
 //   auto m = evaluate_metrics(P, Y);                                  // point values
@@ -22,6 +26,7 @@
 //   auto g = evaluate_gate(parse_gate("rmse_macro <= 0.01", "accuracy", required), ci, cell_statuses);
 #include "stats/bootstrap.hpp"
 #include "stats/bootstrap_tables.hpp"
+#include "stats/breakdown.hpp"
 #include "stats/decomposition.hpp"
 #include "stats/directional.hpp"
 #include "stats/error.hpp"
@@ -30,6 +35,9 @@
 #include "stats/missing.hpp"
 #include "stats/paired.hpp"
 #include "stats/recovery.hpp"
+#include "stats/rmse_by_step.hpp"
 #include "stats/rng.hpp"
+#include "stats/statistic_table.hpp"
 #include "stats/summation.hpp"
 #include "stats/table.hpp"
+#include "stats/table_predicates.hpp"

@@ -8,11 +8,23 @@
 
 namespace wbaudit::stats {
 
+namespace detail {
+// |x| inside kernels: Kokkos::Experimental::fabs up to Kokkos 3.6 (Debian's 3.4), Kokkos::fabs from 3.7 on (the
+// Experimental spelling is gone in 4.x).
+KOKKOS_INLINE_FUNCTION double magnitude(double x) {
+#if KOKKOS_VERSION >= 30700
+  return Kokkos::fabs(x);
+#else
+  return Kokkos::Experimental::fabs(x);
+#endif
+}
+}  // namespace detail
+
 class NeumaierSum {
  public:
   KOKKOS_INLINE_FUNCTION void add(double x) {
     double const t = m_sum + x;
-    if (Kokkos::Experimental::fabs(m_sum) >= Kokkos::Experimental::fabs(x)) {
+    if (detail::magnitude(m_sum) >= detail::magnitude(x)) {
       m_compensation += (m_sum - t) + x;
     } else {
       m_compensation += (x - t) + m_sum;

@@ -17,8 +17,16 @@ std::string number_text(double x, int precision = 17);
 // For prose and tables meant to be read: as number_text, but NaN is an em dash.
 std::string shown_number(double x, int precision = 4);
 
+// A number with a fixed count of decimals, for tables meant to be read ("2.1250"); NaN and infinities are an em
+// dash (a loss or a share that is not finite has no value to show).
+std::string fixed_number(double x, int decimals = 4);
+
 // A duration for progress lines: "42s" under 90 s, "3.5min" under 90 min, else "2.1h".
 std::string format_duration(double seconds);
+
+// " (did you mean \"x\"?)" for the candidate closest to word in edit distance (Levenshtein, case-insensitive)
+// when it is close enough to be a typo (distance <= max(1, |word| / 3)); empty otherwise.
+std::string did_you_mean(std::string_view word, const std::vector<std::string>& candidates);
 
 // text without leading and trailing blanks (spaces, tabs, carriage returns).
 std::string trim(std::string_view text);

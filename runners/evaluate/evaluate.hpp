@@ -18,10 +18,12 @@
 #include "forecast/tables.hpp"
 #include "runners/spec/analysis_spec.hpp"
 #include "stats/bootstrap.hpp"
+#include "stats/breakdown.hpp"
 #include "stats/decomposition.hpp"
 #include "stats/directional.hpp"
 #include "stats/gates.hpp"
 #include "stats/metrics.hpp"
+#include "stats/rmse_by_step.hpp"
 
 namespace wbaudit::runners {
 
@@ -38,6 +40,11 @@ struct PredictorEvaluation {
   bool post_outcome = false;  // common-time
   std::string identical_to;   // another predictor with the same table, whose statistics were reused
   std::string unavailable;    // why it was not scored (e.g. template classes without history, declared inconclusive)
+  // Every statistic of the statistic table (stats/statistic_table.hpp) computed for the predictor, by name
+  // ("rmse_macro", "skill_vs_template", ...): its point estimate, and the remark the report adds to its row
+  // ("k=3 of n=4 directional cells"). The fields below hold the same numbers with their context.
+  std::map<std::string, double> estimates;
+  std::map<std::string, std::string> notes;
   stats::MetricsReport metrics;
   std::map<std::string, double> skill;               // baseline name -> 1 - sum MSE_P / sum MSE_B
   std::map<std::string, stats::Interval> intervals;  // statistic name -> bootstrap interval
@@ -48,23 +55,15 @@ struct PredictorEvaluation {
   // Set when the predictor's anomaly field (value minus the across-cell mean at each step) is exactly zero, as
   // for common-time: why no cell is directional and the anomaly correlations are undefined.
   std::string directional_note;
-  struct StepSkill {
-    std::int64_t step = 0;
-    double rmse = 0;                  // sqrt(mean over cells of e(c, t)^2) at this step
-    double lower = NAN, upper = NAN;  // percentile bootstrap over the resampling units (NaN: undefined)
-  };
+  using StepSkill = stats::StepRmse;  // rmse over cells at one step, with its percentile interval
   std::vector<StepSkill> by_step;
   std::optional<forecast::CrossingSummary> crossing;
   std::vector<forecast::CellCrossing> crossings;
 };
 
-// Skill broken down by a factor of the grid (format, group, or a grid parameter): point estimates per level.
-struct BreakdownRow {
-  std::string factor, level, predictor;
-  int cells = 0;
-  double rmse_macro = 0;
-  std::map<std::string, double> skill;  // baseline -> 1 - sum MSE_P / sum MSE_B over the level's cells
-};
+// Skill broken down by a factor of the grid (format, group, or a grid parameter): point estimates per level
+// (stats/breakdown.hpp).
+using BreakdownRow = stats::BreakdownRow;
 
 struct GateEvaluation {
   GateSpec spec;
@@ -107,6 +106,7 @@ struct EvaluationResult {
   std::string source_reference;                  // how `source` was chosen, in words
   std::string template_history;                  // which runs the template's history is, in words
   std::optional<stats::Decomposition> outcome_decomposition;
+  std::map<std::string, double> outcome_estimates;           // share_time/cell/residual (the statistic table's)
   std::map<std::string, stats::Interval> outcome_intervals;  // share_time/cell/residual
   std::map<std::string, std::string> outcome_undefined;
   std::vector<PredictorEvaluation> predictors;
@@ -132,10 +132,14 @@ struct EvaluationResult {
   const PredictorEvaluation& predictor(const std::string& name) const;  // throws AnalysisError
 };
 
-// Reads the sweep and computes everything; writes nothing. Throws (AnalysisError, StoreError, RegistryError,
+// Reads the sweep and computes everything; writes nothing. The steps, in order (each in its own file of
+// runners/evaluate/): inputs (inputs.hpp) -> standing and cohort (standing.hpp) -> cells and source (cells.hpp) ->
+// template history (templates.hpp) -> tables (evaluation_tables.hpp) -> effective analysis (effective_analysis.hpp)
+// -> scoring each predictor (scoring.hpp) -> gates (gates.hpp). Throws (AnalysisError, StoreError, RegistryError,
 // stats::StatsError, forecast::ForecastError) with the offending file, key, cell or value on bad input.
 EvaluationResult evaluate_sweep(const std::filesystem::path& sweep_dir, const EvaluateOptions& options = {});
 
+// The report is three writers over the result (report_writers.hpp): the CSV tables, the figures and the document.
 // Writes the report into options.out (refused when it exists) or a new DIR/evaluations/<UTC time>-<hash>/, built
 // under a temporary name and renamed into place. Returns the directory.
 std::filesystem::path write_evaluation_report(EvaluationResult& result, const EvaluateOptions& options = {});

@@ -161,14 +161,18 @@ ExternalComparison compare_external_runs(const fs::path& sweep_dir, const std::s
   }
   if (reference.empty() && refs.size() != 1) {
     std::string list;
-    for (auto& n : refs) list += (list.empty() ? "" : ", ") + n;
+    for (auto& n : refs) {
+      list += (list.empty() ? "" : ", ") + n;
+    }
     throw StoreError("import --report: " + std::to_string(refs.size()) + " intact external reference runs in " +
                      sweep_dir.string() + (refs.empty() ? "" : " (" + list + ")") + "; choose one with --reference");
   }
   const sim::Trace ref_trace = sim::read_trace(ref->dir / "trace.h5");
   std::vector<forecast::CellCrossing> crossings;
   for (const auto& r : runs) {
-    if (r.manifest.value("role", std::string()) != "target") continue;
+    if (r.manifest.value("role", std::string()) != "target") {
+      continue;
+    }
     if (!r.intact) {
       out.skipped.push_back(r.name + " (" + r.problem + ")");
       continue;
@@ -239,7 +243,9 @@ fs::path write_external_report(const fs::path& sweep_dir, const ExternalComparis
   }
   if (!c.skipped.empty()) {
     md << "\nSkipped:\n\n";
-    for (const auto& s : c.skipped) md << "- " << s << "\n";
+    for (const auto& s : c.skipped) {
+      md << "- " << s << "\n";
+    }
   }
   write_file_atomic(sweep_dir / "external" / "crossings.csv", csv.str());
   write_file_atomic(sweep_dir / "external" / "report.md", md.str());
@@ -255,15 +261,19 @@ ExternalEvaluationCells read_external_evaluation_cells(const fs::path& dir, cons
   ExternalEvaluationCells out;
   const std::vector<ExternalRun> runs = external_runs(dir);
   std::vector<const ExternalRun*> refs;
-  for (const auto& r : runs)
+  for (const auto& r : runs) {
     if (r.intact && r.manifest.value("role", std::string()) == "reference" &&
-        (reference.empty() || r.name == reference))
+        (reference.empty() || r.name == reference)) {
       refs.push_back(&r);
+    }
+  }
   if (refs.size() != 1) {
     std::string list;
-    for (const auto& r : runs)
-      if (r.manifest.value("role", std::string()) == "reference")
+    for (const auto& r : runs) {
+      if (r.manifest.value("role", std::string()) == "reference") {
         list += (list.empty() ? "" : ", ") + r.name + (r.intact ? "" : " (" + r.problem + ")");
+      }
+    }
     throw StoreError("evaluate: " + dir.string() + " has no sweep.json, so its external runs are evaluated, but " +
                      (reference.empty() ? std::to_string(refs.size()) + " intact external reference runs are there"
                                         : "no intact external reference run is named \"" + reference + "\"") +
@@ -290,7 +300,9 @@ ExternalEvaluationCells read_external_evaluation_cells(const fs::path& dir, cons
   auto ref_trace = std::make_shared<const sim::Trace>(sim::read_trace(ref.dir / "trace.h5"));
   const StoredCell* ref_cell = stored(ref, *ref_trace, "reference", "");
   for (const auto& r : runs) {
-    if (r.manifest.value("role", std::string()) != "target") continue;
+    if (r.manifest.value("role", std::string()) != "target") {
+      continue;
+    }
     if (!r.intact) {
       out.cells.missing.push_back("external/" + r.name + " (" + r.problem + ")");
       out.cells.missing_names.push_back("external/" + r.name);
@@ -299,19 +311,26 @@ ExternalEvaluationCells read_external_evaluation_cells(const fs::path& dir, cons
     auto trace = std::make_shared<const sim::Trace>(sim::read_trace(r.dir / "trace.h5"));
     const StoredCell* target = stored(r, *trace, "target", ref_cell->name);
     std::vector<std::string> names = groups;
-    if (names.empty())
-      for (auto& g : trace->groups) names.push_back(g.name);
+    if (names.empty()) {
+      for (auto& g : trace->groups) {
+        names.push_back(g.name);
+      }
+    }
     for (const auto& group : names) {
       auto has = [&](const sim::Trace& t) {
         return std::any_of(t.groups.begin(), t.groups.end(), [&](const auto& g) { return g.name == group; });
       };
-      if (!has(*trace)) throw StoreError("external target " + r.name + " has no parameter group \"" + group + "\"");
-      if (!has(*ref_trace))
+      if (!has(*trace)) {
+        throw StoreError("external target " + r.name + " has no parameter group \"" + group + "\"");
+      }
+      if (!has(*ref_trace)) {
         throw StoreError("external reference " + ref.name + " has no parameter group \"" + group + "\"");
+      }
       const auto& g = ref_trace->group(group);
-      if (!g.projected.contains(trace->format))
+      if (!g.projected.contains(trace->format)) {
         throw StoreError("external reference " + ref.name + " has no projection for format " + trace->format +
                          " (record it with that format among the reference's formats)");
+      }
       SweepEvaluationCell cell;
       cell.label = evaluation_cell_label(target->name, group);
       cell.target = target;
@@ -327,9 +346,10 @@ ExternalEvaluationCells read_external_evaluation_cells(const fs::path& dir, cons
       out.cells.cells.push_back(std::move(cell));
     }
   }
-  if (out.cells.cells.empty())
+  if (out.cells.cells.empty()) {
     throw StoreError("evaluate: " + dir.string() + ": no intact external target run to score" +
                      (out.cells.missing.empty() ? std::string() : " (left out: " + out.cells.missing.front() + ")"));
+  }
   return out;
 }
 

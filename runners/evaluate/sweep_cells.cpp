@@ -7,7 +7,9 @@
 namespace wbaudit::runners {
 
 std::shared_ptr<const sim::Trace> TraceCache::trace(const std::string& cell_id) {
-  if (auto it = m_traces.find(cell_id); it != m_traces.end()) return it->second;
+  if (auto it = m_traces.find(cell_id); it != m_traces.end()) {
+    return it->second;
+  }
   auto status = m_store->cell_status(cell_id);
   std::shared_ptr<const sim::Trace> trace;
   if (status.canonical_attempt) {
@@ -22,7 +24,9 @@ std::shared_ptr<const sim::Trace> TraceCache::trace(const std::string& cell_id) 
     // Every per-step dataset has one entry per recorded step: a trace whose lengths disagree names its run.
     const std::size_t n = trace->recorded_steps.size();
     auto check = [&](const std::string& what, std::size_t size, bool optional) {
-      if ((optional && size == 0) || size == n) return;
+      if ((optional && size == 0) || size == n) {
+        return;
+      }
       throw StoreError(run + ": " + (attempt.dir / "trace.h5").string() + ": " + what + " has " + std::to_string(size) +
                        " entries but recorded_steps has " + std::to_string(n));
     };
@@ -35,8 +39,9 @@ std::shared_ptr<const sim::Trace> TraceCache::trace(const std::string& cell_id) 
       check(at + "zero_weight", g.zero_weight.size(), true);
       for (const auto& [format, p] : g.projected) {
         check(at + "projected/" + format + "/fraction", p.fraction.size(), false);
-        for (const auto& [policy, e] : p.expected)
+        for (const auto& [policy, e] : p.expected) {
           check(at + "projected/" + format + "/expected/" + policy + "/fraction", e.fraction.size(), false);
+        }
       }
     }
   }
@@ -46,15 +51,21 @@ std::shared_ptr<const sim::Trace> TraceCache::trace(const std::string& cell_id) 
 
 std::string TraceCache::problem(const std::string& cell_id) const {
   auto status = m_store->cell_status(cell_id);
-  if (status.canonical_attempt) return {};
+  if (status.canonical_attempt) {
+    return {};
+  }
   std::string reason = status.state == CellState::pending ? std::string("missing") : to_string(status.state);
-  if (!status.reasons.empty()) reason += ": " + status.reasons.front();
+  if (!status.reasons.empty()) {
+    reason += ": " + status.reasons.front();
+  }
   return reason;
 }
 
 void choose_projection(SweepEvaluationCell& cell, const std::string& policy, int sr_bits,
                        const sim::ProjectedSeries& projected, const std::string& reference) {
-  if (policy == "nearest") return;
+  if (policy == "nearest") {
+    return;
+  }
   const std::string wanted = sim::projection_name(sim::make_policy(policy, sr_bits));
   if (projected.expected.contains(wanted)) {
     cell.projection = wanted;
@@ -70,7 +81,9 @@ SweepEvaluationCells read_sweep_evaluation_cells(const SweepStore& store, const 
                                                  const std::vector<std::string>& groups) {
   SweepEvaluationCells out;
   for (const auto& stored : store.cells()) {
-    if (stored.role != "target") continue;
+    if (stored.role != "target") {
+      continue;
+    }
     const StoredCell* reference = store.find_by_name(stored.reference);
     auto target = cache.trace(stored.id);
     auto ref = reference ? cache.trace(reference->id) : nullptr;
@@ -89,14 +102,21 @@ SweepEvaluationCells read_sweep_evaluation_cells(const SweepStore& store, const 
     }
     const SweepCell& spec_cell = spec.cell(stored.name);
     std::vector<std::string> names = !groups.empty() ? groups : spec.evaluation.groups;
-    if (names.empty())
-      for (auto& g : target->groups) names.push_back(g.name);
+    if (names.empty()) {
+      for (auto& g : target->groups) {
+        names.push_back(g.name);
+      }
+    }
     for (const auto& group : names) {
       auto has = [&](const sim::Trace& t) {
         return std::any_of(t.groups.begin(), t.groups.end(), [&](const auto& g) { return g.name == group; });
       };
-      if (!has(*target)) throw StoreError("target " + stored.name + " has no parameter group \"" + group + "\"");
-      if (!has(*ref)) throw StoreError("reference " + reference->name + " has no parameter group \"" + group + "\"");
+      if (!has(*target)) {
+        throw StoreError("target " + stored.name + " has no parameter group \"" + group + "\"");
+      }
+      if (!has(*ref)) {
+        throw StoreError("reference " + reference->name + " has no parameter group \"" + group + "\"");
+      }
       if (!ref->group(group).projected.contains(target->format)) {
         throw StoreError("reference " + reference->name + " has no projection for format " + target->format);
       }
@@ -108,8 +128,9 @@ SweepEvaluationCells read_sweep_evaluation_cells(const SweepStore& store, const 
       cell.format = target->format;
       cell.policy = target->policy;
       int bits = 0;
-      if (stored.config.contains("target") && stored.config["target"].contains("sr_bits"))
+      if (stored.config.contains("target") && stored.config["target"].contains("sr_bits")) {
         bits = stored.config["target"]["sr_bits"].get<int>();
+      }
       choose_projection(cell, target->policy, bits, ref->group(group).projected.at(target->format),
                         "reference " + reference->name);
       cell.params = spec_cell.params;

@@ -59,7 +59,7 @@ CellFn simulator_cell_fn();
 // crossing burn-in or among its first kEarlyRecordedSteps recorded steps is "above at initialization" or crosses
 // before its trajectory is resolved: usually a learning rate or initialization the format cannot resolve. Returns
 // the warning naming the cell and each such group with its first such step and fraction; empty when there is none.
-// `wbaudit run` prints it after each such target cell.
+// `wbaudit run` collects them: one line on stderr at the end of the run, the details in DIR/early_crossings.txt.
 inline constexpr std::size_t kEarlyRecordedSteps = 3;
 std::string early_crossing_warning(const std::string& cell_name, const sim::Trace& target,
                                    const std::vector<std::string>& groups, double threshold,

@@ -16,14 +16,18 @@ namespace wbaudit::runners::report {
 namespace {
 
 std::string fmt_step(double t) {
-  if (!std::isfinite(t)) return "—";
+  if (!std::isfinite(t)) {
+    return "—";
+  }
   std::ostringstream out;
   out << std::fixed << std::setprecision(t < 100 ? 1 : 0) << t;
   return out.str();
 }
 
 std::string fmt_percent(double x) {
-  if (!std::isfinite(x)) return "—";
+  if (!std::isfinite(x)) {
+    return "—";
+  }
   std::ostringstream out;
   out << std::fixed << std::setprecision(1) << 100 * x << "%";
   return out.str();
@@ -43,7 +47,9 @@ Figure scatter_figure(const CrossingReport& report) {
   std::map<std::string, Series> by_format;
   static const int kPoints[] = {7, 5, 9, 11, 13, 15, 4};
   for (auto& row : report.rows) {
-    if (!std::isfinite(row.measured) || !std::isfinite(row.predicted) || row.below_min_group_size) continue;
+    if (!std::isfinite(row.measured) || !std::isfinite(row.predicted) || row.below_min_group_size) {
+      continue;
+    }
     lo = std::min({lo, row.measured, row.predicted});
     hi = std::max({hi, row.measured, row.predicted});
     auto& s = by_format[row.format];
@@ -77,7 +83,9 @@ Figure scatter_figure(const CrossingReport& report) {
   band.columns = "1:3:4";
   fig.series.push_back(band);
   fig.series.push_back(diagonal);
-  for (auto& [name, s] : by_format) fig.series.push_back(s);
+  for (auto& [name, s] : by_format) {
+    fig.series.push_back(s);
+  }
   std::ostringstream range;
   range << std::setprecision(17) << "set xrange [" << lo << ":" << hi << "]; set yrange [" << lo << ":" << hi << "]";
   fig.extra.push_back(range.str());
@@ -92,14 +100,20 @@ std::filesystem::path write_crossing_report(const CrossingReport& report, const 
   const auto& t = report.totals;
 
   Document doc("wbaudit report: " + report.sweep_name);
-  if (!report.description.empty()) doc.paragraph(report.description);
+  if (!report.description.empty()) {
+    doc.paragraph(report.description);
+  }
   {
     std::vector<std::vector<std::string>> rows;
-    for (auto& [k, v] : report.facts) rows.push_back({k, v});
+    for (auto& [k, v] : report.facts) {
+      rows.push_back({k, v});
+    }
     doc.heading("Run");
     doc.table({"fact", "value"}, rows);
   }
-  if (!report.links.empty()) doc.links("Tables and other reports:", report.links);
+  if (!report.links.empty()) {
+    doc.links("Tables and other reports:", report.links);
+  }
 
   doc.heading("Crossings of the erased fraction");
   doc.paragraph(
@@ -131,7 +145,9 @@ std::filesystem::path write_crossing_report(const CrossingReport& report, const 
       rows.push_back({"[" + fmt_step(d.lo) + ", " + fmt_step(d.hi) + ")", std::to_string(d.measured),
                       std::to_string(d.both), fraction(d.within, d.both), fmt_percent(d.median_relative_error)});
     }
-    if (rows.empty()) rows.push_back({"(no measured crossing)", "", "", "", ""});
+    if (rows.empty()) {
+      rows.push_back({"(no measured crossing)", "", "", "", ""});
+    }
     doc.table({"measured crossing step", "measured crossings", "both cross", "within ±" + fmt_percent(t.tolerance),
                "median rel. error"},
               rows);
@@ -143,7 +159,9 @@ std::filesystem::path write_crossing_report(const CrossingReport& report, const 
              "Predicted vs measured crossing steps (log-log), one colour per format. Shaded: "
              "the ±" +
                  fmt_percent(t.tolerance) + " tolerance band around y = x.");
-  if (!report.panel_rule.empty()) doc.paragraph("Trajectory panels: " + report.panel_rule);
+  if (!report.panel_rule.empty()) {
+    doc.paragraph("Trajectory panels: " + report.panel_rule);
+  }
   for (std::size_t p = 0; p < report.panels.size(); ++p) {
     const auto& panel = report.panels[p];
     Figure fig;
@@ -152,7 +170,9 @@ std::filesystem::path write_crossing_report(const CrossingReport& report, const 
     fig.ymin = 0;
     fig.ymax = 1.02;
     std::vector<double> x = panel.steps;
-    for (auto& v : x) v += 1;  // log axis: plot step + 1
+    for (auto& v : x) {
+      v += 1;  // log axis: plot step + 1
+    }
     fig.xlabel = "step + 1";
     fig.ylabel = "erased fraction";
     fig.series.push_back({"measured (target run)", x, panel.measured, "lines lw 2 lc rgb '#1f77b4'"});

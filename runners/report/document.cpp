@@ -33,7 +33,9 @@ std::string anchor_of(const std::string& heading) {
       out += '-';
     }
   }
-  while (!out.empty() && out.back() == '-') out.pop_back();
+  while (!out.empty() && out.back() == '-') {
+    out.pop_back();
+  }
   return out;
 }
 
@@ -54,7 +56,9 @@ void Document::figure(const std::string& stem, const std::string& caption) {
 }
 void Document::links(const std::string& lead, const std::vector<std::pair<std::string, std::string>>& label_href) {
   Block b{Kind::links, lead, {}, {}};
-  for (auto& [label, href] : label_href) b.rows.push_back({label, href});
+  for (auto& [label, href] : label_href) {
+    b.rows.push_back({label, href});
+  }
   m_blocks.push_back(b);
 }
 
@@ -63,7 +67,9 @@ std::string Document::markdown() const {
   md << "# " << m_title << "\n\nContents:";
   bool first = true;
   for (auto& b : m_blocks) {
-    if (b.kind != Kind::heading) continue;
+    if (b.kind != Kind::heading) {
+      continue;
+    }
     md << (first ? " " : " · ") << "[" << b.text << "](#" << anchor_of(b.text) << ")";
     first = false;
   }
@@ -81,13 +87,19 @@ std::string Document::markdown() const {
         break;
       case Kind::table: {
         md << "\n|";
-        for (auto& h : b.header) md << " " << md_cell(h) << " |";
+        for (auto& h : b.header) {
+          md << " " << md_cell(h) << " |";
+        }
         md << "\n|";
-        for (std::size_t i = 0; i < b.header.size(); ++i) md << "---|";
+        for (std::size_t i = 0; i < b.header.size(); ++i) {
+          md << "---|";
+        }
         md << "\n";
         for (auto& row : b.rows) {
           md << "|";
-          for (auto& cell : row) md << " " << md_cell(cell) << " |";
+          for (auto& cell : row) {
+            md << " " << md_cell(cell) << " |";
+          }
           md << "\n";
         }
         break;
@@ -97,8 +109,9 @@ std::string Document::markdown() const {
         break;
       case Kind::links:
         md << "\n" << b.text;
-        for (std::size_t i = 0; i < b.rows.size(); ++i)
+        for (std::size_t i = 0; i < b.rows.size(); ++i) {
           md << (i ? ", " : " ") << "[" << b.rows[i][0] << "](" << b.rows[i][1] << ")";
+        }
         md << "\n";
         break;
     }
@@ -116,7 +129,9 @@ std::string Document::html() const {
     << html_escape(m_title) << "</h1>\n<nav>Contents:";
   bool first = true;
   for (auto& b : m_blocks) {
-    if (b.kind != Kind::heading) continue;
+    if (b.kind != Kind::heading) {
+      continue;
+    }
     h << (first ? " " : " · ") << "<a href=\"#" << anchor_of(b.text) << "\">" << html_escape(b.text) << "</a>";
     first = false;
   }
@@ -134,11 +149,15 @@ std::string Document::html() const {
         break;
       case Kind::table: {
         h << "<table><tr>";
-        for (auto& c : b.header) h << "<th>" << html_escape(c) << "</th>";
+        for (auto& c : b.header) {
+          h << "<th>" << html_escape(c) << "</th>";
+        }
         h << "</tr>\n";
         for (auto& row : b.rows) {
           h << "<tr>";
-          for (auto& c : row) h << "<td>" << html_escape(c) << "</td>";
+          for (auto& c : row) {
+            h << "<td>" << html_escape(c) << "</td>";
+          }
           h << "</tr>\n";
         }
         h << "</table>\n";
@@ -150,9 +169,10 @@ std::string Document::html() const {
         break;
       case Kind::links:
         h << "<p>" << html_escape(b.text);
-        for (std::size_t i = 0; i < b.rows.size(); ++i)
+        for (std::size_t i = 0; i < b.rows.size(); ++i) {
           h << (i ? ", " : " ") << "<a href=\"" << html_escape(b.rows[i][1]) << "\">" << html_escape(b.rows[i][0])
             << "</a>";
+        }
         h << "</p>\n";
         break;
     }

@@ -78,17 +78,27 @@ std::vector<std::string> render(const Figure& figure, const std::filesystem::pat
       std::size_t written = 0;
       for (std::size_t i = 0; i < series.x.size() && i < series.y.size(); ++i) {
         bool missing = !std::isfinite(series.x[i]) || !std::isfinite(series.y[i]);
-        if (missing && series.skip_missing) continue;
-        if ((figure.logx && series.x[i] <= 0) || (figure.logy && series.y[i] <= 0)) continue;
+        if (missing && series.skip_missing) {
+          continue;
+        }
+        if ((figure.logx && series.x[i] <= 0) || (figure.logy && series.y[i] <= 0)) {
+          continue;
+        }
         out << series.x[i] << ' ' << series.y[i];
-        if (i < series.low.size() && i < series.high.size()) out << ' ' << series.low[i] << ' ' << series.high[i];
+        if (i < series.low.size() && i < series.high.size()) {
+          out << ' ' << series.low[i] << ' ' << series.high[i];
+        }
         out << '\n';
         ++written;
       }
-      if (written == 0) out << "nan nan\n";  // keeps the block index stable for an empty series
+      if (written == 0) {
+        out << "nan nan\n";  // keeps the block index stable for an empty series
+      }
       out << "\n\n";
     }
-    if (!out) throw std::runtime_error(data.string() + ": cannot write figure data");
+    if (!out) {
+      throw std::runtime_error(data.string() + ": cannot write figure data");
+    }
   }
   auto script = dir / (stem + ".gp");
   {
@@ -97,17 +107,25 @@ std::vector<std::string> render(const Figure& figure, const std::filesystem::pat
     out << "set title " << gnuplot_string(figure.title) << "\n";
     out << "set xlabel " << gnuplot_string(figure.xlabel) << "\nset ylabel " << gnuplot_string(figure.ylabel) << "\n";
     out << "set grid\nset key below\nset autoscale xfix\n";
-    if (figure.logx) out << "set logscale x\n";
-    if (figure.logy) out << "set logscale y\n";
+    if (figure.logx) {
+      out << "set logscale x\n";
+    }
+    if (figure.logy) {
+      out << "set logscale y\n";
+    }
     if (std::isfinite(figure.ymin) || std::isfinite(figure.ymax)) {
       out << "set yrange [" << (std::isfinite(figure.ymin) ? std::to_string(figure.ymin) : "*") << ":"
           << (std::isfinite(figure.ymax) ? std::to_string(figure.ymax) : "*") << "]\n";
     }
-    for (auto& line : figure.extra) out << line << "\n";
+    for (auto& line : figure.extra) {
+      out << line << "\n";
+    }
     std::ostringstream plot;
     plot << "plot ";
     for (std::size_t s = 0; s < figure.series.size(); ++s) {
-      if (s) plot << ", ";
+      if (s) {
+        plot << ", ";
+      }
       const auto& series = figure.series[s];
       const std::string columns = !series.columns.empty() ? series.columns : series.low.empty() ? "1:2" : "1:2:3:4";
       plot << gnuplot_string(data.filename().string()) << " index " << s << " using " << columns << " with "
@@ -120,7 +138,9 @@ std::vector<std::string> render(const Figure& figure, const std::filesystem::pat
     out << "set terminal pngcairo noenhanced size " << figure.width << "," << figure.height << "\n";
     out << "set output " << gnuplot_string(stem + ".png") << "\n" << plot.str();
     out << "unset output\n";
-    if (!out) throw std::runtime_error(script.string() + ": cannot write gnuplot script");
+    if (!out) {
+      throw std::runtime_error(script.string() + ": cannot write gnuplot script");
+    }
   }
   run_gnuplot(dir, script.filename().string());
   return {stem + ".svg", stem + ".png"};

@@ -1,8 +1,9 @@
 #pragma once
-// The loss studies of a sweep (docs/studies.md): study 2 (matched decoder: fp32 vs nearest vs stochastic write-back),
-// study 5 (policy contrast: full SR vs dead-zone SR) and study 6 (checkpoint replay under simulated INT3), computed
-// from the validation losses in the traces and written as report/loss.md + report/loss.html (one source),
-// loss_summary.csv and loss_curves.csv, with gnuplot figures.
+// The loss studies of a sweep (docs/studies.md) as a report: study 2 (matched decoder: fp32 vs nearest vs stochastic
+// write-back), study 5 (policy contrast: full SR vs dead-zone SR) and study 6 (checkpoint replay under simulated INT3),
+// rendered as report/loss.md + report/loss.html (one source), loss_summary.csv and loss_curves.csv, with gnuplot
+// figures. This file renders only: the numbers (LossStudy) are computed by runners/evaluate/loss_study.hpp
+// (analyze_losses) from the runs (LossCell); the definitions they follow:
 //
 // Conditions: target runs that share every grid value except `target.policy`, `target.sr_bits`, `target.sr_stream` and
 // `seed`. Within a condition and a seed: L_fp32 = the final validation loss of the target's fp32 reference (same seed,
@@ -35,10 +36,6 @@ struct LossCell {
   std::shared_ptr<const sim::Trace> trace;  // null: left out, `problem` says why
   std::string problem;
 };
-
-// The final validation loss of a trace: the last entry, which must be measured after the last step.
-// nullopt with `why` set otherwise.
-std::optional<double> final_validation_loss(const sim::Trace& trace, std::string* why = nullptr);
 
 struct SeedLosses {
   std::string seed;
@@ -102,12 +99,6 @@ struct LossStudy {
   stats::BootstrapSpec bootstrap;
   bool empty() const { return conditions.empty() && replays.empty(); }
 };
-
-// The bootstrap of every interval in the loss report: percentile (BCa is unstable at 3 seeds), 2000 resamples.
-stats::BootstrapSpec loss_bootstrap_spec();
-
-// Pure: the numbers of the report from the cells (throws nothing for bad cells: they are listed in left_out).
-LossStudy analyze_losses(const std::vector<LossCell>& cells, const stats::BootstrapSpec& spec = loss_bootstrap_spec());
 
 // One or two lines for stdout, e.g. "recovery: stochastic 0.97 [0.95, 0.99] (n=3 seeds)"; "" when nothing to say.
 std::string loss_headline(const LossStudy& study);

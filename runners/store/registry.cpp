@@ -18,6 +18,8 @@
 #include "runners/spec/toml_error.hpp"
 #include "runners/store/identity.hpp"
 #include "runners/store/lock.hpp"
+#include "sim/run.hpp"
+#include "util/text.hpp"
 
 namespace wbaudit::runners {
 namespace fs = std::filesystem;
@@ -102,6 +104,46 @@ std::optional<Registration> finish_interrupted_registration(const SweepStore& st
   return r;
 }
 
+// Every group an analysis names must be a parameter group of the sweep's target runs: checked before freezing, so
+// that a misspelt group is refused at `register` (naming the file, line and the known groups), not after every cell
+// has run.
+void check_analysis_groups(const SweepStore& store, const AnalysisSpec& spec, const fs::path& analysis,
+                           const std::string& text) {
+  if (spec.groups.empty()) {
+    return;
+  }
+  std::set<std::string> known;
+  for (const auto& cell : store.cells()) {
+    if (cell.role != "target") {
+      continue;
+    }
+    try {
+      for (auto& name : sim::model_tensor_names(sim::run_config_from_json(cell.config).model)) {
+        known.insert(std::move(name));
+      }
+    } catch (const std::exception&) {
+      continue;  // the cell's own validation names the problem
+    }
+  }
+  const std::vector<std::string> list(known.begin(), known.end());
+  for (const auto& g : spec.groups) {
+    if (known.count(g)) {
+      continue;
+    }
+    int line = 0, number = 0;
+    std::istringstream lines(text);
+    for (std::string l; std::getline(lines, l);) {
+      ++number;
+      if (line == 0 && l.find("groups") != std::string::npos && l.find(g) != std::string::npos) {
+        line = number;
+      }
+    }
+    throw RegistryError("not registered: " + analysis.string() + (line ? ":" + std::to_string(line) : "") +
+                        ": analysis.groups: \"" + g + "\" is not a parameter group of the sweep's target runs" +
+                        util::did_you_mean(g, list) + " (known: " + util::join(list) + ")");
+  }
+}
+
 }  // namespace
 
 std::string current_user() {
@@ -167,11 +209,13 @@ Registration register_analysis(const SweepStore& store, const fs::path& analysis
   const std::string text = read_text(analysis);
   // Validate fully before freezing: the append-only registry must never keep an analysis evaluate would refuse
   // (an unknown predictor, statistic or key, with its file:line).
+  AnalysisSpec parsed;
   try {
-    (void)parse_analysis_spec(text, analysis);
+    parsed = parse_analysis_spec(text, analysis);
   } catch (const std::exception& e) {
     throw RegistryError(std::string("not registered: ") + e.what());
   }
+  check_analysis_groups(store, parsed, analysis, text);
   store.require_no_links("register an analysis in");
   // One writer of the registry at a time (two `register` of one analysis: the second finds the first's).
   const SweepLock records_lock = SweepLock::acquire_records(store.dir());

@@ -17,6 +17,7 @@
 
 #include "runners/store/identity.hpp"
 #include "runners/store/journal.hpp"
+#include "sim/numeric_identity.hpp"
 #include "sim/run.hpp"
 #include "sim/trace/trace.hpp"
 #include "util/files.hpp"
@@ -353,6 +354,7 @@ SweepStore SweepStore::create(const fs::path& dir, const std::string& spec_text,
                           {"spec_sha256", store.m_spec_sha256},
                           {"binary_sha256", store.m_binary_sha256},
                           {"build", build_identity()},
+                          {"numeric", sim::numeric_identity().to_json()},
                           {"cells", cells_json}};
   if (store.m_has_libraries) {
     sweep["libraries"] = libraries;
@@ -390,6 +392,7 @@ SweepStore SweepStore::open(const fs::path& dir) {
     store.m_binary_sha256 = sweep.at("binary_sha256").get<std::string>();
     store.m_created = sweep.at("created").get<std::string>();
     store.m_sweep_uuid = sweep.value("sweep_uuid", std::string());
+    if (sweep.contains("numeric")) store.m_numeric = sweep["numeric"];
     if (sweep.contains("libraries")) {
       store.m_has_libraries = true;
       for (const auto& library : sweep.at("libraries")) {
@@ -577,6 +580,24 @@ void SweepStore::require_no_links(const std::string& what) const {
     list += "\n  " + p;
   }
   throw StoreError("cannot " + what + " " + m_dir.string() + ":" + list);
+}
+
+std::vector<std::string> SweepStore::numeric_problems(const std::vector<CellStatus>& statuses) const {
+  std::vector<std::string> problems;
+  if (m_numeric.is_null()) return problems;  // a sweep made before numeric identities were recorded
+  const sim::NumericIdentity sweep = sim::NumericIdentity::from_json(m_numeric);
+  for (const auto& status : statuses) {
+    if (!status.canonical_attempt) continue;
+    const auto& manifest = status.attempts[*status.canonical_attempt].manifest;
+    if (!manifest.contains("numeric")) continue;
+    const sim::NumericIdentity cell = sim::NumericIdentity::from_json(manifest["numeric"]);
+    if (cell.contract() != sweep.contract()) {
+      problems.push_back("cell " + status.cell->name + " ran under another numeric contract (" + cell.contract() +
+                         ") than the sweep's (" + sweep.contract() +
+                         "): its trace may differ in the last bits from the sweep's other cells");
+    }
+  }
+  return problems;
 }
 
 std::vector<std::string> SweepStore::unknown_cell_directories() const {
@@ -873,7 +894,8 @@ Attempt SweepStore::begin_attempt(const std::string& id) const {
                         {"libraries", loaded_libraries_json()},
                         {"files", nlohmann::json::object()},
                         {"sweep_uuid", m_sweep_uuid},
-                        {"journal_seq", seq}};
+                        {"journal_seq", seq},
+                        {"numeric", sim::numeric_identity().to_json()}};
   sign_and_write_manifest(attempt.m_dir, attempt.m_manifest, /*journal_finish=*/false);
   return attempt;
 }

@@ -158,6 +158,10 @@ class SweepStore {
   std::vector<std::string> link_problems() const;
   // Throws StoreError ("cannot <what> DIR: ... is a symbolic link ...") when link_problems() is not empty.
   void require_no_links(const std::string& what) const;
+  // Canonical attempts that ran under another numeric contract (sim/numeric_identity.hpp: the GEMM's summation
+  // contract and the C library's maths variant) than the one sweep.json records, one line each; empty for sweeps made
+  // before numeric identities were recorded. (ISA paths may differ: their results are identical by construction.)
+  std::vector<std::string> numeric_problems(const std::vector<CellStatus>& statuses) const;
   // Directories under DIR/cells/ that are not cells of this sweep.
   std::vector<std::string> unknown_cell_directories() const;
   // The derived outputs (summary.csv, trajectories.csv and every file under report/): record_outputs() signs their
@@ -204,6 +208,7 @@ class SweepStore {
   std::string m_created;
   std::string m_sweep_uuid;
   std::string m_sweep_json_sha256;  // of the bytes of sweep.json read by open()
+  nlohmann::json m_numeric;         // sweep.json "numeric" (null for older sweeps)
   std::vector<std::string> m_repairs;
   std::shared_ptr<SigningState> m_signing;
 

@@ -222,13 +222,20 @@ TEST(PlantedInconsistencies, AreFoundExactly) {
     plant(1, 12, 0, move_codes(cap.rows.at({1, 12}).w_next[0], 2));
     const fs::path dir = write_trajectory(cap, steps, /*consecutive=*/false, "planted_" + policy);
     const wa::TrajectoryAudit a = audit(dir, policy);
-    std::set<std::tuple<std::string, std::int64_t, std::int64_t>> found;
+    // Each plant is found twice: as a write-back inconsistent with the policy, and as a break of the chain (the
+    // steps are consecutive and w_next is stored, so step t's w[t+1] must be the w recorded at t + 1).
+    std::set<std::tuple<std::string, std::int64_t, std::int64_t>> found, chain_breaks;
     for (const auto& c : a.listed) {
-      found.insert({c.tensor, c.step, c.index});
+      const bool chain = c.reason.find("does not chain") != std::string::npos;
+      (chain ? chain_breaks : found).insert({c.tensor, c.step, c.index});
     }
     EXPECT_EQ(found, planted) << policy;
-    EXPECT_EQ(a.inconsistent, 3);
+    EXPECT_EQ(chain_breaks, planted) << policy;
+    EXPECT_EQ(a.inconsistent, 6);
     for (const auto& c : a.listed) {
+      if (c.reason.find("does not chain") != std::string::npos) {
+        continue;
+      }
       if (c.tensor == "layer2.weight") {
         EXPECT_NE(c.reason.find("not representable"), std::string::npos) << c.reason;
       }
@@ -264,6 +271,98 @@ TEST(TrajectoryErrors, NameTheProblem) {
     EXPECT_NE(m.find("tensor layer2.bias, step 2, coordinate 1"), std::string::npos) << m;
   }
   fs::remove_all(nan_dir);
+}
+
+namespace {
+
+// The two e4m3 values around x (equal when x is one), from the independent table; saturating at the largest.
+std::pair<double, double> e4m3_neighbours(long double x) {
+  const auto table = wbaudit::test::FormatTable::e4m3();
+  const long double a = std::fabs(x);
+  if (a >= table.max_finite()) {
+    return {std::copysign(table.max_finite(), static_cast<double>(x)),
+            std::copysign(table.max_finite(), static_cast<double>(x))};
+  }
+  std::size_t h = 0;
+  while (h < table.values.size() && static_cast<long double>(table.values[h]) <= a) {
+    ++h;
+  }
+  const double lo = table.values[h - 1], hi = static_cast<long double>(lo) == a ? lo : table.values[h];
+  return x < 0 ? std::pair{-hi, -lo} : std::pair{lo, hi};
+}
+
+}  // namespace
+
+// Issue 30: with the run's seed, SR is audited by replaying its draws, so a w[t+1] that is the *other* neighbour
+// (legal under "one of the two neighbours", wrong for this run's draws) is a replay mismatch; without the seed it
+// stays a neighbour check. Planted at three coordinates whose w + u lies strictly between two e4m3 values (found with
+// the independent table), each flipped to the other neighbour; every 4th step recorded (with w_next), so the flips
+// do not also break the chain between consecutive steps.
+TEST(StrictReplay, TheOtherSrNeighbourIsAMismatchWithTheSeed) {
+  Captured cap = capture(config("stochastic", sim::RecordKind::every_k));
+  const auto& steps = cap.trace.recorded_steps;
+  std::set<std::tuple<std::string, std::int64_t, std::int64_t>> planted;
+  for (const auto& [key, row] : cap.rows) {
+    if (planted.size() == 3 || key.second < 5 || std::find(steps.begin(), steps.end(), key.second) == steps.end()) {
+      continue;
+    }
+    for (std::size_t i = 0; i < row.u.size() && planted.size() < 3; ++i) {
+      const long double x = static_cast<long double>(row.w[i]) + static_cast<long double>(row.u[i]);
+      const auto [lo, hi] = e4m3_neighbours(x);
+      if (lo == hi || (row.w_next[i] != static_cast<float>(lo) && row.w_next[i] != static_cast<float>(hi))) {
+        continue;
+      }
+      cap.rows.at(key).w_next[i] =
+          row.w_next[i] == static_cast<float>(lo) ? static_cast<float>(hi) : static_cast<float>(lo);
+      planted.insert({sim::kTwoLayerTensorNames[key.first], key.second, static_cast<std::int64_t>(i)});
+      break;  // one per (tensor, step)
+    }
+  }
+  ASSERT_EQ(planted.size(), 3u);
+  const fs::path dir = write_trajectory(cap, steps, /*consecutive=*/false, "replay");
+  EXPECT_TRUE(audit(dir, "stochastic").consistent());  // a neighbour check only: both neighbours are legal
+  for (const std::int64_t chunk : {std::int64_t{1} << 22, std::int64_t{7}}) {
+    const wa::TrajectoryAudit a = audit(dir, "stochastic", chunk, 11);
+    EXPECT_EQ(a.inconsistent, 3);
+    std::int64_t mismatched = 0;
+    for (int t = 0; t < sim::kTwoLayerTensors; ++t) {
+      for (const auto& c : a.counts[t]) {
+        mismatched += c.replay_mismatched;
+      }
+    }
+    EXPECT_EQ(mismatched, 3);
+    std::set<std::tuple<std::string, std::int64_t, std::int64_t>> found;
+    for (const auto& c : a.listed) {
+      found.insert({c.tensor, c.step, c.index});
+      EXPECT_NE(c.reason.find("replay mismatch"), std::string::npos) << c.reason;
+    }
+    EXPECT_EQ(found, planted);
+  }
+  fs::remove_all(dir);
+}
+
+// Issue 30: where w[t+1] is stored apart from w (w_next) and the next recorded step is t + 1, the trajectory must
+// chain: a w recorded at step t + 1 that is not the w[t+1] of step t is found, even when both write-backs are
+// consistent on their own (here the last step's w changed, and its w_next recomputed under nearest with the table).
+TEST(Chaining, ABreakBetweenConsecutiveRecordedStepsIsFound) {
+  Captured cap = capture(config("nearest", sim::RecordKind::every));
+  const auto& steps = cap.trace.recorded_steps;
+  const std::int64_t last = steps.back();
+  Row& row = cap.rows.at({1, last});
+  const std::size_t i = 3;
+  row.w[i] = move_codes(row.w[i] == 0 ? 0.015625f : row.w[i], 1);
+  row.w_next[i] = static_cast<float>(wbaudit::test::FormatTable::e4m3().nearest(static_cast<long double>(row.w[i]) +
+                                                                                static_cast<long double>(row.u[i])));
+  const fs::path dir = write_trajectory(cap, steps, /*consecutive=*/false, "chain");
+  const wa::TrajectoryAudit a = audit(dir, "nearest");
+  EXPECT_EQ(a.inconsistent, 1);
+  EXPECT_EQ(a.counts[1][steps.size() - 2].chain_breaks, 1);  // found at the step before, whose w[t+1] differs
+  ASSERT_EQ(a.listed.size(), 1u);
+  EXPECT_EQ(a.listed[0].step, last - 1);
+  EXPECT_EQ(a.listed[0].index, static_cast<std::int64_t>(i));
+  EXPECT_NE(a.listed[0].reason.find("does not chain"), std::string::npos) << a.listed[0].reason;
+  EXPECT_EQ(a.chain_checked, static_cast<std::int64_t>(steps.size() - 1) * (6 * 10 + 10 + 10 * 3 + 3));
+  fs::remove_all(dir);
 }
 
 }  // namespace

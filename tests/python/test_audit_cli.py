@@ -63,7 +63,10 @@ def test_planted_inconsistency_exits_2_and_is_listed(tmp_path, wbaudit_exe):
     r = run(wbaudit_exe, tmp_path / "t.h5", "--out", tmp_path / "out")
     assert r.returncode == 2, r.stdout + r.stderr
     rows = (tmp_path / "out" / "inconsistent.csv").read_text().splitlines()
-    assert len(rows) == 2 and rows[1].startswith("fc.weight,2,5,")
+    # Found twice: the write-back of step 2 is not nearest, and (w_next stored, steps consecutive) its w[t+1] is not
+    # the w recorded at step 3: the trajectory does not chain there.
+    assert len(rows) == 3 and rows[1].startswith("fc.weight,2,5,") and rows[2].startswith("fc.weight,2,5,")
+    assert "does not chain" in rows[2] and "does not chain" not in rows[1]
 
 
 def test_npy_directory(tmp_path, wbaudit_exe):

@@ -8,11 +8,13 @@
 #include <fstream>
 #include <sstream>
 
+#include "runners/evaluate/loss_study.hpp"
 #include "runners/report/loss_report.hpp"
 
 namespace {
 
 using namespace wbaudit::runners::report;
+using wbaudit::runners::analyze_losses;  // the analysis (runners/evaluate/loss_study.hpp); the rest renders
 namespace fs = std::filesystem;
 using wbaudit::sim::Trace;
 

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "runners/store/identity.hpp"
+#include "sim/run.hpp"
 
 namespace fs = std::filesystem;
 namespace wr = wbaudit::runners;
@@ -257,4 +258,36 @@ TEST_F(RegistryTest, RegistrationsAndDeviationsAreSigned) {
   const auto keyless = wr::SweepStore::open(dir);
   EXPECT_NE(wr::registrations(dir, &keyless)[0].signature_problem.find("cannot be verified"), std::string::npos);
   EXPECT_NE(wr::read_deviations(dir, &keyless)[0].signature_problem.find("cannot be verified"), std::string::npos);
+}
+
+// Issue 31: a group the sweep's target runs do not have is refused at registration, naming the analysis file, its
+// line and the known groups (the cells here are default two-layer runs: layer1.weight, layer1.bias, layer2.weight,
+// layer2.bias), and nothing is frozen.
+TEST_F(RegistryTest, AnUnknownGroupIsRefusedBeforeFreezing) {
+  auto with_models = cells();
+  for (auto& cell : with_models) {
+    // Real run configurations (the default two-layer model), so that the sweep has parameter groups.
+    wbaudit::sim::RunConfig config;
+    config.mode = cell.role == "target" ? wbaudit::sim::RunMode::target : wbaudit::sim::RunMode::reference;
+    if (cell.role == "target") {
+      config.target.format = cell.config.at("format").get<std::string>();
+    }
+    cell.config = wbaudit::sim::to_json(config);
+  }
+  const auto store = wr::SweepStore::create(dir, "spec", with_models);
+  spit(analysis, "[analysis]\ngroups = [\"layer1.weight\", \"layer2.wieght\"]\n" + gate(0.2));
+  try {
+    (void)wr::register_analysis(store, analysis, false, "alice");
+    FAIL() << "an unknown group was registered";
+  } catch (const wr::RegistryError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find(analysis.string() + ":2: analysis.groups: \"layer2.wieght\" is not a parameter group"),
+              std::string::npos)
+        << m;
+    EXPECT_NE(m.find("did you mean \"layer2.weight\""), std::string::npos) << m;
+    EXPECT_NE(m.find("known: layer1.bias, layer1.weight, layer2.bias, layer2.weight"), std::string::npos) << m;
+  }
+  EXPECT_FALSE(fs::exists(dir / "registry"));
+  spit(analysis, "[analysis]\ngroups = [\"layer1.weight\", \"layer2.weight\"]\n" + gate(0.2));
+  EXPECT_NO_THROW((void)wr::register_analysis(store, analysis, false, "alice"));
 }

@@ -75,7 +75,20 @@ exec 9>&-
 sed 's/^"target.format" = .*/"target.format" = ["e2m3", "bf16"]/; s/^"optimizer.lr_scale" = .*/"optimizer.lr_scale" = [0.5]/' \
   "$src/examples/tiny.toml" > "$work/early.toml"
 "$wbaudit" run "$work/early.toml" --out "$work/early" -q 2> "$work/early.err" || { cat "$work/early.err"; fail "early run"; }
-grep -q '^wbaudit run: warning: target/lr_scale=0.5/format=e2m3: erased fraction at or above the threshold 0.5 .*(layer1.weight 1 at step 0, layer2.weight 1 at step 0)' "$work/early.err" \
-  || { cat "$work/early.err"; fail "no early-crossing warning naming the e2m3 cell, its groups, fractions and step"; }
-[ "$(grep -c 'warning:' "$work/early.err")" -eq 1 ] || { cat "$work/early.err"; fail "expected exactly one warning"; }
+grep -q '^target/lr_scale=0.5/format=e2m3: erased fraction at or above the threshold 0.5 .*(layer1.weight 1 at step 0, layer2.weight 1 at step 0)' "$work/early/early_crossings.txt" \
+  || { cat "$work/early/early_crossings.txt"; fail "early_crossings.txt does not name the e2m3 cell, its groups, fractions and step"; }
+[ "$(wc -l < "$work/early/early_crossings.txt")" -eq 1 ] || fail "early_crossings.txt should name exactly one cell"
+grep -q '^wbaudit run: warning: 1 of 2 target runs erase .*(the first: target/lr_scale=0.5/format=e2m3; each in .*early_crossings.txt): raise optimizer.lr_scale' "$work/early.err" \
+  || { cat "$work/early.err"; fail "no one-line early-crossing warning with the count, the first cell and the remedy"; }
+[ "$(grep -c 'warning:' "$work/early.err")" -eq 1 ] || { cat "$work/early.err"; fail "expected exactly one warning line"; }
+# The advice's direction against a run: e4m3 at lr_scale 0.125 erases above the threshold from initialization
+# (step 0), at 8 it does not (it may still cross early later, once training has converged and the updates shrink:
+# that is the warning's third remedy, recording more early steps): the larger learning rate is the remedy for an
+# erasure at initialization.
+sed 's/^"target.format" = .*/"target.format" = ["e4m3"]/; s/^"optimizer.lr_scale" = .*/"optimizer.lr_scale" = [0.125, 8.0]/' \
+  "$src/examples/tiny.toml" > "$work/direction.toml"
+"$wbaudit" run "$work/direction.toml" --out "$work/direction" -q 2> "$work/direction.err" || { cat "$work/direction.err"; fail "direction run"; }
+grep -q '^target/lr_scale=0.125/format=e4m3:' "$work/direction/early_crossings.txt" || fail "lr_scale 0.125 is not early"
+grep -q '^target/lr_scale=0.125/format=e4m3:.* at step 0' "$work/direction/early_crossings.txt" || fail "lr_scale 0.125 does not erase at step 0"
+grep 'lr_scale=8' "$work/direction/early_crossings.txt" | grep -q 'at step 0' && fail "lr_scale 8 erased at initialization: raising lr_scale would be wrong advice"
 echo "run_cli_test: all checks passed"

@@ -355,4 +355,35 @@ grep -q "already exists" "$work/e.out" || { cat "$work/e.out"; fail "evaluate -o
 # round: a NUL byte inside a line is an error, not the end of the number.
 if printf '1.5\0000garbage\n' | "${W[@]}" round --format e4m3 > "$work/o.out" 2>&1; then fail "round accepted a NUL byte"; fi
 grep -q "a NUL byte at column 4" "$work/o.out" || { cat "$work/o.out"; fail "round NUL"; }
+
+# ---- 7. Numeric identity (issue 30): a cell that ran under another numeric contract than the sweep's is flagged ----
+# Stand-in for a node with another C library: the sweep's recorded contract changed and its record re-signed with
+# the sweep's own key (so only the numeric identity differs).
+f=$(fresh numeric)
+grep -q '"gemm_contract": "wbaudit-gemm/1' "$f/sweep.json" || fail "sweep.json does not record the numeric identity"
+grep -q '"numeric"' "$(ls "$f"/cells/*/attempts/*/manifest.json | head -1)" || fail "a manifest lacks the numeric identity"
+"$py" - "$f" "$XDG_CONFIG_HOME/wbaudit/keys/$(sweep_uuid "$f")" <<'PY' || fail "re-sign sweep.json"
+import hashlib, hmac, json, os, sys
+d, keyfile = sys.argv[1:]
+secret = bytes.fromhex(open(keyfile).read().split()[2])
+def canon(o): return json.dumps(o, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+sweep = json.load(open(os.path.join(d, "sweep.json")))
+sweep["numeric"]["libm"] = "glibc 0.0 elsewhere"
+text = json.dumps(sweep, indent=1) + "\n"
+open(os.path.join(d, "sweep.json"), "w").write(text)
+lines = open(os.path.join(d, "journal.jsonl")).read().splitlines()
+out, prev = [], "0" * 64
+for line in lines:
+    e = json.loads(line)
+    e["prev"] = prev
+    if e["event"] == "sweep":
+        e["sweep_sha256"] = hashlib.sha256(text.encode()).hexdigest()
+    body = {k: v for k, v in e.items() if k != "hmac"}
+    e["hmac"] = hmac.new(secret, ("wbaudit.journal/1\n" + canon(body)).encode(), hashlib.sha256).hexdigest()
+    t = canon(e); out.append(t); prev = hashlib.sha256(t.encode()).hexdigest()
+open(os.path.join(d, "journal.jsonl"), "w").write("\n".join(out) + "\n")
+PY
+# The key holder rewrote the journal: this location's signed head (keyed by the sweep's canonical path) goes with it.
+rm -f "$XDG_CONFIG_HOME/wbaudit/keys/$(sweep_uuid "$f").heads/$(printf %s "$(realpath "$f")" | sha256sum | cut -c1-64)"
+expect_check_fails "$f" "numeric identity" "ran under another numeric contract" "cells    8: 8 done"
 echo "tamper attacks: all detected or refused"

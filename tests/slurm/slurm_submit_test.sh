@@ -229,8 +229,11 @@ import json, sys
 s = json.load(open(sys.argv[1]))
 assert s["counts"]["failed"] == 2 and s["counts"]["done"] == 0, s["counts"]
 for c in s["cells"]:
-    # Two attempts: the one stopped by the requeue, and the one after it that gave up.
-    assert len(c["attempts"]) == 2, c
+    # Two attempts: the one stopped by the requeue, and the one after it that gave up. Under load Slurm can deliver
+    # the requeued task's USR1 as it starts (its time-limit check runs periodically), before run-cells begins a new
+    # attempt; --give-up then marks the stopped one failed with the cap's reason: one attempt. The requeue itself is
+    # checked in the task's log below.
+    assert len(c["attempts"]) in (1, 2), c
     last = c["attempts"][-1]
     assert last["status"] == "failed", last
     assert "after 1 requeue(s) (SLURM_RESTART_COUNT=1, the cap of wbaudit submit --max-requeues 1)" in last["exit_reason"], last

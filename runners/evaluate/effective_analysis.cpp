@@ -1,0 +1,53 @@
+#include "runners/evaluate/effective_analysis.hpp"
+
+#include <algorithm>
+
+#include "forecast/crossing.hpp"
+#include "runners/store/identity.hpp"
+
+namespace wbaudit::runners::evaluation {
+namespace {
+
+BurnIn burn_in_of(const SweepInputs& in, const ScoredCells& sc) {
+  const AnalysisSpec& analysis = in.analysis;
+  if (in.store || analysis.burn_in) {
+    return crossing_burn_in(in.spec, analysis.burn_in, "declared in the analysis' [crossing]");
+  }
+  // External runs: no spec, so the shortest imported target run's length.
+  std::int64_t steps = -1;
+  for (const auto& c : sc.cells) {
+    steps = steps < 0 ? c.target_trace->steps : std::min(steps, c.target_trace->steps);
+  }
+  return {forecast::default_burn_in(steps), "default: 0.5% (" + std::to_string(forecast::kDefaultBurnInPerMille) +
+                                                " per mille) of the " + std::to_string(steps) +
+                                                " steps of the shortest external target run"};
+}
+
+}  // namespace
+
+void resolve_effective_analysis(const SweepInputs& in, const ScoredCells& sc, EvaluationResult& result) {
+  const AnalysisSpec& analysis = in.analysis;
+  auto& crossing = result.crossing_options;
+  crossing.threshold = analysis.threshold.value_or(in.spec.evaluation.threshold);
+  const BurnIn burn_in = burn_in_of(in, sc);
+  crossing.burn_in = burn_in.steps;
+  result.burn_in_how = burn_in.how;
+  crossing.min_group_size = analysis.min_group_size.value_or(in.spec.evaluation.min_group_size);
+  // The analysis is identified by its complete effective text (every default explicit), not by the text given.
+  std::vector<std::string> groups = analysis.groups.empty() ? in.spec.evaluation.groups : analysis.groups;
+  if (groups.empty()) {
+    for (const auto& g : result.groups) {
+      if (std::find(groups.begin(), groups.end(), g) == groups.end()) {
+        groups.push_back(g);
+      }
+    }
+  }
+  // As before the split into steps, the tolerance is resolved after the text is written: the text records
+  // forecast::CrossingOptions' default tolerance, not the declared one.
+  result.effective_analysis = effective_analysis_toml(
+      analysis, groups, {crossing.threshold, *crossing.burn_in, crossing.tolerance, crossing.min_group_size});
+  result.analysis_sha256 = sha256_hex(result.effective_analysis);
+  crossing.tolerance = analysis.tolerance.value_or(in.spec.evaluation.tolerance);
+}
+
+}  // namespace wbaudit::runners::evaluation
