@@ -137,7 +137,7 @@ Training<ExecSpace>::Training(const ExecSpace& space, const RunConfig& config)
       g.joint_offsets.reserve(n_rec + 1);
       g.joint_offsets.push_back(0);
       for (const std::string& name : config.project_formats) {
-        m_project_formats[t].push_back(tensor_format(name, init));
+        m_project_formats[t].push_back(target_format(name, init, m_model->tensor_shape(t)));
         g.projected[name];
       }
       g.ratio_histogram.assign(n_rec * static_cast<std::size_t>(trace.histogram.bins), 0);
@@ -242,13 +242,31 @@ void Training<ExecSpace>::step(const RunHooks& hooks) {
         }
         // Non-finite values were rejected above, so project_erasure sees finite inputs only.
         for (std::size_t f = 0; f < m_project_formats[t].size(); ++f) {
-          const WritebackCounts c =
-              project_erasure(space, m_project_formats[t][f], Kokkos::View<const float*, memory_space>(w), u);
+          const TargetFormat& pf = m_project_formats[t][f];
           ProjectedSeries& series = g.projected[config.project_formats[f]];
+          if (pf.block) {
+            // Block formats: the events of writing back q(w) + u blockwise under nearest, by cause (block_project).
+            const BlockWritebackCounts b = block_project(
+                space, pf.blocks, RngKey{config.seed, static_cast<std::uint64_t>(step), static_cast<std::uint32_t>(t)},
+                pf.shape, Kokkos::View<const float*, memory_space>(w), u);
+            series.erased.push_back(b.erased);
+            series.fraction.push_back(fraction(b.erased, b.nonzero));
+            BlockEventSeries& e = series.block_events;
+            e.blocks = block_count(pf.blocks, pf.shape);
+            e.erased_grid.push_back(b.erased_grid);
+            e.erased_saturation.push_back(b.erased_saturation);
+            e.erased_scale.push_back(b.erased_scale);
+            e.collateral.push_back(b.collateral);
+            e.flushed.push_back(b.flushed);
+            e.rescaled_up.push_back(b.rescaled_up);
+            e.rescaled_down.push_back(b.rescaled_down);
+            continue;
+          }
+          const WritebackCounts c = project_erasure(space, pf.scalar, Kokkos::View<const float*, memory_space>(w), u);
           series.erased.push_back(c.erased);
           series.fraction.push_back(fraction(c.erased, c.nonzero));
           // The expected erased fraction of each declared stochastic policy (expected_projection.hpp).
-          record_expected_projections(space, m_project_formats[t][f], config.project_policies,
+          record_expected_projections(space, pf.scalar, config.project_policies,
                                       Kokkos::View<const float*, memory_space>(w), u, series);
         }
       }

@@ -88,7 +88,7 @@ class Training {
   std::vector<Kokkos::View<std::uint64_t*, memory_space>> m_joint_key;  // reference: joint-histogram key
   JointScratch m_joint_scratch;                                         // reference: its sort's buffers
   std::vector<TargetFormat> m_target_formats;                           // target: per tensor
-  std::vector<std::vector<FormatSpec>> m_project_formats;               // reference: per tensor, per declared format
+  std::vector<std::vector<TargetFormat>> m_project_formats;             // reference: per tensor, per declared format
 };
 
 }  // namespace wbaudit::sim

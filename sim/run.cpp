@@ -480,9 +480,7 @@ RunConfig run_config_from_json(const json& j) {
       const std::string path = "project_formats[" + std::to_string(i) + "]";
       require((*p)[i].is_string(), path, "expected a string");
       const std::string name = (*p)[i].get<std::string>();
-      require(!is_block_storage_name(name), path,
-              "\"" + name + "\" is a block-scaled format; reference traces do not project block formats yet");
-      named(path, [&] { return format_from_name(name); });
+      named(path, [&] { return storage_format_from_name(name); });
       require(std::find(c.project_formats.begin(), c.project_formats.end(), name) == c.project_formats.end(), path,
               "duplicate format \"" + name + "\"");
       c.project_formats.push_back(name);

@@ -89,9 +89,19 @@ void group_problems(const Trace& trace, const GroupTrace& g, std::vector<std::st
   }
   for (const auto& [format, series] : g.projected) {
     try {
-      (void)format_from_name(format);
+      (void)storage_format_from_name(format);
     } catch (const std::exception&) {
       out.push_back(where + "projected format \"" + format + "\" is not a known format");
+    }
+    const BlockEventSeries& b = series.block_events;
+    for (std::size_t t = 0; t < series.erased.size() && t < b.erased_grid.size() && t < b.erased_saturation.size() &&
+                            t < b.erased_scale.size();
+         ++t) {
+      if (b.erased_grid[t] + b.erased_saturation[t] + b.erased_scale[t] != series.erased[t]) {
+        out.push_back(where + "projected " + format + " step entry " + std::to_string(t) +
+                      ": erased causes do not sum to erased " + std::to_string(series.erased[t]));
+        break;
+      }
     }
     check_length(series.fraction.size(), "a projected fraction");
     for (const double y : series.fraction) {
@@ -156,6 +166,39 @@ const GroupTrace& Trace::group(const std::string& name) const {
 
 using namespace detail;  // NOLINT: the HDF5 helpers of detail/h5.hpp
 
+namespace {
+
+// <parent>/block_events: attributes format and blocks, the [T] series (docs/trace-format.md).
+void write_block_events(hid_t parent, const BlockEventSeries& b, const std::string& format, const std::string& file) {
+  Handle bh = create_group(parent, "block_events", file);
+  write_string_attribute(bh.get(), "format", format, file);
+  write_scalar_attribute<std::int64_t>(bh.get(), "blocks", b.blocks, file);
+  write_vector(bh.get(), "erased_grid", b.erased_grid, file);
+  write_vector(bh.get(), "erased_saturation", b.erased_saturation, file);
+  write_vector(bh.get(), "erased_scale", b.erased_scale, file);
+  write_vector(bh.get(), "collateral", b.collateral, file);
+  write_vector(bh.get(), "flushed", b.flushed, file);
+  write_vector(bh.get(), "rescaled_up", b.rescaled_up, file);
+  write_vector(bh.get(), "rescaled_down", b.rescaled_down, file);
+}
+
+// Reads <parent>/block_events into b; returns its format attribute. where: the parent's path, ending in '/'.
+std::string read_block_events(hid_t parent, const std::string& where, BlockEventSeries& b, const std::string& file) {
+  Handle bh = open_group(parent, "block_events", file);
+  const std::string bw = where + "block_events/";
+  b.blocks = read_scalar_attribute<std::int64_t>(bh.get(), "blocks", file);
+  b.erased_grid = read_dataset<std::int64_t>(bh.get(), "erased_grid", bw, file);
+  b.erased_saturation = read_dataset<std::int64_t>(bh.get(), "erased_saturation", bw, file);
+  b.erased_scale = read_dataset<std::int64_t>(bh.get(), "erased_scale", bw, file);
+  b.collateral = read_dataset<std::int64_t>(bh.get(), "collateral", bw, file);
+  b.flushed = read_dataset<std::int64_t>(bh.get(), "flushed", bw, file);
+  b.rescaled_up = read_dataset<std::int64_t>(bh.get(), "rescaled_up", bw, file);
+  b.rescaled_down = read_dataset<std::int64_t>(bh.get(), "rescaled_down", bw, file);
+  return read_string_attribute(bh.get(), "format", file);
+}
+
+}  // namespace
+
 namespace detail {
 
 void write_trace_to(hid_t root, const Trace& trace, const std::string& file) {
@@ -198,17 +241,7 @@ void write_trace_to(hid_t root, const Trace& trace, const std::string& file) {
       write_vector(gh.get(), "erased_fraction", g.erased_fraction, file);
     }
     if (!g.block_events.empty()) {
-      const BlockEventSeries& b = g.block_events;
-      Handle bh = create_group(gh.get(), "block_events", file);
-      write_string_attribute(bh.get(), "format", g.block_format, file);
-      write_scalar_attribute<std::int64_t>(bh.get(), "blocks", b.blocks, file);
-      write_vector(bh.get(), "erased_grid", b.erased_grid, file);
-      write_vector(bh.get(), "erased_saturation", b.erased_saturation, file);
-      write_vector(bh.get(), "erased_scale", b.erased_scale, file);
-      write_vector(bh.get(), "collateral", b.collateral, file);
-      write_vector(bh.get(), "flushed", b.flushed, file);
-      write_vector(bh.get(), "rescaled_up", b.rescaled_up, file);
-      write_vector(bh.get(), "rescaled_down", b.rescaled_down, file);
+      write_block_events(gh.get(), g.block_events, g.block_format, file);
     }
     if (!g.zero_weight.empty() || !g.ratio_histogram.empty() || !g.projected.empty()) {
       write_vector(gh.get(), "zero_weight", g.zero_weight, file);
@@ -247,6 +280,9 @@ void write_trace_to(hid_t root, const Trace& trace, const std::string& file) {
         Handle fh = create_group(projected.get(), format, file);
         write_vector(fh.get(), "erased", series.erased, file);
         write_vector(fh.get(), "fraction", series.fraction, file);
+        if (!series.block_events.empty()) {
+          write_block_events(fh.get(), series.block_events, format, file);
+        }
         if (!series.expected.empty()) {
           Handle expected = create_group(fh.get(), "expected", file);
           for (const auto& [policy, e] : series.expected) {
@@ -402,18 +438,7 @@ Trace read_trace_from(hid_t root, const std::string& file) {
     g.applied = read_optional<std::int64_t>(gh.get(), "applied", where, file);
     g.erased_fraction = read_optional<double>(gh.get(), "erased_fraction", where, file);
     if (has_link(gh.get(), "block_events")) {
-      Handle bh = open_group(gh.get(), "block_events", file);
-      const std::string bw = where + "block_events/";
-      BlockEventSeries& b = g.block_events;
-      g.block_format = read_string_attribute(bh.get(), "format", file);
-      b.blocks = read_scalar_attribute<std::int64_t>(bh.get(), "blocks", file);
-      b.erased_grid = read_dataset<std::int64_t>(bh.get(), "erased_grid", bw, file);
-      b.erased_saturation = read_dataset<std::int64_t>(bh.get(), "erased_saturation", bw, file);
-      b.erased_scale = read_dataset<std::int64_t>(bh.get(), "erased_scale", bw, file);
-      b.collateral = read_dataset<std::int64_t>(bh.get(), "collateral", bw, file);
-      b.flushed = read_dataset<std::int64_t>(bh.get(), "flushed", bw, file);
-      b.rescaled_up = read_dataset<std::int64_t>(bh.get(), "rescaled_up", bw, file);
-      b.rescaled_down = read_dataset<std::int64_t>(bh.get(), "rescaled_down", bw, file);
+      g.block_format = read_block_events(gh.get(), where, g.block_events, file);
     }
     g.zero_weight = read_optional<std::int64_t>(gh.get(), "zero_weight", where, file);
     g.ratio_histogram = read_optional<std::int64_t>(gh.get(), "ratio_histogram", where, file);
@@ -475,6 +500,9 @@ Trace read_trace_from(hid_t root, const std::string& file) {
             e.fraction = read_dataset<double>(ph.get(), "fraction", pwhere, file);
             series.expected.emplace(policy, std::move(e));
           }
+        }
+        if (has_link(fh.get(), "block_events")) {
+          (void)read_block_events(fh.get(), fwhere, series.block_events, file);
         }
         g.projected.emplace(name, std::move(series));
       }

@@ -32,16 +32,10 @@ struct ExpectedSeries {          // reference mode, one declared format under on
   std::vector<double> fraction;  // [T] erased / nonzero (NaN when nonzero == 0)
 };
 
-struct ProjectedSeries {             // reference mode, one declared target format
-  std::vector<std::int64_t> erased;  // [T] u != 0 and q_F(q_F(w) + u) == q_F(w), nearest
-  std::vector<double> fraction;      // [T] erased / nonzero (NaN when nonzero == 0)
-  // Keyed by projection name ("stochastic", "stochastic-r8", "deadzone-sr", ...: sim::projection_name); only the
-  // policies the run's configuration declares (project_policies). Optional in the file: older traces have none.
-  std::map<std::string, ExpectedSeries> expected;
-};
-
-// Target mode, groups held in a block-scaled format (docs/formats.md, "Block-scaled formats"): the events by cause
-// per recorded step. Stored under /groups/<g>/block_events only for such groups (other traces are unchanged).
+// Block-scaled formats (docs/formats.md, "Block-scaled formats"): the events by cause per recorded step, realized
+// (target mode, a group held in a block format: /groups/<g>/block_events) or projected on the reference state
+// (reference mode, a declared block format: /groups/<g>/projected/<format>/block_events). Written only for block
+// formats (other traces are unchanged).
 struct BlockEventSeries {
   std::vector<std::int64_t> erased_grid;        // [T] erased, the block's scale unchanged, the element rounds back
   std::vector<std::int64_t> erased_saturation;  // [T] erased, scale unchanged, w at +-max of its block, u outward
@@ -52,6 +46,15 @@ struct BlockEventSeries {
   std::vector<std::int64_t> rescaled_down;      // [T] blocks whose decode scale shrank
   std::int64_t blocks = 0;                      // blocks of the group
   bool empty() const { return blocks == 0; }
+};
+
+struct ProjectedSeries {             // reference mode, one declared target format
+  std::vector<std::int64_t> erased;  // [T] u != 0 and q_F(q_F(w) + u) == q_F(w), nearest
+  std::vector<double> fraction;      // [T] erased / nonzero (NaN when nonzero == 0)
+  // Keyed by projection name ("stochastic", "stochastic-r8", "deadzone-sr", ...: sim::projection_name); only the
+  // policies the run's configuration declares (project_policies). Optional in the file: older traces have none.
+  std::map<std::string, ExpectedSeries> expected;
+  BlockEventSeries block_events;  // block formats only: the projected events by cause (nearest)
 };
 
 struct GroupTrace {
