@@ -17,7 +17,7 @@ expect "$work/f" "^mxint8 +mx +int8 +8 +1.984375 +32 along rows +floor" "mxint8 
 expect "$work/f" "^nvfp4 +nvfp4 +e2m1 +4 +6 +16 along rows" "nvfp4 row"
 expect "$work/f" "^nvfp4:2d +nvfp4 +e2m1 +4 +6 +16x16 tiles" "nvfp4:2d row"
 "$wbaudit" formats --json > "$work/fj" || fail "formats --json"
-python3 - "$work/fj" <<'PY' || fail "formats --json block_formats"
+/usr/bin/python3 - "$work/fj" <<'PY' || fail "formats --json block_formats"
 import json, sys
 j = json.load(open(sys.argv[1]))
 names = [b["name"] for b in j["block_formats"]]
@@ -63,7 +63,7 @@ expect "$work/b2" "nonzero 1, erased 0 \(grid 0, saturation 0, scale 0\), applie
 # The same through a file of rows (two rows: two independent blocks), JSON counts.
 printf '# two rows\n3 0.25*31\n6, 1.5*31\n' > "$work/rows.txt"
 "$wbaudit" round --format mxfp4_e2m1 --update "1 0*31 0.01 0*31" --json "$work/rows.txt" > "$work/bj" || fail "(b) file"
-python3 - "$work/bj" <<'PY' || fail "(b) file of rows, json"
+/usr/bin/python3 - "$work/bj" <<'PY' || fail "(b) file of rows, json"
 import json, sys
 j = json.load(open(sys.argv[1]))
 assert j["shape"] == [2, 32], j["shape"]
