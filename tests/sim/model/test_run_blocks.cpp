@@ -413,4 +413,87 @@ TEST(RunCellBlocks, NonFiniteProposalNamesTensorStepAndBlock) {
   }
 }
 
+TEST(RunCellBlocks, DecoderHeldInMxfp8CountsFollowFromTheRealizedValues) {
+  // The decoder on the same engine: matrices in mxfp8_e4m3 under stochastic rounding, norms in fp32; a reference
+  // projecting nvfp4 and mxfp6_e2m3:rceil.
+  RunConfig c;
+  c.mode = RunMode::target;
+  c.seed = 5;
+  c.steps = 6;
+  c.model.kind = "decoder";
+  c.model.decoder.vocab = 16;
+  c.model.decoder.width = 16;
+  c.model.decoder.heads = 2;
+  c.model.decoder.layers = 1;
+  c.model.decoder.mlp_hidden = 40;  // rows of 40: a 32-block and a short 8-block
+  c.model.decoder.seq_len = 8;
+  c.model.decoder.rotary_fraction = 0.5;
+  c.model.decoder.init_std = 0.1;
+  c.data.batch = 2;
+  c.data.source = "markov";
+  c.data.markov_order = 2;
+  c.data.markov_branching = 3;
+  c.optimizer.kind = OptimizerKind::adam;
+  c.optimizer.lr = 0.01;
+  c.record.kind = RecordKind::every;
+  c.target = TargetConfig{"mxfp8_e4m3", "stochastic", 0, {{"*norm*", "fp32"}}};
+  Captured cap;
+  const Trace t = run_cell(Kokkos::DefaultExecutionSpace(), c, {}, cap.hooks());
+  std::int64_t block_groups = 0, applied_total = 0;
+  for (std::size_t r = 0; r < t.recorded_steps.size(); ++r) {
+    for (std::size_t tensor = 0; tensor < t.groups.size(); ++tensor) {
+      const GroupTrace& g = t.groups[tensor];
+      if (g.name.find("norm") != std::string::npos) {
+        EXPECT_TRUE(g.block_events.empty()) << g.name;
+        continue;
+      }
+      ASSERT_FALSE(g.block_events.empty()) << g.name;
+      block_groups += r == 0;
+      const auto key = std::make_pair(t.recorded_steps[r], static_cast<int>(tensor));
+      const auto &w = cap.before.at(key), &u = cap.proposal.at(key), &next = cap.after.at(key);
+      std::int64_t nonzero = 0, erased = 0, applied = 0, collateral = 0, flushed = 0;
+      for (std::size_t i = 0; i < w.size(); ++i) {
+        const bool moved = next[i] != w[i];
+        if (u[i] != 0) {
+          ++nonzero;
+          erased += !moved;
+          applied += moved;
+        } else if (moved) {
+          ++collateral;
+          flushed += w[i] != 0 && next[i] == 0;
+        }
+      }
+      const BlockEventSeries& b = g.block_events;
+      const std::string where = g.name + " step " + std::to_string(t.recorded_steps[r]);
+      EXPECT_EQ(g.nonzero[r], nonzero) << where;
+      EXPECT_EQ(g.erased[r], erased) << where;
+      EXPECT_EQ(g.applied[r], applied) << where;
+      EXPECT_EQ(b.erased_grid[r] + b.erased_saturation[r] + b.erased_scale[r], erased) << where;
+      EXPECT_EQ(b.collateral[r], collateral) << where;
+      EXPECT_EQ(b.flushed[r], flushed) << where;
+      applied_total += applied;
+    }
+  }
+  EXPECT_GT(block_groups, 0);
+  EXPECT_GT(applied_total, 0);
+  EXPECT_TRUE(trace_problems(t).empty()) << trace_problems(t).front();
+
+  RunConfig ref = c;
+  ref.mode = RunMode::reference;
+  ref.target = TargetConfig{};
+  ref.project_formats = {"nvfp4", "mxfp6_e2m3:rceil"};
+  const Trace rt = run_cell(Kokkos::DefaultExecutionSpace(), ref, {}, RunHooks{});
+  for (const GroupTrace& g : rt.groups) {
+    for (const char* f : {"nvfp4", "mxfp6_e2m3:rceil"}) {
+      const ProjectedSeries& p = g.projected.at(f);
+      ASSERT_EQ(p.erased.size(), rt.recorded_steps.size()) << g.name << " " << f;
+      for (std::size_t r = 0; r < p.erased.size(); ++r) {
+        const BlockEventSeries& b = p.block_events;
+        EXPECT_EQ(b.erased_grid[r] + b.erased_saturation[r] + b.erased_scale[r], p.erased[r]) << g.name << " " << f;
+        EXPECT_LE(p.erased[r], g.nonzero[r]) << g.name << " " << f;
+      }
+    }
+  }
+}
+
 }  // namespace
