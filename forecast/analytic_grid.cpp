@@ -1,4 +1,5 @@
 #include "forecast/analytic_grid.hpp"
+#include "stats/error.hpp"
 
 #include <cmath>
 #include <limits>
@@ -16,7 +17,7 @@ constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 void check_layout(const sim::RatioHistogramLayout& layout) {
   if (layout.bins < 3 || !(layout.bin_width > 0) || !std::isfinite(layout.d_min) || !std::isfinite(layout.bin_width)) {
-    throw ForecastError("analytic grid: bad histogram layout (d_min " + std::to_string(layout.d_min) + ", width " +
+    throw ForecastError("analytic grid: bad histogram layout (d_min " + stats::value_text(layout.d_min) + ", width " +
                         std::to_string(layout.bin_width) + ", bins " + std::to_string(layout.bins) + ")");
   }
 }
@@ -57,9 +58,9 @@ std::pair<std::size_t, double> threshold_bin(const sim::RatioHistogramLayout& la
   const double lo_ok = layout.d_min + layout.bin_width;
   const double hi_ok = layout.d_min + (layout.bins - 1) * layout.bin_width;
   if (!(tau >= lo_ok && tau <= hi_ok)) {
-    throw ForecastError("analytic grid: threshold d > " + std::to_string(tau) +
-                        " falls outside the histogram's unclamped range [" + std::to_string(lo_ok) + ", " +
-                        std::to_string(hi_ok) + "]");
+    throw ForecastError("analytic grid: threshold d > " + stats::value_text(tau) +
+                        " falls outside the histogram's unclamped range [" + stats::value_text(lo_ok) + ", " +
+                        stats::value_text(hi_ok) + "]");
   }
   const double x = (tau - layout.d_min) / layout.bin_width;  // tau in bin units
   const auto b_tau = static_cast<std::size_t>(std::floor(x));
@@ -71,7 +72,7 @@ double threshold_of(int man_bits, double lr_scale) {
     throw ForecastError("analytic grid: mantissa width " + std::to_string(man_bits));
   }
   if (!(lr_scale > 0) || !std::isfinite(lr_scale)) {
-    throw ForecastError("analytic grid: learning-rate scale " + std::to_string(lr_scale));
+    throw ForecastError("analytic grid: learning-rate scale " + stats::value_text(lr_scale));
   }
   return man_bits + 1.0 + std::log2(lr_scale);
 }
@@ -131,7 +132,7 @@ std::vector<double> analytic_erased_fraction(const sim::Trace& reference, const 
                                              double lr_scale) {
   const double tau = threshold_of(man_bits, lr_scale);
   return fractions(reference, group, {tau},
-                   "M = " + std::to_string(man_bits) + ", lr scale " + std::to_string(lr_scale))
+                   "M = " + std::to_string(man_bits) + ", lr scale " + stats::value_text(lr_scale))
       .front();
 }
 

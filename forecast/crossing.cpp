@@ -1,4 +1,5 @@
 #include "forecast/crossing.hpp"
+#include "stats/error.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -263,7 +264,7 @@ CellCrossing compare_cell_crossing(const std::string& cell, std::span<const std:
   }
   if (!(options.tolerance >= 0) || std::isinf(options.tolerance)) {
     throw ForecastError("compare_cell_crossing: tolerance must be finite and >= 0, got " +
-                        std::to_string(options.tolerance));
+                        stats::value_text(options.tolerance));
   }
   cc.category = categorize(cc.predicted.status, cc.measured.status);
   cc.relative_error = kNaN;

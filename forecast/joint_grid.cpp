@@ -1,4 +1,5 @@
 #include "forecast/joint_grid.hpp"
+#include "stats/error.hpp"
 
 #include <Kokkos_Core.hpp>
 #include <algorithm>
@@ -52,7 +53,8 @@ struct Rounder {
     if (integer) {
       scale = static_cast<double>(f.int_scale);
       if (!(scale > 0) || !std::isfinite(scale)) {
-        throw ForecastError("analytic grid: format \"" + std::string(f.name) + "\" has scale " + std::to_string(scale));
+        throw ForecastError("analytic grid: format \"" + std::string(f.name) + "\" has scale " +
+                            stats::value_text(scale));
       }
     } else {
       if (!f.subnormals) {
@@ -247,7 +249,7 @@ StepBins parse(const sim::JointHistogramLayout& layout, std::span<const std::uin
 
 void check_scale(double s) {
   if (!(s > 0) || !std::isfinite(s)) {
-    throw ForecastError("analytic grid: learning-rate scale " + std::to_string(s) + " (must be finite and > 0)");
+    throw ForecastError("analytic grid: learning-rate scale " + stats::value_text(s) + " (must be finite and > 0)");
   }
 }
 
@@ -459,7 +461,7 @@ FormatGrid format_grid(const sim::Trace& reference, std::string_view group, std:
     const bool no_scale = !(g.init_absmax > 0 && std::isfinite(g.init_absmax));
     sim::FormatSpec spec;
     if (no_scale && sim::format_from_name(formats[f]).kind == sim::FormatKind::integer) {
-      grid.undefined[f] = "no per-tensor scale (max |w| at initialization is " + std::to_string(g.init_absmax) + ")";
+      grid.undefined[f] = "no per-tensor scale (max |w| at initialization is " + stats::value_text(g.init_absmax) + ")";
       spec = sim::int_format(std::stoi(formats[f].substr(3)), 1.0f);  // a placeholder: its values stay NaN
     } else {
       spec = grid_format(g, formats[f]);

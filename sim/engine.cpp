@@ -9,8 +9,7 @@
 #include <string_view>
 
 #include "sim/checkpoint.hpp"
-#include "sim/model/decoder_task.hpp"
-#include "sim/model/two_layer_task.hpp"
+#include "sim/model_registry.hpp"
 #include "sim/precision/block_writeback.hpp"
 #include "sim/precision/format.hpp"
 #include "sim/precision/policy.hpp"
@@ -83,16 +82,7 @@ TargetFormat target_format(const std::string& name, const std::vector<float>& va
 
 template <class ExecSpace>
 std::unique_ptr<TrainableModel<ExecSpace>> make_model(const ExecSpace& space, const RunConfig& config) {
-  const ModelConfig& m = config.model;
-  if (m.kind == "two_layer") {
-    return std::make_unique<TwoLayerTask<ExecSpace>>(space, m.shape, m.teacher_hidden, m.teacher_seed, config.seed,
-                                                     config.data.batch, static_cast<float>(config.data.noise),
-                                                     static_cast<float>(m.init_scale));
-  }
-  if (m.kind == "decoder") {
-    return std::make_unique<DecoderTask<ExecSpace>>(space, config);
-  }
-  throw ConfigError("model.kind: unknown model \"" + m.kind + "\" (known: " + known_model_kinds() + ")");
+  return find_model(config.model.kind).make(space, config);
 }
 
 // ---------------------------------------------------------------------------------------------------------------

@@ -1,6 +1,6 @@
 #pragma once
-// One run (a cell of a sweep): its configuration (the cell JSON of docs/contracts.md) and the engine that trains the
-// two-layer teacher-student model in reference or target mode and records its trace.
+// One run (a cell of a sweep): its configuration (the cell JSON of docs/contracts.md) and the engine that trains its
+// model (sim/model_registry.hpp) in reference or target mode and records its trace.
 #include <Kokkos_Core.hpp>
 #include <cstdint>
 #include <filesystem>
@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "sim/config_reader.hpp"  // ConfigError
 #include "sim/model/two_layer.hpp"
 #include "sim/optim/optimizer.hpp"
 #include "sim/optim/schedule.hpp"
@@ -23,12 +24,6 @@
 namespace wbaudit::sim {
 
 inline constexpr const char* kCellSchema = "wbaudit.cell/1";
-
-// A malformed cell configuration; the message starts with the key path ("optimizer.lr: expected a number").
-class ConfigError : public std::invalid_argument {
- public:
-  using std::invalid_argument::invalid_argument;
-};
 
 enum class RunMode : int { reference, target };
 
@@ -47,13 +42,18 @@ struct DecoderConfig {
   double init_std = 0.02;
 };
 
+// model.kind names a registered model (sim/model_registry.hpp: "two_layer", "decoder", or one registered at run
+// time); its descriptor reads and writes the fields of its kind.
 struct ModelConfig {
-  std::string kind = "two_layer";  // "two_layer" or "decoder"
-  DecoderConfig decoder;           // decoder only
-  TwoLayerShape shape;             // input_dim, hidden, output_dim, activation
+  std::string kind = "two_layer";
+  DecoderConfig decoder;  // decoder only
+  TwoLayerShape shape;    // two_layer only: input_dim, hidden, output_dim, activation
   int teacher_hidden = 64;
   std::uint64_t teacher_seed = 1000;
   double init_scale = 1.0;
+  // A model without fields of its own here (one registered by a test or a plug-in) keeps its [model] keys in this
+  // object, as its descriptor reads and writes them.
+  nlohmann::json params = nlohmann::json::object();
 };
 
 struct DataConfig {
@@ -125,11 +125,11 @@ struct RunConfig {
 // Strict parsing: unknown keys, wrong types, non-positive steps/dimensions, unknown names and formats throw
 // ConfigError naming the key path. Missing keys take the defaults above.
 RunConfig run_config_from_json(const nlohmann::json& json);
-// The keys run_config_from_json accepts, by table: "" (the top level), "model/two_layer", "model/decoder",
-// "data/two_layer", "data/decoder" (by model.kind), "optimizer", "schedule", "record", "target", "validation",
-// "replay", "project_policies[]" (each entry). The parser reads its known keys from here (docs/specs.md is tested
-// against it).
-const std::map<std::string, std::set<std::string>>& run_config_key_tables();
+// The keys run_config_from_json accepts, by table: "" (the top level), "model/<kind>" and "data/<kind>" for each
+// registered model (sim/model_registry.hpp: "model/two_layer", "data/decoder", ...), "optimizer", "schedule",
+// "record", "target", "validation", "replay", "project_policies[]" (each entry). The parser reads its known keys from
+// here (docs/specs.md is tested against it).
+std::map<std::string, std::set<std::string>> run_config_key_tables();
 // Canonical JSON: every field, keys sorted, "schema" included; only the mode's own section (target or
 // project_formats, and project_policies when not empty, so that nearest-only reference cells keep their ids).
 // run_config_from_json(to_json(c)) == c.
@@ -160,10 +160,9 @@ struct RunHooks {
 
 using ProgressCallback = std::function<void(std::int64_t step, std::int64_t steps)>;
 
-// The model kinds run_cell knows, comma-separated.
-std::string known_model_kinds();
 // The parameter tensors (trace groups) of a model, in tensor order, from its configuration alone (nothing allocated):
-// what a spec's [evaluation] groups are checked against before any cell runs. Throws ConfigError for an unknown kind.
+// what a spec's [evaluation] groups are checked against before any cell runs. Throws ConfigError for an unknown kind
+// (its descriptor's tensor_names, sim/model_registry.hpp).
 std::vector<std::string> model_tensor_names(const ModelConfig& model);
 // About how many bytes one run of `config` holds at its peak (parameters with their gradients, optimizer state,
 // storage copies and recording buffers, plus the activations of one batch), from the configuration alone: what

@@ -1,6 +1,8 @@
 # Sources of models, optimizers, data, traces and the cell runner (list them relative to sim/).
 list(APPEND WBAUDIT_SIM_SOURCES model/two_layer.cpp optim/optimizer.cpp optim/schedule.cpp trace/record_schedule.cpp
-     trace/trace.cpp run.cpp engine.cpp checkpoint.cpp)
+     trace/trace.cpp config_reader.cpp run.cpp engine.cpp checkpoint.cpp)
+# The model registry and one descriptor per built-in model kind (sim/model_registry.hpp).
+list(APPEND WBAUDIT_SIM_SOURCES model_registry.cpp model/two_layer_descriptor.cpp model/decoder_descriptor.cpp)
 # The decoder (docs/decoder.md) and its matrix product: one summation order on every CPU (model/detail/gemm.hpp), a
 # path per instruction set chosen at run time (each file selects its own with a target pragma: no flags here).
 list(APPEND WBAUDIT_SIM_SOURCES model/decoder.cpp model/detail/gemm.cpp model/detail/gemm_avx2.cpp

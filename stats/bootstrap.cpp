@@ -62,7 +62,7 @@ void check_bootstrap_spec(BootstrapSpec const& spec, std::int64_t n_units) {
     throw StatsError("bootstrap: resamples must be >= 2, got " + std::to_string(spec.resamples));
   }
   if (!(spec.confidence > 0 && spec.confidence < 1)) {
-    throw StatsError("bootstrap: confidence must be in (0, 1), got " + std::to_string(spec.confidence));
+    throw StatsError("bootstrap: confidence must be in (0, 1), got " + value_text(spec.confidence));
   }
   if (spec.resampling == Resampling::moving_block && (spec.block_length < 1 || spec.block_length >= n_units)) {
     throw StatsError("bootstrap: moving_block block_length must be in [1, " + std::to_string(n_units - 1) + "] for " +
@@ -123,7 +123,7 @@ Interval make_interval(double estimate, std::vector<double> replicates, std::vec
   }
   for (std::size_t b = 0; b < replicates.size(); ++b) {
     if (!std::isfinite(replicates[b])) {
-      throw StatsError("bootstrap: the statistic is not finite (" + std::to_string(replicates[b]) + ") on resample " +
+      throw StatsError("bootstrap: the statistic is not finite (" + value_text(replicates[b]) + ") on resample " +
                        std::to_string(b));
     }
   }
@@ -152,7 +152,7 @@ Interval make_interval(double estimate, std::vector<double> replicates, std::vec
   double const p0 = (double(below) + 0.5 * double(equal)) / double(replicates.size());
   if (!(p0 > 0 && p0 < 1)) {
     throw StatsError("bootstrap: BCa undefined: all " + std::to_string(replicates.size()) +
-                     " replicates lie on one side of the estimate " + std::to_string(estimate) +
+                     " replicates lie on one side of the estimate " + value_text(estimate) +
                      " (use the percentile method or more units)");
   }
   r.bias_correction = boost::math::quantile(normal, p0);
@@ -176,8 +176,8 @@ Interval make_interval(double estimate, std::vector<double> replicates, std::vec
     double const w = r.bias_correction + z;
     double const denom = 1.0 - r.acceleration * w;
     if (!(denom > 0)) {
-      throw StatsError("bootstrap: BCa undefined: 1 - a (z0 + z) = " + std::to_string(denom) + " <= 0 (acceleration " +
-                       std::to_string(r.acceleration) + ")");
+      throw StatsError("bootstrap: BCa undefined: 1 - a (z0 + z) = " + value_text(denom) + " <= 0 (acceleration " +
+                       value_text(r.acceleration) + ")");
     }
     return boost::math::cdf(normal, r.bias_correction + w / denom);
   };

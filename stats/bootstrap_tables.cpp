@@ -63,6 +63,7 @@ PreparedTables prepare_tables(std::vector<CellTable const*> const& tables, std::
     p.values.push_back(std::move(t.values));
   }
   auto const& cells = complete.tables[0].cells;
+  p.cells = cells;
   if (spec.resampling == Resampling::moving_block) {
     p.n_units = std::int64_t(p.values[0].cols());
   } else {
@@ -186,6 +187,36 @@ double skill_on_steps(Eigen::MatrixXd const& pred_error, Eigen::MatrixXd const& 
   return 1.0 - sp.value() / sb.value();
 }
 
+std::vector<Eigen::Index> resample_rows(PreparedTables const& p, std::span<std::int64_t const> units) {
+  std::vector<Eigen::Index> rows;
+  for (auto u : units) {
+    for (auto row : p.rows_of_unit[std::size_t(u)]) {
+      rows.push_back(Eigen::Index(row));
+    }
+  }
+  return rows;
+}
+
+Eigen::MatrixXd take_rows(Eigen::MatrixXd const& values, std::vector<Eigen::Index> const& rows) {
+  Eigen::MatrixXd sample(Eigen::Index(rows.size()), values.cols());
+  for (std::size_t r = 0; r < rows.size(); ++r) {
+    sample.row(Eigen::Index(r)) = values.row(rows[r]);
+  }
+  return sample;
+}
+
+Eigen::MatrixXd common_time_of(Eigen::MatrixXd const& outcome) {
+  Eigen::MatrixXd out(outcome.rows(), outcome.cols());
+  for (Eigen::Index t = 0; t < outcome.cols(); ++t) {
+    double sum = 0;
+    for (Eigen::Index r = 0; r < outcome.rows(); ++r) {
+      sum += outcome(r, t);
+    }
+    out.col(t).setConstant(sum / double(outcome.rows()));
+  }
+  return out;
+}
+
 namespace {
 
 // The rows (units mode) or columns (moving_block) of a resample.
@@ -214,8 +245,21 @@ Eigen::MatrixXd resampled(Eigen::MatrixXd const& values, PreparedTables const& p
 }  // namespace
 
 double directional_on_resample(int which, Eigen::MatrixXd const& predictor, Eigen::MatrixXd const& outcome, double tol,
-                               PreparedTables const& p, std::span<std::int64_t const> units) {
-  auto const core = directional_core(resampled(predictor, p, units), resampled(outcome, p, units), tol);
+                               PreparedTables const& p, std::span<std::int64_t const> units,
+                               std::vector<int> const& group) {
+  std::vector<int> sample_group;
+  if (!group.empty()) {
+    if (p.resampling == Resampling::units) {
+      for (auto u : units) {
+        for (auto row : p.rows_of_unit[std::size_t(u)]) {
+          sample_group.push_back(group[std::size_t(row)]);
+        }
+      }
+    } else {
+      sample_group = group;  // moving blocks resample steps; every row is kept
+    }
+  }
+  auto const core = directional_core(resampled(predictor, p, units), resampled(outcome, p, units), tol, &sample_group);
   if (which == 0) {
     if (core.n_directional == 0) {
       throw StatsError("sign_agreement_rate undefined: no directional cell");

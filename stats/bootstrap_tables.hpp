@@ -20,14 +20,17 @@
 #include <Kokkos_Core.hpp>
 #include <algorithm>
 #include <array>
+#include <numeric>
 #include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "stats/bootstrap.hpp"
+#include "stats/decomposition.hpp"
 #include "stats/directional.hpp"
 #include "stats/error.hpp"
+#include "stats/metrics.hpp"
 #include "stats/missing.hpp"
 #include "stats/table.hpp"
 
@@ -59,6 +62,7 @@ struct PreparedTables {
   std::vector<std::vector<std::int64_t>> rows_of_unit;  // units mode
   std::int64_t n_units = 0;                             // units, or steps for moving_block
   Resampling resampling = Resampling::units;
+  std::vector<std::string> cells;  // the complete tables' cells (rows of `values`)
 };
 
 PreparedTables prepare_tables(std::vector<CellTable const*> const& tables, std::vector<std::string> const& names,
@@ -84,20 +88,51 @@ double share_on_resample(int which, Eigen::MatrixXd const& values, PreparedTable
                          std::span<std::int64_t const> units);
 
 // 0 = sign_agreement_rate, 1 = anomaly_correlation, 2 = cell_anomaly_correlation
+// The rows of a resample of units (with repeats), in draw order.
+std::vector<Eigen::Index> resample_rows(PreparedTables const& p, std::span<std::int64_t const> units);
+Eigen::MatrixXd take_rows(Eigen::MatrixXd const& values, std::vector<Eigen::Index> const& rows);
+// A post-outcome predictor rebuilt from `outcome`: the mean over its rows at each step, in every row (plain sum in
+// row order, as forecast::common_time_table builds it).
+Eigen::MatrixXd common_time_of(Eigen::MatrixXd const& outcome);
+
+// `group`: per row of the complete tables, the group for run-level anomalies (empty: across all cells); a resample's
+// rows keep their groups, repeats included.
 double directional_on_resample(int which, Eigen::MatrixXd const& predictor, Eigen::MatrixXd const& outcome, double tol,
-                               PreparedTables const& p, std::span<std::int64_t const> units);
+                               PreparedTables const& p, std::span<std::int64_t const> units,
+                               std::vector<int> const& group = {});
 
 }  // namespace detail
+
+// Post-outcome predictors (common-time: the mean over cells of the very outcomes being scored) are not fixed rows:
+// when units are resampled, each resample rebuilds them from its own outcome rows (detail::common_time_of), so a
+// quantity that is exactly zero by construction on the full table (the common-time error's time share, say) stays
+// zero on every resample. Moving blocks resample steps and keep every cell: the mean over cells at a step is
+// unchanged, and the rows are used as they are.
+struct PostOutcome {
+  bool forecast = false;  // the forecast (or skill's predictor) is post-outcome
+  bool baseline = false;  // skill's baseline is post-outcome
+};
 
 // Interval for bias, mae, rmse_macro or rmse_pooled of forecast against outcome.
 template <class ExecSpace>
 Interval bootstrap_metric(ExecSpace const& space, TableMetric metric, CellTable const& forecast,
                           CellTable const& outcome, BootstrapSpec const& spec,
                           std::vector<std::string> const& unit_of_cell = {},
-                          MissingPolicy policy = MissingPolicy::error) {
+                          MissingPolicy policy = MissingPolicy::error, PostOutcome post = {}) {
   auto const p = detail::prepare_tables({&forecast, &outcome}, {"forecast", "outcome"}, unit_of_cell, policy, spec,
                                         "bootstrap_metric");
   Eigen::MatrixXd const error = p.values[0] - p.values[1];
+  if (p.resampling == Resampling::units && post.forecast) {
+    std::vector<std::int64_t> all(std::size_t(error.cols()));
+    std::iota(all.begin(), all.end(), std::int64_t(0));
+    return bootstrap(
+        space, p.n_units,
+        [&](std::span<std::int64_t const> units) {
+          Eigen::MatrixXd const y = detail::take_rows(p.values[1], detail::resample_rows(p, units));
+          return detail::metric_on_steps(metric, detail::common_time_of(y) - y, all);
+        },
+        spec);
+  }
   if (p.resampling == Resampling::units) {
     auto const q = detail::cell_quantities(error);
     return bootstrap(
@@ -111,20 +146,36 @@ Interval bootstrap_metric(ExecSpace const& space, TableMetric metric, CellTable 
 
 inline Interval bootstrap_metric(TableMetric metric, CellTable const& forecast, CellTable const& outcome,
                                  BootstrapSpec const& spec, std::vector<std::string> const& unit_of_cell = {},
-                                 MissingPolicy policy = MissingPolicy::error) {
-  return bootstrap_metric(Kokkos::DefaultHostExecutionSpace{}, metric, forecast, outcome, spec, unit_of_cell, policy);
+                                 MissingPolicy policy = MissingPolicy::error, PostOutcome post = {}) {
+  return bootstrap_metric(Kokkos::DefaultHostExecutionSpace{}, metric, forecast, outcome, spec, unit_of_cell, policy,
+                          post);
 }
 
 // Interval for skill = 1 - sum MSE_P / sum MSE_B.
 template <class ExecSpace>
 Interval bootstrap_skill(ExecSpace const& space, CellTable const& predictor, CellTable const& baseline,
                          CellTable const& outcome, BootstrapSpec const& spec,
-                         std::vector<std::string> const& unit_of_cell = {},
-                         MissingPolicy policy = MissingPolicy::error) {
+                         std::vector<std::string> const& unit_of_cell = {}, MissingPolicy policy = MissingPolicy::error,
+                         PostOutcome post = {}) {
   auto const p = detail::prepare_tables({&predictor, &baseline, &outcome}, {"predictor", "baseline", "outcome"},
                                         unit_of_cell, policy, spec, "bootstrap_skill");
   Eigen::MatrixXd const ep = p.values[0] - p.values[2];
   Eigen::MatrixXd const eb = p.values[1] - p.values[2];
+  if (p.resampling == Resampling::units && (post.forecast || post.baseline)) {
+    std::vector<std::int64_t> all(std::size_t(ep.cols()));
+    std::iota(all.begin(), all.end(), std::int64_t(0));
+    return bootstrap(
+        space, p.n_units,
+        [&](std::span<std::int64_t const> units) {
+          auto const rows = detail::resample_rows(p, units);
+          Eigen::MatrixXd const y = detail::take_rows(p.values[2], rows);
+          Eigen::MatrixXd const ct = detail::common_time_of(y);
+          Eigen::MatrixXd const sp = post.forecast ? ct : detail::take_rows(p.values[0], rows);
+          Eigen::MatrixXd const sb = post.baseline ? ct : detail::take_rows(p.values[1], rows);
+          return detail::skill_on_steps(sp - y, sb - y, all);
+        },
+        spec);
+  }
   if (p.resampling == Resampling::units) {
     auto const qp = detail::cell_quantities(ep);
     auto const qb = detail::cell_quantities(eb);
@@ -139,8 +190,9 @@ Interval bootstrap_skill(ExecSpace const& space, CellTable const& predictor, Cel
 
 inline Interval bootstrap_skill(CellTable const& predictor, CellTable const& baseline, CellTable const& outcome,
                                 BootstrapSpec const& spec, std::vector<std::string> const& unit_of_cell = {},
-                                MissingPolicy policy = MissingPolicy::error) {
-  return bootstrap_skill(Kokkos::DefaultHostExecutionSpace{}, predictor, baseline, outcome, spec, unit_of_cell, policy);
+                                MissingPolicy policy = MissingPolicy::error, PostOutcome post = {}) {
+  return bootstrap_skill(Kokkos::DefaultHostExecutionSpace{}, predictor, baseline, outcome, spec, unit_of_cell, policy,
+                         post);
 }
 
 // Intervals for the decomposition shares of `table` (pass forecast_error(F, Y) for the error decomposition). The
@@ -211,8 +263,61 @@ inline DecompositionShareIntervals bootstrap_decomposition_shares(CellTable cons
   return bootstrap_decomposition_shares(Kokkos::DefaultHostExecutionSpace{}, table, spec, unit_of_cell, policy);
 }
 
-// Intervals for the directional-specificity statistics (options.zero_tolerance and options.missing_policy are used;
-// alpha is not: the intervals have spec.confidence). The three intervals use the same resamples.
+// The decomposition shares of the forecast error F - Y, each on its own as bootstrap_decomposition_shares; with a
+// post-outcome forecast and units resampled, F is rebuilt on each resample from its outcome rows.
+template <class ExecSpace>
+DecompositionShareIntervals bootstrap_error_decomposition_shares(ExecSpace const& space, CellTable const& forecast,
+                                                                 CellTable const& outcome, BootstrapSpec const& spec,
+                                                                 std::vector<std::string> const& unit_of_cell = {},
+                                                                 MissingPolicy policy = MissingPolicy::error,
+                                                                 PostOutcome post = {}) {
+  if (!post.forecast) {
+    return bootstrap_decomposition_shares(space, forecast_error(forecast, outcome), spec, unit_of_cell, policy);
+  }
+  DecompositionShareIntervals out;
+  std::optional<detail::PreparedTables> p;
+  try {
+    p = detail::prepare_tables({&forecast, &outcome}, {"forecast", "outcome"}, unit_of_cell, policy, spec,
+                               "bootstrap_error_decomposition_shares");
+  } catch (StatsError const& e) {
+    out.reasons.fill(e.what());
+    return out;
+  }
+  for (int which = 0; which < 3; ++which) {
+    try {
+      out.shares[std::size_t(which)] = bootstrap(
+          space, p->n_units,
+          [&](std::span<std::int64_t const> units) {
+            Eigen::MatrixXd y, f;
+            if (p->resampling == Resampling::units) {
+              y = detail::take_rows(p->values[1], detail::resample_rows(*p, units));
+              f = detail::common_time_of(y);
+            } else {
+              y = p->values[1](Eigen::all, std::vector<Eigen::Index>(units.begin(), units.end()));
+              f = p->values[0](Eigen::all, std::vector<Eigen::Index>(units.begin(), units.end()));
+            }
+            Decomposition const d = decompose_values(f - y);
+            return which == 0 ? d.share_time : which == 1 ? d.share_cell : d.share_residual;
+          },
+          spec);
+    } catch (StatsError const& e) {
+      out.reasons[std::size_t(which)] = e.what();
+    }
+  }
+  return out;
+}
+
+inline DecompositionShareIntervals bootstrap_error_decomposition_shares(
+    CellTable const& forecast, CellTable const& outcome, BootstrapSpec const& spec,
+    std::vector<std::string> const& unit_of_cell = {}, MissingPolicy policy = MissingPolicy::error,
+    PostOutcome post = {}) {
+  return bootstrap_error_decomposition_shares(Kokkos::DefaultHostExecutionSpace{}, forecast, outcome, spec,
+                                              unit_of_cell, policy, post);
+}
+
+// Intervals for the directional-specificity statistics (options.zero_tolerance, options.missing_policy and
+// options.groups are used; alpha is not: the intervals have spec.confidence). With groups, each resample's anomalies
+// are taken within the groups of its rows (run level). The three intervals use the same resamples.
 template <class ExecSpace>
 DirectionalIntervals bootstrap_directional(ExecSpace const& space, CellTable const& predictor, CellTable const& outcome,
                                            BootstrapSpec const& spec, std::vector<std::string> const& unit_of_cell = {},
@@ -224,12 +329,14 @@ DirectionalIntervals bootstrap_directional(ExecSpace const& space, CellTable con
   }
   double const tol =
       options.zero_tolerance * std::max(p.values[0].cwiseAbs().maxCoeff(), p.values[1].cwiseAbs().maxCoeff());
+  std::vector<int> const group =
+      options.groups.empty() ? std::vector<int>{} : detail::group_indices(predictor.cells, options.groups, p.cells);
   std::array<Interval, 3> out;
   for (int which = 0; which < 3; ++which) {
     out[std::size_t(which)] = bootstrap(
         space, p.n_units,
         [&](std::span<std::int64_t const> units) {
-          return detail::directional_on_resample(which, p.values[0], p.values[1], tol, p, units);
+          return detail::directional_on_resample(which, p.values[0], p.values[1], tol, p, units, group);
         },
         spec);
   }

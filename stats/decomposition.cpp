@@ -55,7 +55,7 @@ Decomposition decompose_values(Eigen::MatrixXd const& y) {
   d.ss_cell = double(n_steps) * ss_cell.value();
   d.ss_residual = ss_residual.value();
   if (!(d.ss_total > 0)) {
-    throw StatsError("decompose: SS_total is 0 (the table is constant at " + std::to_string(d.mu) +
+    throw StatsError("decompose: SS_total is 0 (the table is constant at " + value_text(d.mu) +
                      "), so the shares SS_x / SS_total are undefined");
   }
   d.share_time = d.ss_time / d.ss_total;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <boost/math/distributions/binomial.hpp>
 #include <cmath>
+#include <map>
 
 #include "stats/error.hpp"
 #include "stats/summation.hpp"
@@ -19,6 +20,27 @@ Eigen::MatrixXd anomalies(Eigen::MatrixXd const& values) {
     double const mean = s.value() / double(values.rows());
     for (Eigen::Index i = 0; i < values.rows(); ++i) {
       a(i, j) = values(i, j) - mean;
+    }
+  }
+  return a;
+}
+
+Eigen::MatrixXd anomalies_within(Eigen::MatrixXd const& values, std::vector<int> const& group) {
+  int const n_groups = group.empty() ? 0 : *std::max_element(group.begin(), group.end()) + 1;
+  Eigen::MatrixXd a(values.rows(), values.cols());
+  std::vector<NeumaierSum> sums(static_cast<std::size_t>(n_groups));
+  std::vector<double> counts(std::size_t(n_groups), 0.0);
+  for (int g : group) {
+    counts[std::size_t(g)] += 1.0;
+  }
+  for (Eigen::Index j = 0; j < values.cols(); ++j) {
+    std::fill(sums.begin(), sums.end(), NeumaierSum{});
+    for (Eigen::Index i = 0; i < values.rows(); ++i) {
+      sums[std::size_t(group[std::size_t(i)])].add(values(i, j));
+    }
+    for (Eigen::Index i = 0; i < values.rows(); ++i) {
+      auto const g = std::size_t(group[std::size_t(i)]);
+      a(i, j) = values(i, j) - sums[g].value() / counts[g];
     }
   }
   return a;
@@ -67,9 +89,31 @@ std::optional<double> correlation(Eigen::Ref<Eigen::VectorXd const> const& x,
 
 namespace detail {
 
-DirectionalCore directional_core(Eigen::MatrixXd const& p, Eigen::MatrixXd const& y, double tol) {
-  Eigen::MatrixXd const ap = anomalies(p);
-  Eigen::MatrixXd const ay = anomalies(y);
+std::vector<int> group_indices(std::vector<std::string> const& table_cells, std::vector<std::string> const& groups,
+                               std::vector<std::string> const& cells) {
+  if (groups.size() != table_cells.size()) {
+    throw StatsError("directional_specificity: " + std::to_string(groups.size()) + " groups for " +
+                     std::to_string(table_cells.size()) + " cells");
+  }
+  std::map<std::string, std::string> group_of;
+  for (std::size_t i = 0; i < groups.size(); ++i) {
+    group_of[table_cells[i]] = groups[i];
+  }
+  std::map<std::string, int> index;
+  std::vector<int> out;
+  out.reserve(cells.size());
+  for (auto const& c : cells) {
+    auto const [it, inserted] = index.emplace(group_of.at(c), int(index.size()));
+    out.push_back(it->second);
+  }
+  return out;
+}
+
+DirectionalCore directional_core(Eigen::MatrixXd const& p, Eigen::MatrixXd const& y, double tol,
+                                 std::vector<int> const* group) {
+  bool const within = group != nullptr && !group->empty();
+  Eigen::MatrixXd const ap = within ? anomalies_within(p, *group) : anomalies(p);
+  Eigen::MatrixXd const ay = within ? anomalies_within(y, *group) : anomalies(y);
   DirectionalCore r;
   Eigen::Index const n_cells = p.rows();
   r.outcome_cell_anomaly.resize(n_cells);
@@ -96,6 +140,8 @@ DirectionalCore directional_core(Eigen::MatrixXd const& p, Eigen::MatrixXd const
   // Anomaly fields indistinguishable from rounding noise carry no direction: no correlation.
   bool const p_flat = ap.cwiseAbs().maxCoeff() <= tol;
   bool const y_flat = ay.cwiseAbs().maxCoeff() <= tol;
+  r.predictor_flat = p_flat;
+  r.outcome_flat = y_flat;
   if (!p_flat && !y_flat) {
     Eigen::Map<Eigen::VectorXd const> vp(ap.data(), ap.size()), vy(ay.data(), ay.size());
     r.anomaly_correlation = correlation(vp, vy, /*centre=*/false);
@@ -118,7 +164,7 @@ DirectionalSpecificity directional_specificity(CellTable const& predictor, CellT
   }
   if (!(options.zero_tolerance >= 0) || !(options.alpha > 0 && options.alpha < 1)) {
     throw StatsError("directional_specificity: need zero_tolerance >= 0 and 0 < alpha < 1, got " +
-                     std::to_string(options.zero_tolerance) + ", " + std::to_string(options.alpha));
+                     value_text(options.zero_tolerance) + ", " + value_text(options.alpha));
   }
   DirectionalSpecificity r;
   r.cells = complete.tables[0].cells;
@@ -127,7 +173,13 @@ DirectionalSpecificity directional_specificity(CellTable const& predictor, CellT
   r.missing_policy = options.missing_policy;
   r.alpha = options.alpha;
   double const scale = std::max(p.cwiseAbs().maxCoeff(), y.cwiseAbs().maxCoeff());
-  auto core = detail::directional_core(p, y, options.zero_tolerance * scale);
+  std::vector<int> group;
+  if (!options.groups.empty()) {
+    group = detail::group_indices(predictor.cells, options.groups, r.cells);
+    r.run_level = true;
+  }
+  auto core = detail::directional_core(p, y, options.zero_tolerance * scale, &group);
+  r.predictor_field_zero = core.predictor_flat;
   r.predictor_cell_anomaly = std::move(core.predictor_cell_anomaly);
   r.outcome_cell_anomaly = std::move(core.outcome_cell_anomaly);
   r.n_directional = core.n_directional;

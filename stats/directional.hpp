@@ -14,6 +14,15 @@
 //   cell_anomaly_correlation = Pearson correlation of m_P(c) and m_Y(c) over cells.
 // A predictor that only tracks the common time trend has A_P == 0: no directional cell, p = 1, correlations
 // undefined (reported as absent), and `significant` is false.
+//
+// Run level (DirectionalOptions::groups given): the cells are runs x parameter groups, and the question is whether
+// the predictor knows which *runs* of a group erase more. The anomalies are then taken within each group g:
+//   A_Y(c,t) = Y(c,t) - (1/|g|) sum_{c' in g} Y(c',t), and the same for P with its own group means,
+// and every statistic above is computed from these anomalies. A group with one cell has a zero anomaly field.
+// A predictor whose value is the same for every run of a group at each step (a shared reference's projection, say)
+// has a zero run-level field: `predictor_field_zero`, no run-specific signal.
+// The across-cells statistics (no groups) mix both: with cells = groups x runs they are dominated by which group
+// erases more.
 #include <optional>
 #include <string>
 #include <vector>
@@ -25,11 +34,16 @@ namespace wbaudit::stats {
 
 // Y(c,t) minus the across-cell mean at each t (complete matrix, rows = cells).
 Eigen::MatrixXd anomalies(Eigen::MatrixXd const& values);
+// Y(c,t) minus the mean at t over the rows of Y's group: group[c] in [0, number of groups), one per row.
+Eigen::MatrixXd anomalies_within(Eigen::MatrixXd const& values, std::vector<int> const& group);
 
 struct DirectionalOptions {
   double zero_tolerance = 1e-9;  // relative to the largest |value| of outcome and predictor
   double alpha = 0.05;           // one-sided level for `significant`
   MissingPolicy missing_policy = MissingPolicy::error;
+  // Run level: the group of each cell of the predictor table (aligned with its cells), e.g. the parameter group of a
+  // run x group cell; anomalies are taken within groups. Empty: across all cells.
+  std::vector<std::string> groups;
 };
 
 struct DirectionalSpecificity {
@@ -44,6 +58,9 @@ struct DirectionalSpecificity {
   std::optional<double> cell_anomaly_correlation;  // absent when fewer than 2 cells or zero variance
   double alpha = 0.05;
   bool significant = false;  // n > 0 and binomial_p_value < alpha
+  bool run_level = false;    // anomalies within groups (options.groups)
+  // The predictor's anomaly field is zero within the tolerance (run level: no run-specific signal).
+  bool predictor_field_zero = false;
   std::vector<std::string> dropped_cells;
   std::vector<std::int64_t> dropped_steps;
   MissingPolicy missing_policy = MissingPolicy::error;
@@ -59,8 +76,16 @@ struct DirectionalCore {
   Eigen::VectorXd outcome_cell_anomaly, predictor_cell_anomaly;
   int n_directional = 0, n_sign_agree = 0;
   std::optional<double> anomaly_correlation, cell_anomaly_correlation;
+  bool predictor_flat = false, outcome_flat = false;
 };
-DirectionalCore directional_core(Eigen::MatrixXd const& predictor, Eigen::MatrixXd const& outcome, double tol);
+// `group`: one group index per row for run-level anomalies; nullptr or empty: across all rows.
+DirectionalCore directional_core(Eigen::MatrixXd const& predictor, Eigen::MatrixXd const& outcome, double tol,
+                                 std::vector<int> const* group = nullptr);
+// The group index of each cell (in order of first appearance of the group) from `groups` aligned with
+// `table_cells`, for the cells `cells` (a subset, e.g. after a missing policy dropped some). Throws StatsError when
+// the sizes differ.
+std::vector<int> group_indices(std::vector<std::string> const& table_cells, std::vector<std::string> const& groups,
+                               std::vector<std::string> const& cells);
 }  // namespace detail
 
 // One-sided exact binomial tail P(X >= k) for X ~ Binomial(n, 1/2) (Boost.Math). Throws on k < 0, k > n.

@@ -14,11 +14,11 @@ TInterval t_interval(std::vector<double> const& values, double confidence) {
     throw StatsError("t_interval: needs at least 2 values, got " + std::to_string(values.size()));
   }
   if (!(confidence > 0 && confidence < 1)) {
-    throw StatsError("t_interval: confidence must be in (0, 1), got " + std::to_string(confidence));
+    throw StatsError("t_interval: confidence must be in (0, 1), got " + value_text(confidence));
   }
   for (std::size_t i = 0; i < values.size(); ++i) {
     if (!std::isfinite(values[i])) {
-      throw StatsError("t_interval: value " + std::to_string(i) + " is not finite (" + std::to_string(values[i]) + ")");
+      throw StatsError("t_interval: value " + std::to_string(i) + " is not finite (" + value_text(values[i]) + ")");
     }
   }
   double const n = double(values.size());
@@ -57,8 +57,8 @@ void check_pairs(std::vector<std::string> const& units, std::vector<double> cons
       throw StatsError(ctx + ": unit \"" + units[i] + "\" appears twice");
     }
     if (!std::isfinite(a[i]) || !std::isfinite(b[i])) {
-      throw StatsError(ctx + ": unit \"" + units[i] + "\" has a non-finite value (" + std::to_string(a[i]) + ", " +
-                       std::to_string(b[i]) + ")");
+      throw StatsError(ctx + ": unit \"" + units[i] + "\" has a non-finite value (" + value_text(a[i]) + ", " +
+                       value_text(b[i]) + ")");
     }
     if (nonzero_b && b[i] == 0) {
       throw StatsError(ctx + ": unit \"" + units[i] + "\" has a zero denominator");

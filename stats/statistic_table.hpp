@@ -34,6 +34,9 @@ struct StatisticDefinition {
   // why the statistic is undefined instead of an interval.
   bool directional = false;
   int summary_column = 0;  // its column in the report's Summary table (1 = the first); 0: not in it
+  // A directional statistic at run level (anomalies within each parameter group, across its runs): when the
+  // predictor's run-level field is zero it has no run-specific signal, and a gate on it fails for that reason.
+  bool run_level = false;
 };
 
 // Every statistic, in the order the skill report lists a predictor's rows (then the outcome's, then the paired

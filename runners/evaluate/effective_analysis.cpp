@@ -42,12 +42,13 @@ void resolve_effective_analysis(const SweepInputs& in, const ScoredCells& sc, Ev
       }
     }
   }
-  // As before the split into steps, the tolerance is resolved after the text is written: the text records
-  // forecast::CrossingOptions' default tolerance, not the declared one.
+  // The tolerance is resolved before the text is written, so that the text records the declared tolerance (it
+  // recorded forecast::CrossingOptions' default before: evaluating the effective text did not repeat an evaluation
+  // that declared another tolerance).
+  crossing.tolerance = analysis.tolerance.value_or(in.spec.evaluation.tolerance);
   result.effective_analysis = effective_analysis_toml(
       analysis, groups, {crossing.threshold, *crossing.burn_in, crossing.tolerance, crossing.min_group_size});
   result.analysis_sha256 = sha256_hex(result.effective_analysis);
-  crossing.tolerance = analysis.tolerance.value_or(in.spec.evaluation.tolerance);
 }
 
 }  // namespace wbaudit::runners::evaluation

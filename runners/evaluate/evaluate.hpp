@@ -55,7 +55,14 @@ struct PredictorEvaluation {
   // Set when the predictor's anomaly field (value minus the across-cell mean at each step) is exactly zero, as
   // for common-time: why no cell is directional and the anomaly correlations are undefined.
   std::string directional_note;
-  using StepSkill = stats::StepRmse;  // rmse over cells at one step, with its percentile interval
+  // Run level: anomalies within each parameter group, across its runs (stats/directional.hpp). When the
+  // predictor's run-level field is zero (the same value for every run of a group at each step, as for one shared
+  // reference's projection), `run_directional_note` says it has no run-specific signal, and `failed` holds the same
+  // reason for each run-level statistic: a gate on one of them fails (never passes, never inconclusive).
+  stats::DirectionalSpecificity run_directional;
+  std::string run_directional_note;
+  std::map<std::string, std::string> failed;  // statistic name -> why a gate on it fails whatever its interval
+  using StepSkill = stats::StepRmse;          // rmse over cells at one step, with its percentile interval
   std::vector<StepSkill> by_step;
   std::optional<forecast::CrossingSummary> crossing;
   std::vector<forecast::CellCrossing> crossings;

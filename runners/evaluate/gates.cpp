@@ -16,6 +16,16 @@ GateEvaluation judge_gate(const GateSpec& g, const std::vector<std::string>& req
     undefined = &p.undefined;
     unavailable = p.unavailable;
   }
+  if (!g.predictor.empty() && unavailable.empty()) {
+    const auto& failed = result.predictor(g.predictor).failed;
+    if (auto f = failed.find(g.gate.statistic); f != failed.end()) {
+      // A statistic the predictor cannot have (no run-specific signal): the gate fails for that reason.
+      ge.result.gate = ge.spec.gate;
+      ge.result.verdict = stats::Verdict::fail;
+      ge.result.reasons.push_back(g.predictor + ": " + f->second);
+      return ge;
+    }
+  }
   auto it = intervals->find(g.gate.statistic);
   if (unavailable.empty() && it != intervals->end()) {
     ge.result = stats::evaluate_gate(ge.spec.gate, it->second, result.required);

@@ -121,16 +121,19 @@ void gates_section(const EvaluationResult& r, report::Document& doc) {
   doc.heading("Gates");
   Rows rows;
   for (const auto& g : r.gates) {
+    // The baseline a gate compares against: a skill statistic names it; every other statistic has none.
+    const auto baseline = stats::skill_baseline(g.spec.gate.statistic);
     rows.push_back({g.spec.gate.name, g.spec.gate.statistic, g.spec.predictor.empty() ? "(outcome)" : g.spec.predictor,
+                    baseline ? *baseline : std::string("none"),
                     std::string(stats::to_string(g.spec.gate.direction)) + " " + num(g.spec.gate.threshold),
                     std::string(stats::to_string(g.result.verdict)),
                     g.has_interval ? shown(g.result.interval.estimate) : "—",
                     g.has_interval ? g.result.interval.describe() : "—", join(g.result.reasons, "; ")});
   }
   if (rows.empty()) {
-    rows.push_back({"(no gates declared)", "", "", "", "", "", "", ""});
+    rows.push_back({"(no gates declared)", "", "", "", "", "", "", "", ""});
   }
-  doc.table({"gate", "statistic", "predictor", "rule", "verdict", "estimate", "CI", "reasons"}, rows);
+  doc.table({"gate", "statistic", "predictor", "baseline", "rule", "verdict", "estimate", "CI", "reasons"}, rows);
 }
 
 // An estimate with its interval, or "not scored".
@@ -161,16 +164,24 @@ void glance_section(const EvaluationResult& r, report::Document& doc) {
                stat_cell(p, baseline_key(b), it == p.skill.end() ? NAN : it->second);
     }
     std::string directional = "—";
+    std::string run_directional = "—";
     if (p.unavailable.empty()) {
       const auto& d = p.directional;
       directional = "anomaly correlation " + stat_cell(p, "anomaly_correlation", d.anomaly_correlation.value_or(NAN)) +
                     "; signs " + std::to_string(d.n_sign_agree) + "/" + std::to_string(d.n_directional) +
                     " (binomial p = " + num(d.binomial_p_value, 3) + ")";
+      const auto& rd = p.run_directional;
+      run_directional =
+          !p.run_directional_note.empty()
+              ? std::string("no run-specific signal (its run-level anomaly field is zero)")
+              : "anomaly correlation " + stat_cell(p, "run_anomaly_correlation", rd.anomaly_correlation.value_or(NAN)) +
+                    "; signs " + std::to_string(rd.n_sign_agree) + "/" + std::to_string(rd.n_directional) +
+                    " (binomial p = " + num(rd.binomial_p_value, 3) + ")";
     }
     rows.push_back({p.name, predictor_label(p), stat_cell(p, "rmse_macro", p.metrics.rmse_macro),
-                    skill.empty() ? "—" : skill, directional});
+                    skill.empty() ? "—" : skill, directional, run_directional});
   }
-  doc.table({"predictor", "label", "rmse_macro", "skill", "directional specificity"}, rows);
+  doc.table({"predictor", "label", "rmse_macro", "skill", "directional, across cells", "directional, run level"}, rows);
   const auto& d = r.outcome_decomposition;
   std::string share = d ? shown(d->share_time) : std::string("undefined");
   if (auto it = r.outcome_intervals.find("share_time"); it != r.outcome_intervals.end()) {
@@ -179,7 +190,11 @@ void glance_section(const EvaluationResult& r, report::Document& doc) {
   doc.paragraph("Common time: share_time of the outcome = " + share +
                 " (SS_time / SS_total of y = mu + a_t + b_c + e). A large share with a good rmse_macro and skill "
                 "but a directional result near chance means the accuracy comes from the shared time course, "
-                "not from source-specific transfer. Bootstrap units: n = " +
+                "not from source-specific transfer. The across-cells directional statistics take anomalies against "
+                "the mean over all cells (parameter groups and runs together), so they mostly say which group "
+                "erases more; the run-level ones take anomalies against the mean over the runs of the same group, "
+                "and answer whether a predictor carries run-specific information (a shared reference cannot). "
+                "Bootstrap units: n = " +
                 std::to_string(r.resampling_units) + ".");
 }
 

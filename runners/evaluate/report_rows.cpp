@@ -40,7 +40,13 @@ StatisticRow predictor_row(const PredictorEvaluation& p, const stats::StatisticD
                            const std::string& statistic) {
   StatisticRow row{p.name, predictor_label(p), statistic, estimate_of(p.estimates, statistic), nullptr, {}};
   const bool test = def.shown == stats::StatisticShown::test;
-  if (def.directional && !p.directional_note.empty()) {
+  if (def.run_level && !p.run_directional_note.empty()) {
+    // No run-specific signal: a gate on it fails with this reason.
+    row.estimate = test ? row.estimate : NAN;
+    row.note = p.name + ": " + p.run_directional_note;
+    return row;
+  }
+  if (def.directional && !def.run_level && !p.directional_note.empty()) {
     // The true reason, instead of the bootstrap's "no directional cell" on every resample.
     row.estimate = test ? row.estimate : NAN;
     row.note = p.name + ": " + p.directional_note;

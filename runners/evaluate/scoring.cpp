@@ -61,7 +61,7 @@ void score_accuracy(const ScoringContext& ctx, const stats::CellTable& P, Predic
   for (const auto* m : {"bias", "mae", "rmse_macro", "rmse_pooled"}) {
     interval_or_reason(m, p, [&] {
       return stats::bootstrap_metric(stats::table_metric_from_name(m), P, Y, ctx.analysis.bootstrap, ctx.unit_of_cell,
-                                     policy);
+                                     policy, stats::PostOutcome{p.post_outcome, false});
     });
   }
 }
@@ -87,8 +87,10 @@ void score_skill(const ScoringContext& ctx, const stats::CellTable& P, Predictor
       continue;
     }
     p.estimates[key] = p.skill[b];
-    interval_or_reason(
-        key, p, [&] { return stats::bootstrap_skill(P, B, Y, ctx.analysis.bootstrap, ctx.unit_of_cell, policy); });
+    interval_or_reason(key, p, [&] {
+      return stats::bootstrap_skill(P, B, Y, ctx.analysis.bootstrap, ctx.unit_of_cell, policy,
+                                    stats::PostOutcome{p.post_outcome, ctx.tables.predictor(b).post_outcome});
+    });
   }
 }
 
@@ -122,6 +124,46 @@ void score_directional(const ScoringContext& ctx, const stats::CellTable& P, Pre
   }
 }
 
+// The run-level directional statistics: anomalies within each parameter group, across its runs.
+void score_run_directional(const ScoringContext& ctx, const stats::CellTable& P, PredictorEvaluation& p) {
+  stats::DirectionalOptions dopt;
+  dopt.missing_policy = ctx.analysis.missing;
+  dopt.groups = ctx.group_of_cell;
+  const std::vector<std::string> names = {"run_sign_agreement_rate", "run_anomaly_correlation",
+                                          "run_cell_anomaly_correlation"};
+  const auto& d = p.run_directional = stats::directional_specificity(P, ctx.tables.outcome, dopt);
+  p.estimates["run_sign_agreement_rate"] = d.sign_agreement_rate.value_or(NAN);
+  p.notes["run_sign_agreement_rate"] =
+      "k=" + std::to_string(d.n_sign_agree) + " of n=" + std::to_string(d.n_directional) + " directional cells";
+  p.estimates["run_binomial_p_value"] = d.binomial_p_value;
+  p.notes["run_binomial_p_value"] =
+      d.significant ? "significant at alpha=" + util::number_text(d.alpha, 6) : "not significant";
+  p.estimates["run_anomaly_correlation"] = d.anomaly_correlation.value_or(NAN);
+  p.estimates["run_cell_anomaly_correlation"] = d.cell_anomaly_correlation.value_or(NAN);
+  if (d.predictor_field_zero) {
+    p.run_directional_note =
+        "no run-specific signal: its run-level anomaly field (its value minus the mean over the runs of the same "
+        "group at each step) is zero, so it cannot tell which runs of a group erase more";
+    for (const auto& s : names) {
+      p.failed[s] = p.run_directional_note;
+    }
+    p.failed["run_binomial_p_value"] = p.run_directional_note;
+    return;
+  }
+  try {
+    auto ci = stats::bootstrap_directional(P, ctx.tables.outcome, ctx.analysis.bootstrap, ctx.unit_of_cell, dopt);
+    p.intervals["run_sign_agreement_rate"] = ci.sign_agreement_rate;
+    p.intervals["run_anomaly_correlation"] = ci.anomaly_correlation;
+    p.intervals["run_cell_anomaly_correlation"] = ci.cell_anomaly_correlation;
+  } catch (const stats::StatsError& e) {
+    for (const auto& s : names) {
+      p.undefined[s] = std::string(e.what()) +
+                       " (run level: a resample that draws the same run for every run of a group has no run-level "
+                       "contrast; the interval needs more runs, or unit = \"cell\")";
+    }
+  }
+}
+
 // The common-time decomposition of the forecast error P - Y (absent when the error table is constant).
 void score_error_decomposition(const ScoringContext& ctx, const stats::CellTable& P, PredictorEvaluation& p) {
   const auto& Y = ctx.tables.outcome;
@@ -129,8 +171,8 @@ void score_error_decomposition(const ScoringContext& ctx, const stats::CellTable
   try {
     p.error_decomposition = stats::decompose_forecast_error(P, Y, policy);
     share_intervals("error_",
-                    stats::bootstrap_decomposition_shares(stats::forecast_error(P, Y), ctx.analysis.bootstrap,
-                                                          ctx.unit_of_cell, policy),
+                    stats::bootstrap_error_decomposition_shares(P, Y, ctx.analysis.bootstrap, ctx.unit_of_cell, policy,
+                                                                stats::PostOutcome{p.post_outcome, false}),
                     p.intervals, p.undefined);
   } catch (const stats::StatsError& e) {
     p.error_decomposition_note = e.what();
@@ -209,10 +251,11 @@ void outcome_drops(EvaluationResult& result) {
 
 ScoringContext scoring_context(const AnalysisSpec& analysis, const forecast::EvaluationTables& tables,
                                EvaluationResult& result) {
-  ScoringContext ctx{analysis, tables, {}, {}, result.crossing_options, result.group_sizes};
+  ScoringContext ctx{analysis, tables, {}, {}, {}, result.crossing_options, result.group_sizes};
   if (analysis.unit == BootstrapUnit::run) {
     ctx.unit_of_cell = result.runs;
   }
+  ctx.group_of_cell = result.groups;
   result.resampling_units = analysis.unit == BootstrapUnit::run
                                 ? std::set<std::string>(result.runs.begin(), result.runs.end()).size()
                                 : result.cells.size();
@@ -263,6 +306,7 @@ PredictorEvaluation score_predictor(const ScoringContext& ctx, const std::string
   score_accuracy(ctx, pt.table, p);
   score_skill(ctx, pt.table, p);
   score_directional(ctx, pt.table, p);
+  score_run_directional(ctx, pt.table, p);
   score_error_decomposition(ctx, pt.table, p);
   score_crossings(ctx, pt.table, p);
   p.by_step = stats::rmse_by_step(pt.table, ctx.tables.outcome, ctx.unit_of_cell, ctx.analysis.bootstrap);

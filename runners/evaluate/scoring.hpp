@@ -16,7 +16,8 @@ namespace wbaudit::runners::evaluation {
 struct ScoringContext {
   const AnalysisSpec& analysis;
   const forecast::EvaluationTables& tables;
-  std::vector<std::string> unit_of_cell;  // per row: its resampling unit, the target run (empty: unit = cell)
+  std::vector<std::string> unit_of_cell;   // per row: its resampling unit, the target run (empty: unit = cell)
+  std::vector<std::string> group_of_cell;  // per row: its parameter group (run-level directional statistics)
   // Baselines whose table has rows without history (template classes declared inconclusive): why, by name.
   std::map<std::string, std::string> baseline_unavailable;
   const forecast::CrossingOptions& crossing;

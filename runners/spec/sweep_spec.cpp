@@ -247,30 +247,46 @@ std::vector<SpecKey> sweep_spec_keys() {
   }
   keys.push_back({"grid", false, "any"});
   // The cell configuration: every key but those the runner sets (schema, mode, project_*) can be a grid axis.
-  const auto& run = sim::run_config_key_tables();
+  const auto run = sim::run_config_key_tables();
   const std::set<std::string> runner_set = {"schema", "mode", "project_formats", "project_policies"};
+  // A table of each model ("model/<kind>", "data/<kind>") is known by the prefix before its slash.
+  const auto per_model = [&](const std::string& table) {
+    const auto it = run.lower_bound(table + "/");
+    return it != run.end() && it->first.rfind(table + "/", 0) == 0;
+  };
   for (const auto& k : run.at("")) {
-    if (runner_set.count(k) || run.count(k) || run.count(k + "/two_layer")) {
+    if (runner_set.count(k) || run.count(k) || per_model(k)) {
       continue;
     }
     keys.push_back({k, true, "any"});
   }
+  // A key of a model's table applies to the kinds whose table holds it: "any" when every kind's does (data.batch,
+  // model.kind), else their names (comma-separated).
+  std::map<std::string, std::vector<std::string>> kinds_of_key;
+  std::set<std::string> kinds;
   for (const auto& [table, names] : run) {
     if (table.empty() || table == "project_policies[]") {
       continue;
     }
     const auto slash = table.find('/');
     const std::string prefix = table.substr(0, slash);
-    const std::string models = slash == std::string::npos ? "any" : table.substr(slash + 1);
     for (const auto& k : names) {
       const std::string path = prefix + "." + k;
-      // A key of both model kinds' tables (data.batch, model.kind) is one key for any model.
-      auto same = std::find_if(keys.begin(), keys.end(), [&](const SpecKey& x) { return x.path == path; });
-      if (same != keys.end()) {
-        same->models = "any";
+      if (slash == std::string::npos) {
+        keys.push_back({path, true, "any"});
         continue;
       }
-      keys.push_back({path, true, models});
+      kinds.insert(table.substr(slash + 1));
+      if (kinds_of_key[path].empty()) {
+        keys.push_back({path, true, ""});
+      }
+      kinds_of_key[path].push_back(table.substr(slash + 1));
+    }
+  }
+  for (SpecKey& key : keys) {
+    if (const auto it = kinds_of_key.find(key.path); it != kinds_of_key.end()) {
+      const std::set<std::string> of(it->second.begin(), it->second.end());
+      key.models = of == kinds ? "any" : util::join(it->second, ", ");
     }
   }
   // Read by the runner, not the simulator: lr relative to the target format (resolve_lr_scale).

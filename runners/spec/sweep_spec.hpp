@@ -73,7 +73,8 @@ SweepSpec load_sweep_spec(const std::filesystem::path& path);
 SweepSpec parse_sweep_spec(const std::string& text, const std::filesystem::path& source_name);
 
 // A key a sweep spec may set: its dotted path, whether [grid] may vary it, and the model kinds it applies to ("any",
-// "two_layer", "decoder"). docs/specs.md documents exactly these (tests/runners/spec_keys_test.cpp).
+// or the comma-separated kinds whose tables hold it: "two_layer", "decoder"). docs/specs.md documents exactly these
+// (tests/runners/spec_keys_test.cpp).
 struct SpecKey {
   std::string path;
   bool grid_axis = false;

@@ -244,6 +244,27 @@ TEST_F(EvaluateTest, TheEffectiveAnalysisIsCompleteAndRepeatsWordForWord) {
   EXPECT_EQ(again.analysis_sha256, first.analysis_sha256);
 }
 
+TEST_F(EvaluateTest, TheEffectiveAnalysisRecordsTheDeclaredCrossingSettings) {
+  // A declared tolerance (and threshold, burn-in, minimum group size) is what the crossings use and what the
+  // effective analysis says, so that evaluating the effective text repeats the evaluation.
+  wr::EvaluateOptions options;
+  options.figures = false;
+  options.analysis = analysis("crossing", basic_analysis("[crossing]\nthreshold = 0.4\nburn_in = 3\ntolerance = 0.3\n"
+                                                         "min_group_size = 2\n"));
+  const auto first = wr::evaluate_sweep(sweep, options);
+  EXPECT_EQ(first.crossing_options.tolerance, 0.3);
+  const auto written = wr::parse_analysis_spec(first.effective_analysis, "effective.toml");
+  ASSERT_TRUE(written.tolerance.has_value()) << first.effective_analysis;
+  EXPECT_EQ(*written.tolerance, 0.3) << first.effective_analysis;
+  EXPECT_EQ(written.threshold, std::optional<double>(0.4));
+  EXPECT_EQ(written.burn_in, std::optional<std::int64_t>(3));
+  EXPECT_EQ(written.min_group_size, std::optional<std::int64_t>(2));
+  options.analysis = analysis("crossing_again", first.effective_analysis);
+  const auto again = wr::evaluate_sweep(sweep, options);
+  EXPECT_EQ(again.crossing_options.tolerance, 0.3);
+  EXPECT_EQ(again.effective_analysis, first.effective_analysis);
+}
+
 TEST_F(EvaluateTest, SkillByStepAndByFactorMatchPlainRecomputation) {
   wr::EvaluateOptions options;
   options.analysis = analysis("by_step", basic_analysis());
@@ -765,4 +786,90 @@ TEST(EvaluateMissing, DropPoliciesStateTheCountsAndListEveryDropInDroppedCsv) {
     EXPECT_NE(md.find(expected), std::string::npos) << expected << "\nnot in\n" << md;
   }
   fs::remove_all(root);
+}
+
+// Issue 30: run-level directional specificity. The anomalies are taken against the mean over the runs of the same
+// parameter group; the test recomputes run_anomaly_correlation of `source` from series.csv (the group is the cell's
+// last path component), plainly, and checks the estimate. `common-time` is the same for every run of a group at each
+// step, so it has no run-specific signal: a gate on its run-level correlation fails with that reason, while the
+// across-cells statistic of the same predictor is undefined (inconclusive), as before.
+TEST_F(EvaluateTest, RunLevelDirectionalStatisticsAndTheirGates) {
+  wr::EvaluateOptions options;
+  options.figures = false;
+  // Units = cells: with 4 runs, a resample of runs often draws one run only, which has no run-level contrast.
+  std::string text = basic_analysis(R"(
+[[gates]]
+name = "common-time run level"
+statistic = "run_anomaly_correlation"
+predictor = "common-time"
+comparator = ">="
+threshold = 0.3
+
+[[gates]]
+name = "common-time across cells"
+statistic = "anomaly_correlation"
+predictor = "common-time"
+comparator = ">="
+threshold = 0.3
+
+[[gates]]
+name = "source run level"
+statistic = "run_anomaly_correlation"
+predictor = "source"
+comparator = ">="
+threshold = -1.0
+)");
+  text.replace(text.find("unit = \"run\""), std::string("unit = \"run\"").size(), "unit = \"cell\"");
+  options.analysis = analysis("run_level", text);
+  auto result = wr::evaluate_sweep(sweep, options);
+  auto dir = wr::write_evaluation_report(result, options);
+  ASSERT_EQ(result.gates.size(), 3u);
+  EXPECT_EQ(result.gates[0].result.verdict, wbaudit::stats::Verdict::fail);
+  ASSERT_FALSE(result.gates[0].result.reasons.empty());
+  EXPECT_NE(result.gates[0].result.reasons[0].find("no run-specific signal"), std::string::npos)
+      << result.gates[0].result.reasons[0];
+  EXPECT_EQ(result.gates[1].result.verdict, wbaudit::stats::Verdict::inconclusive);
+  EXPECT_EQ(result.gates[2].result.verdict, wbaudit::stats::Verdict::pass)  // a correlation is >= -1
+      << (result.gates[2].result.reasons.empty() ? "" : result.gates[2].result.reasons[0]);
+
+  // Plain recomputation from series.csv: group -> step -> run values, then the within-group anomalies.
+  std::map<std::string, std::map<std::string, std::map<std::string, std::pair<double, double>>>> by_group;
+  for (auto& row : read_csv(dir / "series.csv")) {
+    const std::string cell = row["cell"];
+    const std::string group = cell.substr(cell.rfind('/') + 1);
+    by_group[group][row["step"]][cell] = {std::stod(row["outcome"]), std::stod(row["source"])};
+  }
+  long double sxy = 0, sxx = 0, syy = 0;
+  for (auto& [group, steps] : by_group) {
+    for (auto& [step, cells] : steps) {
+      long double my = 0, mp = 0;
+      for (auto& [cell, v] : cells) {
+        my += v.first;
+        mp += v.second;
+      }
+      my /= cells.size();
+      mp /= cells.size();
+      for (auto& [cell, v] : cells) {
+        const long double ay = v.first - my, ap = v.second - mp;
+        sxy += ap * ay;
+        sxx += ap * ap;
+        syy += ay * ay;
+      }
+    }
+  }
+  const double expected = double(sxy / std::sqrt(sxx * syy));
+  const auto& source = result.predictor("source");
+  ASSERT_TRUE(source.run_directional.anomaly_correlation.has_value());
+  EXPECT_NEAR(*source.run_directional.anomaly_correlation, expected, 1e-12);
+  EXPECT_TRUE(source.run_directional_note.empty());
+  EXPECT_FALSE(result.predictor("common-time").run_directional_note.empty());
+  // statistics.csv carries the run-level rows next to the across-cells ones.
+  int run_rows = 0;
+  for (auto& row : read_csv(dir / "statistics.csv")) {
+    if (row["predictor"] == "source" && row["statistic"] == "run_anomaly_correlation") {
+      EXPECT_EQ(std::stod(row["estimate"]), *source.run_directional.anomaly_correlation);
+      ++run_rows;
+    }
+  }
+  EXPECT_EQ(run_rows, 1);
 }

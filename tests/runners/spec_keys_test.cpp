@@ -13,6 +13,7 @@
 
 #include "runners/spec/analysis_spec.hpp"
 #include "runners/spec/sweep_spec.hpp"
+#include "sim/model_registry.hpp"
 #include "sim/run.hpp"
 
 namespace {
@@ -125,13 +126,18 @@ TEST(SpecKeys, DocumentedRunDefaultsAreTheSimulatorsDefaults) {
     j["replay"]["sr_stream"] = wbaudit::sim::ReplayConfig{}.sr_stream;
     return j;
   };
-  const std::map<std::string, json> by_kind = {{"two_layer", defaults("two_layer")}, {"decoder", defaults("decoder")}};
+  std::map<std::string, json> by_kind;
+  for (const wbaudit::sim::ModelDescriptor* model : wbaudit::sim::registered_models()) {
+    by_kind[model->kind()] = defaults(model->kind());
+  }
   int checked = 0;
   for (const auto& r : table_after("### Sweep spec keys")) {
     const std::string& d = r.cells.at(2);
     if (d.size() < 2 || d.front() != '`' || d.back() != '`') continue;
     const json value = json::parse(d.substr(1, d.size() - 2));
-    const std::string kind = r.cells.at(5) == "decoder" ? "decoder" : "two_layer";
+    // The row's model column: "any" (the default model's value) or the kinds it applies to (the first one's).
+    const std::string& models = r.cells.at(5);
+    const std::string kind = models == "any" ? wbaudit::sim::ModelConfig{}.kind : models.substr(0, models.find(','));
     const json::json_pointer pointer("/" + [&] {
       std::string p = r.cells[0];
       for (auto& ch : p) ch = ch == '.' ? '/' : ch;

@@ -3,6 +3,8 @@
 #include <Kokkos_Core.hpp>
 #include <cmath>
 #include <limits>
+#include <string>
+#include <vector>
 
 #include "stats/bootstrap_tables.hpp"
 #include "stats/error.hpp"
@@ -226,4 +228,84 @@ TEST(BootstrapTables, EachDecompositionShareStandsOrFailsAlone) {
     EXPECT_NEAR(got.upper, ref.upper, 1e-9);
     EXPECT_LT(got.lower, got.upper);
   }
+}
+
+// Run level with one group: the mean over the runs of the group is the across-cell mean, so every resample's
+// statistics, and the intervals, are those of the across-cells bootstrap (an independent path: the across-cells code
+// takes plain column means).
+TEST(BootstrapDirectional, RunLevelWithOneGroupIsTheAcrossCellsBootstrap) {
+  std::vector<std::vector<double>> yr, pr;
+  for (int c = 0; c < 10; ++c) {
+    std::vector<double> y, p;
+    for (int t = 0; t < 15; ++t) {
+      y.push_back(std::sin(0.3 * t + c) + 0.1 * c);
+      p.push_back(y.back() + 0.3 * std::cos(1.3 * t * c));
+    }
+    yr.push_back(y);
+    pr.push_back(p);
+  }
+  auto const spec = percentile_spec(0.9);
+  DirectionalOptions one_group;
+  one_group.groups.assign(10, "all");
+  auto const a = bootstrap_directional(make_table(pr), make_table(yr), spec);
+  auto const b = bootstrap_directional(make_table(pr), make_table(yr), spec, {}, one_group);
+  EXPECT_NEAR(a.anomaly_correlation.lower, b.anomaly_correlation.lower, 1e-12);
+  EXPECT_NEAR(a.anomaly_correlation.upper, b.anomaly_correlation.upper, 1e-12);
+  EXPECT_EQ(a.sign_agreement_rate.lower, b.sign_agreement_rate.lower);
+  EXPECT_EQ(a.sign_agreement_rate.upper, b.sign_agreement_rate.upper);
+  // With units = runs (two cells per run, in two groups), a predictor shared by the runs of each group has no
+  // run-level field on any resample: the bootstrap cannot define the statistic and says so.
+  std::vector<std::vector<double>> ys, ps;
+  std::vector<std::string> groups, runs;
+  for (int run = 0; run < 5; ++run) {
+    for (int g = 0; g < 2; ++g) {
+      ys.push_back({0.1 * run + g, 0.2 * run + g});
+      ps.push_back({double(g), 2.0 * g});
+      groups.push_back(g == 0 ? "g0" : "g1");
+      runs.push_back("run" + std::to_string(run));
+    }
+  }
+  DirectionalOptions run_level;
+  run_level.groups = groups;
+  EXPECT_THROW(bootstrap_directional(make_table(ps), make_table(ys), spec, runs, run_level), StatsError);
+}
+
+// Issue 30: a post-outcome predictor (common-time, the mean over cells of the outcome at each step) is rebuilt on
+// each resample. Its forecast error then has no time effect on any resample, so the interval of error_share_time,
+// exactly zero by construction (up to rounding), is degenerate at 0; reusing the full table's common-time rows on
+// the resamples (the old behaviour, post.forecast = false) puts most of the interval away from zero.
+TEST(BootstrapPostOutcome, TheCommonTimeErrorHasNoTimeShareOnAnyResample) {
+  std::vector<std::vector<double>> yr;
+  std::vector<std::string> runs;
+  for (int run = 0; run < 6; ++run) {
+    for (int g = 0; g < 3; ++g) {
+      std::vector<double> y;
+      for (int t = 0; t < 12; ++t) {
+        y.push_back(0.1 * g + (1.0 - std::exp(-0.2 * t)) * (1.0 + 0.15 * std::sin(2.3 * run + t)));
+      }
+      yr.push_back(y);
+      runs.push_back("run" + std::to_string(run));
+    }
+  }
+  // The common-time rows, computed here by hand: the column means of the outcome.
+  std::vector<std::vector<double>> ct(yr.size(), std::vector<double>(12));
+  for (int t = 0; t < 12; ++t) {
+    double sum = 0;
+    for (auto const& row : yr) {
+      sum += row[std::size_t(t)];
+    }
+    for (auto& row : ct) {
+      row[std::size_t(t)] = sum / double(yr.size());
+    }
+  }
+  auto const y = make_table(yr);
+  auto const f = make_table(ct);
+  auto const spec = percentile_spec(0.95);
+  auto const rebuilt = bootstrap_error_decomposition_shares(f, y, spec, runs, MissingPolicy::error, {true, false});
+  ASSERT_TRUE(rebuilt.shares[0].has_value()) << rebuilt.reasons[0];
+  EXPECT_LT(std::abs(rebuilt.shares[0]->lower), 1e-20);
+  EXPECT_LT(std::abs(rebuilt.shares[0]->upper), 1e-20);
+  auto const reused = bootstrap_error_decomposition_shares(f, y, spec, runs, MissingPolicy::error, {false, false});
+  ASSERT_TRUE(reused.shares[0].has_value()) << reused.reasons[0];
+  EXPECT_GT(reused.shares[0]->upper, 1e-3);
 }

@@ -136,3 +136,19 @@ TEST(Decomposition, ConstantTableAndMissingValuesAreErrors) {
   EXPECT_DOUBLE_EQ(d.ss_time, 2 * 2 * 1.5625);
   EXPECT_DOUBLE_EQ(d.ss_cell, 2 * 2 * 7.5625);
 }
+
+// Issue 30: values in messages read back as the same double (a constant table at 7.3e-30 said "0.000000").
+TEST(Decomposition, TheConstantTableMessageNamesTheValueExactly) {
+  auto const t = make_table({{7.3e-30, 7.3e-30}, {7.3e-30, 7.3e-30}});
+  try {
+    (void)decompose(t);
+    FAIL() << "a constant table was decomposed";
+  } catch (StatsError const& e) {
+    std::string const m = e.what();
+    EXPECT_NE(m.find("7.3e-30"), std::string::npos) << m;
+    EXPECT_EQ(m.find("0.000000"), std::string::npos) << m;
+  }
+  EXPECT_EQ(value_text(0.1), "0.1");
+  EXPECT_EQ(std::stod(value_text(1.0 / 3.0)), 1.0 / 3.0);
+  EXPECT_EQ(value_text(0.0), "0");
+}

@@ -2,6 +2,8 @@
 
 #include <cmath>
 #include <random>
+#include <string>
+#include <vector>
 
 #include "stats/directional.hpp"
 #include "stats/error.hpp"
@@ -134,4 +136,72 @@ TEST(Directional, BadInput) {
   auto const y2 = make_table({{0, 1}, {1, 2}});
   auto const p2 = make_table({{0, 1, 2}, {1, 2, 3}});
   EXPECT_THROW(directional_specificity(p2, y2), StatsError);
+}
+
+// Issue 30, run level. Two groups x two runs, one step, worked by hand:
+//   g1: Y = (1, 3) -> run anomalies (-1, 1); P = (2, 2.5) -> (-0.25, 0.25)
+//   g2: Y = (10, 10) -> (0, 0);             P = (5, 7)   -> (-1, 1)
+// Directional cells (both mean anomalies nonzero): the two g1 cells, both signs agree: n = 2, k = 2.
+// anomaly correlation = (0.25 + 0.25) / sqrt((0.0625 + 0.0625 + 1 + 1) * (1 + 1)) = 0.5 / sqrt(4.25).
+TEST(DirectionalRunLevel, HandComputedTwoGroupsTwoRuns) {
+  auto const y = make_table({{1}, {3}, {10}, {10}});
+  auto const p = make_table({{2}, {2.5}, {5}, {7}});
+  DirectionalOptions options;
+  options.groups = {"g1", "g1", "g2", "g2"};
+  auto const r = directional_specificity(p, y, options);
+  EXPECT_TRUE(r.run_level);
+  EXPECT_FALSE(r.predictor_field_zero);
+  EXPECT_EQ(r.n_directional, 2);
+  EXPECT_EQ(r.n_sign_agree, 2);
+  ASSERT_TRUE(r.anomaly_correlation.has_value());
+  EXPECT_NEAR(*r.anomaly_correlation, 0.5 / std::sqrt(4.25), 1e-15);
+  EXPECT_DOUBLE_EQ(r.outcome_cell_anomaly(0), -1.0);
+  EXPECT_DOUBLE_EQ(r.predictor_cell_anomaly(3), 1.0);
+  // Across cells the same tables give another answer: means 6 (outcome) and 4.125 (predictor), all 4 cells
+  // directional, signs (-,-) (-,-) (+,+) (+,+): the group difference dominates.
+  auto const across = directional_specificity(p, y);
+  EXPECT_FALSE(across.run_level);
+  EXPECT_EQ(across.n_directional, 4);
+  EXPECT_EQ(across.n_sign_agree, 4);
+}
+
+// A shared reference: the predictor is the same for every run of a group (it differs between groups), while the
+// outcomes differ by run. Across cells it looks directional (the groups differ); at run level its field is zero by
+// construction: no directional cell, no correlation, predictor_field_zero.
+TEST(DirectionalRunLevel, ASharedPredictorHasNoRunLevelSignal) {
+  std::vector<std::vector<double>> yr, pr;
+  std::vector<std::string> groups;
+  for (int g = 0; g < 4; ++g) {
+    for (int run = 0; run < 3; ++run) {
+      std::vector<double> y, p;
+      for (int t = 0; t < 20; ++t) {
+        double const trend = 1.0 - std::exp(-0.1 * t);
+        p.push_back(trend + 0.1 * g);
+        y.push_back(trend + 0.1 * g + 0.01 * (run - 1) * std::sqrt(t + 1.0));
+      }
+      yr.push_back(y);
+      pr.push_back(p);
+      groups.push_back("g" + std::to_string(g));
+    }
+  }
+  DirectionalOptions options;
+  options.groups = groups;
+  auto const r = directional_specificity(make_table(pr), make_table(yr), options);
+  EXPECT_TRUE(r.predictor_field_zero);
+  EXPECT_EQ(r.n_directional, 0);
+  EXPECT_FALSE(r.anomaly_correlation.has_value());
+  EXPECT_FALSE(r.cell_anomaly_correlation.has_value());
+  EXPECT_FALSE(r.significant);
+  auto const across = directional_specificity(make_table(pr), make_table(yr));
+  EXPECT_FALSE(across.predictor_field_zero);
+  ASSERT_TRUE(across.anomaly_correlation.has_value());
+  EXPECT_GT(*across.anomaly_correlation, 0.9);
+}
+
+TEST(DirectionalRunLevel, GroupsMustCoverTheCells) {
+  auto const y = make_table({{1}, {3}, {10}});
+  auto const p = make_table({{2}, {2.5}, {5}});
+  DirectionalOptions options;
+  options.groups = {"g1", "g1"};
+  EXPECT_THROW(directional_specificity(p, y, options), StatsError);
 }

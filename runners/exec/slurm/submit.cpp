@@ -10,6 +10,7 @@
 
 #include "runners/store/identity.hpp"
 #include "runners/store/journal.hpp"
+#include "sim/model_registry.hpp"
 #include "sim/run.hpp"
 
 namespace wbaudit::runners::slurm {
@@ -62,29 +63,14 @@ double estimate_cell_seconds(const nlohmann::json& cell_config) {
   } catch (const std::exception&) {
     return 60;
   }
-  const sim::ModelConfig& m = c.model;
-  const double batch = c.data.batch;
   // Projections per step: a reference projects every target format under nearest and each projected policy.
   const double projections =
       c.mode == sim::RunMode::reference
           ? static_cast<double>(c.project_formats.size()) * (1.0 + static_cast<double>(c.project_policies.size()))
           : 1.0;
-  double step = 0;     // seconds per training step
-  double forward = 0;  // seconds of one forward pass of one batch (validation)
-  if (m.kind == "decoder") {
-    const double V = m.decoder.vocab, D = m.decoder.width, F = m.decoder.mlp_hidden, L = m.decoder.layers,
-                 S = m.decoder.seq_len;
-    const double params = 2 * V * D + D + L * (2 * D + 4 * D * D + 3 * F * D);
-    const double flops = 6 * batch * S * (params - V * D) + 12 * L * batch * S * S * D;
-    step = 20e-12 * flops + 50e-9 * params * projections;
-    forward = 20e-12 * flops / 3;
-  } else {
-    const double in = m.shape.input_dim, hid = m.shape.hidden, out = m.shape.output_dim, th = m.teacher_hidden;
-    const double params = in * hid + hid + hid * out + out;
-    const double flops = batch * (6 * (in * hid + hid * out) + 2 * (in * th + th * out));
-    step = 30e-6 + 0.3e-9 * flops + (5e-6 + 10e-9 * params) * projections;
-    forward = 0.3e-9 * flops / 3;
-  }
+  const sim::ModelSeconds model = sim::find_model(c.model.kind).seconds(c, projections);
+  const double step = model.step;        // seconds per training step
+  const double forward = model.forward;  // seconds of one forward pass of one batch (validation)
   const double steps = static_cast<double>(c.steps);
   double seconds = 0.05 + steps * step;
   if (c.validation.every > 0) {
