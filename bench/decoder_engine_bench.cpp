@@ -2,12 +2,16 @@
 // a ~1M-parameter decoder (width 128, 4 heads, 4 layers, SwiGLU 344, vocab 256, sequence 128, batch 8, Adam; the
 // *MillionShape ratios use decoder_bench's 1M shape instead) run as a plain fp32 cell (reference mode; its steps
 // 1 .. 4 record nothing and are the baseline), an e4m3 nearest target (norm gains fp32), an e4m3 stochastic target,
-// and reference recording at every step (projections for bf16, e4m3, e5m2, the d histogram and the joint histogram).
-// The Ratios benchmarks interleave them and report per-step time ratios to the plain cell; peak resident memory and
-// the machine's cost of a fresh page are reported too.
+// and reference recording at every step (projections for bf16, e4m3, e5m2, the d histogram and the margin histogram)
+// streamed to a trace file as in production (run_cell_to_file). The Ratios benchmarks interleave them and report
+// per-step time ratios to the plain cell, and the finished trace's bytes per recorded step; MarginKernel times the
+// recording kernel alone on a 4M-coordinate tensor under each ISA the CPU has; RecordingPeakMemory runs a streamed
+// reference recording 4 and 40 steps in child processes and reports each one's peak resident memory.
 #include <benchmark/benchmark.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <Kokkos_Core.hpp>
 #include <algorithm>
@@ -15,9 +19,14 @@
 
 #include <random>
 
+#include <cstdlib>
+#include <filesystem>
+
 #include "sim/engine.hpp"
+#include "sim/precision/writeback_blocks.hpp"
 #include "sim/run.hpp"
-#include "sim/trace/joint_recording.hpp"
+#include "sim/trace/reference_histograms.hpp"
+#include "sim/trace/trace_writer.hpp"
 
 namespace {
 
@@ -78,13 +87,18 @@ RunConfig recording_every_step(Shape shape = Shape::engine) {
 // step.
 struct StepTime {
   double step = 0, whole = 0;
-  double joint_pairs_per_coordinate = 0;  // joint-histogram pairs stored per recorded (step, coordinate)
+  double trace_bytes_per_step = 0;  // the finished trace's bytes per recorded step
   double parameters = 0;
 };
+// Every cell streams its trace to a file (the production path, run_cell_to_file), finished at the end.
 StepTime seconds_per_step(const RunConfig& c) {
   using Clock = std::chrono::steady_clock;
+  const std::filesystem::path file =
+      std::filesystem::temp_directory_path() / ("wbaudit_decoder_engine_bench_" + std::to_string(::getpid()) + ".h5");
   const auto t0 = Clock::now();
   Training<Kokkos::DefaultExecutionSpace> training(Kokkos::DefaultExecutionSpace(), c);
+  TraceWriter writer(file, training.mutable_trace());
+  training.stream_to(&writer);
   Kokkos::fence();
   double middle = 0;
   for (std::int64_t s = 0; s < c.steps; ++s) {
@@ -94,15 +108,15 @@ StepTime seconds_per_step(const RunConfig& c) {
     if (s >= 1 && s <= c.steps - 2) middle += std::chrono::duration<double>(Clock::now() - a).count();
   }
   const auto t2 = Clock::now();
-  double pairs = 0, coordinates = 0, parameters = 0;
-  for (const GroupTrace& g : training.trace().groups) {
-    parameters += static_cast<double>(g.size);
-    pairs += static_cast<double>(g.joint_keys.size());
-    coordinates += static_cast<double>(g.size) * static_cast<double>(training.trace().recorded_steps.size());
-  }
+  training.stream_to(nullptr);
+  writer.finish();
+  double parameters = 0;
+  for (const GroupTrace& g : training.trace().groups) parameters += static_cast<double>(g.size);
+  const double bytes = static_cast<double>(std::filesystem::file_size(file));
+  std::filesystem::remove(file);
   return {middle / static_cast<double>(c.steps - 2),
-          std::chrono::duration<double>(t2 - t0).count() / static_cast<double>(c.steps), pairs / coordinates,
-          parameters};
+          std::chrono::duration<double>(t2 - t0).count() / static_cast<double>(c.steps),
+          bytes / static_cast<double>(std::max<std::int64_t>(1, writer.rows().steps)), parameters};
 }
 
 void run(benchmark::State& state, const RunConfig& c) {
@@ -139,7 +153,7 @@ void ratios(benchmark::State& state, Shape shape) {
     s.push_back(seconds_per_step(target_sr(shape)).step);
     const StepTime recording_time = seconds_per_step(recording_every_step(shape));
     r.push_back(recording_time.step);
-    state.counters["joint_pairs_per_coordinate"] = recording_time.joint_pairs_per_coordinate;
+    state.counters["trace_bytes_per_recorded_step"] = recording_time.trace_bytes_per_step;
     state.counters["parameters"] = recording_time.parameters;
     rw.push_back(recording_time.whole);
   }
@@ -154,19 +168,7 @@ void ratios(benchmark::State& state, Shape shape) {
   state.counters["recording_every_step_over_plain"] = median(r) / base;
   // The same with each cell's construction counted (a 6-step cell: its setup weighs as much as a step).
   state.counters["recording_whole_cell_over_plain"] = median(rw) / median(pw);
-  // What this machine charges for fresh memory (first touch of anonymous pages, 4 KiB apart over 64 MiB): a recorded
-  // step appends ~14 bytes of joint-histogram pairs per coordinate to the trace, all in fresh pages.
-  {
-    const std::size_t bytes = std::size_t{64} << 20;
-    void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p != MAP_FAILED) {
-      const auto a = std::chrono::steady_clock::now();
-      for (std::size_t i = 0; i < bytes; i += 4096) static_cast<volatile char*>(p)[i] = 1;
-      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - a).count();
-      munmap(p, bytes);
-      state.counters["fresh_page_us"] = s * 1e6 / static_cast<double>(bytes / 4096);
-    }
-  }
+  state.counters["isa"] = static_cast<double>(detail::active_block_isa());  // 0 portable, 1 avx2, 2 avx512
   rusage usage{};
   getrusage(RUSAGE_SELF, &usage);
   state.counters["peak_rss_MiB"] = static_cast<double>(usage.ru_maxrss) / 1024.0;
@@ -186,42 +188,91 @@ void DecoderRatiosMillionShape(benchmark::State& state) {
 BENCHMARK(DecoderRatios)->Unit(benchmark::kMillisecond)->Iterations(5);
 BENCHMARK(DecoderRatiosMillionShape)->Unit(benchmark::kMillisecond)->Iterations(5);
 
-// The joint histogram's runs of one large tensor (4M coordinates, w ~ N(0, 0.02), u ~ N(0, 1e-4): what
-// finish_joint_histograms sorts with all threads above kJointParallelSort) by the one-thread sort and by the
-// all-threads sort, interleaved; the counter is the one-thread time over the all-threads time.
-void JointRunsLargeTensor(benchmark::State& state) {
+// The recording kernel alone (reference_histograms: the d histogram and the margin histogram of the 14 formats) on
+// one 4M-coordinate tensor (w ~ N(0, 0.02), u ~ +-6e-4 lognormal), under the ISA range(0) (0 portable, 1 AVX2,
+// 2 AVX-512; one the CPU lacks is skipped), against a plain w + u loop over the same arrays: nanoseconds per
+// coordinate.
+void MarginKernel(benchmark::State& state) {
+  const auto isa = static_cast<detail::BlockIsa>(state.range(0));
+  if (!detail::block_isa_supported(isa)) {
+    state.SkipWithError("ISA not supported by this CPU");
+    return;
+  }
+  detail::force_block_isa(isa);
   const std::size_t n = std::size_t{1} << 22;
   std::mt19937_64 rng(7);
-  std::normal_distribution<float> wd(0.0f, 0.02f), ud(0.0f, 1e-4f);
-  const JointHistogramLayout layout;
-  std::vector<std::uint64_t> keys(n);
-  for (auto& k : keys) k = joint_key(layout.w_bits, layout.u_bits, wd(rng), ud(rng));
-  const int bits = 20 + layout.w_bits + layout.u_bits;
-  JointScratch scratch;
-  std::vector<std::uint64_t> temp, out_keys, copy;
-  std::vector<std::int64_t> out_counts;
-  std::vector<double> serial, parallel;
-  for (auto _ : state) {
-    copy = keys;
-    out_keys.clear();
-    out_counts.clear();
-    auto t0 = std::chrono::steady_clock::now();
-    detail::append_joint_runs_serial(copy.data(), n, bits, temp, out_keys, out_counts);
-    auto t1 = std::chrono::steady_clock::now();
-    serial.push_back(std::chrono::duration<double>(t1 - t0).count());
-    out_keys.clear();
-    out_counts.clear();
-    t0 = std::chrono::steady_clock::now();
-    detail::append_joint_runs(Kokkos::DefaultHostExecutionSpace(), keys.data(), n, bits, scratch, out_keys, out_counts);
-    t1 = std::chrono::steady_clock::now();
-    parallel.push_back(std::chrono::duration<double>(t1 - t0).count());
+  std::normal_distribution<float> wd(0.0f, 0.02f), ud(0.0f, 1.0f);
+  std::vector<float> w(n), u(n), sum(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    w[i] = wd(rng);
+    u[i] = 6e-4f * std::exp(ud(rng)) * (ud(rng) > 0 ? 1.0f : -1.0f);
   }
-  std::sort(serial.begin(), serial.end());
-  std::sort(parallel.begin(), parallel.end());
-  state.counters["one_thread_ms"] = serial[serial.size() / 2] * 1e3;
-  state.counters["all_threads_ms"] = parallel[parallel.size() / 2] * 1e3;
-  state.counters["one_thread_over_all_threads"] = serial[serial.size() / 2] / parallel[parallel.size() / 2];
-  state.counters["pairs"] = static_cast<double>(out_keys.size());
+  const MarginLayout layout = default_margin_layout();
+  const std::vector<MarginFormat> formats = margin_formats(layout, 0.1);
+  std::vector<double> kernel, add;
+  for (auto _ : state) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const auto h = reference_histograms(Kokkos::DefaultHostExecutionSpace(), RatioHistogramLayout{}, layout, formats,
+                                        w.data(), u.data(), n);
+    const auto t1 = std::chrono::steady_clock::now();
+    benchmark::DoNotOptimize(h.margin.data());
+    float* out = sum.data();
+    const float* wp = w.data();
+    const float* up = u.data();
+    Kokkos::parallel_for("wbaudit::bench::plain_update", Kokkos::RangePolicy<Kokkos::DefaultHostExecutionSpace>(0, n),
+                         [=](const std::size_t i) { out[i] = wp[i] + up[i]; });
+    Kokkos::fence();
+    const auto t2 = std::chrono::steady_clock::now();
+    kernel.push_back(std::chrono::duration<double>(t1 - t0).count());
+    add.push_back(std::chrono::duration<double>(t2 - t1).count());
+  }
+  std::sort(kernel.begin(), kernel.end());
+  std::sort(add.begin(), add.end());
+  state.counters["ns_per_coordinate"] = kernel[kernel.size() / 2] * 1e9 / static_cast<double>(n);
+  state.counters["plain_add_ns_per_coordinate"] = add[add.size() / 2] * 1e9 / static_cast<double>(n);
+  detail::force_block_isa(detail::best_block_isa());
 }
-BENCHMARK(JointRunsLargeTensor)->Unit(benchmark::kMillisecond)->Iterations(5);
+BENCHMARK(MarginKernel)->Arg(0)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->Iterations(5);
+
+// Peak resident memory of a streamed reference recording of 4 and of 40 steps (every step recorded, each run in a
+// fresh child process, getrusage of the child): the recorder's memory must not grow with the recorded steps. Shape:
+// WBAUDIT_BENCH_WIDTH / _LAYERS (default: the 1M shape; the 100M decoder is width 768, 12 layers).
+void RecordingPeakMemory(benchmark::State& state) {
+  const auto env = [](const char* name, int fallback) {
+    const char* v = std::getenv(name);
+    return v && *v ? std::atoi(v) : fallback;
+  };
+  std::vector<double> peak;
+  for (auto _ : state) {
+    peak.clear();
+    for (const std::int64_t steps : {4, 40}) {
+      RunConfig c = recording_every_step(Shape::million);
+      c.model.decoder.width = env("WBAUDIT_BENCH_WIDTH", c.model.decoder.width);
+      c.model.decoder.layers = env("WBAUDIT_BENCH_LAYERS", c.model.decoder.layers);
+      c.model.decoder.mlp_hidden = c.model.decoder.width * 8 / 3;
+      c.steps = steps;
+      const std::filesystem::path file = std::filesystem::temp_directory_path() /
+                                         ("wbaudit_peak_" + std::to_string(::getpid()) + "_" + std::to_string(steps));
+      const pid_t pid = ::fork();
+      if (pid == 0) {
+        try {
+          run_cell_to_file(Kokkos::DefaultExecutionSpace(), c, file);
+        } catch (...) {
+          ::_exit(1);
+        }
+        ::_exit(0);
+      }
+      int status = 0;
+      rusage usage{};
+      ::wait4(pid, &status, 0, &usage);
+      std::filesystem::remove(file);
+      peak.push_back(static_cast<double>(usage.ru_maxrss) / 1024.0);
+    }
+  }
+  state.counters["peak_MiB_4_steps"] = peak[0];
+  state.counters["peak_MiB_40_steps"] = peak[1];
+  state.counters["peak_40_over_4"] = peak[1] / peak[0];
+}
+BENCHMARK(RecordingPeakMemory)->Unit(benchmark::kMillisecond)->Iterations(1);
+
 }  // namespace

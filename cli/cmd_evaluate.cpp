@@ -37,13 +37,15 @@ void add_evaluate_command(CLI::App& app) {
   cmd->add_flag("--no-figures", args->no_figures, "Skip the gnuplot figures");
   cmd->add_flag("--check", args->check,
                 "Exit 3 when a gate fails, 4 when none fails but one is inconclusive (or no gate is declared), "
-                "0 when every gate passes (for CI; the report is written either way)");
+                "0 when every gate passes, 5 when every gate passes under a retrospective analysis (for CI; the "
+                "report is written either way)");
   cmd->footer(
       "Writes report.md, report.html, statistics.csv, cells.csv, gates.csv, decomposition.csv, crossings.csv,\n"
       "series.csv, analysis.toml and figures/ into a new directory; an earlier evaluation is never overwritten.\n"
       "A registered analysis is honoured: gates are inconclusive when a required cell is missing or not\n"
       "canonical, and analyses under a recorded deviation are labelled retrospective. See docs/evaluate.md.\n"
-      "Exit status: 0, or 1 on an error; with --check, 3 when a gate fails and 4 when a gate is inconclusive.\n"
+      "Exit status: 0, or 1 on an error; with --check, 3 when a gate fails, 4 when a gate is inconclusive and 5\n"
+      "when every gate passes under a retrospective analysis.\n"
       "Example: wbaudit evaluate runs/tiny --analysis examples/two_layer_analysis.toml");
   cmd->callback([args] {
     runners::EvaluateOptions options;
@@ -82,7 +84,9 @@ void add_evaluate_command(CLI::App& app) {
     if (args->check) {
       const int status = runners::gate_check_status(result);
       std::cout << "check: "
-                << (status == runners::kCheckPass   ? "every gate passes"
+                << (status == runners::kCheckPass ? "every gate passes"
+                    : status == runners::kCheckRetrospectivePass
+                        ? "every gate passes, under a retrospective analysis (exit 5)"
                     : status == runners::kCheckFail ? "a gate fails (exit 3)"
                     : result.gates.empty()          ? "no gate declared: nothing checked (exit 4)"
                                                     : "a gate is inconclusive (exit 4)")

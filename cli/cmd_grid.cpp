@@ -229,7 +229,7 @@ void write_grids(const GridArgs& a, const sim::Trace& trace, const std::vector<s
     std::vector<double> shown(a.formats.size() * a.lr_scales.size());
     std::printf("\n%s\n  %-6s", group.c_str(), "format");
     for (double s : a.lr_scales) {
-      std::printf(" %9s", ("s=" + csv_number(s)).c_str());
+      std::printf(" %9s", ("s=" + util::shortest_number(s)).c_str());
     }
     std::printf("\n");
     for (std::size_t f = 0; f < a.formats.size(); ++f) {
@@ -280,7 +280,7 @@ void add_grid_command(CLI::App& app) {
   auto* cmd = app.add_subcommand(
       "grid", "The analytic grid of an fp32 reference trace: projected erased fraction over formats x lr scales");
   cmd->add_option("trace", args->trace,
-                  "Reference trace.h5 (schema wbaudit.trace/2, mode reference), or a sweep directory with --cell")
+                  "Reference trace.h5 (schema wbaudit.trace/3 or /2, mode reference), or a sweep directory with --cell")
       ->required()
       ->check(CLI::ExistingPath);
   cmd->add_option("--cell", args->cell,
@@ -304,7 +304,8 @@ void add_grid_command(CLI::App& app) {
       "TRACE may also be a reference trace.h5 itself (then without --cell).\n"
       "Writes DIR/grid.csv (group, format, lr_scale, step, erased_fraction), DIR/grid_summary.csv (mean, max and\n"
       "final over the selected steps) and DIR/grid_<group>.{svg,png}. A trace made before schema\n"
-      "wbaudit.trace/2 has no joint histogram: re-run its reference with this wbaudit. See docs/forecasting.md.");
+      "wbaudit.trace/2 has no joint histogram: re-run its reference with this wbaudit. The partial trace of an\n"
+      "unfinished run (trace.h5.partial) is refused, naming its last recorded step. See docs/forecasting.md.");
   cmd->callback([args] { run_grid(*args); });
 }
 

@@ -38,28 +38,34 @@ std::string auto_note(const runners::slurm::TaskPlan& plan) {
          shown(plan.target_seconds) + ")";
 }
 
-}  // namespace
+struct SubmitArgs {
+  std::string spec;
+  std::string out;
+  bool resume = false;
+  bool dry_run = false;
+  std::string cells_per_task = "auto";
+  runners::slurm::SlurmOptions slurm;
+};
 
-void add_submit_command(CLI::App& app) {
-  struct Args {
-    std::string spec;
-    std::string out;
-    bool resume = false;
-    bool dry_run = false;
-    std::string cells_per_task = "auto";
-    runners::slurm::SlurmOptions slurm;
-  };
-  auto args = std::make_shared<Args>();
-  auto& o = args->slurm;
-  auto* cmd = app.add_subcommand("submit",
-                                 "Submit a sweep to SLURM: a job array (cells packed into tasks by estimated run "
-                                 "time, docs/slurm.md) and a report job that runs after it; prints the job ids");
-  cmd->add_option("spec", args->spec, "Sweep spec (TOML)")->required()->check(CLI::ExistingFile);
-  cmd->add_option("--out,-o", args->out, "Sweep directory (default: runs/<sweep name>)");
-  cmd->add_flag("--resume", args->resume,
-                "Reuse an existing sweep directory (same spec) and submit only cells without a canonical complete "
-                "attempt");
-  cmd->add_flag("--dry-run", args->dry_run, "Print the scripts; write and submit nothing");
+// The validator of --cells-per-task: "" for auto or a positive whole number, else why not.
+std::string cells_per_task_problem(const std::string& v) {
+  if (v == "auto") {
+    return std::string();
+  }
+  try {
+    std::size_t used = 0;
+    const int n = std::stoi(v, &used);
+    if (used == v.size() && n >= 1) {
+      return std::string();
+    }
+  } catch (const std::exception&) {
+  }
+  return "\"" + v + "\" is neither auto nor a positive whole number";
+}
+
+// The options that go into the job scripts (runners/exec/slurm/submit.hpp SlurmOptions), and --cells-per-task.
+void add_slurm_options(CLI::App* cmd, SubmitArgs& args) {
+  auto& o = args.slurm;
   cmd->add_option("--partition,-p", o.partition, "Slurm partition");
   cmd->add_option("--time,-t", o.time,
                   "Time limit per array task in sbatch's formats (minutes, h:m:s, d-h, d-h:m:s; e.g. 01:00:00), above "
@@ -72,25 +78,12 @@ void add_submit_command(CLI::App& app) {
                   "At most this many array tasks at once (--array=0-N%K; 0: no limit)")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
-  cmd->add_option("--cells-per-task", args->cells_per_task,
+  cmd->add_option("--cells-per-task", args.cells_per_task,
                   "Cells per array task, or auto: consecutive cells packed into tasks of about --task-minutes of "
                   "estimated run time (at most half of --time after --signal-seconds), estimated per cell from its "
                   "model shape, steps, projections, validation and replay with per-step costs measured at one "
                   "thread (docs/slurm.md); raised when needed to respect the cluster's MaxArraySize")
-      ->check([](const std::string& v) {
-        if (v == "auto") {
-          return std::string();
-        }
-        try {
-          std::size_t used = 0;
-          const int n = std::stoi(v, &used);
-          if (used == v.size() && n >= 1) {
-            return std::string();
-          }
-        } catch (const std::exception&) {
-        }
-        return "\"" + v + "\" is neither auto nor a positive whole number";
-      })
+      ->check(cells_per_task_problem)
       ->capture_default_str();
   cmd->add_option("--task-minutes", o.task_minutes,
                   "With --cells-per-task auto: the estimated run time to fill each array task with")
@@ -111,6 +104,91 @@ void add_submit_command(CLI::App& app) {
                   "Another sbatch option for the cells job, as --name=value (repeatable), e.g. --sbatch=--gres=gpu:1 "
                   "--sbatch=--constraint=avx2 --sbatch=--exclusive --sbatch=--mail-type=END");
   cmd->add_option("--report-command", o.report_command, "wbaudit subcommand the report job runs on the directory");
+}
+
+// --dry-run: the plan and the scripts submit would write, for the cells that need a run (all of a new sweep's).
+void print_dry_run(const SubmitArgs& args, const std::filesystem::path& out,
+                   const std::vector<runners::StoredCell>& cells) {
+  std::vector<std::string> ids;
+  std::vector<nlohmann::json> configs;
+  runners::slurm::ScriptIdentity identity;
+  if (std::filesystem::exists(out / "sweep.json")) {
+    const auto store = runners::SweepStore::open(out);
+    identity = runners::slurm::script_identity(store);
+    for (const auto& s : store.status()) {
+      if (s.needs_run()) {
+        ids.push_back(s.cell->id);
+        configs.push_back(s.cell->config);
+      }
+    }
+  } else {
+    identity = runners::slurm::new_sweep_script_identity();
+    for (const auto& c : cells) {
+      ids.push_back(runners::cell_id(c.config));
+      configs.push_back(c.config);
+    }
+  }
+  const auto plan = runners::slurm::plan_submission(
+      std::filesystem::absolute(out), ids, configs, args.slurm,
+      args.slurm.mpi_ranks > 0 ? std::nullopt : runners::slurm::query_max_array_size(), identity);
+  std::cout << "# dry run: " << ids.size() << " cells in " << plan.plan.tasks.size() << " task(s) of up to "
+            << plan.plan.cells_per_task << " cells" << auto_note(plan.plan) << "\n";
+  if (!std::filesystem::exists(out / "sweep.json")) {
+    std::cout << "# the sweep does not exist yet: its key's file name is the sweep uuid that submit chooses when "
+                 "it creates the sweep (<sweep uuid> below)\n";
+  }
+  if (!plan.cells_script.empty()) {
+    std::cout << "# ---- cells.sbatch ----\n" << plan.cells_script;
+  }
+  std::cout << "# ---- report.sbatch (sbatch --dependency=afterany:<cells job>) ----\n" << plan.report_script;
+}
+
+void submit_sweep(SubmitArgs& args) {
+  args.slurm.cells_per_task = args.cells_per_task == "auto" ? 0 : std::stoi(args.cells_per_task);
+  const runners::SweepSpec spec = runners::load_sweep_spec(args.spec);
+  const std::filesystem::path out =
+      args.out.empty() ? std::filesystem::path("runs") / spec.name : std::filesystem::path(args.out);
+  auto cells = runners::stored_cells(spec);
+  if (args.slurm.job_name == "wbaudit") {
+    args.slurm.job_name = "wbaudit-" + spec.name;
+  }
+  runners::check_sweep_directory(out, spec, args.resume);
+  if (args.dry_run) {
+    print_dry_run(args, out, cells);
+    return;
+  }
+  const auto locked = runners::create_locked(spec, out, args.resume);
+  const auto s = runners::slurm::submit(locked.store, args.slurm);
+  if (s.cells_job_id.empty()) {
+    std::cout << "nothing to run: every cell is canonical and complete\n";
+  } else {
+    std::cout << "cells job  " << s.cells_job_id << " ("
+              << (args.slurm.mpi_ranks > 0
+                      ? "one MPI job, " + std::to_string(args.slurm.mpi_ranks) + " ranks"
+                      : "array of " + std::to_string(s.plan.tasks.size()) + " tasks, " +
+                            (s.plan.automatic ? "up to " : "") + std::to_string(s.plan.cells_per_task) + " cells each" +
+                            auto_note(s.plan))
+              << ", " << s.cell_ids.size() << " cells)\n";
+  }
+  std::cout << "report job " << s.report_job_id << (s.cells_job_id.empty() ? "" : " (afterany:" + s.cells_job_id + ")")
+            << "\n"
+            << "scripts    " << s.dir.string() << "\n";
+}
+
+}  // namespace
+
+void add_submit_command(CLI::App& app) {
+  auto args = std::make_shared<SubmitArgs>();
+  auto* cmd = app.add_subcommand("submit",
+                                 "Submit a sweep to SLURM: a job array (cells packed into tasks by estimated run "
+                                 "time, docs/slurm.md) and a report job that runs after it; prints the job ids");
+  cmd->add_option("spec", args->spec, "Sweep spec (TOML)")->required()->check(CLI::ExistingFile);
+  cmd->add_option("--out,-o", args->out, "Sweep directory (default: runs/<sweep name>)");
+  cmd->add_flag("--resume", args->resume,
+                "Reuse an existing sweep directory (same spec) and submit only cells without a canonical complete "
+                "attempt");
+  cmd->add_flag("--dry-run", args->dry_run, "Print the scripts; write and submit nothing");
+  add_slurm_options(cmd, *args);
   cmd->footer(
       "Examples:\n  wbaudit submit examples/tiny.toml --out runs/tiny --partition short "
       "--time 00:30:00 --cells-per-task 4\n"
@@ -118,68 +196,7 @@ void add_submit_command(CLI::App& app) {
       "packing\n"
       "  wbaudit submit examples/tiny.toml --out runs/tiny --resume   # rerun what is missing\n"
       "  wbaudit submit examples/tiny.toml --out runs/tiny --mpi-ranks 8 --dry-run");
-  cmd->callback([args] {
-    args->slurm.cells_per_task = args->cells_per_task == "auto" ? 0 : std::stoi(args->cells_per_task);
-    const runners::SweepSpec spec = runners::load_sweep_spec(args->spec);
-    const std::filesystem::path out =
-        args->out.empty() ? std::filesystem::path("runs") / spec.name : std::filesystem::path(args->out);
-    auto cells = runners::stored_cells(spec);
-    if (args->slurm.job_name == "wbaudit") {
-      args->slurm.job_name = "wbaudit-" + spec.name;
-    }
-    runners::check_sweep_directory(out, spec, args->resume);
-    if (args->dry_run) {
-      std::vector<std::string> ids;
-      std::vector<nlohmann::json> configs;
-      runners::slurm::ScriptIdentity identity;
-      if (std::filesystem::exists(out / "sweep.json")) {
-        const auto store = runners::SweepStore::open(out);
-        identity = runners::slurm::script_identity(store);
-        for (const auto& s : store.status()) {
-          if (s.needs_run()) {
-            ids.push_back(s.cell->id);
-            configs.push_back(s.cell->config);
-          }
-        }
-      } else {
-        identity = runners::slurm::new_sweep_script_identity();
-        for (const auto& c : cells) {
-          ids.push_back(runners::cell_id(c.config));
-          configs.push_back(c.config);
-        }
-      }
-      const auto plan = runners::slurm::plan_submission(
-          std::filesystem::absolute(out), ids, configs, args->slurm,
-          args->slurm.mpi_ranks > 0 ? std::nullopt : runners::slurm::query_max_array_size(), identity);
-      std::cout << "# dry run: " << ids.size() << " cells in " << plan.plan.tasks.size() << " task(s) of up to "
-                << plan.plan.cells_per_task << " cells" << auto_note(plan.plan) << "\n";
-      if (!std::filesystem::exists(out / "sweep.json")) {
-        std::cout << "# the sweep does not exist yet: its key's file name is the sweep uuid that submit chooses when "
-                     "it creates the sweep (<sweep uuid> below)\n";
-      }
-      if (!plan.cells_script.empty()) {
-        std::cout << "# ---- cells.sbatch ----\n" << plan.cells_script;
-      }
-      std::cout << "# ---- report.sbatch (sbatch --dependency=afterany:<cells job>) ----\n" << plan.report_script;
-      return;
-    }
-    const auto locked = runners::create_locked(spec, out, args->resume);
-    const auto s = runners::slurm::submit(locked.store, args->slurm);
-    if (s.cells_job_id.empty()) {
-      std::cout << "nothing to run: every cell is canonical and complete\n";
-    } else {
-      std::cout << "cells job  " << s.cells_job_id << " ("
-                << (args->slurm.mpi_ranks > 0
-                        ? "one MPI job, " + std::to_string(args->slurm.mpi_ranks) + " ranks"
-                        : "array of " + std::to_string(s.plan.tasks.size()) + " tasks, " +
-                              (s.plan.automatic ? "up to " : "") + std::to_string(s.plan.cells_per_task) +
-                              " cells each" + auto_note(s.plan))
-                << ", " << s.cell_ids.size() << " cells)\n";
-    }
-    std::cout << "report job " << s.report_job_id
-              << (s.cells_job_id.empty() ? "" : " (afterany:" + s.cells_job_id + ")") << "\n"
-              << "scripts    " << s.dir.string() << "\n";
-  });
+  cmd->callback([args] { submit_sweep(*args); });
 }
 
 namespace {

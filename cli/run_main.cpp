@@ -131,6 +131,10 @@ int run_main(int argc, char** argv) {
   app.require_subcommand(0, 1);
   bool version = false;
   app.add_flag("--version", version, "Print the build identity (git commit, Kokkos backend, MPI library) and exit");
+  // Every error line starts with "wbaudit: error: ", CLI11's too ("wbaudit: error: spec is required").
+  app.failure_message([](const CLI::App* failed, const CLI::Error& e) {
+    return "wbaudit: error: " + CLI::FailureMessage::simple(failed, e);
+  });
   app.footer(
       "Threads: --threads N (any position; the same as Kokkos' --kokkos-threads=N, or OMP_NUM_THREADS).\n"
       "Results are bitwise identical for any thread, worker or rank count.");

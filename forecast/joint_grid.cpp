@@ -375,6 +375,58 @@ double exact_erased_counts(const sim::GroupTrace& g, std::size_t t, std::span<co
   return total;
 }
 
+// The count erased at learning-rate scale s from one format's block of the margin histogram
+// (sim/trace/margin_histogram.hpp): a proposal in row kappa with m in [1, 2) is erased iff kappa + log2 m + log2 s < 0,
+// a point (m = 1) at equality iff q(w)'s level is even, and a saturating proposal always. For s = 2^k every row is
+// decided whole (exact); otherwise the row kappa = -floor(log2 s) - 1 is decided by m < 2^(1 - frac(log2 s)), its
+// sub-bins counted whole or, for the one holding the threshold, by the share (uniform in m) below it.
+double margin_erased_count(const sim::MarginRows& r, const std::int64_t* block, double lr_scale) {
+  int e = 0;
+  const double mantissa = std::frexp(lr_scale, &e);  // s = mantissa 2^e, mantissa in [0.5, 1)
+  const bool power = mantissa == 0.5;
+  const int k = power ? e - 1 : static_cast<int>(std::floor(std::log2(lr_scale)));
+  const double tau = power ? 1.0 : std::exp2(1.0 - (std::log2(lr_scale) - k));  // m below tau in the boundary row
+  double erased = static_cast<double>(block[sim::kMarginSaturated]);
+  for (int row = 0; row < r.rows(); ++row) {
+    const int kappa = row + r.coarse_lo - 1;  // the first and last rows stand for every kappa beyond
+    const std::int64_t* c = block + r.row_offset(row);
+    const bool fine = r.fine(kappa);
+    const int points = fine ? sim::kMarginSubBins : 1;
+    const double even = static_cast<double>(c[points]), odd = static_cast<double>(c[points + 1]);
+    double interval = 0;
+    for (int j = 0; j < points; ++j) interval += static_cast<double>(c[j]);
+    if (kappa + k <= -2 || (power && kappa + k <= -1)) {
+      erased += interval + even + odd;
+    } else if (kappa + k == -1) {  // not a power of two: the boundary row, whose points are below the threshold
+      if (!fine) throw ForecastError("analytic grid: scale " + std::to_string(lr_scale) + " needs a fine row");
+      erased += even + odd;
+      for (int j = 0; j < sim::kMarginSubBins; ++j) {
+        const double lo = 1.0 + j / static_cast<double>(sim::kMarginSubBins), hi = lo + 1.0 / sim::kMarginSubBins;
+        const double share = tau >= hi ? 1.0 : (tau <= lo ? 0.0 : (tau - lo) * sim::kMarginSubBins);
+        erased += share * static_cast<double>(c[j]);
+      }
+    } else if (power && kappa + k == 0) {
+      erased += even;
+    }
+  }
+  return erased;
+}
+
+// The scales a margin histogram decides (see margin_erased_count); throws ForecastError naming the scale otherwise.
+void check_margin_scale(const sim::MarginRows& r, double lr_scale) {
+  int e = 0;
+  const bool power = std::frexp(lr_scale, &e) == 0.5;
+  const int k = power ? e - 1 : static_cast<int>(std::floor(std::log2(lr_scale)));
+  const bool ok = power ? (k >= -r.coarse_hi && k <= -r.coarse_lo) : (k >= -r.fine_hi - 1 && k <= -r.fine_lo - 1);
+  if (!ok) {
+    throw ForecastError("analytic grid: learning-rate scale " + std::to_string(lr_scale) +
+                        " is outside what this trace's margin histogram resolves (powers of two 2^" +
+                        std::to_string(-r.coarse_hi) + " .. 2^" + std::to_string(-r.coarse_lo) +
+                        ", other scales in [2^" + std::to_string(-r.fine_hi - 1) + ", 2^" + std::to_string(-r.fine_lo) +
+                        "))");
+  }
+}
+
 }  // namespace
 
 sim::FormatSpec grid_format(const sim::GroupTrace& group, std::string_view name) {
@@ -432,29 +484,48 @@ void require_joint_histogram(const sim::Trace& reference, const sim::GroupTrace&
   }
   if (!group.has_joint()) {
     throw ForecastError("analytic grid: group \"" + group.name + "\" of this " + reference.schema +
-                        " trace has no joint (|w|, |u|) histogram; regenerate the reference with this wbaudit "
-                        "(schema " +
+                        " trace has no joint histogram (a schema-1 trace, or one written without it); regenerate the "
+                        "reference with this wbaudit (schema " +
                         sim::kTraceSchema +
                         "): `wbaudit run SPEC --resume` after removing the reference's run directory, or a fresh "
                         "`wbaudit run SPEC -o NEWDIR`");
   }
-  if (group.joint_offsets.size() != reference.recorded_steps.size() + 1) {
+  if (group.has_pairs() && group.joint_offsets.size() != reference.recorded_steps.size() + 1) {
     throw ForecastError("analytic grid: group \"" + group.name + "\" joint histogram has " +
                         std::to_string(group.joint_offsets.size()) + " offsets for " +
                         std::to_string(reference.recorded_steps.size()) + " recorded steps");
   }
+  if (group.has_margin() && group.margin.size() != reference.recorded_steps.size() * reference.margin.bins()) {
+    throw ForecastError("analytic grid: group \"" + group.name + "\" margin histogram has " +
+                        std::to_string(group.margin.size()) + " counters for " +
+                        std::to_string(reference.recorded_steps.size()) + " recorded steps of " +
+                        std::to_string(reference.margin.bins()));
+  }
 }
 
-FormatGrid format_grid(const sim::Trace& reference, std::string_view group, std::span<const std::string> formats,
-                       std::span<const double> lr_scales) {
-  if (formats.empty() || lr_scales.empty()) throw ForecastError("format_grid: empty format or learning-rate list");
-  for (double s : lr_scales) check_scale(s);
-  const sim::GroupTrace& g = find_group(reference, group);
-  require_joint_histogram(reference, g);
+namespace {
+
+// One grid computation: the formats and scales, how each format is evaluated, and the output.
+struct GridPlan {
+  const sim::Trace* header;               // the reference (its rows need not be present)
+  const sim::GroupTrace* group;           // name, size, init absmax
+  std::vector<Rounder> rounders;          // schema 2 (pairs)
+  std::vector<sim::FormatParams> params;  // groups kept exactly
+  std::vector<int> margin_block;          // schema 3: each format's block (-1: not recorded)
+  std::vector<double> twice;              // 2 s per scale
   FormatGrid grid;
+};
+
+GridPlan plan_grid(const sim::Trace& reference, const sim::GroupTrace& g, std::span<const std::string> formats,
+                   std::span<const double> lr_scales, bool margin) {
+  if (formats.empty() || lr_scales.empty()) throw ForecastError("format_grid: empty format or learning-rate list");
+  for (double s : lr_scales) {
+    check_scale(s);
+    if (margin && !g.has_exact()) check_margin_scale(reference.margin.rows, s);
+  }
+  GridPlan plan{&reference, &g, {}, {}, {}, {}, {}};
+  FormatGrid& grid = plan.grid;
   grid.undefined.assign(formats.size(), std::string());
-  std::vector<Rounder> rounders;
-  std::vector<sim::FormatParams> params;  // for a group the reference kept exactly
   for (std::size_t f = 0; f < formats.size(); ++f) {
     // intK takes its scale from the group's absmax at initialization; a group that started all zeros (a bias, a
     // norm's shift) has none, as in the simulator, which refuses such a target: its values stay NaN, with the reason.
@@ -466,85 +537,186 @@ FormatGrid format_grid(const sim::Trace& reference, std::string_view group, std:
     } else {
       spec = grid_format(g, formats[f]);
     }
-    rounders.emplace_back(spec);
-    params.push_back(sim::format_params(spec));
+    if (margin) {
+      const auto& names = reference.margin.formats;
+      const auto it = std::find(names.begin(), names.end(), formats[f]);
+      if (it == names.end() && !g.has_exact()) {
+        std::string known;
+        for (const auto& n : names) known += (known.empty() ? "" : ", ") + n;
+        throw ForecastError("analytic grid: format \"" + formats[f] + "\" is not in this trace's margin histogram (" +
+                            known + ")");
+      }
+      plan.margin_block.push_back(it == names.end() ? -1 : static_cast<int>(it - names.begin()));
+    } else {
+      plan.rounders.emplace_back(spec);
+    }
+    plan.params.push_back(sim::format_params(spec));
   }
   grid.group = g.name;
   grid.formats.assign(formats.begin(), formats.end());
   grid.lr_scales.assign(lr_scales.begin(), lr_scales.end());
   grid.steps = reference.recorded_steps;
-  const std::size_t T = grid.steps.size(), S = lr_scales.size();
-  grid.values.assign(formats.size() * S * T, kNaN);
-  std::vector<double> twice(S);
-  for (std::size_t k = 0; k < S; ++k) twice[k] = 2.0 * lr_scales[k];  // exact
-  for (std::size_t t = 0; t < T; ++t) {
-    const auto begin = static_cast<std::size_t>(g.joint_offsets[t]);
-    const auto end = static_cast<std::size_t>(g.joint_offsets[t + 1]);
-    if (end < begin || end > g.joint_keys.size()) {
-      throw ForecastError("analytic grid: group \"" + g.name + "\" step " + std::to_string(grid.steps[t]) +
-                          ": joint offsets out of order");
-    }
-  }
-  // Steps are independent: each is computed whole by one thread (the same operations in the same order at any
-  // thread count), and an error is carried out of the parallel loop and thrown after it. Each worker keeps one
-  // aggregator (its dense slots) for all its steps.
-  std::vector<std::string> errors(T);
-  auto one_step = [&](std::size_t t, Aggregator& aggregator) {
-    try {
-      if (g.has_exact()) {
-        std::vector<double> erased;
-        const double total = exact_erased_counts(g, t, params, lr_scales, erased);
-        if (t < g.nonzero.size() && static_cast<double>(g.nonzero[t]) != total) {
-          throw ForecastError("analytic grid: group \"" + g.name + "\" step " + std::to_string(grid.steps[t]) +
-                              ": its kept coordinates hold " + std::to_string(total) + " proposals but nonzero is " +
-                              std::to_string(g.nonzero[t]));
-        }
-        if (total == 0) return;
-        for (std::size_t k = 0; k < erased.size(); ++k)  // k = f S + s
-          if (grid.undefined[k / S].empty()) grid.values[k * T + t] = erased[k] / total;
-        return;
-      }
-      const auto begin = static_cast<std::size_t>(g.joint_offsets[t]);
-      const auto end = static_cast<std::size_t>(g.joint_offsets[t + 1]);
-      double total = 0;
-      const auto bins = parse(reference.joint, std::span<const std::uint64_t>(g.joint_keys).subspan(begin, end - begin),
-                              std::span<const std::int64_t>(g.joint_counts).subspan(begin, end - begin), total);
-      if (t < g.nonzero.size() && static_cast<double>(g.nonzero[t]) != total) {
-        throw ForecastError("analytic grid: group \"" + g.name + "\" step " + std::to_string(grid.steps[t]) +
-                            ": joint histogram holds " + std::to_string(total) + " proposals but nonzero is " +
-                            std::to_string(g.nonzero[t]));
-      }
-      if (total == 0) return;
-      std::vector<Piece> pieces;
-      std::vector<double> erased(S);
-      for (std::size_t f = 0; f < formats.size(); ++f) {
-        if (!grid.undefined[f].empty()) continue;
-        aggregator.run(bins.bins, rounders[f], twice, pieces, erased.data());
-        for (std::size_t s = 0; s < S; ++s) grid.values[(f * S + s) * T + t] = erased[s] / total;
-      }
-    } catch (const std::exception& e) {
-      errors[t] = e.what();
+  grid.values.assign(formats.size() * lr_scales.size() * grid.steps.size(), kNaN);
+  for (double s : lr_scales) plan.twice.push_back(2.0 * s);  // exact
+  return plan;
+}
+
+// Step t's values from that step's rows (`rows`: a GroupTrace holding exactly one recorded step).
+void grid_step(GridPlan& plan, std::size_t t, const sim::GroupTrace& rows, Aggregator& aggregator) {
+  FormatGrid& grid = plan.grid;
+  const sim::GroupTrace& g = *plan.group;
+  const std::size_t T = grid.steps.size(), S = grid.lr_scales.size();
+  const std::string at = "analytic grid: group \"" + g.name + "\" step " + std::to_string(grid.steps[t]) + ": ";
+  const auto check_total = [&](double total, const char* what) {
+    if (!rows.nonzero.empty() && static_cast<double>(rows.nonzero[0]) != total) {
+      throw ForecastError(at + what + " " + std::to_string(total) + " proposals but nonzero is " +
+                          std::to_string(rows.nonzero[0]));
     }
   };
+  if (rows.has_exact()) {
+    std::vector<double> erased;
+    const double total = exact_erased_counts(rows, 0, plan.params, grid.lr_scales, erased);
+    check_total(total, "its kept coordinates hold");
+    if (total == 0) return;
+    for (std::size_t k = 0; k < erased.size(); ++k)  // k = f S + s
+      if (grid.undefined[k / S].empty()) grid.values[k * T + t] = erased[k] / total;
+    return;
+  }
+  if (rows.has_margin()) {
+    const sim::MarginRows& r = plan.header->margin.rows;
+    const std::size_t block = static_cast<std::size_t>(r.block());
+    for (std::size_t f = 0; f < grid.formats.size(); ++f) {
+      if (!grid.undefined[f].empty()) continue;
+      const std::int64_t* c = rows.margin.data() + static_cast<std::size_t>(plan.margin_block[f]) * block;
+      double total = 0;
+      for (std::size_t b = 0; b < block; ++b) total += static_cast<double>(c[b]);
+      check_total(total, ("the margin histogram of " + grid.formats[f] + " holds").c_str());
+      if (total == 0) continue;
+      for (std::size_t s = 0; s < S; ++s) {
+        grid.values[(f * S + s) * T + t] = margin_erased_count(r, c, grid.lr_scales[s]) / total;
+      }
+    }
+    return;
+  }
+  double total = 0;
+  const auto bins = parse(plan.header->joint, rows.joint_keys, rows.joint_counts, total);
+  check_total(total, "joint histogram holds");
+  if (total == 0) return;
+  std::vector<Piece> pieces;
+  std::vector<double> erased(S);
+  for (std::size_t f = 0; f < grid.formats.size(); ++f) {
+    if (!grid.undefined[f].empty()) continue;
+    aggregator.run(bins.bins, plan.rounders[f], plan.twice, pieces, erased.data());
+    for (std::size_t s = 0; s < S; ++s) grid.values[(f * S + s) * T + t] = erased[s] / total;
+  }
+}
+
+// Runs grid_step over the steps, `rows_of(first, count)` giving the rows of a block of steps (called on this thread
+// only: HDF5 is not thread-safe); blocks of `workers` steps, each step whole on one thread (the same operations in
+// the same order at any thread count), an error carried out of the parallel loop and thrown after it.
+template <class RowsOf>
+void run_grid(GridPlan& plan, const RowsOf& rows_of) {
+  const std::size_t T = plan.grid.steps.size();
   const std::size_t workers =
       Kokkos::is_initialized()
-          ? std::min<std::size_t>(T, static_cast<std::size_t>(Kokkos::DefaultHostExecutionSpace().concurrency()))
+          ? std::max<std::size_t>(1, static_cast<std::size_t>(Kokkos::DefaultHostExecutionSpace().concurrency()))
           : 1;
-  auto worker = [&](std::size_t first) {
-    Aggregator aggregator(reference.joint.u_bits);
-    for (std::size_t t = first; t < T; t += workers) one_step(t, aggregator);
-  };
-  if (workers > 1) {
-    Kokkos::parallel_for("wbaudit::forecast::format_grid::steps",
-                         Kokkos::RangePolicy<Kokkos::DefaultHostExecutionSpace>(0, static_cast<std::int64_t>(workers)),
-                         [&](const std::int64_t w) { worker(static_cast<std::size_t>(w)); });
-    Kokkos::fence();
-  } else if (T > 0) {
-    worker(0);
+  const int u_bits = plan.header->joint.u_bits;
+  std::vector<Aggregator> aggregators;
+  for (std::size_t w = 0; w < workers; ++w) aggregators.emplace_back(u_bits);
+  std::vector<std::string> errors(workers);
+  for (std::size_t first = 0; first < T; first += workers) {
+    const std::size_t count = std::min(workers, T - first);
+    const std::vector<sim::GroupTrace> block = rows_of(first, count);
+    auto one = [&](std::size_t w) {
+      try {
+        grid_step(plan, first + w, block[w], aggregators[w]);
+      } catch (const std::exception& e) {
+        if (errors[w].empty()) errors[w] = e.what();
+      }
+    };
+    if (count > 1) {
+      Kokkos::parallel_for("wbaudit::forecast::format_grid::steps",
+                           Kokkos::RangePolicy<Kokkos::DefaultHostExecutionSpace>(0, static_cast<std::int64_t>(count)),
+                           [&](const std::int64_t w) { one(static_cast<std::size_t>(w)); });
+      Kokkos::fence();
+    } else {
+      one(0);
+    }
+    for (const auto& e : errors)
+      if (!e.empty()) throw ForecastError(e);
   }
-  for (const auto& e : errors)
-    if (!e.empty()) throw ForecastError(e);
-  return grid;
+}
+
+// Group g's rows at recorded step t of an in-memory trace, as a one-step GroupTrace.
+sim::GroupTrace rows_at(const sim::Trace& trace, const sim::GroupTrace& g, std::size_t t) {
+  sim::GroupTrace r;
+  r.name = g.name;
+  r.size = g.size;
+  r.init_absmax = g.init_absmax;
+  if (t < g.nonzero.size()) r.nonzero = {g.nonzero[t]};
+  if (g.has_exact()) {
+    const auto n = static_cast<std::size_t>(g.size);
+    r.exact_w.assign(g.exact_w.begin() + static_cast<std::ptrdiff_t>(t * n),
+                     g.exact_w.begin() + static_cast<std::ptrdiff_t>((t + 1) * n));
+    r.exact_u.assign(g.exact_u.begin() + static_cast<std::ptrdiff_t>(t * n),
+                     g.exact_u.begin() + static_cast<std::ptrdiff_t>((t + 1) * n));
+  } else if (g.has_margin()) {
+    const std::size_t bins = trace.margin.bins();
+    r.margin.assign(g.margin.begin() + static_cast<std::ptrdiff_t>(t * bins),
+                    g.margin.begin() + static_cast<std::ptrdiff_t>((t + 1) * bins));
+  } else {
+    const auto begin = static_cast<std::size_t>(g.joint_offsets[t]),
+               end = static_cast<std::size_t>(g.joint_offsets[t + 1]);
+    if (end < begin || end > g.joint_keys.size() || end > g.joint_counts.size()) {
+      throw ForecastError("analytic grid: group \"" + g.name + "\" step " + std::to_string(trace.recorded_steps[t]) +
+                          ": joint offsets out of order");
+    }
+    r.joint_offsets = {0, static_cast<std::int64_t>(end - begin)};
+    r.joint_keys.assign(g.joint_keys.begin() + static_cast<std::ptrdiff_t>(begin),
+                        g.joint_keys.begin() + static_cast<std::ptrdiff_t>(end));
+    r.joint_counts.assign(g.joint_counts.begin() + static_cast<std::ptrdiff_t>(begin),
+                          g.joint_counts.begin() + static_cast<std::ptrdiff_t>(end));
+  }
+  return r;
+}
+
+}  // namespace
+
+FormatGrid format_grid(const sim::Trace& reference, std::string_view group, std::span<const std::string> formats,
+                       std::span<const double> lr_scales) {
+  const sim::GroupTrace& g = find_group(reference, group);
+  require_joint_histogram(reference, g);
+  GridPlan plan = plan_grid(reference, g, formats, lr_scales, g.has_margin());
+  run_grid(plan, [&](std::size_t first, std::size_t count) {
+    std::vector<sim::GroupTrace> rows;
+    for (std::size_t t = first; t < first + count; ++t) rows.push_back(rows_at(reference, g, t));
+    return rows;
+  });
+  return std::move(plan.grid);
+}
+
+FormatGrid format_grid(const sim::TraceReader& reader, std::string_view group, std::span<const std::string> formats,
+                       std::span<const double> lr_scales) {
+  const sim::Trace& header = reader.header();
+  const sim::GroupTrace& g = find_group(header, group);
+  const std::size_t index = static_cast<std::size_t>(&g - header.groups.data());
+  // The header's group carries no rows: decide from the reader what it holds (one step read to see it).
+  if (header.mode != "reference" || !(reader.group_has_margin(index) || reader.group_has_pairs(index))) {
+    require_joint_histogram(header, g);  // throws the same message as for an in-memory trace
+  }
+  sim::GroupTrace shape = g;
+  if (reader.recorded_steps() > 0) shape = reader.read_group(index, 0, 1);
+  GridPlan plan = plan_grid(header, shape, formats, lr_scales, reader.group_has_margin(index));
+  run_grid(plan, [&](std::size_t first, std::size_t count) {
+    std::vector<sim::GroupTrace> rows;
+    for (std::size_t t = first; t < first + count; ++t) {
+      sim::GroupTrace r = reader.read_group(index, t, 1);
+      rows.push_back(std::move(r));
+    }
+    return rows;
+  });
+  return std::move(plan.grid);
 }
 
 Series analytic_series(const sim::Trace& reference, std::string_view group, std::string_view format, double lr_scale) {

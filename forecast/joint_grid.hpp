@@ -2,8 +2,12 @@
 // The analytic grid across the exponent range (docs/forecasting.md, "The analytic grid"): the projected
 // round-to-nearest erased fraction for any format the simulator knows (floating: E, M, bias, max finite, subnormals,
 // saturation, as sim/precision rounds it; intK with its per-tensor scale from the absmax at initialization) and any
-// learning-rate scale s, read from a reference trace's joint (|w|, |u|) histogram (sim/trace/joint_histogram.hpp).
+// learning-rate scale s, read from a reference trace's margin histogram (schema 3, sim/trace/margin_histogram.hpp:
+// exact at powers of two, the one bin of m holding the threshold interpolated otherwise) or, for schema-2 traces,
+// its joint (|w|, |u|) pairs (sim/trace/joint_histogram.hpp, rule below). Groups of at most
+// sim::kJointExactMaxCoordinates coordinates are counted from their kept w and u, exactly, at every scale.
 //
+// Schema 2's pairs:
 // Rule. A coordinate with u != 0 is erased iff q(q(w) + s u) == q(w): with g_t and g_a the gaps of q(w) toward and
 // away from zero, iff s|u| < g/2 for the gap on u's side (s|u| == g/2: erased iff q(w)'s last significand bit or
 // integer level is even); q(w) == max finite with u pointing away is always erased (saturation); q(w) == 0 has the
@@ -20,6 +24,7 @@
 #include "forecast/source.hpp"
 #include "sim/precision/format.hpp"
 #include "sim/trace/trace.hpp"
+#include "sim/trace/trace_reader.hpp"
 
 namespace wbaudit::forecast {
 
@@ -60,9 +65,15 @@ struct FormatGrid {
   }
 };
 
-// Every (format, scale) at every recorded step of one group, reading each step's pairs once. An intK format for a
-// group without a per-tensor scale is not an error here: its values are NaN and FormatGrid::undefined says why.
+// Every (format, scale) at every recorded step of one group, reading each step's record once. An intK format for a
+// group without a per-tensor scale is not an error here: its values are NaN and FormatGrid::undefined says why. A
+// margin histogram resolves scales within its rows (powers of two 2^-19 .. 2^20, other scales in [2^-5, 2^5) by
+// default); another scale, or a format it does not record, is a ForecastError naming it.
 FormatGrid format_grid(const sim::Trace& reference, std::string_view group, std::span<const std::string> formats,
+                       std::span<const double> lr_scales);
+// The same from a trace on disk, reading a block of recorded steps (one per thread) at a time: the memory it holds
+// does not grow with the number of recorded steps. The same values as format_grid(reader.read_all(), ...).
+FormatGrid format_grid(const sim::TraceReader& reader, std::string_view group, std::span<const std::string> formats,
                        std::span<const double> lr_scales);
 
 }  // namespace wbaudit::forecast

@@ -1,6 +1,7 @@
 #include "forecast/predictor_registry.hpp"
 
 #include "forecast/error.hpp"
+#include "util/text.hpp"
 
 namespace wbaudit::forecast {
 namespace {
@@ -81,7 +82,8 @@ const PredictorInfo& predictor_info(std::string_view name) {
   for (const auto& n : predictor_names()) {
     known += (known.empty() ? "" : ", ") + n;
   }
-  throw ForecastError("unknown predictor \"" + std::string(name) + "\" (known: " + known + ")");
+  throw ForecastError("unknown predictor \"" + std::string(name) + "\"" + util::did_you_mean(name, predictor_names()) +
+                      " (known: " + known + ")");
 }
 
 const PredictorInfo& predictor_info(PredictorKind kind) {

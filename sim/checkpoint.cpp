@@ -71,7 +71,7 @@ void read_section(hid_t root, const char* section, Checkpoint& c, std::vector<fl
 // detail::in_memory_file_image, write_new_file), so a full disk is a named error; the bytes are the same HDF5 file as
 // before, read by read_checkpoint unchanged.
 void write_content(hid_t root, const std::string& file, const Checkpoint& c) {
-  write_string_attribute(root, "schema", kCheckpointSchema, file);
+  write_string_attribute(root, "schema", c.streamed ? kCheckpointSchemaStreamed : kCheckpointSchema, file);
   write_string_attribute(root, "config_json", c.config_json, file);
   write_string_attribute(root, "model_kind", c.model_kind, file);
   write_scalar_attribute<std::int64_t>(root, "step", c.step, file);
@@ -80,6 +80,11 @@ void write_content(hid_t root, const std::string& file, const Checkpoint& c) {
     order += (order.empty() ? "" : "\n") + t.name;
   }
   write_string_attribute(root, "tensor_order", order, file);
+  if (c.streamed) {
+    write_scalar_attribute<std::int64_t>(root, "trace_steps", c.streamed_rows.steps, file);
+    write_scalar_attribute<std::int64_t>(root, "trace_validations", c.streamed_rows.validations, file);
+    write_scalar_attribute<std::int64_t>(root, "trace_replays", c.streamed_rows.replays, file);
+  }
   // /weights/<name> carries the tensor's shape (PyTorch layout); the other sections follow it.
   Handle weights = create_group(root, "weights", file);
   for (const TensorState& t : c.tensors) {
@@ -129,10 +134,18 @@ Checkpoint read_checkpoint(const std::filesystem::path& path) {
   try {
     Handle h5(H5Fopen(file.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose, "open file", file);
     const hid_t root = h5.get();
-    if (H5Aexists(root, "schema") <= 0 || read_string_attribute(root, "schema", file) != kCheckpointSchema) {
-      throw CheckpointError(file + ": not a wbaudit checkpoint (expected schema " + kCheckpointSchema + ")");
+    const std::string schema = H5Aexists(root, "schema") > 0 ? read_string_attribute(root, "schema", file) : "";
+    if (schema != kCheckpointSchema && schema != kCheckpointSchemaStreamed) {
+      throw CheckpointError(file + ": not a wbaudit checkpoint (expected schema " + kCheckpointSchema + " or " +
+                            kCheckpointSchemaStreamed + ")");
     }
     Checkpoint c;
+    c.streamed = schema == kCheckpointSchemaStreamed;
+    if (c.streamed) {
+      c.streamed_rows.steps = read_scalar_attribute<std::int64_t>(root, "trace_steps", file);
+      c.streamed_rows.validations = read_scalar_attribute<std::int64_t>(root, "trace_validations", file);
+      c.streamed_rows.replays = read_scalar_attribute<std::int64_t>(root, "trace_replays", file);
+    }
     c.config_json = read_string_attribute(root, "config_json", file);
     c.model_kind = read_string_attribute(root, "model_kind", file);
     c.step = read_scalar_attribute<std::int64_t>(root, "step", file);

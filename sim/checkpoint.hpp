@@ -10,10 +10,12 @@
 #include <vector>
 
 #include "sim/trace/trace.hpp"
+#include "sim/trace/trace_writer.hpp"
 
 namespace wbaudit::sim {
 
 inline constexpr const char* kCheckpointSchema = "wbaudit.checkpoint/1";
+inline constexpr const char* kCheckpointSchemaStreamed = "wbaudit.checkpoint/2";  // + the streamed row counts
 
 class CheckpointError : public std::runtime_error {
  public:
@@ -34,7 +36,11 @@ struct Checkpoint {
   std::string model_kind;
   std::int64_t step = 0;  // weights are w[step]: steps 0 .. step-1 are done
   std::vector<TensorState> tensors;
-  Trace trace;  // recorded up to (not including) `step`
+  Trace trace;  // recorded up to (not including) `step`; a streaming run's: its header only
+  // A streaming run (run_cell_to_file): its recorded rows are in the partial trace file, which held streamed_rows of
+  // them at this checkpoint (schema wbaudit.checkpoint/2); otherwise `trace` holds every row (wbaudit.checkpoint/1).
+  bool streamed = false;
+  TraceRows streamed_rows;
 };
 
 // Writes `path` atomically (temporary name in the same directory, then rename); throws CheckpointError naming it.

@@ -1,11 +1,34 @@
 #include "sim/config_reader.hpp"
 
+#include <vector>
+
+#include "sim/model_registry.hpp"
+#include "util/text.hpp"
+
 namespace wbaudit::sim {
 
 namespace {
 
 std::string join_path(const std::string& prefix, const std::string& key) {
   return prefix.empty() ? key : prefix + "." + key;
+}
+
+// A [model] or [data] key that another model kind has: say which ("width belongs to model.kind = \"decoder\"").
+std::string other_model_hint(const std::string& path, const std::string& key) {
+  if (path != "model" && path != "data") {
+    return "";
+  }
+  std::vector<std::string> kinds;
+  for (const ModelDescriptor* m : registered_models()) {
+    const std::set<std::string> keys = path == "model" ? m->model_keys() : m->data_keys();
+    if (keys.count(key)) {
+      kinds.push_back("\"" + m->kind() + "\"");
+    }
+  }
+  if (kinds.empty()) {
+    return "";
+  }
+  return " (" + path + "." + key + " belongs to model.kind = " + util::join(kinds, " or ") + ")";
 }
 
 }  // namespace
@@ -21,7 +44,12 @@ ConfigReader::ConfigReader(const nlohmann::json& object, std::string path, const
       for (const std::string& k : m_known) {
         names += (names.empty() ? "" : ", ") + k;
       }
-      throw ConfigError(join_path(m_path, item.key()) + ": unknown key (known: " + names + ")");
+      std::vector<std::string> candidates(m_known.begin(), m_known.end());
+      if (m_path == "optimizer") {
+        candidates.emplace_back("lr_scale");  // a sweep spec's key, resolved into lr before a cell is read
+      }
+      throw ConfigError(join_path(m_path, item.key()) + ": unknown key" + util::did_you_mean(item.key(), candidates) +
+                        other_model_hint(m_path, item.key()) + " (known: " + names + ")");
     }
   }
 }

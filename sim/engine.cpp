@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <string_view>
 
 #include "sim/checkpoint.hpp"
@@ -16,8 +17,7 @@
 #include "sim/precision/storage_format.hpp"
 #include "sim/precision/writeback.hpp"
 #include "sim/trace/expected_projection.hpp"
-#include "sim/trace/joint_recording.hpp"
-#include "sim/trace/ratio_histogram.hpp"
+#include "sim/trace/reference_histograms.hpp"
 
 namespace wbaudit::sim {
 
@@ -102,35 +102,38 @@ Training<ExecSpace>::Training(const ExecSpace& space, const RunConfig& config)
 
   Trace& trace = m_trace;
   trace.mode = reference ? "reference" : "target";
+  trace.schema = trace_schema_for_mode(trace.mode);
   trace.format = reference ? "fp32" : config.target.format;
   trace.policy = reference ? "nearest" : config.target.policy;
   trace.seed = config.seed;
   trace.steps = config.steps;
   trace.config_json = to_json(config).dump();
-  const std::size_t n_rec = m_recorded.size();
+  if (reference) trace.margin = default_margin_layout();
   m_project_formats.resize(static_cast<std::size_t>(n));
   for (int t = 0; t < n; ++t) {
     GroupTrace g;
     g.name = m_model->tensor_name(t);
     g.tensor_id = static_cast<std::uint32_t>(t);
     g.size = sizes[t];
-    g.nonzero.reserve(n_rec);
     m_proposals.emplace_back(Kokkos::view_alloc(space, Kokkos::WithoutInitializing, "wbaudit::sim::Training::u"),
                              sizes[t]);
     const std::vector<float> init = to_host(m_model->parameter(t));
     if (reference) {
-      m_joint_key.emplace_back(Kokkos::view_alloc(space, Kokkos::WithoutInitializing, "wbaudit::sim::Training::key"),
-                               sizes[t]);
       double absmax = 0;
       for (float v : init) absmax = std::max(absmax, std::fabs(static_cast<double>(v)));
       g.init_absmax = absmax;
-      g.joint_offsets.reserve(n_rec + 1);
-      g.joint_offsets.push_back(0);
+      m_margin_formats.push_back(margin_formats(trace.margin, absmax));
       for (const std::string& name : config.project_formats) {
         m_project_formats[t].push_back(target_format(name, init, m_model->tensor_shape(t)));
-        g.projected[name];
+        // Every series the trace will hold is declared now (a streaming writer creates its datasets from them).
+        ProjectedSeries& series = g.projected[name];
+        const TargetFormat& pf = m_project_formats[t].back();
+        if (pf.block) {
+          series.block_events.blocks = block_count(pf.blocks, pf.shape);  // block formats: no expected projections
+          continue;
+        }
+        for (const WritebackPolicy& policy : config.project_policies) series.expected[projection_name(policy)];
       }
-      g.ratio_histogram.assign(n_rec * static_cast<std::size_t>(trace.histogram.bins), 0);
     } else {
       const std::string name = storage_format_of(config.target.format, config.target.group_formats, g.name);
       m_target_formats.push_back(target_format(name, init, m_model->tensor_shape(t)));
@@ -147,8 +150,12 @@ Training<ExecSpace>::Training(const ExecSpace& space, const RunConfig& config)
     }
     trace.groups.push_back(std::move(g));
   }
-  if (reference) {
-    reserve_joint_pairs(trace.groups, n_rec);
+  if (config.replay.checkpoints > 0) {
+    trace.replay_steps = config.replay.steps;
+    for (const std::string& policy : config.replay.policies) {
+      trace.replays.push_back(
+          ReplaySeries{config.replay.format, policy, config.replay.sr_bits, {}, config.replay.sr_stream});
+    }
   }
   if (const auto optimum = m_model->optimal_validation_loss()) {
     trace.optimal_validation_loss = *optimum;
@@ -211,24 +218,22 @@ void Training<ExecSpace>::step(const RunHooks& hooks) {
     }
     if (reference) {
       if (record) {
-        // The d histogram (ratio_histogram.hpp; bins: -1 for u == 0, -2 for w == 0, -3 for non-finite), then the
-        // projected events per declared format.
-        const int nbins = layout.bins;
-        const std::vector<std::int64_t> counts = record_ratio_histogram_and_joint_keys(
-            space, layout, m_trace.joint, Kokkos::View<const float*, memory_space>(w), u, m_joint_key[t]);
-        std::copy(counts.begin(), counts.begin() + nbins,
-                  g.ratio_histogram.begin() + static_cast<std::ptrdiff_t>(m_next * static_cast<std::size_t>(nbins)));
-        const std::int64_t nonzero = counts[nbins], zero_weight = counts[nbins + 1], bad = counts[nbins + 2];
-        if (bad > 0) {
-          non_finite(g.name, step, std::to_string(bad) + " coordinates");
+        // The d histogram and the margin histogram in one pass (reference_histograms.hpp), then the projected events
+        // per declared format.
+        static_assert(Kokkos::SpaceAccessibility<ExecSpace, Kokkos::HostSpace>::accessible,
+                      "the reference recording reads w and u in host memory");
+        const ReferenceHistograms h =
+            reference_histograms(space, layout, m_trace.margin, m_margin_formats[t], w.data(), u.data(), w.extent(0));
+        if (h.non_finite > 0) {
+          non_finite(g.name, step, std::to_string(h.non_finite) + " coordinates");
         }
-        g.nonzero.push_back(nonzero);
-        g.zero_weight.push_back(zero_weight);
-        if (g.size <= kJointExactMaxCoordinates) {  // (ratio_histogram_counts has fenced the space)
-          const auto wh = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), w);
-          const auto uh = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), u);
-          g.exact_w.insert(g.exact_w.end(), wh.data(), wh.data() + wh.extent(0));
-          g.exact_u.insert(g.exact_u.end(), uh.data(), uh.data() + uh.extent(0));
+        g.ratio_histogram.insert(g.ratio_histogram.end(), h.ratio.begin(), h.ratio.end());
+        g.margin.insert(g.margin.end(), h.margin.begin(), h.margin.end());
+        g.nonzero.push_back(h.nonzero);
+        g.zero_weight.push_back(h.zero_weight);
+        if (g.size <= kJointExactMaxCoordinates) {
+          g.exact_w.insert(g.exact_w.end(), w.data(), w.data() + w.extent(0));
+          g.exact_u.insert(g.exact_u.end(), u.data(), u.data() + u.extent(0));
         }
         // Non-finite values were rejected above, so project_erasure sees finite inputs only.
         for (std::size_t f = 0; f < m_project_formats[t].size(); ++f) {
@@ -303,11 +308,6 @@ void Training<ExecSpace>::step(const RunHooks& hooks) {
       hooks.on_update(UpdateObservation{step, t, before, proposal, after});
     }
   }
-  if (reference && record) {
-    std::vector<GroupTrace*> groups;
-    for (GroupTrace& g : m_trace.groups) groups.push_back(&g);
-    finish_joint_histograms(space, m_trace.joint, m_joint_key, groups, m_joint_scratch);
-  }
   if (record) {
     m_trace.recorded_steps.push_back(step);
     m_trace.loss.push_back(loss);
@@ -315,6 +315,60 @@ void Training<ExecSpace>::step(const RunHooks& hooks) {
     ++m_next;
   }
   ++m_step;
+  flush_rows();
+  if (record && hooks.on_recorded) hooks.on_recorded(step);
+}
+
+template <class ExecSpace>
+void Training<ExecSpace>::flush_rows() {
+  if (m_writer == nullptr) return;
+  m_writer->append(m_trace);
+  m_streamed = m_writer->rows();
+}
+
+template <class ExecSpace>
+void Training<ExecSpace>::stream_to(TraceWriter* writer) {
+  m_writer = writer;
+  if (writer != nullptr) m_streamed = writer->rows();
+}
+
+template <class ExecSpace>
+TraceRows Training<ExecSpace>::streamed_rows() const {
+  return m_writer != nullptr ? m_writer->rows() : m_streamed;
+}
+
+template <class ExecSpace>
+std::size_t Training<ExecSpace>::recorder_bytes() const {
+  std::size_t bytes = 0;
+  const auto add = [&](const auto& v) { bytes += v.capacity() * sizeof(v[0]); };
+  add(m_trace.recorded_steps);
+  add(m_trace.loss);
+  add(m_trace.learning_rate);
+  add(m_trace.validation_steps);
+  add(m_trace.validation_loss);
+  add(m_trace.replay_checkpoints);
+  add(m_trace.replay_start_loss);
+  for (const ReplaySeries& r : m_trace.replays) add(r.validation_loss);
+  for (const GroupTrace& g : m_trace.groups) {
+    for (const auto* v :
+         {&g.nonzero, &g.erased, &g.saturated, &g.applied, &g.zero_weight, &g.ratio_histogram, &g.margin})
+      add(*v);
+    add(g.erased_fraction);
+    add(g.exact_w);
+    add(g.exact_u);
+    for (const BlockEventField& f : kBlockEventFields) add(g.block_events.*f.series);
+    for (const auto& [name, p] : g.projected) {
+      add(p.erased);
+      add(p.fraction);
+      for (const BlockEventField& f : kBlockEventFields) add(p.block_events.*f.series);
+      for (const auto& [policy, e] : p.expected) {
+        add(e.erased);
+        add(e.fraction);
+      }
+    }
+  }
+  for (const auto& f : m_margin_formats) add(f);
+  return bytes;
 }
 
 template <class ExecSpace>
@@ -404,6 +458,7 @@ void Training<ExecSpace>::run(std::int64_t end, const ProgressCallback& progress
       replay_from_here();
     }
   }
+  flush_rows();
   m_space.fence();
 }
 
@@ -425,6 +480,8 @@ Checkpoint Training<ExecSpace>::checkpoint() const {
   c.model_kind = m_config.model.kind;
   c.step = m_step;
   c.trace = m_trace;
+  c.streamed = m_writer != nullptr;
+  c.streamed_rows = streamed_rows();
   for (int t = 0; t < m_model->tensor_count(); ++t) {
     TensorState s;
     s.name = m_model->tensor_name(t);
@@ -506,7 +563,8 @@ void Training<ExecSpace>::restore(const Checkpoint& c, bool same_run) {
   m_step = c.step;
   if (same_run) {
     m_trace = c.trace;
-    m_next = m_trace.recorded_steps.size();
+    m_streamed = c.streamed ? c.streamed_rows : TraceRows{};
+    m_next = m_trace.recorded_steps.size() + static_cast<std::size_t>(m_streamed.steps);
   }
   m_space.fence();
 }
@@ -533,12 +591,6 @@ void Training<ExecSpace>::replay_from_here() {
     throw std::runtime_error("run_cell: replay needs a model with a validation stream (" + m_config.model.kind +
                              " has none)");
   }
-  if (m_trace.replays.empty()) {
-    m_trace.replay_steps = rc.steps;
-    for (const std::string& policy : rc.policies) {
-      m_trace.replays.push_back(ReplaySeries{rc.format, policy, rc.sr_bits, {}, rc.sr_stream});
-    }
-  }
   m_trace.replay_checkpoints.push_back(m_step);
   m_trace.replay_start_loss.push_back(*start_loss);
   for (std::size_t p = 0; p < rc.policies.size(); ++p) {
@@ -553,7 +605,7 @@ void Training<ExecSpace>::replay_from_here() {
     cfg.replay.checkpoints = 0;
     cfg.validation.every = 0;
     cfg.steps = m_step + rc.steps;
-    Training replay(m_space, cfg);
+    Training replay(m_space, cfg);  // records nothing but its final validation loss (in memory, never streamed)
     replay.m_schedule_steps = m_schedule_steps;  // the run's own schedule, continued past its end if need be
     replay.restore(here, /*same_run=*/false);
     replay.requantize_from_current();
@@ -588,13 +640,48 @@ Trace run_cell(const RunConfig& config, const ProgressCallback& progress) {
   return run_cell(Kokkos::DefaultExecutionSpace(), config, progress, RunHooks{});
 }
 
+template <class ExecSpace>
+void run_cell_to_file(const ExecSpace& space, const RunConfig& config, const std::filesystem::path& trace_path,
+                      const ProgressCallback& progress, const RunHooks& hooks) {
+  Training<ExecSpace> training(space, config);
+  std::optional<TraceWriter> writer;
+  if (!hooks.checkpoints.resume_from.empty()) {
+    const Checkpoint c = read_checkpoint(hooks.checkpoints.resume_from);
+    training.restore(c, /*same_run=*/true);
+    if (c.streamed) {
+      writer.emplace(TraceWriter::resume(trace_path, training.mutable_trace(), c.streamed_rows));
+    } else {  // a checkpoint holding its trace: the partial file starts over from its rows
+      writer.emplace(trace_path, training.mutable_trace());
+    }
+  } else {
+    writer.emplace(trace_path, training.mutable_trace());
+  }
+  training.stream_to(&*writer);
+  if (!hooks.checkpoints.dir.empty()) {
+    std::filesystem::create_directories(hooks.checkpoints.dir);
+  }
+  training.run(config.steps, progress, hooks);
+  writer->append(training.mutable_trace());
+  training.stream_to(nullptr);
+  writer->finish();
+}
+
+void run_cell_to_file(const RunConfig& config, const std::filesystem::path& trace_path,
+                      const ProgressCallback& progress) {
+  run_cell_to_file(Kokkos::DefaultExecutionSpace(), config, trace_path, progress, RunHooks{});
+}
+
 template class Training<Kokkos::Serial>;
 template Trace run_cell<Kokkos::Serial>(const Kokkos::Serial&, const RunConfig&, const ProgressCallback&,
                                         const RunHooks&);
+template void run_cell_to_file<Kokkos::Serial>(const Kokkos::Serial&, const RunConfig&, const std::filesystem::path&,
+                                               const ProgressCallback&, const RunHooks&);
 #if defined(KOKKOS_ENABLE_OPENMP)
 template class Training<Kokkos::OpenMP>;
 template Trace run_cell<Kokkos::OpenMP>(const Kokkos::OpenMP&, const RunConfig&, const ProgressCallback&,
                                         const RunHooks&);
+template void run_cell_to_file<Kokkos::OpenMP>(const Kokkos::OpenMP&, const RunConfig&, const std::filesystem::path&,
+                                               const ProgressCallback&, const RunHooks&);
 #endif
 
 }  // namespace wbaudit::sim

@@ -13,7 +13,8 @@
 #include "sim/precision/storage_format.hpp"
 #include "sim/precision/writeback.hpp"
 #include "sim/run.hpp"
-#include "sim/trace/joint_recording.hpp"
+#include "sim/trace/margin_histogram.hpp"
+#include "sim/trace/trace_writer.hpp"
 
 namespace wbaudit::sim {
 
@@ -60,7 +61,18 @@ class Training {
   void restore(const Checkpoint& checkpoint, bool same_run);
 
   std::int64_t current_step() const { return m_step; }
+  // The trace recorded so far; while streaming (stream_to), only the header and the rows not yet appended.
   const Trace& trace() const { return m_trace; }
+  // From now on, every recorded step's rows (and validation and replay entries) are appended to `writer` at the end of
+  // the step and dropped from memory (nullptr: keep them in memory again). The writer must outlive the streaming.
+  void stream_to(TraceWriter* writer);
+  // Rows appended to the writer so far (zero when not streaming).
+  TraceRows streamed_rows() const;
+  // Bytes the recorder holds between steps (the trace's rows not yet appended, the margin formats): constant in the
+  // number of recorded steps while streaming.
+  std::size_t recorder_bytes() const;
+  // The trace with its header only (what a writer is created from).
+  Trace& mutable_trace() { return m_trace; }
   const RunConfig& config() const { return m_config; }
   TrainableModel<ExecSpace>& model() { return *m_model; }
 
@@ -70,6 +82,7 @@ class Training {
   void replay_from_here();
   void requantize_from_current();
   void validate_now();
+  void flush_rows();  // streaming: the rows held so far to the writer
   WritebackCounts write_back(int tensor, Kokkos::View<float*, memory_space> w,
                              Kokkos::View<const float*, memory_space> u, BlockWritebackCounts* block_counts);
   void hold_in_target_format(int tensor, const std::vector<float>& values);
@@ -85,10 +98,11 @@ class Training {
   std::int64_t m_step = 0;
   Trace m_trace;
   std::vector<Kokkos::View<float*, memory_space>> m_proposals, m_masters;
-  std::vector<Kokkos::View<std::uint64_t*, memory_space>> m_joint_key;  // reference: joint-histogram key
-  JointScratch m_joint_scratch;                                         // reference: its sort's buffers
-  std::vector<TargetFormat> m_target_formats;                           // target: per tensor
-  std::vector<std::vector<TargetFormat>> m_project_formats;             // reference: per tensor, per declared format
+  std::vector<std::vector<MarginFormat>> m_margin_formats;   // reference: per tensor, the margin histogram's formats
+  std::vector<TargetFormat> m_target_formats;                // target: per tensor
+  std::vector<std::vector<TargetFormat>> m_project_formats;  // reference: per tensor, per declared format
+  TraceWriter* m_writer = nullptr;                           // streaming: where rows go after each step
+  TraceRows m_streamed;                                      // rows of the trace already in the writer
 };
 
 }  // namespace wbaudit::sim

@@ -11,6 +11,7 @@
 #include "sim/precision/policy.hpp"
 #include "sim/precision/storage_format.hpp"
 #include "sim/precision/writeback.hpp"
+#include "sim/trace/margin_histogram.hpp"
 
 namespace wbaudit::sim {
 
@@ -98,6 +99,35 @@ double estimate_cell_bytes(const RunConfig& config) {
   // Per coordinate: weight, gradient, two Adam moments, the proposal, a storage/master copy, projection scratch.
   constexpr double kFloatsPerParameter = 8;
   return 4.0 * (kFloatsPerParameter * model.parameters + model.activations);
+}
+
+double estimate_recording_bytes(const RunConfig& config, int threads) {
+  const auto names = model_tensor_names(config.model);
+  const double groups = static_cast<double>(names.size());
+  const double recorded = static_cast<double>(recorded_steps(config.record, config.steps).size());
+  // HDF5's own state while the partial file is open and while the finished file is written (its free lists, the
+  // metadata cache, one dataset's chunk cache and deflate buffers), and the writer's handles per group.
+  constexpr double kHdf5 = 16.0 * 1048576;
+  const double handles = 4096.0 * groups;
+  if (config.mode == RunMode::target) {
+    // nonzero, erased, saturated, applied, erased_fraction: one step's rows while training, and one group's rows of
+    // every recorded step while the finished file is written (a group at a time)
+    constexpr double kPerGroupStep = 40.0;
+    return kHdf5 + handles + groups * kPerGroupStep + recorded * kPerGroupStep;
+  }
+  const MarginLayout margin = default_margin_layout();
+  const double bins = 8.0 * (static_cast<double>(margin.bins()) + RatioHistogramLayout{}.bins);
+  // One group's rows of one recorded step: the d and margin histograms, kept w and u (at most
+  // kJointExactMaxCoordinates coordinates), the counts and projected series.
+  const double per_group_step = bins + 16.0 + 8.0 * static_cast<double>(kJointExactMaxCoordinates) +
+                                16.0 * static_cast<double>(config.project_formats.size()) *
+                                    (1.0 + static_cast<double>(config.project_policies.size()));
+  // While training: one recorded step's rows of every group (appended and dropped at the end of the step). While
+  // writing the finished file: one group's rows of every recorded step (trace_writer.cpp, write_trace_from_reader).
+  const double rows = std::max(groups, recorded) * per_group_step;
+  // per thread: the kernel's chunk scratch and 32-bit counters, and the reduction's 64-bit counters
+  const double per_thread = 6.0 * 4 * 2048 + 4.0 * 4 * static_cast<double>(margin.bins() + 600) + bins;
+  return kHdf5 + handles + rows + std::max(1, threads) * per_thread;
 }
 
 std::vector<std::string> model_tensor_names(const ModelConfig& model) {

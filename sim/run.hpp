@@ -20,6 +20,7 @@
 #include "sim/precision/policy.hpp"
 #include "sim/trace/record_schedule.hpp"
 #include "sim/trace/trace.hpp"
+#include "sim/trace/trace_writer.hpp"
 
 namespace wbaudit::sim {
 
@@ -156,6 +157,9 @@ struct RunHooks {
   CheckpointOptions checkpoints;
   // Called after each checkpoint file is in place (tests use it to stop a run at a known point).
   std::function<void(std::int64_t step, const std::filesystem::path& file)> on_checkpoint;
+  // Called after each recorded step, once its rows are in the trace (streaming: appended and flushed to the partial
+  // file); tests use it to stop a run at a chosen recorded step.
+  std::function<void(std::int64_t step)> on_recorded;
 };
 
 using ProgressCallback = std::function<void(std::int64_t step, std::int64_t steps)>;
@@ -178,5 +182,25 @@ Trace run_cell(const ExecSpace& space, const RunConfig& config, const ProgressCa
                const RunHooks& hooks = {});
 // The same on Kokkos::DefaultExecutionSpace.
 Trace run_cell(const RunConfig& config, const ProgressCallback& progress = {});
+
+// Runs the cell streaming its trace to `trace_path` (docs/trace-format.md, "Streaming"): every recorded step is
+// appended to trace_path + ".partial" as it is recorded, so the memory held for the trace does not grow with the
+// number of recorded steps, and trace_path is written (byte for byte the file write_trace(trace_path, run_cell(...))
+// writes) and the partial file removed when the run completes. With hooks.checkpoints.resume_from (a checkpoint of a
+// streaming run of this cell) the run continues from it and so does the partial file: the rows it holds beyond the
+// checkpoint are recorded again. A run that stops (an error, a signal) leaves the partial file: readable, marked
+// incomplete. Throws like run_cell, and TraceFileError naming the file for the trace's own errors (a full disk).
+template <class ExecSpace>
+void run_cell_to_file(const ExecSpace& space, const RunConfig& config, const std::filesystem::path& trace_path,
+                      const ProgressCallback& progress = {}, const RunHooks& hooks = {});
+void run_cell_to_file(const RunConfig& config, const std::filesystem::path& trace_path,
+                      const ProgressCallback& progress = {});
+
+// About how many bytes the recording of one run of `config` holds besides the training state, for `threads` threads:
+// the margin histogram kernel's per-thread scratch, one recorded step's rows of every group while training (the trace
+// is streamed), one group's rows of every recorded step while the finished file is written, HDF5's own state. What
+// `wbaudit run` adds to estimate_cell_bytes before it starts a cell; it grows with the recorded steps only through
+// the finished file's one group at a time.
+double estimate_recording_bytes(const RunConfig& config, int threads);
 
 }  // namespace wbaudit::sim

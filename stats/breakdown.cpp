@@ -1,6 +1,8 @@
 #include "stats/breakdown.hpp"
 
+#include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <set>
 
 #include "stats/error.hpp"
@@ -54,6 +56,32 @@ BreakdownRow level_row(std::string const& factor, std::string const& level, std:
   return row;
 }
 
+// The levels in numeric order when every level is a number ("8" < "16" < "64"), else in name order.
+std::vector<std::string> level_order(std::map<std::string, std::vector<Eigen::Index>> const& levels) {
+  std::vector<std::pair<double, std::string>> numeric;
+  for (auto const& [level, rows] : levels) {
+    char* end = nullptr;
+    double const v = std::strtod(level.c_str(), &end);
+    if (level.empty() || end != level.c_str() + level.size() || !std::isfinite(v)) {
+      numeric.clear();
+      break;
+    }
+    numeric.emplace_back(v, level);
+  }
+  std::vector<std::string> order;
+  if (numeric.size() == levels.size()) {
+    std::stable_sort(numeric.begin(), numeric.end(), [](auto const& a, auto const& b) { return a.first < b.first; });
+    for (auto const& [v, level] : numeric) {
+      order.push_back(level);
+    }
+    return order;
+  }
+  for (auto const& [level, rows] : levels) {
+    order.push_back(level);
+  }
+  return order;
+}
+
 }  // namespace
 
 std::vector<BreakdownRow> breakdown_by_factor(std::vector<std::map<std::string, std::string>> const& factors,
@@ -85,9 +113,10 @@ std::vector<BreakdownRow> breakdown_by_factor(std::vector<std::map<std::string, 
     if (levels.size() < 2) {
       continue;  // a factor with one level breaks nothing down
     }
+    std::vector<std::string> const order = level_order(levels);
     for (auto const& p : predictors) {
-      for (auto const& [level, rows] : levels) {
-        out.push_back(level_row(factor, level, rows, p, outcome, baselines));
+      for (auto const& level : order) {
+        out.push_back(level_row(factor, level, levels.at(level), p, outcome, baselines));
       }
     }
   }

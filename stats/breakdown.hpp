@@ -27,7 +27,8 @@ struct NamedTable {
 };
 
 // factors[i]: the factor levels of outcome row i (factor name -> level); a row without a factor is in none of its
-// levels. Rows: factors in name order, then predictors in the order given, then levels in name order.
+// levels. Rows: factors in name order, then predictors in the order given, then levels in numeric order when every
+// level of the factor is a number ("8", "16", "64"), else in name order.
 // Throws StatsError when a table's shape differs from the outcome's or factors has the wrong length.
 std::vector<BreakdownRow> breakdown_by_factor(std::vector<std::map<std::string, std::string>> const& factors,
                                               CellTable const& outcome, std::vector<NamedTable> const& predictors,

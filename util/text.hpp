@@ -14,6 +14,11 @@ std::string join(const std::vector<std::string>& items, std::string_view sep = "
 // by pandas and by std::strtod).
 std::string number_text(double x, int precision = 17);
 
+// The shortest text that reads back as the same double ("0.3", "0.95", "1e-30"; number_text(0.3) is
+// "0.29999999999999999"): for values a person typed and reads back (learning-rate scales, confidences), as
+// number_text for NaN and infinities.
+std::string shortest_number(double x);
+
 // For prose and tables meant to be read: as number_text, but NaN is an em dash.
 std::string shown_number(double x, int precision = 4);
 

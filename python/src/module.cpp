@@ -24,10 +24,11 @@
 #include "sim/precision/rounding.hpp"
 #include "sim/precision/storage_format.hpp"
 #include "sim/precision/writeback.hpp"
-#include "sim/trace/joint_recording.hpp"
 #include "sim/trace/ratio_histogram.hpp"
 #include "sim/trace/record_schedule.hpp"
+#include "sim/trace/reference_histograms.hpp"
 #include "sim/trace/trace.hpp"
+#include "sim/trace/trace_writer.hpp"
 
 namespace py = pybind11;
 using namespace wbaudit::sim;
@@ -386,7 +387,8 @@ py::array_t<T> array_of(const std::vector<T, Allocator>& v) {
 }
 
 py::dict project_py(py::array w, py::array u, const std::vector<py::object>& formats_list, bool histogram, double d_min,
-                    double bin_width, int bins, const std::string& tensor, std::uint64_t step, bool joint) {
+                    double bin_width, int bins, const std::string& tensor, std::uint64_t step, bool joint,
+                    double init_absmax) {
   ensure_kokkos();
   same_shape(w, u, "w", "u");
   const float* wd = float32_data<const float>(w, "w", "fp32");
@@ -404,64 +406,45 @@ py::dict project_py(py::array w, py::array u, const std::vector<py::object>& for
       fmts.push_back(make_format(pair.first, pair.second));
     }
   }
-  std::vector<std::int64_t> hist(static_cast<std::size_t>(bins), 0);
+  // The simulator's recording (sim/trace/reference_histograms.hpp): the d histogram and, with joint, the margin
+  // histogram of the default layout, in one pass; integer counts, independent of the thread count.
+  const MarginLayout layout = joint ? default_margin_layout() : MarginLayout{};
+  const std::vector<MarginFormat> margin_fmts = margin_formats(layout, init_absmax);
   std::vector<std::int64_t> erased(fmts.size());
-  std::int64_t nonzero = 0, zero_weight = 0, bad = 0, first_bad = -1;
-  std::vector<std::uint64_t> joint_keys;
-  std::vector<std::int64_t> joint_counts;
+  ReferenceHistograms h;
+  std::int64_t first_bad = -1;
   {
     py::gil_scoped_release release;
     const Kokkos::View<const float*, Space::memory_space, Kokkos::MemoryUnmanaged> wv(wd, n), uv(ud, n);
-    // The simulator's d histogram (sim/trace/ratio_histogram.hpp: integer counts, independent of the thread count).
-    const RatioHistogramLayout ratio_layout{d_min, bin_width, bins};
-    const std::vector<std::int64_t> counts =
-        ratio_histogram_counts(Space(), ratio_layout, Kokkos::View<const float*, Space::memory_space>(wv),
-                               Kokkos::View<const float*, Space::memory_space>(uv));
-    if (histogram) {
-      std::copy(counts.begin(), counts.begin() + bins, hist.begin());
-    }
-    nonzero = counts[static_cast<std::size_t>(bins)];
-    zero_weight = counts[static_cast<std::size_t>(bins) + 1];
-    bad = counts[static_cast<std::size_t>(bins) + 2];
-    for (std::int64_t i = 0; bad > 0 && first_bad < 0 && i < n; ++i) {
+    h = reference_histograms(Space(), RatioHistogramLayout{d_min, bin_width, bins}, layout, margin_fmts, wd, ud,
+                             static_cast<std::size_t>(n));
+    for (std::int64_t i = 0; h.non_finite > 0 && first_bad < 0 && i < n; ++i) {
       if (!std::isfinite(wd[i]) || !std::isfinite(ud[i])) first_bad = i;
     }
-    if (bad == 0) {
+    if (h.non_finite == 0) {
       for (std::size_t f = 0; f < fmts.size(); ++f) {
         erased[f] = project_erasure(Space(), fmts[f], wv, uv).erased;
       }
-      if (joint) {  // the simulator's recording (sim/trace/joint_recording.hpp) with its default layout
-        const JointHistogramLayout layout;
-        Kokkos::View<std::uint64_t*, Space::memory_space> keys(
-            Kokkos::view_alloc(Kokkos::WithoutInitializing, "wbaudit::python::project::joint_keys"), n);
-        record_joint_keys(Space(), layout, Kokkos::View<const float*, Space::memory_space>(wv),
-                          Kokkos::View<const float*, Space::memory_space>(uv), keys);
-        Kokkos::fence();
-        JointScratch scratch;
-        append_joint_runs_of(Space(), keys.data(), static_cast<std::size_t>(n), 20 + layout.w_bits + layout.u_bits,
-                             scratch, joint_keys, joint_counts);
-      }
     }
   }
-  if (bad > 0) {
-    throw py::value_error(where(tensor, step) + "project: " + std::to_string(bad) +
+  if (h.non_finite > 0) {
+    throw py::value_error(where(tensor, step) + "project: " + std::to_string(h.non_finite) +
                           " non-finite coordinates (first at index " + std::to_string(first_bad) +
                           ": w = " + std::to_string(wd[first_bad]) + ", u = " + std::to_string(ud[first_bad]) + ")");
   }
   py::dict out;
-  out["nonzero"] = nonzero;
-  out["zero_weight"] = zero_weight;
+  out["nonzero"] = h.nonzero;
+  out["zero_weight"] = h.zero_weight;
   py::dict e;
   for (std::size_t f = 0; f < fmts.size(); ++f) {
     e[py::str(names[f])] = erased[f];
   }
   out["erased"] = e;
   if (histogram) {
-    out["ratio_histogram"] = py::array_t<std::int64_t>(static_cast<py::ssize_t>(bins), hist.data());
+    out["ratio_histogram"] = py::array_t<std::int64_t>(static_cast<py::ssize_t>(bins), h.ratio.data());
   }
   if (joint) {
-    out["joint_keys"] = array_of(joint_keys);
-    out["joint_counts"] = array_of(joint_counts);
+    out["margin"] = py::array_t<std::int64_t>(static_cast<py::ssize_t>(h.margin.size()), h.margin.data());
   }
   return out;
 }
@@ -513,9 +496,31 @@ py::dict audit_py(py::array w, py::array u, py::array w_next, const std::string&
 
 // ---- traces -----------------------------------------------------------------------------------------------
 
+py::dict margin_layout_dict(const MarginLayout& m) {
+  return py::dict(py::arg("formats") = m.formats, py::arg("coarse_lo") = m.rows.coarse_lo,
+                  py::arg("fine_lo") = m.rows.fine_lo, py::arg("fine_hi") = m.rows.fine_hi,
+                  py::arg("coarse_hi") = m.rows.coarse_hi, py::arg("sub_bins") = kMarginSubBins,
+                  py::arg("bins") = m.bins());
+}
+
+MarginLayout margin_layout_of(const py::dict& d) {
+  MarginLayout m;
+  m.formats = d["formats"].cast<std::vector<std::string>>();
+  m.rows.coarse_lo = d["coarse_lo"].cast<int>();
+  m.rows.fine_lo = d["fine_lo"].cast<int>();
+  m.rows.fine_hi = d["fine_hi"].cast<int>();
+  m.rows.coarse_hi = d["coarse_hi"].cast<int>();
+  if (d.contains("sub_bins") && d["sub_bins"].cast<int>() != kMarginSubBins) {
+    throw py::value_error("margin layout: sub_bins must be " + std::to_string(kMarginSubBins));
+  }
+  if (!m.rows.valid()) throw py::value_error("margin layout: invalid rows");
+  return m;
+}
+
 py::dict trace_to_dict(const Trace& t) {
   py::dict d;
   d["schema"] = t.schema;
+  d["complete"] = t.complete;
   d["mode"] = t.mode;
   d["format"] = t.format;
   d["policy"] = t.policy;
@@ -549,9 +554,17 @@ py::dict trace_to_dict(const Trace& t) {
             py::dict(py::arg("erased") = array_of(s.erased), py::arg("fraction") = array_of(s.fraction));
       }
       gd["projected"] = projected;
-      if (g.has_joint()) {
+      if (g.has_margin()) {
+        gd["joint"] =
+            py::dict(py::arg("margin") = array_of(g.margin).reshape({T, static_cast<py::ssize_t>(t.margin.bins())}),
+                     py::arg("init_absmax") = g.init_absmax);
+      } else if (g.has_pairs()) {
         gd["joint"] = py::dict(py::arg("offsets") = array_of(g.joint_offsets), py::arg("keys") = array_of(g.joint_keys),
                                py::arg("counts") = array_of(g.joint_counts), py::arg("init_absmax") = g.init_absmax);
+      } else if (std::isfinite(g.init_absmax)) {
+        gd["joint"] = py::dict(py::arg("init_absmax") = g.init_absmax);
+      }
+      if (g.has_joint()) {
         if (g.has_exact()) {  // a small group's kept w and u, [T, size] (docs/trace-format.md)
           const auto shape = std::vector<py::ssize_t>{T, static_cast<py::ssize_t>(g.size)};
           gd["joint"]["w"] = array_of(g.exact_w).reshape(shape);
@@ -562,8 +575,13 @@ py::dict trace_to_dict(const Trace& t) {
     groups[py::str(g.name)] = gd;
   }
   d["groups"] = groups;
-  if (std::any_of(t.groups.begin(), t.groups.end(), [](const GroupTrace& g) { return g.has_joint(); })) {
+  if (std::any_of(t.groups.begin(), t.groups.end(), [](const GroupTrace& g) { return g.has_pairs(); })) {
     d["joint"] = py::dict(py::arg("w_bits") = t.joint.w_bits, py::arg("u_bits") = t.joint.u_bits);
+  }
+  if (!t.margin.formats.empty()) d["margin"] = margin_layout_dict(t.margin);
+  if (!t.validation_steps.empty()) {
+    d["validation_steps"] = array_of(t.validation_steps);
+    d["validation_loss"] = array_of(t.validation_loss);
   }
   return d;
 }
@@ -582,32 +600,28 @@ std::vector<T> vector_of(const py::handle& obj, const std::string& what, std::si
   return v;
 }
 
-Trace trace_from_dict(const py::dict& d) {
+// The header of a trace dict (every field but the rows): what a TraceWriter is created from, and the first half of
+// trace_from_dict. Groups: tensor_id, size, projected format names, joint.init_absmax.
+Trace header_from_dict(const py::dict& d, const char* who) {
   Trace t;
   auto need = [&](const char* key) -> py::handle {
-    if (!d.contains(key)) {
-      throw py::value_error(std::string("write_trace: missing key \"") + key + "\"");
-    }
+    if (!d.contains(key)) throw py::value_error(std::string(who) + ": missing key \"" + key + "\"");
     return d[key];
   };
-  if (d.contains("schema") && d["schema"].cast<std::string>() != kTraceSchema &&
-      d["schema"].cast<std::string>() != kTraceSchemaV1) {
-    throw py::value_error("write_trace: schema " + d["schema"].cast<std::string>() + " is not " + kTraceSchema +
-                          " (or " + kTraceSchemaV1 + ")");
-  }
   t.mode = need("mode").cast<std::string>();
   if (t.mode != "reference" && t.mode != "target") {
-    throw py::value_error("write_trace: mode must be reference or target, got " + t.mode);
+    throw py::value_error(std::string(who) + ": mode must be reference or target, got " + t.mode);
+  }
+  t.schema = d.contains("schema") ? d["schema"].cast<std::string>() : trace_schema_for_mode(t.mode);
+  if (t.schema != kTraceSchema && t.schema != kTraceSchemaV2 && t.schema != kTraceSchemaV1) {
+    throw py::value_error(std::string(who) + ": schema " + t.schema + " is not " + kTraceSchema + ", " +
+                          kTraceSchemaV2 + " or " + kTraceSchemaV1);
   }
   t.format = need("format").cast<std::string>();
   t.policy = need("policy").cast<std::string>();
   t.seed = d.contains("seed") ? d["seed"].cast<std::uint64_t>() : 0;
   t.steps = need("steps").cast<std::int64_t>();
   t.config_json = d.contains("config_json") ? d["config_json"].cast<std::string>() : "{}";
-  t.recorded_steps = vector_of<std::int64_t>(need("recorded_steps"), "recorded_steps", static_cast<std::size_t>(-1));
-  const std::size_t T = t.recorded_steps.size();
-  t.loss = vector_of<double>(need("loss"), "loss", T);
-  t.learning_rate = vector_of<double>(need("learning_rate"), "learning_rate", T);
   if (d.contains("histogram")) {
     const py::dict h = d["histogram"];
     t.histogram.d_min = h["d_min"].cast<double>();
@@ -619,64 +633,149 @@ Trace trace_from_dict(const py::dict& d) {
     t.joint.w_bits = j["w_bits"].cast<int>();
     t.joint.u_bits = j["u_bits"].cast<int>();
   }
+  if (d.contains("margin")) t.margin = margin_layout_of(d["margin"]);
   const auto groups = py::reinterpret_borrow<py::dict>(need("groups"));
   for (const auto& [key, value] : groups) {
     const py::dict gd = py::reinterpret_borrow<py::dict>(value);
     GroupTrace g;
     g.name = key.cast<std::string>();
-    const std::string w = "groups[" + g.name + "].";
     g.tensor_id = gd["tensor_id"].cast<std::uint32_t>();
     g.size = gd["size"].cast<std::int64_t>();
-    g.nonzero = vector_of<std::int64_t>(gd["nonzero"], w + "nonzero", T);
-    if (t.mode == "target") {
-      g.erased = vector_of<std::int64_t>(gd["erased"], w + "erased", T);
-      g.saturated = vector_of<std::int64_t>(gd["saturated"], w + "saturated", T);
-      g.applied = vector_of<std::int64_t>(gd["applied"], w + "applied", T);
-      g.erased_fraction = vector_of<double>(gd["erased_fraction"], w + "erased_fraction", T);
-    } else {
-      g.zero_weight = vector_of<std::int64_t>(gd["zero_weight"], w + "zero_weight", T);
-      g.ratio_histogram = vector_of<std::int64_t>(gd["ratio_histogram"], w + "ratio_histogram",
-                                                  T * static_cast<std::size_t>(t.histogram.bins));
-      const py::dict projected = gd["projected"];
-      for (const auto& [pname, pvalue] : projected) {
-        const py::dict pd = py::reinterpret_borrow<py::dict>(pvalue);
-        ProjectedSeries s;
-        s.erased = vector_of<std::int64_t>(pd["erased"], w + "projected.erased", T);
-        s.fraction = vector_of<double>(pd["fraction"], w + "projected.fraction", T);
-        g.projected[pname.cast<std::string>()] = std::move(s);
+    if (gd.contains("projected")) {
+      for (const auto& [pname, pvalue] : py::reinterpret_borrow<py::dict>(gd["projected"])) {
+        g.projected[pname.cast<std::string>()];
       }
-      if (gd.contains("joint")) {
-        if (!d.contains("joint")) {
-          throw py::value_error("write_trace: " + w +
-                                "joint given without the trace's \"joint\" layout (w_bits, u_bits)");
-        }
-        const py::dict jd = gd["joint"];
-        g.joint_offsets = vector_of<std::int64_t>(jd["offsets"], w + "joint.offsets", T + 1);
-        const std::vector<std::uint64_t> keys =
-            vector_of<std::uint64_t>(jd["keys"], w + "joint.keys", static_cast<std::size_t>(-1));
-        const std::vector<std::int64_t> counts = vector_of<std::int64_t>(jd["counts"], w + "joint.counts", keys.size());
-        g.joint_keys.assign(keys.begin(), keys.end());
-        g.joint_counts.assign(counts.begin(), counts.end());
-        g.init_absmax =
-            jd.contains("init_absmax") ? jd["init_absmax"].cast<double>() : std::numeric_limits<double>::quiet_NaN();
-        if (jd.contains("w") || jd.contains("u")) {
-          if (!jd.contains("w") || !jd.contains("u"))
-            throw py::value_error("write_trace: " + w + "joint needs both w and u");
-          const std::size_t n = static_cast<std::size_t>(T) * static_cast<std::size_t>(g.size);
-          g.exact_w = vector_of<float>(jd["w"], w + "joint.w", n);  // [T, size] or flat, C order
-          g.exact_u = vector_of<float>(jd["u"], w + "joint.u", n);
-        }
-        if (g.joint_offsets.front() != 0 || static_cast<std::size_t>(g.joint_offsets.back()) != g.joint_keys.size() ||
-            !std::is_sorted(g.joint_offsets.begin(), g.joint_offsets.end())) {
-          throw py::value_error("write_trace: " + w + "joint.offsets must rise from 0 to the number of keys (" +
-                                std::to_string(g.joint_keys.size()) + ")");
-        }
-      }
+    }
+    if (gd.contains("joint")) {
+      const py::dict jd = gd["joint"];
+      g.init_absmax =
+          jd.contains("init_absmax") ? jd["init_absmax"].cast<double>() : std::numeric_limits<double>::quiet_NaN();
     }
     t.groups.push_back(std::move(g));
   }
   return t;
 }
+
+// The rows of a trace dict (recorded_steps, loss, learning_rate, per group its series, d histogram and joint
+// record, optional validation) into t, whose header (group order, mode, layouts) they must match.
+void rows_from_dict(Trace& t, const py::dict& d, const char* who) {
+  auto need = [&](const py::dict& from, const char* key, const std::string& w) -> py::handle {
+    if (!from.contains(key)) throw py::value_error(std::string(who) + ": missing key \"" + w + key + "\"");
+    return from[key];
+  };
+  t.recorded_steps =
+      vector_of<std::int64_t>(need(d, "recorded_steps", ""), "recorded_steps", static_cast<std::size_t>(-1));
+  const std::size_t T = t.recorded_steps.size();
+  t.loss = vector_of<double>(need(d, "loss", ""), "loss", T);
+  t.learning_rate = vector_of<double>(need(d, "learning_rate", ""), "learning_rate", T);
+  if (d.contains("validation_steps")) {
+    t.validation_steps =
+        vector_of<std::int64_t>(d["validation_steps"], "validation_steps", static_cast<std::size_t>(-1));
+    t.validation_loss = vector_of<double>(need(d, "validation_loss", ""), "validation_loss", t.validation_steps.size());
+  }
+  const auto groups = py::reinterpret_borrow<py::dict>(need(d, "groups", ""));
+  for (GroupTrace& g : t.groups) {
+    if (!groups.contains(py::str(g.name))) {
+      throw py::value_error(std::string(who) + ": groups has no entry for " + g.name);
+    }
+    const py::dict gd = groups[py::str(g.name)];
+    const std::string w = "groups[" + g.name + "].";
+    g.nonzero = vector_of<std::int64_t>(need(gd, "nonzero", w), w + "nonzero", T);
+    if (t.mode == "target") {
+      g.erased = vector_of<std::int64_t>(need(gd, "erased", w), w + "erased", T);
+      g.saturated = vector_of<std::int64_t>(need(gd, "saturated", w), w + "saturated", T);
+      g.applied = vector_of<std::int64_t>(need(gd, "applied", w), w + "applied", T);
+      g.erased_fraction = vector_of<double>(need(gd, "erased_fraction", w), w + "erased_fraction", T);
+      continue;
+    }
+    g.zero_weight = vector_of<std::int64_t>(need(gd, "zero_weight", w), w + "zero_weight", T);
+    g.ratio_histogram = vector_of<std::int64_t>(need(gd, "ratio_histogram", w), w + "ratio_histogram",
+                                                T * static_cast<std::size_t>(t.histogram.bins));
+    const auto projected = py::reinterpret_borrow<py::dict>(need(gd, "projected", w));
+    for (auto& [pname, series] : g.projected) {
+      if (!projected.contains(py::str(pname)))
+        throw py::value_error(std::string(who) + ": " + w + "projected." + pname + " missing");
+      const py::dict pd = projected[py::str(pname)];
+      series.erased = vector_of<std::int64_t>(need(pd, "erased", w + "projected."), w + "projected.erased", T);
+      series.fraction = vector_of<double>(need(pd, "fraction", w + "projected."), w + "projected.fraction", T);
+    }
+    if (!gd.contains("joint")) continue;
+    const py::dict jd = gd["joint"];
+    if (jd.contains("margin")) {
+      if (t.margin.formats.empty()) {
+        throw py::value_error(std::string(who) + ": " + w + "joint.margin given without the trace's \"margin\" layout");
+      }
+      g.margin = vector_of<std::int64_t>(jd["margin"], w + "joint.margin", T * t.margin.bins());
+    } else if (jd.contains("offsets") || jd.contains("keys")) {
+      if (!d.contains("joint") && t.joint.w_bits == JointHistogramLayout{}.w_bits && t.schema != kTraceSchemaV2) {
+        throw py::value_error(std::string(who) + ": " + w + "joint pairs given without the trace's \"joint\" layout");
+      }
+      g.joint_offsets = vector_of<std::int64_t>(need(jd, "offsets", w + "joint."), w + "joint.offsets", T + 1);
+      const std::vector<std::uint64_t> keys =
+          vector_of<std::uint64_t>(need(jd, "keys", w + "joint."), w + "joint.keys", static_cast<std::size_t>(-1));
+      const std::vector<std::int64_t> counts =
+          vector_of<std::int64_t>(need(jd, "counts", w + "joint."), w + "joint.counts", keys.size());
+      g.joint_keys.assign(keys.begin(), keys.end());
+      g.joint_counts.assign(counts.begin(), counts.end());
+      if (g.joint_offsets.front() != 0 || static_cast<std::size_t>(g.joint_offsets.back()) != g.joint_keys.size() ||
+          !std::is_sorted(g.joint_offsets.begin(), g.joint_offsets.end())) {
+        throw py::value_error(std::string(who) + ": " + w + "joint.offsets must rise from 0 to the number of keys (" +
+                              std::to_string(g.joint_keys.size()) + ")");
+      }
+    }
+    if (jd.contains("w") || jd.contains("u")) {
+      if (!jd.contains("w") || !jd.contains("u"))
+        throw py::value_error(std::string(who) + ": " + w + "joint needs both w and u");
+      const std::size_t n = T * static_cast<std::size_t>(g.size);
+      g.exact_w = vector_of<float>(jd["w"], w + "joint.w", n);  // [T, size] or flat, C order
+      g.exact_u = vector_of<float>(jd["u"], w + "joint.u", n);
+    }
+  }
+}
+
+Trace trace_from_dict(const py::dict& d) {
+  Trace t = header_from_dict(d, "write_trace");
+  rows_from_dict(t, d, "write_trace");
+  if (t.schema == kTraceSchema &&
+      std::any_of(t.groups.begin(), t.groups.end(), [](const GroupTrace& g) { return g.has_pairs(); })) {
+    t.schema = kTraceSchemaV2;  // a dict read from a schema-2 trace written back as it was
+  }
+  return t;
+}
+
+// wbaudit._core.TraceWriter: sim::TraceWriter for the Python recorders.
+class PyTraceWriter {
+ public:
+  PyTraceWriter(const std::string& path, const py::dict& header) : m_header(header_from_dict(header, "TraceWriter")) {
+    Trace prototype = m_header;
+    m_writer.emplace(path, prototype);
+  }
+  void append(const py::dict& rows) {
+    if (!m_writer) throw py::value_error("TraceWriter: closed");
+    Trace t = m_header;
+    rows_from_dict(t, rows, "TraceWriter.append");
+    py::gil_scoped_release release;
+    m_writer->append(t);
+  }
+  void finish(std::optional<std::int64_t> steps) {
+    if (!m_writer) throw py::value_error("TraceWriter: closed");
+    {
+      py::gil_scoped_release release;
+      m_writer->finish(steps);
+    }
+    m_writer.reset();
+  }
+  void close() { m_writer.reset(); }
+  py::dict rows() const {
+    const TraceRows r = m_writer ? m_writer->rows() : TraceRows{};
+    return py::dict(py::arg("steps") = r.steps, py::arg("validations") = r.validations, py::arg("replays") = r.replays);
+  }
+  std::string partial() const { return m_writer ? m_writer->partial().string() : std::string(); }
+
+ private:
+  Trace m_header;
+  std::optional<TraceWriter> m_writer;
+};
 
 }  // namespace
 
@@ -684,8 +783,6 @@ PYBIND11_MODULE(_core, m) {
   m.doc() = "wbaudit's C++ core: formats, exact rounding and write-back, projected events, audit, traces";
   py::register_exception<NonFiniteError>(m, "NonFiniteError", PyExc_ValueError);
   m.def("_ensure_kokkos", &ensure_kokkos);
-  m.attr("JOINT_LAYOUT") =
-      py::dict(py::arg("w_bits") = JointHistogramLayout{}.w_bits, py::arg("u_bits") = JointHistogramLayout{}.u_bits);
   m.attr("JOINT_EXACT_MAX") = kJointExactMaxCoordinates;  // groups this small keep their w and u in a reference
   m.def("_finalize", [] {
     if (Kokkos::is_initialized()) {
@@ -742,14 +839,16 @@ PYBIND11_MODULE(_core, m) {
   m.def("project", &project_py, py::arg("w"), py::arg("u"), py::arg("formats"), py::arg("histogram") = true,
         py::arg("d_min") = -16.0, py::arg("bin_width") = 0.125, py::arg("bins") = 512, py::arg("tensor") = "",
         py::arg("step") = 0, py::arg("joint") = false,
+        py::arg("init_absmax") = std::numeric_limits<double>::quiet_NaN(),
         "project(w, u, formats, histogram=True, d_min=-16, bin_width=0.125, bins=512, tensor='', step=0,\n"
-        "        joint=False) -> dict\n\n"
+        "        joint=False, init_absmax=nan) -> dict\n\n"
         "Projected events on an fp32 reference state (nothing is modified): for each format F of `formats` (names, "
         "or (name, scale) pairs for intK), erased[F] = #{u != 0 and q_F(q_F(w) + u) == q_F(w)} under nearest; "
         "nonzero = #{u != 0}; zero_weight = #{u != 0, w == 0}; ratio_histogram: int64 counts of d = "
         "floor(log2|w|) - log2|u| over u != 0, w != 0 in the trace's bins (docs/trace-format.md); with joint, "
-        "joint_keys (uint64, increasing) and joint_counts (int64): the joint (|w|, |u|) histogram of the analytic "
-        "grid over u != 0, as the simulator records it (w_bits 11, u_bits 4; docs/trace-format.md).");
+        "margin (int64, margin_layout()['bins'] counters): the margin histogram of the analytic grid over u != 0, as "
+        "the simulator records it (docs/trace-format.md), its intK formats scaled from init_absmax (the tensor's max "
+        "|w| at initialization; NaN: not recorded).");
   m.def("audit", &audit_py, py::arg("w"), py::arg("u"), py::arg("w_next"), py::arg("fmt"),
         py::arg("policy") = "nearest", py::arg("sr_bits") = 0, py::arg("seed") = py::none(), py::arg("step") = 0,
         py::arg("tensor_id") = 0, py::arg("scale") = py::none(), py::arg("tensor") = "",
@@ -763,15 +862,39 @@ PYBIND11_MODULE(_core, m) {
         "default, or 'philox-packed': sr_bits 0 or 1..16; the stream the run wrote with). Raises "
         "ValueError for an unknown sr_stream or one the policy and sr_bits do not allow.");
   m.def(
-      "read_trace", [](const std::string& path) { return trace_to_dict(read_trace(path)); }, py::arg("path"),
-      "read_trace(path) -> dict\n\nReads a trace.h5 (schema wbaudit.trace/2 or /1) into a dict of the fields of "
-      "docs/trace-format.md; groups[name] holds the per-group arrays. Raises RuntimeError naming the file and the "
-      "missing dataset for anything else.");
+      "read_trace",
+      [](const std::string& path, bool allow_incomplete) {
+        return trace_to_dict(read_trace(path, TraceReadOptions{allow_incomplete}));
+      },
+      py::arg("path"), py::arg("allow_incomplete") = false,
+      "read_trace(path, allow_incomplete=False) -> dict\n\nReads a trace.h5 (schema wbaudit.trace/3, /2 or /1) into a "
+      "dict of the fields of docs/trace-format.md; groups[name] holds the per-group arrays. The partial trace of an "
+      "unfinished run (trace.h5.partial, root attribute complete = 0) is refused unless allow_incomplete, and then "
+      "read with complete = False and the steps recorded so far. Raises RuntimeError naming the file and the missing "
+      "dataset for anything else.");
   m.def(
       "write_trace", [](const std::string& path, const py::dict& trace) { write_trace(path, trace_from_dict(trace)); },
       py::arg("path"), py::arg("trace"),
       "write_trace(path, trace) -> None\n\nWrites a dict shaped like read_trace's result as a trace.h5, atomically "
       "(temporary name, then rename).");
+  py::class_<PyTraceWriter>(m, "TraceWriter",
+                            "TraceWriter(path, header)\n\nStreams a trace to path + '.partial' as it is recorded "
+                            "(docs/trace-format.md, 'Streaming'): header is a dict shaped like read_trace's without "
+                            "rows (mode, format, policy, steps, config_json, histogram, margin, groups with tensor_id, "
+                            "size, projected formats, joint.init_absmax); append(rows) appends a dict of rows "
+                            "(recorded_steps, loss, learning_rate, groups[name] series) and flushes; finish() writes "
+                            "path (atomically) and removes the partial file; close() leaves the partial file.")
+      .def(py::init<const std::string&, const py::dict&>(), py::arg("path"), py::arg("header"))
+      .def("append", &PyTraceWriter::append, py::arg("rows"))
+      .def("finish", &PyTraceWriter::finish, py::arg("steps") = py::none())
+      .def("close", &PyTraceWriter::close)
+      .def_property_readonly("rows", &PyTraceWriter::rows)
+      .def_property_readonly("partial", &PyTraceWriter::partial);
+  m.def(
+      "margin_layout", [] { return margin_layout_dict(default_margin_layout()); },
+      "margin_layout() -> dict\n\nThe margin histogram's layout the simulator records (formats, rows, bins).");
+  m.attr("TRACE_SCHEMA") = kTraceSchema;
+  m.attr("TRACE_SCHEMA_TARGET") = kTraceSchemaV2;
   m.def(
       "recorded_steps",
       [](const std::string& kind, std::int64_t steps, std::int64_t k, std::int64_t points) {

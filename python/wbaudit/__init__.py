@@ -24,7 +24,7 @@ from ._core import (  # noqa: F401
 _core._ensure_kokkos()
 _atexit.register(_core._finalize)
 
-TRACE_SCHEMA = "wbaudit.trace/2"
+TRACE_SCHEMA = _core.TRACE_SCHEMA  # reference traces; target traces: _core.TRACE_SCHEMA_TARGET
 TRAJECTORY_SCHEMA = "wbaudit.trajectory/1"
 
 

@@ -1,14 +1,16 @@
 """PyTorch recorders (docs/python.md).
 
 ReferenceRecorder: attached to an fp32 training loop around ``optimizer.step()``, it takes each parameter's proposal
-``u = p_after - p_before`` and records, at the recording schedule, the projected events of every declared format and
-the ratio histogram and the joint (|w|, |u|) histogram of the analytic grid (``wbaudit grid``), then writes a reference ``trace.h5`` (groups named by
-``named_parameters()``).
+``u = p_after - p_before`` and records, at the recording schedule, the projected events of every declared format,
+the ratio histogram and the margin histogram of the analytic grid (``wbaudit grid``), and streams each recorded step
+to ``trace.h5.partial`` as it is recorded (readable mid-run; ``close()`` writes ``trace.h5``; groups named by
+``named_parameters()``). Its memory: one fp32 copy of the parameters (w before the step) and one scratch tensor the
+size of the largest parameter (u), whatever the number of recorded steps.
 
 PersistentNative: wraps any optimizer so that each parameter lives in a low-precision format with no fp32 master:
 the optimizer's step is taken in fp32, its proposal ``u = p_after - p_before`` is written back with wbaudit's
-write-back ``w <- q_F(w + u)``, the exact events are counted and a target ``trace.h5`` is written; optionally the
-realized trajectory is dumped in the layout ``wbaudit audit`` reads.
+write-back ``w <- q_F(w + u)``, the exact events are counted and a target ``trace.h5`` is streamed like the
+reference's; optionally the realized trajectory is dumped in the layout ``wbaudit audit`` reads.
 
 Both need CPU float32 parameters (the write-back happens in place in the parameter's storage).
 """
@@ -25,7 +27,7 @@ import sys
 import numpy as np
 import torch
 
-from . import TRACE_SCHEMA, _core, int_scale_for_absmax, project, round as _round, writeback
+from . import _core, int_scale_for_absmax, project, round as _round, writeback
 from .trajectory import TrajectoryWriter
 
 _NAN = float("nan")
@@ -111,7 +113,7 @@ def _np(t):
 
 
 class ReferenceRecorder:
-    """Records a reference trace from an fp32 training loop.
+    """Records a reference trace from an fp32 training loop, streaming it to disk step by step.
 
         rec = ReferenceRecorder(model, formats=["e4m3", "e5m2"], schedule={"kind": "log", "points": 50},
                                 steps=steps, path="reference/trace.h5")
@@ -121,7 +123,10 @@ class ReferenceRecorder:
                 optimizer.step()
         rec.close()
 
-    intK formats get the per-tensor scale from the absmax of the parameters at construction (the initialization).
+    intK formats get the per-tensor scale from the absmax of the parameters at construction (the initialization); a
+    parameter that starts all zeros has none and is not projected to intK (its group has no projected/intK).
+    While the loop runs, ``path + ".partial"`` holds every step recorded so far (``wbaudit.read_trace(partial,
+    allow_incomplete=True)``); a loop that dies leaves it, marked incomplete.
     """
 
     def __init__(self, model_or_params, formats=("e4m3",), schedule=None, path="trace.h5", steps=None, seed=0,
@@ -141,42 +146,73 @@ class ReferenceRecorder:
             self._init_absmax[name] = absmax
             for f in self.formats:
                 if f.startswith("int"):
-                    k = int(f[3:])
-                    specs.append((f, int_scale_for_absmax(k, absmax)))
+                    if absmax > 0:
+                        specs.append((f, int_scale_for_absmax(int(f[3:]), absmax)))
                 else:
                     specs.append(f)
             self._projected[name] = specs
-        self._rows = {name: {"nonzero": [], "zero_weight": [], "hist": [], "erased": {f: [] for f in self.formats},
-                             "joint_keys": [], "joint_counts": [], "w": [], "u": []}
-                      for name, _ in self.params}
-        self.recorded_steps, self.loss, self.learning_rate = [], [], []
         self._before = None
+        self._u = None  # scratch: the proposal of one parameter at a time
+        self._writer = None
+        self._closed = False
+        self._open(steps)
+
+    def _open(self, steps):
+        d = os.path.dirname(self.path)
+        if d:
+            os.makedirs(d, exist_ok=True)
+        config = provenance({"mode": "reference", "project_formats": self.formats, "seed": self.seed,
+                             "schedule": str(self.schedule.describe()),
+                             "parameters": {n: list(p.shape) for n, p in self.params}})
+        config.update(self.config)
+        groups = {}
+        for tid, (name, p) in enumerate(self.params):
+            groups[name] = {"tensor_id": tid, "size": p.numel(),
+                            "projected": {(f if isinstance(f, str) else f[0]): {} for f in self._projected[name]},
+                            "joint": {"init_absmax": self._init_absmax[name]}}
+        header = {"schema": _core.TRACE_SCHEMA, "mode": "reference", "format": "fp32", "policy": "nearest",
+                  "seed": self.seed, "steps": int(steps or 0), "config_json": json.dumps(config, sort_keys=True),
+                  "histogram": dict(_HIST), "margin": _core.margin_layout(), "groups": groups}
+        self._writer = _core.TraceWriter(self.path, header)
+
+    @property
+    def partial(self):
+        """The file the recorded steps are streamed to until close()."""
+        return self.path + ".partial"
 
     def before_step(self):
         if self.schedule(self.steps_run):
             self._before = [p.detach().clone() for _, p in self.params]
 
+    def _proposal(self, p, w):
+        """u = p_after - w_before in fp32, in the recorder's scratch (grown to the largest parameter once)."""
+        n = p.numel()
+        if self._u is None or self._u.numel() < n:
+            self._u = torch.empty(max(n, max(q.numel() for _, q in self.params)), dtype=torch.float32)
+        u = self._u[:n].view_as(p)
+        torch.sub(p.detach(), w, out=u)
+        return u
+
     def after_step(self, loss=None, lr=None):
         step = self.steps_run
         if self._before is not None:
+            groups = {}
             for (name, p), w in zip(self.params, self._before):
-                u = p.detach() - w  # the proposal the optimizer applied, in fp32
-                r = project(_np(w).reshape(-1), _np(u).reshape(-1), self._projected[name], True, _HIST["d_min"],
-                            _HIST["bin_width"], _HIST["bins"], name, step, joint=True)
-                row = self._rows[name]
-                row["joint_keys"].append(r["joint_keys"])
-                row["joint_counts"].append(r["joint_counts"])
+                u = self._proposal(p, w)  # the proposal the optimizer applied, in fp32
+                wf, uf = _np(w).reshape(-1), _np(u).reshape(-1)
+                r = project(wf, uf, self._projected[name], True, _HIST["d_min"], _HIST["bin_width"], _HIST["bins"],
+                            name, step, joint=True, init_absmax=self._init_absmax[name])
+                joint = {"margin": r["margin"]}
                 if p.numel() <= _core.JOINT_EXACT_MAX:  # a small tensor keeps w and u: the grid counts it exactly
-                    row["w"].append(_np(w).reshape(-1).copy())
-                    row["u"].append(_np(u).reshape(-1).copy())
-                row["nonzero"].append(r["nonzero"])
-                row["zero_weight"].append(r["zero_weight"])
-                row["hist"].append(r["ratio_histogram"])
-                for f in self.formats:
-                    row["erased"][f].append(r["erased"][f])
-            self.recorded_steps.append(step)
-            self.loss.append(_NAN if loss is None else float(loss))
-            self.learning_rate.append(_NAN if lr is None else float(lr))
+                    joint["w"], joint["u"] = wf, uf.copy()  # u: the scratch is the next parameter's
+                groups[name] = {
+                    "nonzero": [r["nonzero"]], "zero_weight": [r["zero_weight"]],
+                    "ratio_histogram": r["ratio_histogram"], "joint": joint,
+                    "projected": {f: {"erased": [e], "fraction": [_fraction(e, r["nonzero"])]}
+                                  for f, e in r["erased"].items()},
+                }
+            self._writer.append({"recorded_steps": [step], "loss": [_NAN if loss is None else float(loss)],
+                                 "learning_rate": [_NAN if lr is None else float(lr)], "groups": groups})
             self._before = None
         self.steps_run += 1
 
@@ -188,47 +224,17 @@ class ReferenceRecorder:
         self.after_step(loss, lr)
 
     def trace(self):
-        """The reference trace as a dict (the layout of wbaudit.read_trace)."""
-        groups = {}
-        for tid, (name, p) in enumerate(self.params):
-            row = self._rows[name]
-            hist = np.array(row["hist"], dtype=np.int64).reshape(len(self.recorded_steps), _HIST["bins"])
-            groups[name] = {
-                "tensor_id": tid,
-                "size": p.numel(),
-                "nonzero": np.array(row["nonzero"], dtype=np.int64),
-                "zero_weight": np.array(row["zero_weight"], dtype=np.int64),
-                "ratio_histogram": hist,
-                "projected": {f: {"erased": np.array(row["erased"][f], dtype=np.int64),
-                                  "fraction": np.array([_fraction(e, n) for e, n in zip(row["erased"][f],
-                                                                                        row["nonzero"])])}
-                              for f in self.formats},
-                "joint": {"offsets": np.concatenate([[0], np.cumsum([len(k) for k in row["joint_keys"]],
-                                                                    dtype=np.int64)]).astype(np.int64),
-                          "keys": np.concatenate(row["joint_keys"] or [np.zeros(0, np.uint64)]).astype(np.uint64),
-                          "counts": np.concatenate(row["joint_counts"] or [np.zeros(0, np.int64)]).astype(np.int64),
-                          "init_absmax": self._init_absmax[name]},
-            }
-            if row["w"]:
-                groups[name]["joint"]["w"] = np.stack(row["w"]).astype(np.float32)
-                groups[name]["joint"]["u"] = np.stack(row["u"]).astype(np.float32)
-        config = provenance({"mode": "reference", "project_formats": self.formats, "seed": self.seed,
-                             "schedule": str(self.schedule.describe()),
-                             "parameters": {n: list(p.shape) for n, p in self.params}})
-        config.update(self.config)
-        return {"schema": TRACE_SCHEMA, "mode": "reference", "format": "fp32", "policy": "nearest",
-                "seed": self.seed, "steps": self.steps_run, "config_json": json.dumps(config, sort_keys=True),
-                "recorded_steps": np.array(self.recorded_steps, dtype=np.int64),
-                "loss": np.array(self.loss, dtype=np.float64),
-                "learning_rate": np.array(self.learning_rate, dtype=np.float64),
-                "histogram": dict(_HIST), "joint": dict(_core.JOINT_LAYOUT), "groups": groups}
+        """The reference trace as a dict (the layout of wbaudit.read_trace): what is on disk so far."""
+        if self._closed:
+            return _core.read_trace(self.path)
+        return _core.read_trace(self.partial, True)
 
     def close(self):
-        """Writes the trace (atomically) and returns its path."""
-        d = os.path.dirname(self.path)
-        if d:
-            os.makedirs(d, exist_ok=True)
-        _core.write_trace(self.path, self.trace())
+        """Writes the trace (atomically, from the streamed steps) and returns its path."""
+        if not self._closed:
+            self._writer.finish(self.steps_run)
+            self._closed = True
+            self._u = None
         return self.path
 
 
@@ -289,14 +295,42 @@ class PersistentNative:
             with torch.no_grad():
                 p.copy_(torch.from_numpy(_round(_np(p), fmt, scale=scale)))
         self.steps_run = 0
-        self._counts = {name: {k: [] for k in ("nonzero", "erased", "saturated", "applied")} for name, _ in self.params}
-        self.recorded_steps, self.loss, self.learning_rate = [], [], []
+        self._writer = None
+        self._closed = False
+        if self.path is not None:
+            self._open(steps)
         self._trajectory = None
         if trajectory is not None:
             self._trajectory = TrajectoryWriter(trajectory, format=self._single_format(), policy=policy,
                                                 sr_bits=self.sr_bits, seed=self.seed, scales=self.scales,
                                                 tensor_ids={n: i for i, (n, _) in enumerate(self.params)},
                                                 sr_stream=self.sr_stream)
+
+    def _open(self, steps):
+        d = os.path.dirname(self.path)
+        if d:
+            os.makedirs(d, exist_ok=True)
+        fmts = set(self.formats.values())
+        run = {"mode": "target", "formats": self.formats, "policy": self.policy, "sr_bits": self.sr_bits,
+               "seed": self.seed, "schedule": str(self.schedule.describe()),
+               "optimizer": type(self.optimizer).__name__,
+               "parameters": {n: list(p.shape) for n, p in self.params}}
+        if self.sr_stream != "philox":  # beside sr_bits; absent for the default stream, as before
+            run["sr_stream"] = self.sr_stream
+        config = provenance(run)
+        config.update(self.config)
+        header = {"schema": _core.TRACE_SCHEMA_TARGET, "mode": "target",
+                  "format": fmts.pop() if len(fmts) == 1 else "mixed", "policy": self.policy, "seed": self.seed,
+                  "steps": int(steps or 0), "config_json": json.dumps(config, sort_keys=True),
+                  "histogram": dict(_HIST),
+                  "groups": {name: {"tensor_id": tid, "size": p.numel()}
+                             for tid, (name, p) in enumerate(self.params)}}
+        self._writer = _core.TraceWriter(self.path, header)
+
+    @property
+    def partial(self):
+        """The file the recorded steps are streamed to until close() (None without a path)."""
+        return None if self.path is None else self.path + ".partial"
 
     @staticmethod
     def _match(formats, name):
@@ -327,7 +361,7 @@ class PersistentNative:
         result = self.optimizer.step(closure) if closure is not None else self.optimizer.step()
         if loss is None and result is not None:
             loss = float(result)
-        rows = {}
+        rows, groups = {}, {}
         with torch.no_grad():
             for tid, ((name, p), w) in enumerate(zip(self.params, before)):
                 u = p.detach() - w  # the optimizer's fp32 proposal
@@ -337,41 +371,24 @@ class PersistentNative:
                 _, c = writeback(flat, _np(u).reshape(-1), self.formats[name], self.policy, self.seed, step, tid,
                                  self.sr_bits, self.scales.get(name), flat, 0, name, self.sr_stream)
                 if record:
-                    for k in self._counts[name]:
-                        self._counts[name][k].append(c[k])
+                    groups[name] = {**{k: [c[k]] for k in ("nonzero", "erased", "saturated", "applied")},
+                                    "erased_fraction": [_fraction(c["erased"], c["nonzero"])]}
                     if self._trajectory is not None:
                         rows[name] = (w, u, p.detach().clone())
         if record:
-            self.recorded_steps.append(step)
-            self.loss.append(_NAN if loss is None else float(loss))
-            self.learning_rate.append(_NAN if lr is None else float(lr))
+            if self._writer is not None:
+                self._writer.append({"recorded_steps": [step], "loss": [_NAN if loss is None else float(loss)],
+                                     "learning_rate": [_NAN if lr is None else float(lr)], "groups": groups})
             if self._trajectory is not None:
                 self._trajectory.record(step, rows)
         self.steps_run += 1
         return result
 
     def trace(self):
-        groups = {}
-        for tid, (name, p) in enumerate(self.params):
-            c = self._counts[name]
-            groups[name] = {"tensor_id": tid, "size": p.numel(),
-                            **{k: np.array(v, dtype=np.int64) for k, v in c.items()},
-                            "erased_fraction": np.array([_fraction(e, n) for e, n in zip(c["erased"], c["nonzero"])])}
-        fmts = set(self.formats.values())
-        run = {"mode": "target", "formats": self.formats, "policy": self.policy, "sr_bits": self.sr_bits,
-               "seed": self.seed, "schedule": str(self.schedule.describe()), "optimizer": type(self.optimizer).__name__,
-               "parameters": {n: list(p.shape) for n, p in self.params}}
-        if self.sr_stream != "philox":  # beside sr_bits; absent for the default stream, as before
-            run["sr_stream"] = self.sr_stream
-        config = provenance(run)
-        config.update(self.config)
-        return {"schema": TRACE_SCHEMA, "mode": "target", "format": fmts.pop() if len(fmts) == 1 else "mixed",
-                "policy": self.policy, "seed": self.seed, "steps": self.steps_run,
-                "config_json": json.dumps(config, sort_keys=True),
-                "recorded_steps": np.array(self.recorded_steps, dtype=np.int64),
-                "loss": np.array(self.loss, dtype=np.float64),
-                "learning_rate": np.array(self.learning_rate, dtype=np.float64),
-                "histogram": dict(_HIST), "groups": groups}
+        """The target trace as a dict (the layout of wbaudit.read_trace): what is on disk so far."""
+        if self.path is None:
+            raise ValueError("wbaudit.torch: PersistentNative without path= records no trace")
+        return _core.read_trace(self.path) if self._closed else _core.read_trace(self.partial, True)
 
     def close(self):
         """Writes the target trace (and closes the trajectory dump); returns the trace path."""
@@ -380,10 +397,9 @@ class PersistentNative:
             self._trajectory = None
         if self.path is None:
             return None
-        d = os.path.dirname(self.path)
-        if d:
-            os.makedirs(d, exist_ok=True)
-        _core.write_trace(self.path, self.trace())
+        if not self._closed:
+            self._writer.finish(self.steps_run)
+            self._closed = True
         return self.path
 
 

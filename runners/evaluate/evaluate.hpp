@@ -153,9 +153,12 @@ std::filesystem::path write_evaluation_report(EvaluationResult& result, const Ev
 
 // Exit statuses of `wbaudit evaluate --check`, for CI: every declared gate passes -> 0; any gate fails -> 3; no
 // gate fails but any is inconclusive, or no gate is declared (nothing was checked) -> 4. Errors exit 1 as always.
+// Every gate passes under a retrospective analysis (registered after outcomes existed, or touched by a recorded
+// deviation) -> 5: a pass, but not the preregistered pass a CI check means by 0.
 inline constexpr int kCheckPass = 0;
 inline constexpr int kCheckFail = 3;
 inline constexpr int kCheckInconclusive = 4;
+inline constexpr int kCheckRetrospectivePass = 5;
 int gate_check_status(const EvaluationResult& result);
 
 // The statistic name of the skill against a baseline, as gates, CSVs and stdout spell it:

@@ -1,6 +1,20 @@
 #include "runners/evaluate/gates.hpp"
 
 namespace wbaudit::runners::evaluation {
+
+std::string distinct_resamples_text(std::size_t n) {
+  // C(2n - 1, n): multisets of n units drawn from n, in exact integer arithmetic while it fits, else ">= 10^18".
+  constexpr unsigned __int128 kLimit = 1000000000000000000ULL;
+  unsigned __int128 c = 1;
+  for (std::size_t k = 1; k <= n; ++k) {
+    c = c * (n - 1 + k) / k;  // exact: the running product is C(n - 1 + k, k), at most 10^18 x 2n here
+    if (c > kLimit) {
+      return "more than 10^18";
+    }
+  }
+  return std::to_string(static_cast<unsigned long long>(c));
+}
+
 namespace {
 
 GateEvaluation judge_gate(const GateSpec& g, const std::vector<std::string>& required, const EvaluationResult& result) {
@@ -30,6 +44,16 @@ GateEvaluation judge_gate(const GateSpec& g, const std::vector<std::string>& req
   if (unavailable.empty() && it != intervals->end()) {
     ge.result = stats::evaluate_gate(ge.spec.gate, it->second, result.required);
     ge.has_interval = true;
+    if (result.resampling_units < result.analysis.min_units) {
+      // Too few units for an interval to mean much: inconclusive whatever it says (docs/statistics.md); the
+      // interval is still shown.
+      ge.result.verdict = stats::Verdict::inconclusive;
+      ge.result.reasons.insert(ge.result.reasons.begin(),
+                               "n = " + std::to_string(result.resampling_units) + " resampling units give only " +
+                                   distinct_resamples_text(result.resampling_units) +
+                                   " distinct bootstrap resamples, below the analysis' minimum of " +
+                                   std::to_string(result.analysis.min_units) + " units ([bootstrap] min_units)");
+    }
     return ge;
   }
   // No interval: inconclusive, with the reason (and the required-cell reasons).

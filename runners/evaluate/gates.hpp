@@ -9,6 +9,9 @@
 
 namespace wbaudit::runners::evaluation {
 
+// The number of distinct bootstrap resamples of n units, C(2n - 1, n), as text ("10" for n = 3).
+std::string distinct_resamples_text(std::size_t n);
+
 // Sets result.gates, one per gate of the analysis in order; `required`: the analysis' required cells.
 void judge_gates(const AnalysisSpec& analysis, const std::vector<std::string>& required, EvaluationResult& result);
 

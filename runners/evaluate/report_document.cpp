@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cctype>
 
+#include "runners/evaluate/gates.hpp"
 #include "runners/evaluate/report_rows.hpp"
 #include "runners/evaluate/report_writers.hpp"
 #include "runners/report/document.hpp"
@@ -195,7 +196,9 @@ void glance_section(const EvaluationResult& r, report::Document& doc) {
                 "erases more; the run-level ones take anomalies against the mean over the runs of the same group, "
                 "and answer whether a predictor carries run-specific information (a shared reference cannot). "
                 "Bootstrap units: n = " +
-                std::to_string(r.resampling_units) + ".");
+                std::to_string(r.resampling_units) + " (" + distinct_resamples_text(r.resampling_units) +
+                " distinct resamples; gates need at least " + std::to_string(r.analysis.min_units) +
+                " units, [bootstrap] min_units).");
 }
 
 void cohort_section(const EvaluationResult& r, report::Document& doc) {

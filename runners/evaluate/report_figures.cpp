@@ -299,7 +299,8 @@ std::optional<ReportFigure> skill_by_format_figure(const EvaluationResult& r, co
         d.title,
         {},
         {},
-        "linespoints lw 2 pt " + std::to_string(d.primary ? 7 : point++) + " ps 1.2 lc rgb '" + colour(d.name) + "'"};
+        // Formats are categories: points, no line joining them.
+        "points pt " + std::to_string(d.primary ? 7 : point++) + " ps 1.6 lc rgb '" + colour(d.name) + "'"};
     for (const auto& b : r.breakdown) {
       if (b.factor != "format" || b.predictor != d.name) {
         continue;

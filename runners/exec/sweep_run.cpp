@@ -15,6 +15,7 @@
 #include <optional>
 #include <set>
 #include <sstream>
+#include <thread>
 
 #include "forecast/crossing.hpp"
 #include "runners/store/identity.hpp"
@@ -141,10 +142,43 @@ void check_sweep_directory(const std::filesystem::path& dir, const SweepSpec& sp
 CellFn simulator_cell_fn() {
   return [](const CellTask& task, const std::filesystem::path& attempt_dir) -> std::vector<std::string> {
     sim::RunConfig config = sim::run_config_from_json(task.config);
-    sim::Trace trace = sim::run_cell(config);
-    sim::write_trace(attempt_dir / "trace.h5", trace);
+    // Streamed (docs/trace-format.md, "Streaming"): each recorded step is on disk in trace.h5.partial as it is
+    // recorded; trace.h5 appears, byte for byte the file write_trace would write, when the run completes.
+    sim::run_cell_to_file(config, attempt_dir / "trace.h5");
     return {"trace.h5"};
   };
+}
+
+void check_cells_fit(const SweepSpec& spec, int beside, int threads, double physical) {
+  if (!(physical > 0)) {
+    return;
+  }
+  const auto gib = [](double bytes) {
+    std::ostringstream out;
+    out << std::fixed << std::setprecision(bytes < 1073741824.0 ? 3 : 1) << bytes / 1073741824.0 << " GiB";
+    return out.str();
+  };
+  for (const auto& cell : spec.cells) {
+    double training = 0, recording = 0;
+    try {
+      const sim::RunConfig config = sim::run_config_from_json(cell.config);
+      training = sim::estimate_cell_bytes(config);
+      recording = sim::estimate_recording_bytes(config, threads);
+    } catch (const std::exception&) {
+      continue;  // its own validation names the problem
+    }
+    const double bytes = training + recording;
+    if (bytes * beside > physical) {
+      std::ostringstream msg;
+      msg << "cell " << cell.name << " needs about " << gib(bytes) << " (" << std::setprecision(0) << std::fixed
+          << bytes << " bytes: training " << training << ", recording and writing its trace " << recording << ")"
+          << (beside > 1 ? " x " + std::to_string(beside) + " cells at a time" : std::string())
+          << ", more than this machine's " << gib(physical) << " (" << physical
+          << " bytes) of memory; shrink [model] or [data] batch, or record fewer steps"
+          << (beside > 1 ? ", or run fewer --jobs" : "");
+      throw SpecError(msg.str());
+    }
+  }
 }
 
 LockedSweep create_locked(const SweepSpec& spec, const std::filesystem::path& out, bool resume) {
@@ -205,23 +239,11 @@ ExecSummary run_sweep(const SweepSpec& spec, const RunOptions& options, MPI_Comm
   {
     const double physical =
         static_cast<double>(::sysconf(_SC_PHYS_PAGES)) * static_cast<double>(::sysconf(_SC_PAGESIZE));
-    const double beside = comm == MPI_COMM_NULL ? std::max(1, options.jobs) : 1;
-    for (const auto& cell : spec.cells) {
-      double bytes = 0;
-      try {
-        bytes = sim::estimate_cell_bytes(sim::run_config_from_json(cell.config));
-      } catch (const std::exception&) {
-        continue;  // its own validation names the problem
-      }
-      if (physical > 0 && bytes * beside > physical) {
-        std::ostringstream msg;
-        msg << std::fixed << std::setprecision(1) << "cell " << cell.name << " needs about " << bytes / 1073741824.0
-            << " GiB (" << (beside > 1 ? "x " + std::to_string(static_cast<int>(beside)) + " cells at a time, " : "")
-            << "model and batch of the spec), more than this machine's " << physical / 1073741824.0
-            << " GiB of memory; shrink [model] or [data] batch" << (beside > 1 ? ", or run fewer --jobs" : "");
-        throw SpecError(msg.str());
-      }
-    }
+    const int beside = comm == MPI_COMM_NULL ? std::max(1, options.jobs) : 1;
+    const int threads = comm == MPI_COMM_NULL && options.jobs > 1
+                            ? std::max(1, options.worker_threads)
+                            : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+    check_cells_fit(spec, beside, threads, physical);
   }
   // Rank 0 creates (or checks) the sweep directory; the others open it once it exists.
   // It also takes the sweep's lock for the whole run (one writer per sweep: a second run refuses, naming the holder).

@@ -42,6 +42,12 @@ std::vector<StoredCell> stored_cells(const SweepSpec& spec);
 // for this spec's own sweep with resume.
 void check_sweep_directory(const std::filesystem::path& dir, const SweepSpec& spec, bool resume);
 
+// Refuses (SpecError) before anything runs a cell whose estimated memory, sim::estimate_cell_bytes (training) plus
+// sim::estimate_recording_bytes for `threads` threads (recording and writing its trace), times `beside` cells running
+// at once, exceeds `physical` bytes (the machine's memory; <= 0: no check); the message names the cell, its estimate in
+// GiB and bytes with both parts, and the machine's memory.
+void check_cells_fit(const SweepSpec& spec, int beside, int threads, double physical);
+
 // Takes the sweep's lock (making the directory for it when it does not exist), then creates the sweep directory, or
 // with resume reopens and checks it (SweepStore::create), all before any other process can write there; a creation
 // that fails leaves no directory behind that it made. The lock is held until the returned value is destroyed.

@@ -83,7 +83,8 @@ struct Reader {
       for (auto& n : known) {
         list += (list.empty() ? "" : ", ") + n;
       }
-      fail(&v, prefix + std::string(k.str()), "unknown key (known: " + list + ")");
+      fail(&v, prefix + std::string(k.str()),
+           "unknown key" + util::did_you_mean(std::string(k.str()), known) + " (known: " + list + ")");
     }
   }
 };
@@ -128,7 +129,7 @@ const std::map<std::string, std::vector<std::string>>& analysis_table_keys() {
         "scored_runs"}},
       {"source", {"reference", "overrides", "sweep", "method"}},
       {"template", {"class", "history", "history_sweep", "history_cells", "missing_class"}},
-      {"bootstrap", {"resamples", "seed", "method", "confidence", "unit"}},
+      {"bootstrap", {"resamples", "seed", "method", "confidence", "unit", "min_units"}},
       {"crossing", {"threshold", "burn_in", "tolerance", "min_group_size"}},
       {"gates[]", {"name", "statistic", "predictor", "comparator", "threshold"}},
   };
@@ -214,7 +215,8 @@ const toml::node* read_analysis_table(const Reader& r, const toml::node& node, c
     for (auto& p : spec.predictors) {
       if (!forecast::find_predictor(p)) {
         r.fail(n, "analysis.predictors",
-               "unknown predictor \"" + p + "\" (known: " + util::join(known_predictors()) + ")");
+               "unknown predictor \"" + p + "\"" + util::did_you_mean(p, known_predictors()) +
+                   " (known: " + util::join(known_predictors()) + ")");
       }
       if (!seen.insert(p).second) {
         r.fail(n, "analysis.predictors", "predictor \"" + p + "\" listed twice");
@@ -377,6 +379,13 @@ void read_bootstrap_table(const Reader& r, const toml::node& node, AnalysisSpec&
     }
     spec.unit = v == "run" ? BootstrapUnit::run : BootstrapUnit::cell;
   }
+  if (const auto* n = b.get("min_units")) {
+    spec.min_units = r.integer(*n, "bootstrap.min_units");
+    if (spec.min_units < 2) {
+      r.fail(n, "bootstrap.min_units",
+             "must be >= 2 (a bootstrap needs two units), got " + std::to_string(spec.min_units));
+    }
+  }
 }
 
 // [crossing]: the crossing settings (unset ones come from the sweep spec's [evaluation]).
@@ -478,7 +487,8 @@ GateSpec read_gate(const Reader& r, const GateEntry& entry, const AnalysisSpec& 
   try {
     stats::check_gate_statistic(gate.gate.statistic);
   } catch (const stats::StatsError& e) {
-    r.fail(stat_node, key + ".statistic", e.what());
+    r.fail(stat_node, key + ".statistic",
+           e.what() + util::did_you_mean(gate.gate.statistic, stats::gate_statistic_names()));
   }
   const std::string& st = gate.gate.statistic;
   const stats::StatisticDefinition* row = stats::find_statistic(st);
@@ -603,9 +613,8 @@ std::string toml_strings(const std::vector<std::string>& v) {
   return out + "]";
 }
 std::string toml_number(double x) {
-  std::ostringstream out;
-  out << std::setprecision(17) << x;
-  std::string s = out.str();
+  // The shortest text that reads back as the same double: "confidence = 0.95", not 0.94999999999999996.
+  std::string s = util::shortest_number(x);
   if (s.find_first_of(".eEn") == std::string::npos) {
     s += ".0";  // a TOML float, not an integer
   }
@@ -687,7 +696,8 @@ std::string effective_analysis_toml(const AnalysisSpec& spec, const std::vector<
   t << "\n[bootstrap]\nresamples = " << spec.bootstrap.resamples << "\nseed = " << spec.bootstrap.seed
     << "\nmethod = " << toml_string(std::string(stats::to_string(spec.bootstrap.method)))
     << "\nconfidence = " << toml_number(spec.bootstrap.confidence)
-    << "\nunit = " << (spec.unit == BootstrapUnit::run ? "\"run\"" : "\"cell\"") << "\n";
+    << "\nunit = " << (spec.unit == BootstrapUnit::run ? "\"run\"" : "\"cell\"") << "\nmin_units = " << spec.min_units
+    << "\n";
   t << "\n[crossing]\nthreshold = " << toml_number(crossing.threshold) << "\nburn_in = " << crossing.burn_in
     << "\ntolerance = " << toml_number(crossing.tolerance) << "\nmin_group_size = " << crossing.min_group_size << "\n";
   for (const auto& g : spec.gates) {

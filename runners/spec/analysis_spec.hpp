@@ -83,6 +83,11 @@ struct AnalysisSpec {
 
   stats::BootstrapSpec bootstrap;
   BootstrapUnit unit = BootstrapUnit::run;
+  // The fewest resampling units a gate is decided on ([bootstrap] min_units): with n units a bootstrap has only
+  // C(2n - 1, n) distinct resamples (10 at n = 3), so its interval is narrow by construction; below this minimum
+  // every gate is inconclusive, with that reason. An analysis that accepts fewer says so explicitly.
+  static constexpr std::int64_t kDefaultMinUnits = 5;
+  std::int64_t min_units = kDefaultMinUnits;
 
   std::optional<double> threshold;  // crossing settings; unset: the sweep spec's [evaluation]
   std::optional<std::int64_t> burn_in;

@@ -350,7 +350,8 @@ void check_known_keys(json& doc, const Context& ctx) {
   for (auto& [key, value] : doc.items()) {
     const auto& known = tables.at("");
     if (std::find(known.begin(), known.end(), key) == known.end()) {
-      ctx.fail(ctx.line_of(key), "unknown key \"" + key + "\" (known: " + util::join(known) + ")");
+      ctx.fail(ctx.line_of(key),
+               "unknown key \"" + key + "\"" + util::did_you_mean(key, known) + " (known: " + util::join(known) + ")");
     }
   }
   for (const auto* table : {"sweep", "evaluation", "reference"}) {
@@ -363,8 +364,9 @@ void check_known_keys(json& doc, const Context& ctx) {
     const auto& known = tables.at(table);
     for (auto& [key, value] : doc[table].items()) {
       if (std::find(known.begin(), known.end(), key) == known.end()) {
-        ctx.fail(ctx.line_of(std::string(table) + "." + key),
-                 std::string(table) + "." + key + ": unknown key (known: " + util::join(known) + ")");
+        ctx.fail(ctx.line_of(std::string(table) + "." + key), std::string(table) + "." + key + ": unknown key" +
+                                                                  util::did_you_mean(key, known) +
+                                                                  " (known: " + util::join(known) + ")");
       }
     }
   }

@@ -20,11 +20,12 @@
 #include "sim/numeric_identity.hpp"
 #include "sim/run.hpp"
 #include "sim/trace/trace.hpp"
+#include "sim/trace/trace_reader.hpp"
+#include "sim/trace/trace_writer.hpp"
 #include "util/files.hpp"
 
 namespace wbaudit::runners {
 namespace fs = std::filesystem;
-using util::errno_text;
 using util::fsync_path;
 using util::host_name;
 
@@ -204,86 +205,94 @@ void write_file_atomic(const fs::path& path, const std::string& bytes, bool dura
   }
 }
 
-SweepStore SweepStore::create(const fs::path& dir, const std::string& spec_text, std::vector<StoredCell> cells,
-                              const CreateOptions& options) {
-  const std::string spec_sha256 = sha256_hex(spec_text);
-  const fs::path executable = options.executable.empty() ? self_executable() : options.executable;
-  const std::string executable_sha256 =
-      options.executable.empty() ? self_executable_sha256() : sha256_file(options.executable);
+namespace {
 
-  if (fs::exists(dir / "sweep.json")) {
-    if (!options.resume) {
-      throw StoreError("sweep directory " + dir.string() + " already exists; use --resume to continue it");
+// Removes a new sweep's key again when the creation fails (the sweep it belongs to never existed).
+struct KeyGuard {
+  const fs::path& path;
+  bool keep = false;
+  ~KeyGuard() {
+    if (!keep) {
+      std::error_code ignored;
+      fs::remove(path, ignored);
     }
-    SweepStore store = open(dir);
-    if (store.m_spec_sha256 != spec_sha256) {
-      throw StoreError("the spec changed since the sweep " + dir.string() + " was created (frozen spec.toml has hash " +
-                       store.m_spec_sha256 + ", this spec " + spec_sha256 +
-                       "); start a new sweep directory for a changed spec");
-    }
-    store.require_key("resume");
-    store.require_no_links("resume");
-    if (const auto problems = store.check_record(); !problems.empty()) {
-      std::string list;
-      for (const auto& p : problems) {
-        list += "\n  " + p;
-      }
-      throw StoreError("cannot resume " + dir.string() + ": its signed record was edited, so its attempts cannot be " +
-                       "trusted; start a new sweep directory (or restore journal.jsonl and sweep.json):" + list);
-    }
-    // Repair the frozen inputs from copies whose hashes are the registered (signed) ones, or refuse.
-    const fs::path frozen = store.executable_path();
-    const bool exe_missing = !fs::exists(frozen);
-    if (exe_missing || sha256_file(frozen) != store.m_binary_sha256) {
-      const std::string what = exe_missing ? "is missing" : "was modified (hash differs from sweep.json)";
-      if (executable_sha256 != store.m_binary_sha256) {
-        throw StoreError("the executable copy " + frozen.string() + " " + what + " and this executable (" +
-                         executable.string() + ", hash " + executable_sha256 + ") is not the registered one (hash " +
-                         store.m_binary_sha256 + "); resume with the registered binary to restore it");
-      }
-      freeze_executable(executable, executable_sha256, frozen);
-      store.m_repairs.push_back("the executable copy " + frozen.string() + " " + what + ": restored from " +
-                                executable.string() + " (the registered binary)");
-    }
-    // The frozen shared libraries (bin/lib/): restored from this process' own, when their hashes are the
-    // registered ones.
-    for (const auto& [name, sha] : store.m_libraries) {
-      const fs::path frozen_lib = store.library_dir() / name;
-      const bool missing = !fs::exists(frozen_lib);
-      if (!missing && sha256_file(frozen_lib) == sha) {
-        continue;
-      }
-      const std::string what = missing ? "is missing" : "was modified (hash differs from sweep.json)";
-      const auto& loaded = non_system_libraries();
-      const auto it = std::find_if(loaded.begin(), loaded.end(),
-                                   [&](const LoadedLibrary& l) { return l.name == name && l.sha256 == sha; });
-      if (it == loaded.end()) {
-        throw StoreError("the frozen library " + frozen_lib.string() + " " + what +
-                         " and this executable did not load the registered one (hash " + sha +
-                         "); resume with the registered binary and its libraries to restore it");
-      }
-      freeze_executable(it->path, sha, frozen_lib);
-      store.m_repairs.push_back("the frozen library " + frozen_lib.string() + " " + what + ": restored from " +
-                                it->path.string() + " (the registered library)");
-    }
-    const bool spec_missing = !fs::exists(store.spec_path());
-    if (spec_missing || sha256_file(store.spec_path()) != store.m_spec_sha256) {
-      write_file_atomic(store.spec_path(), spec_text);
-      store.m_repairs.push_back("the frozen spec " + store.spec_path().string() + " " +
-                                (spec_missing ? "is missing" : "was modified") +
-                                ": restored from the given spec (its hash is the registered one)");
-    }
-    return store;
   }
-  if (fs::exists(dir) && !options.resume && !empty_but_lock(dir)) {
-    throw StoreError("sweep directory " + dir.string() + " already exists; use --resume to continue it");
-  }
+};
 
-  SweepStore store;
-  store.m_dir = dir;
-  store.m_spec_sha256 = spec_sha256;
-  store.m_created = utc_now();
-  store.m_sweep_uuid = random_uuid();
+}  // namespace
+
+void SweepStore::check_resumable(const std::string& spec_sha256) const {
+  if (m_spec_sha256 != spec_sha256) {
+    throw StoreError("the spec changed since the sweep " + m_dir.string() + " was created (frozen spec.toml has hash " +
+                     m_spec_sha256 + ", this spec " + spec_sha256 +
+                     "); start a new sweep directory for a changed spec");
+  }
+  require_key("resume");
+  require_no_links("resume");
+  if (const auto problems = check_record(); !problems.empty()) {
+    std::string list;
+    for (const auto& p : problems) {
+      list += "\n  " + p;
+    }
+    throw StoreError("cannot resume " + m_dir.string() + ": its signed record was edited, so its attempts cannot be " +
+                     "trusted; start a new sweep directory (or restore journal.jsonl and sweep.json):" + list);
+  }
+}
+
+// Repair the frozen inputs from copies whose hashes are the registered (signed) ones, or refuse.
+void SweepStore::repair_frozen_inputs(const std::string& spec_text, const fs::path& executable,
+                                      const std::string& executable_sha256) {
+  const fs::path frozen = executable_path();
+  const bool exe_missing = !fs::exists(frozen);
+  if (exe_missing || sha256_file(frozen) != m_binary_sha256) {
+    const std::string what = exe_missing ? "is missing" : "was modified (hash differs from sweep.json)";
+    if (executable_sha256 != m_binary_sha256) {
+      throw StoreError("the executable copy " + frozen.string() + " " + what + " and this executable (" +
+                       executable.string() + ", hash " + executable_sha256 + ") is not the registered one (hash " +
+                       m_binary_sha256 + "); resume with the registered binary to restore it");
+    }
+    freeze_executable(executable, executable_sha256, frozen);
+    m_repairs.push_back("the executable copy " + frozen.string() + " " + what + ": restored from " +
+                        executable.string() + " (the registered binary)");
+  }
+  repair_frozen_libraries();
+  const bool spec_missing = !fs::exists(spec_path());
+  if (spec_missing || sha256_file(spec_path()) != m_spec_sha256) {
+    write_file_atomic(spec_path(), spec_text);
+    m_repairs.push_back("the frozen spec " + spec_path().string() + " " +
+                        (spec_missing ? "is missing" : "was modified") +
+                        ": restored from the given spec (its hash is the registered one)");
+  }
+}
+
+// The frozen shared libraries (bin/lib/): restored from this process' own, when their hashes are the registered ones.
+void SweepStore::repair_frozen_libraries() {
+  for (const auto& entry : m_libraries) {
+    const std::string& name = entry.first;  // not a structured binding: the lambda below captures it (clang < 16)
+    const std::string& sha = entry.second;
+    const fs::path frozen_lib = library_dir() / name;
+    const bool missing = !fs::exists(frozen_lib);
+    if (!missing && sha256_file(frozen_lib) == sha) {
+      continue;
+    }
+    const std::string what = missing ? "is missing" : "was modified (hash differs from sweep.json)";
+    const auto& loaded = non_system_libraries();
+    const auto it = std::find_if(loaded.begin(), loaded.end(),
+                                 [&](const LoadedLibrary& l) { return l.name == name && l.sha256 == sha; });
+    if (it == loaded.end()) {
+      throw StoreError("the frozen library " + frozen_lib.string() + " " + what +
+                       " and this executable did not load the registered one (hash " + sha +
+                       "); resume with the registered binary and its libraries to restore it");
+    }
+    freeze_executable(it->path, sha, frozen_lib);
+    m_repairs.push_back("the frozen library " + frozen_lib.string() + " " + what + ": restored from " +
+                        it->path.string() + " (the registered library)");
+  }
+}
+
+// Gives each cell its id and takes them, refusing duplicate names or configurations, unknown roles and references to
+// cells that do not exist.
+void SweepStore::set_new_cells(std::vector<StoredCell> cells) {
   std::set<std::string> names;
   for (std::size_t i = 0; i < cells.size(); ++i) {
     auto& cell = cells[i];
@@ -291,7 +300,7 @@ SweepStore SweepStore::create(const fs::path& dir, const std::string& spec_text,
     if (!names.insert(cell.name).second) {
       throw StoreError("duplicate cell name \"" + cell.name + "\"");
     }
-    if (auto [it, fresh] = store.m_index.emplace(cell.id, i); !fresh) {
+    if (auto [it, fresh] = m_index.emplace(cell.id, i); !fresh) {
       throw StoreError("cells \"" + cells[it->second].name + "\" and \"" + cell.name +
                        "\" have the same configuration (cell id " + cell.id + ")");
     }
@@ -305,43 +314,30 @@ SweepStore SweepStore::create(const fs::path& dir, const std::string& spec_text,
                        "\", which is not a cell");
     }
   }
-  store.m_cells = std::move(cells);
-  // The key first: a key location that cannot be written (or a WBAUDIT_KEY_FILE of another sweep) is refused before
-  // anything is written into DIR.
-  const SweepKey key = create_sweep_key(store.m_sweep_uuid);
-  struct KeyGuard {  // removes the key again when the creation fails (the sweep it belongs to never existed)
-    const fs::path& path;
-    bool keep = false;
-    ~KeyGuard() {
-      if (!keep) {
-        std::error_code ignored;
-        fs::remove(path, ignored);
-      }
-    }
-  } key_guard{key.path};
+  m_cells = std::move(cells);
+}
 
-  std::error_code ec;
-  fs::create_directories(dir / "cells", ec);
-  if (ec) {
-    throw StoreError("cannot create " + (dir / "cells").string() + ": " + ec.message());
-  }
-  write_file_atomic(store.spec_path(), spec_text);
-  store.m_binary_sha256 = freeze_executable(executable, executable_sha256, store.executable_path());
-  // Its shared libraries from outside the system directories beside it (bin/lib/, found through the executable's
-  // $ORIGIN/lib RUNPATH): a compute node without the build host's home directory runs the copy. Known only for this
-  // process' own executable.
+// Copies the executable to bin/wbaudit and, with_libraries, its shared libraries from outside the system directories
+// beside it (bin/lib/, found through the executable's $ORIGIN/lib RUNPATH): a compute node without the build host's
+// home directory runs the copy. Known only for this process' own executable. Returns sweep.json's "libraries".
+nlohmann::json SweepStore::freeze_binary(const fs::path& executable, const std::string& executable_sha256,
+                                         bool with_libraries) {
+  m_binary_sha256 = freeze_executable(executable, executable_sha256, executable_path());
   nlohmann::json libraries = nlohmann::json::array();
-  if (options.executable.empty()) {
+  if (with_libraries) {
     for (const auto& library : non_system_libraries()) {
-      store.m_libraries[library.name] =
-          freeze_executable(library.path, library.sha256, store.library_dir() / library.name);
+      m_libraries[library.name] = freeze_executable(library.path, library.sha256, library_dir() / library.name);
       libraries.push_back({{"name", library.name}, {"sha256", library.sha256}});
     }
-    store.m_has_libraries = true;
+    m_has_libraries = true;
   }
+  return libraries;
+}
 
+// The text of sweep.json for a new sweep.
+std::string SweepStore::sweep_record_text(const nlohmann::json& libraries) const {
   nlohmann::json cells_json = nlohmann::json::array();
-  for (const auto& cell : store.m_cells) {
+  for (const auto& cell : m_cells) {
     cells_json.push_back({{"id", cell.id},
                           {"name", cell.name},
                           {"role", cell.role},
@@ -349,19 +345,60 @@ SweepStore SweepStore::create(const fs::path& dir, const std::string& spec_text,
                           {"config", cell.config}});
   }
   nlohmann::json sweep = {{"schema", kSweepSchema},
-                          {"sweep_uuid", store.m_sweep_uuid},
-                          {"created", store.m_created},
-                          {"spec_sha256", store.m_spec_sha256},
-                          {"binary_sha256", store.m_binary_sha256},
+                          {"sweep_uuid", m_sweep_uuid},
+                          {"created", m_created},
+                          {"spec_sha256", m_spec_sha256},
+                          {"binary_sha256", m_binary_sha256},
                           {"build", build_identity()},
                           {"numeric", sim::numeric_identity().to_json()},
                           {"cells", cells_json}};
-  if (store.m_has_libraries) {
+  if (m_has_libraries) {
     sweep["libraries"] = libraries;
   }
+  return sweep.dump(1) + "\n";
+}
+
+SweepStore SweepStore::create(const fs::path& dir, const std::string& spec_text, std::vector<StoredCell> cells,
+                              const CreateOptions& options) {
+  const std::string spec_sha256 = sha256_hex(spec_text);
+  const fs::path executable = options.executable.empty() ? self_executable() : options.executable;
+  const std::string executable_sha256 =
+      options.executable.empty() ? self_executable_sha256() : sha256_file(options.executable);
+
+  if (fs::exists(dir / "sweep.json")) {
+    if (!options.resume) {
+      throw StoreError("sweep directory " + dir.string() + " already exists; use --resume to continue it");
+    }
+    SweepStore store = open(dir);
+    store.check_resumable(spec_sha256);
+    store.repair_frozen_inputs(spec_text, executable, executable_sha256);
+    return store;
+  }
+  if (fs::exists(dir) && !options.resume && !empty_but_lock(dir)) {
+    throw StoreError("sweep directory " + dir.string() + " already exists; use --resume to continue it");
+  }
+
+  SweepStore store;
+  store.m_dir = dir;
+  store.m_spec_sha256 = spec_sha256;
+  store.m_created = utc_now();
+  store.m_sweep_uuid = random_uuid();
+  store.set_new_cells(std::move(cells));
+  // The key first: a key location that cannot be written (or a WBAUDIT_KEY_FILE of another sweep) is refused before
+  // anything is written into DIR.
+  const SweepKey key = create_sweep_key(store.m_sweep_uuid);
+  KeyGuard key_guard{key.path};
+
+  std::error_code ec;
+  fs::create_directories(dir / "cells", ec);
+  if (ec) {
+    throw StoreError("cannot create " + (dir / "cells").string() + ": " + ec.message());
+  }
+  write_file_atomic(store.spec_path(), spec_text);
+  const nlohmann::json libraries = store.freeze_binary(executable, executable_sha256, options.executable.empty());
   // The journal starts with the signed hash of sweep.json; sweep.json is written last: its presence marks a
   // completely created sweep directory.
-  const std::string sweep_text = sweep.dump(1) + "\n";
+  const std::string sweep_text = store.sweep_record_text(libraries);
   const std::string genesis = journal_genesis_line(key, sha256_hex(sweep_text));
   write_file_atomic(store.journal_path(), genesis);
   write_journal_head(key, dir, JournalHead{1, sha256_hex(genesis.substr(0, genesis.size() - 1))});
@@ -392,7 +429,9 @@ SweepStore SweepStore::open(const fs::path& dir) {
     store.m_binary_sha256 = sweep.at("binary_sha256").get<std::string>();
     store.m_created = sweep.at("created").get<std::string>();
     store.m_sweep_uuid = sweep.value("sweep_uuid", std::string());
-    if (sweep.contains("numeric")) store.m_numeric = sweep["numeric"];
+    if (sweep.contains("numeric")) {
+      store.m_numeric = sweep["numeric"];
+    }
     if (sweep.contains("libraries")) {
       store.m_has_libraries = true;
       for (const auto& library : sweep.at("libraries")) {
@@ -584,12 +623,18 @@ void SweepStore::require_no_links(const std::string& what) const {
 
 std::vector<std::string> SweepStore::numeric_problems(const std::vector<CellStatus>& statuses) const {
   std::vector<std::string> problems;
-  if (m_numeric.is_null()) return problems;  // a sweep made before numeric identities were recorded
+  if (m_numeric.is_null()) {  // a sweep made before numeric identities were recorded
+    return problems;
+  }
   const sim::NumericIdentity sweep = sim::NumericIdentity::from_json(m_numeric);
   for (const auto& status : statuses) {
-    if (!status.canonical_attempt) continue;
+    if (!status.canonical_attempt) {
+      continue;
+    }
     const auto& manifest = status.attempts[*status.canonical_attempt].manifest;
-    if (!manifest.contains("numeric")) continue;
+    if (!manifest.contains("numeric")) {
+      continue;
+    }
     const sim::NumericIdentity cell = sim::NumericIdentity::from_json(manifest["numeric"]);
     if (cell.contract() != sweep.contract()) {
       problems.push_back("cell " + status.cell->name + " ran under another numeric contract (" + cell.contract() +
@@ -961,15 +1006,10 @@ AttemptRecord SweepStore::fail_abandoned_attempt(const std::string& id, const st
   return read_attempt(dir, id);
 }
 
-AttemptRecord SweepStore::read_attempt(const fs::path& attempt_dir, const std::string& id) const {
-  AttemptRecord record;
-  record.dir = attempt_dir;
-  record.uuid = attempt_dir.filename().string();
-  const fs::path file = attempt_dir / "manifest.json";
-  if (!fs::exists(file)) {
-    record.reasons.push_back("no manifest.json (hand-made directory, or interrupted before its manifest was written)");
-    return record;
-  }
+namespace {
+
+// Parses manifest.json into the record (status, start, end, exit reason); false, with the reason, when it is corrupt.
+bool read_manifest(const fs::path& file, AttemptRecord& record) {
   try {
     record.manifest = nlohmann::json::parse(read_text(file));
     const auto& m = record.manifest;
@@ -995,54 +1035,20 @@ AttemptRecord SweepStore::read_attempt(const fs::path& attempt_dir, const std::s
     record.manifest_valid = true;
   } catch (const std::exception& e) {
     record.reasons.push_back("corrupt manifest " + file.string() + ": " + e.what());
-    return record;
+    return false;
   }
+  return true;
+}
+
+// Every file the manifest lists is present with its recorded hash (record.complete), and nothing else is in the
+// directory. Returns the listed names.
+std::set<std::string> check_listed_files(AttemptRecord& record, bool signed_ok) {
   const auto& m = record.manifest;
-  if (record.status == AttemptStatus::running) {
-    record.reasons.push_back(process_gone(m) ? "interrupted: process " + std::to_string(m["pid"].get<long long>()) +
-                                                   " on " + m["host"].get<std::string>() + " no longer exists"
-                                             : "running (or killed on another host) since " + record.start);
-    return record;
-  }
-  if (record.status == AttemptStatus::failed) {
-    record.reasons.push_back("failed: " + record.exit_reason);
-    return record;
-  }
-  // Complete: signed by this sweep's key and recorded in its journal (runners/store/journal.hpp), every listed file
-  // present with its recorded hash, and nothing else in the directory.
-  bool signed_ok = false;
-  if (!can_verify()) {
-    record.reasons.push_back("cannot be verified: " + key_problem());
-  } else {
-    signed_ok = signature_valid(*m_signing->key, kManifestSchema, m);
-    if (!signed_ok) {
-      record.reasons.push_back(m.contains("hmac") ? "manifest not signed by this sweep's key (edited, or made with "
-                                                    "another sweep's key)"
-                                                  : "manifest not signed by this sweep's key (it has no signature)");
-    }
-    const JournalView journal = journal_view(id, record.uuid);
-    if (journal.finished.empty()) {
-      std::string why = "attempt not in the journal";
-      if (m.contains("journal_seq") && m["journal_seq"].is_number_unsigned() &&
-          m["journal_seq"].get<std::size_t>() >= journal.entries) {
-        why += " (it began as entry #" + std::to_string(m["journal_seq"].get<std::size_t>()) + " but the journal has " +
-               std::to_string(journal.entries) + " entries: truncated)";
-      } else if (!journal.begun) {
-        why += " (made outside this sweep's runner, or copied from another cell or sweep)";
-      } else {
-        why += " (its runner was killed before recording the finish, or the entry was removed)";
-      }
-      record.reasons.push_back(why);
-    } else if (std::find(journal.finished.begin(), journal.finished.end(), sha256_hex(canonical_json(m))) ==
-               journal.finished.end()) {
-      record.reasons.push_back("manifest differs from the one the journal recorded for this attempt");
-    }
-  }
   bool hashes_match = true;
   std::set<std::string> listed;
   for (const auto& [name, digest] : m["files"].items()) {
     listed.insert(name);
-    const fs::path full = attempt_dir / name;
+    const fs::path full = record.dir / name;
     if (!digest.is_string() || !is_hex_digest(digest.get<std::string>())) {
       record.reasons.push_back("manifest entry for " + name + " is not a SHA-256 digest");
       hashes_match = false;
@@ -1061,35 +1067,79 @@ AttemptRecord SweepStore::read_attempt(const fs::path& attempt_dir, const std::s
   }
   record.complete = hashes_match;
   std::error_code ec;
-  for (const auto& entry : fs::recursive_directory_iterator(attempt_dir, ec)) {
+  for (const auto& entry : fs::recursive_directory_iterator(record.dir, ec)) {
     if (!entry.is_regular_file()) {
       continue;
     }
-    const std::string rel = fs::relative(entry.path(), attempt_dir).generic_string();
+    const std::string rel = fs::relative(entry.path(), record.dir).generic_string();
     if (rel != "manifest.json" && !listed.count(rel)) {
       record.reasons.push_back("unlisted file " + rel);
     }
   }
-  // The trace must be this cell's run: its own configuration (written by the engine) must be the cell's, so a trace
-  // copied from another cell under a rewritten manifest is caught even when every hash matches.
-  // Cells whose configuration is not a simulator run (none in a real sweep) have nothing to compare against.
-  if (hashes_match && listed.count("trace.h5") && m_index.count(id)) {
-    std::optional<std::string> expected;
-    try {
-      expected = sim::to_json(sim::run_config_from_json(cell(id).config)).dump();
-    } catch (const std::exception&) {
-    }
-    if (expected) {
-      try {
-        if (sim::read_trace_config_json(attempt_dir / "trace.h5") != *expected) {
-          record.reasons.push_back("trace.h5 is the run of another configuration than cell " + id +
-                                   " (its config_json differs from the cell's)");
-        }
-      } catch (const std::exception& e) {
-        record.reasons.push_back("trace.h5 cannot be checked against the cell: " + std::string(e.what()));
-      }
-    }
+  return listed;
+}
+
+}  // namespace
+
+// Signed by this sweep's key and recorded in its journal (runners/store/journal.hpp); returns whether the signature
+// is valid.
+bool SweepStore::check_signed_and_journaled(AttemptRecord& record, const std::string& id) const {
+  const auto& m = record.manifest;
+  if (!can_verify()) {
+    record.reasons.push_back("cannot be verified: " + key_problem());
+    return false;
   }
+  const bool signed_ok = signature_valid(*m_signing->key, kManifestSchema, m);
+  if (!signed_ok) {
+    record.reasons.push_back(m.contains("hmac") ? "manifest not signed by this sweep's key (edited, or made with "
+                                                  "another sweep's key)"
+                                                : "manifest not signed by this sweep's key (it has no signature)");
+  }
+  const JournalView journal = journal_view(id, record.uuid);
+  if (journal.finished.empty()) {
+    std::string why = "attempt not in the journal";
+    if (m.contains("journal_seq") && m["journal_seq"].is_number_unsigned() &&
+        m["journal_seq"].get<std::size_t>() >= journal.entries) {
+      why += " (it began as entry #" + std::to_string(m["journal_seq"].get<std::size_t>()) + " but the journal has " +
+             std::to_string(journal.entries) + " entries: truncated)";
+    } else if (!journal.begun) {
+      why += " (made outside this sweep's runner, or copied from another cell or sweep)";
+    } else {
+      why += " (its runner was killed before recording the finish, or the entry was removed)";
+    }
+    record.reasons.push_back(why);
+  } else if (std::find(journal.finished.begin(), journal.finished.end(), sha256_hex(canonical_json(m))) ==
+             journal.finished.end()) {
+    record.reasons.push_back("manifest differs from the one the journal recorded for this attempt");
+  }
+  return signed_ok;
+}
+
+// The trace must be this cell's run: its own configuration (written by the engine) must be the cell's, so a trace
+// copied from another cell under a rewritten manifest is caught even when every hash matches.
+// Cells whose configuration is not a simulator run (none in a real sweep) have nothing to compare against.
+void SweepStore::check_trace_is_cells(AttemptRecord& record, const std::string& id) const {
+  std::optional<std::string> expected;
+  try {
+    expected = sim::to_json(sim::run_config_from_json(cell(id).config)).dump();
+  } catch (const std::exception&) {
+  }
+  if (!expected) {
+    return;
+  }
+  try {
+    if (sim::read_trace_config_json(record.dir / "trace.h5") != *expected) {
+      record.reasons.push_back("trace.h5 is the run of another configuration than cell " + id +
+                               " (its config_json differs from the cell's)");
+    }
+  } catch (const std::exception& e) {
+    record.reasons.push_back("trace.h5 cannot be checked against the cell: " + std::string(e.what()));
+  }
+}
+
+// The manifest names this cell, this directory, the registered spec, binary and libraries.
+void SweepStore::check_manifest_identity(AttemptRecord& record, const std::string& id) const {
+  const auto& m = record.manifest;
   if (m.value("cell_id", std::string()) != id) {
     record.reasons.push_back("manifest names cell " + m.value("cell_id", std::string("(none)")) +
                              ", not the directory's cell " + id);
@@ -1116,6 +1166,65 @@ AttemptRecord SweepStore::read_attempt(const fs::path& attempt_dir, const std::s
                                    : "run with another " + name + " (hash " + used + ", registered " + sha + ")");
     }
   }
+}
+
+namespace {
+
+// A run that has not finished (running, interrupted or failed) leaves its streamed trace as trace.h5.partial
+// (docs/trace-format.md, "Streaming"): say how far it got, never take it for a trace.
+void note_partial_trace(AttemptRecord& record, const fs::path& attempt_dir) {
+  const fs::path partial = sim::partial_trace_path(attempt_dir / "trace.h5");
+  if (!fs::exists(partial)) {
+    return;
+  }
+  try {
+    const sim::TraceReader reader(partial, sim::TraceReadOptions{true});
+    const auto& steps = reader.header().recorded_steps;
+    record.reasons.push_back("incomplete trace " + partial.filename().string() + ": " + std::to_string(steps.size()) +
+                             " recorded steps" +
+                             (steps.empty() ? std::string() : ", the last at step " + std::to_string(steps.back())) +
+                             " of " + std::to_string(reader.header().steps));
+  } catch (const std::exception& e) {
+    record.reasons.push_back("incomplete trace " + partial.filename().string() + " cannot be read: " + e.what());
+  }
+}
+
+}  // namespace
+
+AttemptRecord SweepStore::read_attempt(const fs::path& attempt_dir, const std::string& id) const {
+  AttemptRecord record;
+  record.dir = attempt_dir;
+  record.uuid = attempt_dir.filename().string();
+  const fs::path file = attempt_dir / "manifest.json";
+  if (!fs::exists(file)) {
+    record.reasons.push_back("no manifest.json (hand-made directory, or interrupted before its manifest was written)");
+    return record;
+  }
+  if (!read_manifest(file, record)) {
+    return record;
+  }
+  const auto& m = record.manifest;
+  if (record.status != AttemptStatus::complete) {
+    note_partial_trace(record, attempt_dir);
+  }
+  if (record.status == AttemptStatus::running) {
+    record.reasons.push_back(process_gone(m) ? "interrupted: process " + std::to_string(m["pid"].get<long long>()) +
+                                                   " on " + m["host"].get<std::string>() + " no longer exists"
+                                             : "running (or killed on another host) since " + record.start);
+    return record;
+  }
+  if (record.status == AttemptStatus::failed) {
+    record.reasons.push_back("failed: " + record.exit_reason);
+    return record;
+  }
+  // Complete: signed by this sweep's key and recorded in its journal, every listed file present with its recorded
+  // hash, nothing else in the directory, and the trace and the manifest this cell's.
+  const bool signed_ok = check_signed_and_journaled(record, id);
+  const std::set<std::string> listed = check_listed_files(record, signed_ok);
+  if (record.complete && listed.count("trace.h5") && m_index.count(id)) {
+    check_trace_is_cells(record, id);
+  }
+  check_manifest_identity(record, id);
   if (!m_index.count(id)) {
     record.reasons.push_back("cell " + id + " is not part of the sweep");
   }

@@ -213,6 +213,20 @@ class SweepStore {
   std::shared_ptr<SigningState> m_signing;
 
   void load_key();
+  // The steps of create(): with resume, the checks and the repairs of the frozen inputs; for a new sweep, its cells,
+  // its frozen binary and the text of its sweep.json.
+  void check_resumable(const std::string& spec_sha256) const;
+  void repair_frozen_inputs(const std::string& spec_text, const std::filesystem::path& executable,
+                            const std::string& executable_sha256);
+  void repair_frozen_libraries();
+  void set_new_cells(std::vector<StoredCell> cells);
+  nlohmann::json freeze_binary(const std::filesystem::path& executable, const std::string& executable_sha256,
+                               bool with_libraries);
+  std::string sweep_record_text(const nlohmann::json& libraries) const;
+  // The checks of read_attempt() on a complete attempt; each adds its findings to record.reasons.
+  bool check_signed_and_journaled(AttemptRecord& record, const std::string& cell_id) const;
+  void check_trace_is_cells(AttemptRecord& record, const std::string& cell_id) const;
+  void check_manifest_identity(AttemptRecord& record, const std::string& cell_id) const;
   struct JournalView {
     bool begun = false;
     std::size_t entries = 0;

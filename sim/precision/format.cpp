@@ -7,6 +7,7 @@
 #include <string>
 
 #include "sim/precision/rounding.hpp"
+#include "util/text.hpp"
 
 namespace wbaudit::sim {
 namespace {
@@ -97,7 +98,8 @@ FormatSpec format_from_name(std::string_view name) {
       return int_format(k, 1.0f);
     }
   }
-  throw FormatError("unknown format \"" + std::string(name) + "\" (known: " + known_list() + ")");
+  throw FormatError("unknown format \"" + std::string(name) + "\"" + util::did_you_mean(name, known_format_names()) +
+                    " (known: " + known_list() + ")");
 }
 
 FormatSpec int_format(int k, float scale) {

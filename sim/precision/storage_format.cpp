@@ -1,5 +1,7 @@
 #include "sim/precision/storage_format.hpp"
 
+#include "util/text.hpp"
+
 namespace wbaudit::sim {
 
 std::vector<std::string> known_storage_format_names() {
@@ -39,7 +41,8 @@ StorageFormat storage_format_from_name(std::string_view name) {
       for (const auto& n : known_storage_format_names()) {
         known += (known.empty() ? "" : ", ") + n;
       }
-      throw FormatError("unknown format \"" + std::string(name) + "\" (known: " + known + ")");
+      throw FormatError("unknown format \"" + std::string(name) + "\"" +
+                        util::did_you_mean(name, known_storage_format_names()) + " (known: " + known + ")");
     }
     f.name = base;
     return f;

@@ -99,7 +99,7 @@ inline constexpr std::size_t kRatioHistogramChunk = 4096;  // coordinates per wo
 // non-finite w or u. An integer array reduction over chunks of kRatioHistogramChunk coordinates (the three totals
 // kept in registers within a chunk: incrementing them in the reduction array chained every coordinate through
 // memory), so the counts do not depend on the thread count. `each(i, w, u)` runs on every coordinate in the same pass
-// (the joint keys, joint_recording.hpp).
+// (unused by the recording since the margin histogram: sim/trace/reference_histograms.hpp computes both at once).
 template <class ExecSpace, class Each = NoPerCoordinate>
 struct RatioHistogramReduce {
   using value_type = std::int64_t[];

@@ -5,9 +5,12 @@
 #include "sim/precision/policy.hpp"
 #include "sim/precision/storage_format.hpp"
 #include "sim/trace/detail/h5.hpp"
+#include "sim/trace/detail/trace_file.hpp"
+#include "sim/trace/trace_reader.hpp"
 
 #include <fcntl.h>
 #include <hdf5.h>
+#include <sys/types.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -166,42 +169,122 @@ const GroupTrace& Trace::group(const std::string& name) const {
 
 using namespace detail;  // NOLINT: the HDF5 helpers of detail/h5.hpp
 
+const char* trace_schema_for_mode(const std::string& mode) {
+  return mode == "reference" ? kTraceSchema : kTraceSchemaV2;
+}
+
+namespace detail {
+
 namespace {
 
-// <parent>/block_events: attributes format and blocks, the [T] series (docs/trace-format.md).
+bool is_schema3(const Trace& trace) {
+  return trace.schema == kTraceSchema;
+}
+
+void check_group_name(const std::string& name, const std::string& file) {
+  if (name.empty() || name.find('/') != std::string::npos || name.find('\n') != std::string::npos) {
+    throw TraceFileError(file + ": invalid group name \"" + name + "\"");
+  }
+}
+
+// The d histogram: contiguous in schema 1 and 2, compressed in schema 3 (mostly zeros; 4 KiB per tensor and step as
+// it was, 1/4 of a GPT-2-small trace's budget).
+void write_ratio_histogram(hid_t gh, const Trace& trace, const GroupTrace& g, const std::string& file) {
+  const auto bins = static_cast<hsize_t>(trace.histogram.bins);
+  if (bins == 0 || g.ratio_histogram.size() % bins != 0) {
+    throw TraceFileError(file + ": group " + g.name + ": ratio_histogram has " +
+                         std::to_string(g.ratio_histogram.size()) + " entries, not a multiple of " +
+                         std::to_string(trace.histogram.bins) + " bins");
+  }
+  const hsize_t rows = g.ratio_histogram.size() / bins;
+  if (is_schema3(trace)) {
+    write_compressed_rows(gh, "ratio_histogram", g.ratio_histogram, rows, bins, file);
+  } else {
+    write_dataset(gh, "ratio_histogram", g.ratio_histogram, {rows, bins}, file);
+  }
+}
+
+// Schema 2's joint pairs or schema 3's margin histogram, with the group's init absmax and a small group's w and u.
+void write_joint(hid_t gh, const Trace& trace, const GroupTrace& g, const std::string& file) {
+  const std::size_t steps = trace.recorded_steps.size();
+  if (g.has_pairs() && g.has_margin()) {
+    throw TraceFileError(file + ": group " + g.name + " has both joint pairs (schema 2) and a margin histogram");
+  }
+  if (g.has_pairs() && (g.joint_keys.size() != g.joint_counts.size() ||
+                        static_cast<std::size_t>(g.joint_offsets.back()) != g.joint_keys.size())) {
+    throw TraceFileError(file + ": group " + g.name + ": joint histogram has " + std::to_string(g.joint_keys.size()) +
+                         " keys, " + std::to_string(g.joint_counts.size()) + " counts and last offset " +
+                         std::to_string(g.joint_offsets.back()));
+  }
+  if (g.has_margin() && g.margin.size() != steps * trace.margin.bins()) {
+    throw TraceFileError(file + ": group " + g.name + ": margin histogram has " + std::to_string(g.margin.size()) +
+                         " counters, expected " + std::to_string(trace.margin.bins()) + " per recorded step x " +
+                         std::to_string(steps));
+  }
+  if (g.has_pairs() && trace.schema != kTraceSchemaV2) {
+    throw TraceFileError(file + ": group " + g.name + ": joint pairs belong to schema " + kTraceSchemaV2 + ", not " +
+                         trace.schema);
+  }
+  if (g.has_margin() && !is_schema3(trace)) {
+    throw TraceFileError(file + ": group " + g.name + ": a margin histogram needs schema " + kTraceSchema);
+  }
+  Handle jh = create_group(gh, "joint", file);
+  write_scalar_attribute<double>(jh.get(), "init_absmax", g.init_absmax, file);
+  if (g.has_pairs()) {
+    write_vector(jh.get(), "offsets", g.joint_offsets, file);
+    write_compressed_vector(jh.get(), "keys", g.joint_keys, file);
+    write_compressed_vector(jh.get(), "counts", g.joint_counts, file);
+  } else {
+    write_compressed_rows(jh.get(), "margin", g.margin, steps, trace.margin.bins(), file);
+  }
+  if (g.has_exact()) {
+    const std::size_t want = static_cast<std::size_t>(g.size) * steps;
+    if (g.exact_w.size() != want || g.exact_u.size() != want) {
+      throw TraceFileError(file + ": group " + g.name + ": exact w, u hold " + std::to_string(g.exact_w.size()) + ", " +
+                           std::to_string(g.exact_u.size()) + " values, expected " + std::to_string(want) +
+                           " (size x recorded steps)");
+    }
+    write_compressed_vector(jh.get(), "w", g.exact_w, file);
+    write_compressed_vector(jh.get(), "u", g.exact_u, file);
+  }
+}
+
+// <parent>/block_events (block formats only): attributes format and blocks, the [T] series (docs/trace-format.md).
 void write_block_events(hid_t parent, const BlockEventSeries& b, const std::string& format, const std::string& file) {
   Handle bh = create_group(parent, "block_events", file);
   write_string_attribute(bh.get(), "format", format, file);
   write_scalar_attribute<std::int64_t>(bh.get(), "blocks", b.blocks, file);
-  write_vector(bh.get(), "erased_grid", b.erased_grid, file);
-  write_vector(bh.get(), "erased_saturation", b.erased_saturation, file);
-  write_vector(bh.get(), "erased_scale", b.erased_scale, file);
-  write_vector(bh.get(), "collateral", b.collateral, file);
-  write_vector(bh.get(), "flushed", b.flushed, file);
-  write_vector(bh.get(), "rescaled_up", b.rescaled_up, file);
-  write_vector(bh.get(), "rescaled_down", b.rescaled_down, file);
+  for (const BlockEventField& f : kBlockEventFields) write_vector(bh.get(), f.name, b.*f.series, file);
 }
 
-// Reads <parent>/block_events into b; returns its format attribute. where: the parent's path, ending in '/'.
-std::string read_block_events(hid_t parent, const std::string& where, BlockEventSeries& b, const std::string& file) {
-  Handle bh = open_group(parent, "block_events", file);
-  const std::string bw = where + "block_events/";
-  b.blocks = read_scalar_attribute<std::int64_t>(bh.get(), "blocks", file);
-  b.erased_grid = read_dataset<std::int64_t>(bh.get(), "erased_grid", bw, file);
-  b.erased_saturation = read_dataset<std::int64_t>(bh.get(), "erased_saturation", bw, file);
-  b.erased_scale = read_dataset<std::int64_t>(bh.get(), "erased_scale", bw, file);
-  b.collateral = read_dataset<std::int64_t>(bh.get(), "collateral", bw, file);
-  b.flushed = read_dataset<std::int64_t>(bh.get(), "flushed", bw, file);
-  b.rescaled_up = read_dataset<std::int64_t>(bh.get(), "rescaled_up", bw, file);
-  b.rescaled_down = read_dataset<std::int64_t>(bh.get(), "rescaled_down", bw, file);
-  return read_string_attribute(bh.get(), "format", file);
+void write_projected(hid_t gh, const GroupTrace& g, const std::string& file) {
+  Handle projected = create_group(gh, "projected", file);
+  for (const auto& [format, series] : g.projected) {
+    Handle fh = create_group(projected.get(), format, file);
+    write_vector(fh.get(), "erased", series.erased, file);
+    write_vector(fh.get(), "fraction", series.fraction, file);
+    if (!series.block_events.empty()) write_block_events(fh.get(), series.block_events, format, file);
+    if (!series.expected.empty()) {
+      Handle expected = create_group(fh.get(), "expected", file);
+      for (const auto& [policy, e] : series.expected) {
+        if (policy.empty() || policy.find('/') != std::string::npos) {
+          throw TraceFileError(file + ": group " + g.name + " format " + format + ": invalid projection name \"" +
+                               policy + "\"");
+        }
+        Handle ph = create_group(expected.get(), policy, file);
+        write_vector(ph.get(), "erased", e.erased, file);
+        write_vector(ph.get(), "fraction", e.fraction, file);
+      }
+    }
+  }
 }
 
 }  // namespace
 
-namespace detail {
-
-void write_trace_to(hid_t root, const Trace& trace, const std::string& file) {
+void write_trace_header(hid_t root, const Trace& trace, const std::string& file, bool pairs, bool margin) {
+  if (trace.schema != kTraceSchema && trace.schema != kTraceSchemaV2 && trace.schema != kTraceSchemaV1) {
+    throw TraceFileError(file + ": unknown trace schema \"" + trace.schema + "\"");
+  }
   write_string_attribute(root, "schema", trace.schema, file);
   write_string_attribute(root, "mode", trace.mode, file);
   write_string_attribute(root, "format", trace.format, file);
@@ -212,92 +295,57 @@ void write_trace_to(hid_t root, const Trace& trace, const std::string& file) {
   write_scalar_attribute<double>(root, "histogram_d_min", trace.histogram.d_min, file);
   write_scalar_attribute<double>(root, "histogram_bin_width", trace.histogram.bin_width, file);
   write_scalar_attribute<std::int64_t>(root, "histogram_bins", trace.histogram.bins, file);
-  if (std::any_of(trace.groups.begin(), trace.groups.end(), [](const GroupTrace& g) { return g.has_joint(); })) {
+  if (pairs) {
     write_scalar_attribute<std::int64_t>(root, "joint_w_bits", trace.joint.w_bits, file);
     write_scalar_attribute<std::int64_t>(root, "joint_u_bits", trace.joint.u_bits, file);
   }
+  if (margin) write_margin_layout(root, trace.margin, file);
+}
+
+void write_margin_layout(hid_t root, const MarginLayout& margin, const std::string& file) {
+  std::string formats;
+  for (const std::string& f : margin.formats) formats += (formats.empty() ? "" : "\n") + f;
+  write_string_attribute(root, "margin_formats", formats, file);
+  write_scalar_attribute<std::int64_t>(root, "margin_coarse_lo", margin.rows.coarse_lo, file);
+  write_scalar_attribute<std::int64_t>(root, "margin_fine_lo", margin.rows.fine_lo, file);
+  write_scalar_attribute<std::int64_t>(root, "margin_fine_hi", margin.rows.fine_hi, file);
+  write_scalar_attribute<std::int64_t>(root, "margin_coarse_hi", margin.rows.coarse_hi, file);
+  write_scalar_attribute<std::int64_t>(root, "margin_sub_bins", kMarginSubBins, file);
+}
+
+void write_trace_steps(hid_t root, const Trace& trace, const std::string& file) {
   write_vector(root, "recorded_steps", trace.recorded_steps, file);
   write_vector(root, "loss", trace.loss, file);
   write_vector(root, "learning_rate", trace.learning_rate, file);
-
   std::string order;
   for (const GroupTrace& g : trace.groups) {
     order += (order.empty() ? "" : "\n") + g.name;
   }
   write_string_attribute(root, "group_order", order, file);
-  Handle groups = create_group(root, "groups", file);
-  for (const GroupTrace& g : trace.groups) {
-    if (g.name.empty() || g.name.find('/') != std::string::npos || g.name.find('\n') != std::string::npos) {
-      throw TraceFileError(file + ": invalid group name \"" + g.name + "\"");
-    }
-    Handle gh = create_group(groups.get(), g.name, file);
-    write_scalar_attribute<std::uint32_t>(gh.get(), "tensor_id", g.tensor_id, file);
-    write_scalar_attribute<std::int64_t>(gh.get(), "size", g.size, file);
-    write_vector(gh.get(), "nonzero", g.nonzero, file);
-    if (trace.mode != "reference" || !g.erased.empty()) {
-      write_vector(gh.get(), "erased", g.erased, file);
-      write_vector(gh.get(), "saturated", g.saturated, file);
-      write_vector(gh.get(), "applied", g.applied, file);
-      write_vector(gh.get(), "erased_fraction", g.erased_fraction, file);
-    }
-    if (!g.block_events.empty()) {
-      write_block_events(gh.get(), g.block_events, g.block_format, file);
-    }
-    if (!g.zero_weight.empty() || !g.ratio_histogram.empty() || !g.projected.empty()) {
-      write_vector(gh.get(), "zero_weight", g.zero_weight, file);
-      const auto bins = static_cast<hsize_t>(trace.histogram.bins);
-      if (bins == 0 || g.ratio_histogram.size() % bins != 0) {
-        throw TraceFileError(file + ": group " + g.name + ": ratio_histogram has " +
-                             std::to_string(g.ratio_histogram.size()) + " entries, not a multiple of " +
-                             std::to_string(trace.histogram.bins) + " bins");
-      }
-      write_dataset(gh.get(), "ratio_histogram", g.ratio_histogram, {g.ratio_histogram.size() / bins, bins}, file);
-      if (g.has_joint()) {
-        if (g.joint_keys.size() != g.joint_counts.size() ||
-            static_cast<std::size_t>(g.joint_offsets.back()) != g.joint_keys.size()) {
-          throw TraceFileError(file + ": group " + g.name + ": joint histogram has " +
-                               std::to_string(g.joint_keys.size()) + " keys, " + std::to_string(g.joint_counts.size()) +
-                               " counts and last offset " + std::to_string(g.joint_offsets.back()));
-        }
-        Handle jh = create_group(gh.get(), "joint", file);
-        write_scalar_attribute<double>(jh.get(), "init_absmax", g.init_absmax, file);
-        write_vector(jh.get(), "offsets", g.joint_offsets, file);
-        write_compressed_vector(jh.get(), "keys", g.joint_keys, file);
-        write_compressed_vector(jh.get(), "counts", g.joint_counts, file);
-        if (g.has_exact()) {
-          const std::size_t want = static_cast<std::size_t>(g.size) * (g.joint_offsets.size() - 1);
-          if (g.exact_w.size() != want || g.exact_u.size() != want) {
-            throw TraceFileError(file + ": group " + g.name + ": exact w, u hold " + std::to_string(g.exact_w.size()) +
-                                 ", " + std::to_string(g.exact_u.size()) + " values, expected " + std::to_string(want) +
-                                 " (size x recorded steps)");
-          }
-          write_compressed_vector(jh.get(), "w", g.exact_w, file);
-          write_compressed_vector(jh.get(), "u", g.exact_u, file);
-        }
-      }
-      Handle projected = create_group(gh.get(), "projected", file);
-      for (const auto& [format, series] : g.projected) {
-        Handle fh = create_group(projected.get(), format, file);
-        write_vector(fh.get(), "erased", series.erased, file);
-        write_vector(fh.get(), "fraction", series.fraction, file);
-        if (!series.block_events.empty()) {
-          write_block_events(fh.get(), series.block_events, format, file);
-        }
-        if (!series.expected.empty()) {
-          Handle expected = create_group(fh.get(), "expected", file);
-          for (const auto& [policy, e] : series.expected) {
-            if (policy.empty() || policy.find('/') != std::string::npos) {
-              throw TraceFileError(file + ": group " + g.name + " format " + format + ": invalid projection name \"" +
-                                   policy + "\"");
-            }
-            Handle ph = create_group(expected.get(), policy, file);
-            write_vector(ph.get(), "erased", e.erased, file);
-            write_vector(ph.get(), "fraction", e.fraction, file);
-          }
-        }
-      }
-    }
+}
+
+void write_trace_group(hid_t groups, const Trace& trace, const GroupTrace& g, const std::string& file) {
+  check_group_name(g.name, file);
+  Handle gh = create_group(groups, g.name, file);
+  write_scalar_attribute<std::uint32_t>(gh.get(), "tensor_id", g.tensor_id, file);
+  write_scalar_attribute<std::int64_t>(gh.get(), "size", g.size, file);
+  write_vector(gh.get(), "nonzero", g.nonzero, file);
+  if (trace.mode != "reference" || !g.erased.empty()) {
+    write_vector(gh.get(), "erased", g.erased, file);
+    write_vector(gh.get(), "saturated", g.saturated, file);
+    write_vector(gh.get(), "applied", g.applied, file);
+    write_vector(gh.get(), "erased_fraction", g.erased_fraction, file);
   }
+  if (!g.block_events.empty()) write_block_events(gh.get(), g.block_events, g.block_format, file);
+  if (!g.zero_weight.empty() || !g.ratio_histogram.empty() || !g.projected.empty()) {
+    write_vector(gh.get(), "zero_weight", g.zero_weight, file);
+    write_ratio_histogram(gh.get(), trace, g, file);
+    if (g.has_joint()) write_joint(gh.get(), trace, g, file);
+    write_projected(gh.get(), g, file);
+  }
+}
+
+void write_trace_tail(hid_t root, const Trace& trace, const std::string& file) {
   if (trace.validation_steps.size() != trace.validation_loss.size()) {
     throw TraceFileError(file + ": validation_steps has " + std::to_string(trace.validation_steps.size()) +
                          " entries but validation_loss " + std::to_string(trace.validation_loss.size()));
@@ -316,7 +364,7 @@ void write_trace_to(hid_t root, const Trace& trace, const std::string& file) {
     write_vector(replay.get(), "start_validation_loss", trace.replay_start_loss, file);
     std::string names;
     for (const ReplaySeries& r : trace.replays) {
-      const std::string name = r.policy + (r.sr_bits > 0 ? "-r" + std::to_string(r.sr_bits) : "");
+      const std::string name = replay_series_name(r);
       names += (names.empty() ? "" : "\n") + name;
       Handle rh = create_group(replay.get(), name, file);
       write_string_attribute(rh.get(), "format", r.format, file);
@@ -329,26 +377,80 @@ void write_trace_to(hid_t root, const Trace& trace, const std::string& file) {
     }
     write_string_attribute(replay.get(), "order", names, file);
   }
+  if (is_schema3(trace)) {
+    write_scalar_attribute<std::int64_t>(root, "complete", 1, file);  // last: a finished file
+  }
+}
+
+void write_trace_to(hid_t root, const Trace& trace, const std::string& file) {
+  const auto any = [&](bool (GroupTrace::*has)() const) {
+    return std::any_of(trace.groups.begin(), trace.groups.end(), [&](const GroupTrace& g) { return (g.*has)(); });
+  };
+  // The margin layout of a schema-3 reference also when no step is recorded yet (a checkpoint's header).
+  write_trace_header(root, trace, file, any(&GroupTrace::has_pairs),
+                     any(&GroupTrace::has_margin) ||
+                         (is_schema3(trace) && trace.mode == "reference" && !trace.margin.formats.empty()));
+  write_trace_steps(root, trace, file);
+  Handle groups = create_group(root, "groups", file);
+  for (const GroupTrace& g : trace.groups) write_trace_group(groups.get(), trace, g, file);
+  write_trace_tail(root, trace, file);
 }
 
 }  // namespace detail
 
-namespace {
-
-// Built in memory, then written with plain writes (detail::in_memory_file_image).
-void write_file(const std::string& file, const Trace& trace) {
-  write_new_file(file, in_memory_file_image(file, [&](hid_t root) { detail::write_trace_to(root, trace, file); }),
-                 "trace");
+std::string replay_series_name(const ReplaySeries& r) {
+  return r.policy + (r.sr_bits > 0 ? "-r" + std::to_string(r.sr_bits) : "");
 }
 
-}  // namespace
+namespace detail {
 
-void write_trace(const std::filesystem::path& path, const Trace& trace) {
+std::uint64_t finished_trace_bound(const Trace& header, std::size_t steps, std::size_t validations,
+                                   std::size_t replays) {
+  std::uint64_t per_step = 24;
+  for (const GroupTrace& g : header.groups) {
+    std::uint64_t series = 6 + (g.block_events.empty() ? 0 : kBlockEventFields.size());
+    for (const auto& [name, p] : g.projected) {
+      series += 2 + 2 * p.expected.size() + (p.block_events.empty() ? 0 : kBlockEventFields.size());
+    }
+    per_step += 8 * series + 8 * static_cast<std::uint64_t>(header.histogram.bins) + 8 * header.margin.bins() +
+                8 * static_cast<std::uint64_t>(g.size <= kJointExactMaxCoordinates ? g.size : 0);
+  }
+  // joint pairs (schema 2 traces rewritten): at most one pair (16 bytes) per coordinate
+  std::uint64_t pairs = 0;
+  for (const GroupTrace& g : header.groups) pairs += 16 * g.joint_keys.size();
+  const std::uint64_t raw = per_step * steps + pairs + 16 * validations + (16 + 8 * header.replays.size()) * replays +
+                            header.config_json.size();
+  // compression may add a little to incompressible chunks; headers and indexes of each object
+  return raw + raw / 64 + (std::uint64_t{1} << 20) + 65536 * (header.groups.size() + header.replays.size() + 1);
+}
+
+void write_final_trace(const std::filesystem::path& path, std::uint64_t bound,
+                       const std::function<void(hid_t, const std::string&)>& fill) {
   const std::filesystem::path tmp =
       path.parent_path() / (path.filename().string() + ".tmp." + std::to_string(::getpid()));
+  const std::string file = tmp.string();
   H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);  // errors become exceptions with the file name, not stderr dumps
   try {
-    write_file(tmp.string(), trace);
+    Handle fcpl(untimed_plist(H5P_FILE_CREATE), H5Pclose, "creation property list", file);
+    const hid_t id = H5Fcreate(file.c_str(), H5F_ACC_EXCL, fcpl.get(), H5P_DEFAULT);
+    if (id < 0) {
+      throw TraceFileError(file + ": cannot create the trace" +
+                           (std::filesystem::exists(tmp.parent_path()) ? std::string() : ": no such directory"));
+    }
+    Handle h5(id, H5Fclose, "create file", file);
+    reserve_file_space(h5.get(), bound, file);
+    fill(h5.get(), file);
+    if (h5.close() < 0) throw TraceFileError(file + ": HDF5 error: close");
+    // HDF5 does not know of the reservation beyond its end of allocated space: cut the file back to that end, read
+    // from the closed file (closing may release space at the end).
+    haddr_t eoa = 0;
+    {
+      Handle check_h5(H5Fopen(file.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose, "reopen to size", file);
+      check(H5Fget_eoa(check_h5.get(), &eoa), "end of allocated space", file);
+    }
+    if (::truncate(file.c_str(), static_cast<off_t>(eoa)) != 0) {
+      throw TraceFileError(file + ": cannot cut the reserved space: " + std::strerror(errno));
+    }
   } catch (...) {
     std::error_code ignored;
     std::filesystem::remove(tmp, ignored);
@@ -362,194 +464,29 @@ void write_trace(const std::filesystem::path& path, const Trace& trace) {
   }
 }
 
-namespace {
+}  // namespace detail
 
-// Opens a trace file read-only and calls read(root, file name); errors name the file.
-template <class Read>
-auto with_trace_file(const std::filesystem::path& path, Read read) {
-  const std::string file = path.string();
-  H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
-  if (!std::filesystem::exists(path)) {
-    throw TraceFileError(file + ": no such trace file");
-  }
-  if (H5Fis_hdf5(file.c_str()) <= 0) {
-    throw TraceFileError(file + ": not an HDF5 file");
-  }
-  Handle h5(H5Fopen(file.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose, "open file", file);
-  return read(h5.get(), file);
+void write_trace(const std::filesystem::path& path, const Trace& trace) {
+  detail::write_final_trace(
+      path,
+      detail::finished_trace_bound(trace, trace.recorded_steps.size(), trace.validation_steps.size(),
+                                   trace.replay_checkpoints.size()),
+      [&](hid_t root, const std::string& file) { detail::write_trace_to(root, trace, file); });
 }
 
-}  // namespace
-
-Trace read_trace(const std::filesystem::path& path) {
-  return with_trace_file(path, [](hid_t root, const std::string& file) { return detail::read_trace_from(root, file); });
+Trace read_trace(const std::filesystem::path& path, const TraceReadOptions& options) {
+  return TraceReader(path, options).read_all();
 }
 
 std::string read_trace_config_json(const std::filesystem::path& path) {
-  return with_trace_file(
-      path, [](hid_t root, const std::string& file) { return read_string_attribute(root, "config_json", file); });
+  // The header only (every recorded step's rows are left unread); a partial trace's too.
+  return TraceReader(path, TraceReadOptions{true}).header().config_json;
 }
 
 namespace detail {
 
 Trace read_trace_from(hid_t root, const std::string& file) {
-  Trace trace;
-  trace.schema = read_string_attribute(root, "schema", file);
-  if (trace.schema != kTraceSchema && trace.schema != kTraceSchemaV1) {
-    throw TraceFileError(file + ": unsupported trace schema \"" + trace.schema + "\" (expected " + kTraceSchema +
-                         " or " + kTraceSchemaV1 + ")");
-  }
-  trace.mode = read_string_attribute(root, "mode", file);
-  trace.format = read_string_attribute(root, "format", file);
-  trace.policy = read_string_attribute(root, "policy", file);
-  trace.seed = read_scalar_attribute<std::uint64_t>(root, "seed", file);
-  trace.steps = read_scalar_attribute<std::int64_t>(root, "steps", file);
-  trace.config_json = read_string_attribute(root, "config_json", file);
-  trace.histogram.d_min = read_scalar_attribute<double>(root, "histogram_d_min", file);
-  trace.histogram.bin_width = read_scalar_attribute<double>(root, "histogram_bin_width", file);
-  trace.histogram.bins = static_cast<int>(read_scalar_attribute<std::int64_t>(root, "histogram_bins", file));
-  if (H5Aexists(root, "joint_w_bits") > 0) {
-    trace.joint.w_bits = static_cast<int>(read_scalar_attribute<std::int64_t>(root, "joint_w_bits", file));
-    trace.joint.u_bits = static_cast<int>(read_scalar_attribute<std::int64_t>(root, "joint_u_bits", file));
-  }
-  trace.recorded_steps = read_dataset<std::int64_t>(root, "recorded_steps", "/", file);
-  trace.loss = read_dataset<double>(root, "loss", "/", file);
-  trace.learning_rate = read_dataset<double>(root, "learning_rate", "/", file);
-
-  const std::string order = read_string_attribute(root, "group_order", file);
-  Handle groups = open_group(root, "groups", file);
-  std::size_t begin = 0;
-  while (begin < order.size()) {
-    std::size_t end = order.find('\n', begin);
-    if (end == std::string::npos) {
-      end = order.size();
-    }
-    GroupTrace g;
-    g.name = order.substr(begin, end - begin);
-    begin = end + 1;
-    const std::string where = "/groups/" + g.name + "/";
-    const std::string projected_where = where + "projected";
-    Handle gh = open_group(groups.get(), g.name, file);
-    g.tensor_id = read_scalar_attribute<std::uint32_t>(gh.get(), "tensor_id", file);
-    g.size = read_scalar_attribute<std::int64_t>(gh.get(), "size", file);
-    g.nonzero = read_dataset<std::int64_t>(gh.get(), "nonzero", where, file);
-    g.erased = read_optional<std::int64_t>(gh.get(), "erased", where, file);
-    g.saturated = read_optional<std::int64_t>(gh.get(), "saturated", where, file);
-    g.applied = read_optional<std::int64_t>(gh.get(), "applied", where, file);
-    g.erased_fraction = read_optional<double>(gh.get(), "erased_fraction", where, file);
-    if (has_link(gh.get(), "block_events")) {
-      g.block_format = read_block_events(gh.get(), where, g.block_events, file);
-    }
-    g.zero_weight = read_optional<std::int64_t>(gh.get(), "zero_weight", where, file);
-    g.ratio_histogram = read_optional<std::int64_t>(gh.get(), "ratio_histogram", where, file);
-    if (has_link(gh.get(), "joint")) {
-      Handle jh = open_group(gh.get(), "joint", file);
-      const std::string jwhere = where + "joint/";
-      g.init_absmax = read_scalar_attribute<double>(jh.get(), "init_absmax", file);
-      g.joint_offsets = read_dataset<std::int64_t>(jh.get(), "offsets", jwhere, file);
-      const std::vector<std::uint64_t> keys = read_dataset<std::uint64_t>(jh.get(), "keys", jwhere, file);
-      const std::vector<std::int64_t> counts = read_dataset<std::int64_t>(jh.get(), "counts", jwhere, file);
-      g.joint_keys.assign(keys.begin(), keys.end());
-      g.joint_counts.assign(counts.begin(), counts.end());
-      if (has_link(jh.get(), "w")) {
-        g.exact_w = read_dataset<float>(jh.get(), "w", jwhere, file);
-        g.exact_u = read_dataset<float>(jh.get(), "u", jwhere, file);
-        const std::size_t steps = g.joint_offsets.empty() ? 0 : g.joint_offsets.size() - 1;
-        const std::size_t want = static_cast<std::size_t>(g.size) * steps;
-        if (want == 0 || g.exact_w.size() != want || g.exact_u.size() != want) {
-          throw TraceFileError(file + ": " + jwhere + "w, u: " + std::to_string(g.exact_w.size()) + ", " +
-                               std::to_string(g.exact_u.size()) +
-                               " values, expected size x recorded steps = " + std::to_string(want));
-        }
-      }
-      if (g.joint_offsets.empty() || g.joint_keys.size() != g.joint_counts.size() ||
-          static_cast<std::size_t>(g.joint_offsets.back()) != g.joint_keys.size()) {
-        throw TraceFileError(file + ": " + jwhere + ": " + std::to_string(g.joint_keys.size()) + " keys, " +
-                             std::to_string(g.joint_counts.size()) + " counts, " +
-                             std::to_string(g.joint_offsets.size()) + " offsets (inconsistent)");
-      }
-    }
-    if (has_link(gh.get(), "projected")) {
-      Handle projected = open_group(gh.get(), "projected", file);
-      H5G_info_t info;
-      check(H5Gget_info(projected.get(), &info), "H5Gget_info " + where + "projected", file);
-      for (hsize_t i = 0; i < info.nlinks; ++i) {
-        const ssize_t len =
-            H5Lget_name_by_idx(projected.get(), ".", H5_INDEX_NAME, H5_ITER_INC, i, nullptr, 0, H5P_DEFAULT);
-        if (len < 0) {
-          std::string message = file;
-          message += ": HDF5 error: link name in " + projected_where;
-          throw TraceFileError(message);
-        }
-        std::string name(static_cast<std::size_t>(len), '\0');
-        H5Lget_name_by_idx(projected.get(), ".", H5_INDEX_NAME, H5_ITER_INC, i, name.data(), name.size() + 1,
-                           H5P_DEFAULT);
-        Handle fh = open_group(projected.get(), name, file);
-        std::string fwhere = projected_where;
-        fwhere += "/" + name + "/";
-        ProjectedSeries series;
-        series.erased = read_dataset<std::int64_t>(fh.get(), "erased", fwhere, file);
-        series.fraction = read_dataset<double>(fh.get(), "fraction", fwhere, file);
-        if (has_link(fh.get(), "expected")) {
-          Handle expected = open_group(fh.get(), "expected", file);
-          for (const std::string& policy : link_names(expected.get(), fwhere + "expected", file)) {
-            Handle ph = open_group(expected.get(), policy, file);
-            const std::string pwhere = fwhere + "expected/" + policy + "/";
-            ExpectedSeries e;
-            e.erased = read_dataset<double>(ph.get(), "erased", pwhere, file);
-            e.fraction = read_dataset<double>(ph.get(), "fraction", pwhere, file);
-            series.expected.emplace(policy, std::move(e));
-          }
-        }
-        if (has_link(fh.get(), "block_events")) {
-          (void)read_block_events(fh.get(), fwhere, series.block_events, file);
-        }
-        g.projected.emplace(name, std::move(series));
-      }
-    }
-    trace.groups.push_back(std::move(g));
-  }
-  trace.validation_steps = read_optional<std::int64_t>(root, "validation_steps", "/", file);
-  trace.validation_loss = read_optional<double>(root, "validation_loss", "/", file);
-  if (trace.validation_steps.size() != trace.validation_loss.size()) {
-    throw TraceFileError(file + ": validation_steps has " + std::to_string(trace.validation_steps.size()) +
-                         " entries but validation_loss " + std::to_string(trace.validation_loss.size()));
-  }
-  if (H5Aexists(root, "optimal_validation_loss") > 0) {
-    trace.optimal_validation_loss = read_scalar_attribute<double>(root, "optimal_validation_loss", file);
-  }
-  if (has_link(root, "replay")) {
-    Handle replay = open_group(root, "replay", file);
-    trace.replay_steps = read_scalar_attribute<std::int64_t>(replay.get(), "steps", file);
-    trace.replay_checkpoints = read_dataset<std::int64_t>(replay.get(), "checkpoints", "/replay/", file);
-    trace.replay_start_loss = read_dataset<double>(replay.get(), "start_validation_loss", "/replay/", file);
-    const std::string names = read_string_attribute(replay.get(), "order", file);
-    std::size_t b = 0;
-    while (b < names.size()) {
-      std::size_t e = names.find('\n', b);
-      if (e == std::string::npos) {
-        e = names.size();
-      }
-      const std::string name = names.substr(b, e - b);
-      b = e + 1;
-      Handle rh = open_group(replay.get(), name, file);
-      ReplaySeries r;
-      r.format = read_string_attribute(rh.get(), "format", file);
-      r.policy = read_string_attribute(rh.get(), "policy", file);
-      r.sr_bits = static_cast<int>(read_scalar_attribute<std::int64_t>(rh.get(), "sr_bits", file));
-      if (H5Aexists(rh.get(), "sr_stream") > 0) {
-        r.sr_stream = read_string_attribute(rh.get(), "sr_stream", file);
-      }
-      r.validation_loss = read_dataset<double>(rh.get(), "validation_loss", "/replay/" + name + "/", file);
-      if (r.validation_loss.size() != trace.replay_checkpoints.size()) {
-        throw TraceFileError(file + ": /replay/" + name + "/validation_loss has " +
-                             std::to_string(r.validation_loss.size()) + " entries for " +
-                             std::to_string(trace.replay_checkpoints.size()) + " checkpoints");
-      }
-      trace.replays.push_back(std::move(r));
-    }
-  }
-  return trace;
+  return TraceReader::read_all_from(static_cast<long long>(root), file, TraceReadOptions{});
 }
 
 }  // namespace detail

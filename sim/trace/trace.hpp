@@ -2,6 +2,7 @@
 // A run's trace: per parameter group and recorded step, the write-back event counts (target mode) or the
 // projected events and log2-ratio histograms (reference mode), plus the training loss. Stored as trace.h5;
 // the layout is documented in docs/trace-format.md.
+#include <array>
 #include <cstdint>
 #include <filesystem>
 #include <limits>
@@ -10,14 +11,20 @@
 #include <vector>
 
 #include "sim/trace/joint_histogram.hpp"
-#include "sim/trace/large_page_allocator.hpp"
+#include "sim/trace/margin_histogram.hpp"
+#include "sim/trace/trace_error.hpp"
 
 namespace wbaudit::sim {
 
-// Schema 2 adds the joint (|w|, |u|) histogram of reference traces (/groups/<g>/joint, for the analytic grid across
-// the exponent range); every dataset of schema 1 is unchanged, and schema-1 files are still read (without it).
-inline constexpr const char* kTraceSchema = "wbaudit.trace/2";
+// Schema 3 (reference traces) replaces schema 2's joint (|w|, |u|) pairs, whose number grows with the tensor, by the
+// bounded margin histogram (margin_histogram.hpp), stores the d histogram compressed, and marks a finished file
+// `complete`. Target traces are unchanged and still written as schema 2, byte for byte. Schema 2 added the joint
+// pairs to reference traces; schema-1 and schema-2 files are still read.
+inline constexpr const char* kTraceSchema = "wbaudit.trace/3";
+inline constexpr const char* kTraceSchemaV2 = "wbaudit.trace/2";
 inline constexpr const char* kTraceSchemaV1 = "wbaudit.trace/1";
+// The schema a trace of this mode is written with: reference kTraceSchema, target kTraceSchemaV2.
+const char* trace_schema_for_mode(const std::string& mode);
 
 // Histogram of d = floor(log2|w|) - log2|u| over coordinates with u != 0 and w != 0, in bins of 1/8 binade:
 // bin b covers [d_min + b/8, d_min + (b+1)/8); the first and last bins also hold everything beyond them.
@@ -48,6 +55,21 @@ struct BlockEventSeries {
   bool empty() const { return blocks == 0; }
 };
 
+// The series of a BlockEventSeries with their dataset names, in the order they are written.
+struct BlockEventField {
+  const char* name;
+  std::vector<std::int64_t> BlockEventSeries::*series;
+};
+inline constexpr std::array<BlockEventField, 7> kBlockEventFields{{
+    {"erased_grid", &BlockEventSeries::erased_grid},
+    {"erased_saturation", &BlockEventSeries::erased_saturation},
+    {"erased_scale", &BlockEventSeries::erased_scale},
+    {"collateral", &BlockEventSeries::collateral},
+    {"flushed", &BlockEventSeries::flushed},
+    {"rescaled_up", &BlockEventSeries::rescaled_up},
+    {"rescaled_down", &BlockEventSeries::rescaled_down},
+}};
+
 struct ProjectedSeries {             // reference mode, one declared target format
   std::vector<std::int64_t> erased;  // [T] u != 0 and q_F(q_F(w) + u) == q_F(w), nearest
   std::vector<double> fraction;      // [T] erased / nonzero (NaN when nonzero == 0)
@@ -71,18 +93,21 @@ struct GroupTrace {
   std::map<std::string, ProjectedSeries> projected;  // reference mode, keyed by format name
   std::vector<std::int64_t> zero_weight;             // [T] reference mode: coordinates with u != 0 and w == 0
   std::vector<std::int64_t> ratio_histogram;         // [T * bins] reference mode, row-major by step
-  // Reference mode, schema 2 (joint_histogram.hpp): step t's sorted (key, count) pairs are entries
-  // [joint_offsets[t], joint_offsets[t + 1]) of joint_keys / joint_counts; empty when the trace has none.
+  // Reference mode, schema 3 (margin_histogram.hpp): step t's margin counters are entries
+  // [t * margin.bins(), (t + 1) * margin.bins()) (Trace::margin gives the layout); empty when the trace has none.
+  std::vector<std::int64_t> margin;
+  // Reference mode, schema 2 (joint_histogram.hpp; read, never recorded any more): step t's sorted (key, count)
+  // pairs are entries [joint_offsets[t], joint_offsets[t + 1]) of joint_keys / joint_counts; empty when none.
   std::vector<std::int64_t> joint_offsets;  // [T + 1]
-  // (Their storage is advised for huge pages, large_page_allocator.hpp: appending a recorded step's pairs into fresh
-  // 4 KiB pages dominated the cost of recording.)
-  LargePageVector<std::uint64_t> joint_keys;
-  LargePageVector<std::int64_t> joint_counts;
+  std::vector<std::uint64_t> joint_keys;
+  std::vector<std::int64_t> joint_counts;
   double init_absmax = std::numeric_limits<double>::quiet_NaN();  // max |w| at initialization (intK scales)
   // Reference mode, groups of at most kJointExactMaxCoordinates (joint_histogram.hpp): step t's w and u are entries
   // [t * size, (t + 1) * size); empty otherwise (and in traces written before them).
   std::vector<float> exact_w, exact_u;
-  bool has_joint() const { return !joint_offsets.empty(); }
+  bool has_pairs() const { return !joint_offsets.empty(); }
+  bool has_margin() const { return !margin.empty(); }
+  bool has_joint() const { return has_pairs() || has_margin(); }
   bool has_exact() const { return !exact_w.empty(); }
 };
 
@@ -96,6 +121,9 @@ struct ReplaySeries {
   std::string sr_stream = "philox";     // SR's random stream (written to the file only when not philox)
 };
 
+// The name of a replay series in the file (/replay/<name>): the policy, with -r<sr_bits> for r-bit SR.
+std::string replay_series_name(const ReplaySeries& r);
+
 struct Trace {
   std::string schema = kTraceSchema;
   std::string mode;    // "reference" or "target"
@@ -108,7 +136,11 @@ struct Trace {
   std::vector<double> loss;                  // [T] training loss at w[t]
   std::vector<double> learning_rate;         // [T] scheduled learning rate at step t
   RatioHistogramLayout histogram;
-  JointHistogramLayout joint;  // written only when some group has a joint histogram
+  JointHistogramLayout joint;  // schema 2: written only when some group has joint pairs
+  MarginLayout margin;         // schema 3: written only when some group has a margin histogram
+  // False for the trace of an unfinished run (read from a partial file with TraceReadOptions::allow_incomplete): the
+  // steps present are those recorded before it stopped. Files record it as the root attribute `complete`.
+  bool complete = true;
   std::vector<GroupTrace> groups;
 
   // Validation (models with a held-out stream; empty otherwise and then absent from the file).
@@ -127,8 +159,15 @@ struct Trace {
 
 // Writes atomically (temporary name in the same directory, then rename). Throws on any HDF5 error, naming the file.
 void write_trace(const std::filesystem::path& path, const Trace& trace);
-// Throws naming the file and the missing dataset/attribute when the file is not a valid wbaudit trace.
-Trace read_trace(const std::filesystem::path& path);
+
+struct TraceReadOptions {
+  // Read the trace of an unfinished run (Trace::complete false: the steps recorded before it stopped). Without it
+  // such a trace is refused with TraceIncompleteError, so that a partial record is never taken for a finished one.
+  bool allow_incomplete = false;
+};
+// Throws naming the file and the missing dataset/attribute when the file is not a valid wbaudit trace, and
+// TraceIncompleteError (naming the file and its last recorded step) for the trace of an unfinished run unless allowed.
+Trace read_trace(const std::filesystem::path& path, const TraceReadOptions& options = {});
 // What makes a trace that read_trace could parse malformed as a record of a run, one line each (empty when none): a
 // mode other than reference/target, an unknown format or policy, recorded steps not strictly increasing within
 // [0, steps], per-step arrays of the wrong length, counts that are negative or inconsistent (erased > nonzero >

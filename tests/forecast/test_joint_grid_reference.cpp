@@ -122,6 +122,84 @@ TEST(JointGridReference, WithinTargetOnRealTraces) {
   }
 }
 
+// The margin histogram at every learning-rate scale in 0.25 .. 4 (docs/forecasting.md, "Accuracy"): on the groups
+// read from it (above kJointExactMaxCoordinates), the grid against a brute-force count over the w and u the
+// observation hook saw at every recorded step (q_F(q_F(w) + fl(s u)) == q_F(w) with sim/precision's scalar rounding),
+// for every floating format and int4, int8: equal at powers of two (asserted); at other scales the worst error per
+// format and scale is printed, and checked against the targets (0.002 bf16/fp16, 0.01 the rest) only when
+// `strict` (the DISABLED_ test below: not met yet, docs/forecasting.md says where).
+void scale_sweep(bool strict) {
+  const std::vector<std::string> formats = {"bf16", "fp16", "e5m2", "e4m3", "e3m2", "e2m3", "e2m1", "int4", "int8"};
+  const std::vector<double> scales = {0.25, 0.3, 0.5, 0.7, 1.0, 1.3, 1.7, 2.0, 3.0, 4.0};
+  std::vector<std::pair<std::string, sim::RunConfig>> runs;
+  for (const auto& [kind, lr] : {std::pair{sim::OptimizerKind::adam, 4e-3}, std::pair{sim::OptimizerKind::sgd, 0.05}}) {
+    sim::RunConfig c = two_layer(kind, lr);
+    c.model.shape = {16, 100, 4, sim::Activation::tanh};  // layer1.weight: 1600 coordinates
+    runs.emplace_back("two-layer lr " + std::to_string(lr), c);
+  }
+  sim::RunConfig d = decoder();
+  d.model.decoder.vocab = 64;
+  d.model.decoder.width = 48;  // embeddings and projections above the kept size
+  runs.emplace_back("decoder", d);
+  std::map<std::pair<std::string, double>, double> worst;
+  for (const auto& [label, cfg] : runs) {
+    std::map<std::pair<std::int64_t, int>, std::pair<std::vector<float>, std::vector<float>>> seen;
+    sim::RunHooks hooks;
+    hooks.on_update = [&](const sim::UpdateObservation& o) {
+      seen[{o.step, o.tensor}] = {{o.weight_before.begin(), o.weight_before.end()},
+                                  {o.proposal.begin(), o.proposal.end()}};
+    };
+    const sim::Trace trace = sim::run_cell(Kokkos::DefaultExecutionSpace(), cfg, {}, hooks);
+    for (const auto& g : trace.groups) {
+      if (g.has_exact()) continue;
+      ASSERT_TRUE(g.has_margin()) << g.name;
+      const FormatGrid grid = format_grid(trace, g.name, formats, scales);
+      for (std::size_t f = 0; f < formats.size(); ++f) {
+        if (!grid.undefined[f].empty()) continue;
+        const sim::FormatParams p = sim::format_params(grid_format(g, formats[f]));
+        for (std::size_t k = 0; k < scales.size(); ++k) {
+          const bool power =
+              scales[k] == 0.25 || scales[k] == 0.5 || scales[k] == 1 || scales[k] == 2 || scales[k] == 4;
+          for (std::size_t t = 0; t < trace.recorded_steps.size(); ++t) {
+            const auto& [w, u] = seen.at({trace.recorded_steps[t], static_cast<int>(g.tensor_id)});
+            double erased = 0, nonzero = 0;
+            for (std::size_t i = 0; i < w.size(); ++i) {
+              if (u[i] == 0.0f) continue;
+              nonzero += 1;
+              const auto wq = static_cast<float>(sim::round_nearest(p, static_cast<double>(w[i])));
+              const auto us = static_cast<float>(scales[k] * static_cast<double>(u[i]));
+              erased += sim::writeback_value(p, sim::WritebackPolicy{}, sim::RngKey{}, 0, wq, us).value == wq;
+            }
+            const double exact = erased / nonzero, d = std::abs(grid.at(f, k, t) - exact);
+            const std::string where = label + " " + g.name + " " + formats[f] + " s " + std::to_string(scales[k]) +
+                                      " step " + std::to_string(trace.recorded_steps[t]);
+            if (power) {
+              EXPECT_EQ(grid.at(f, k, t), exact) << where;
+            } else if (strict) {
+              EXPECT_LE(d, target_of(formats[f])) << where << ": analytic " << grid.at(f, k, t) << " exact " << exact;
+            }
+            double& m = worst[{formats[f], scales[k]}];
+            m = std::max(m, d);
+          }
+        }
+      }
+    }
+  }
+  for (const auto& f : formats) {
+    std::printf("  %-5s", f.c_str());
+    for (const double s : scales) std::printf(" %8.1e", worst[{f, s}]);
+    std::printf("\n");
+  }
+}
+
+TEST(JointGridReference, EveryPowerOfTwoScaleIsExactOnRealTraces) {
+  scale_sweep(false);
+}
+
+TEST(JointGridReference, DISABLED_EveryOtherScaleWithinTargetOnRealTraces) {
+  scale_sweep(true);
+}
+
 // A small group is counted from the w and u the reference kept, at any lr scale: the grid equals a brute-force
 // count over the w and u the observation hook saw at every recorded step (not the trace's copy), for an integer and a
 // floating format at scales that fall inside histogram bins. Groups above kJointExactMaxCoordinates keep none.

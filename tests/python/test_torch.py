@@ -68,19 +68,29 @@ def test_reference_recorder_counts_equal_brute_force(tmp_path):
                 erased = np.sum((u != 0) & (nearest_np(vals, qw + u.astype(np.float64)) == qw))
                 assert g["projected"][f]["erased"][k] == erased, (name, k, f)
             assert g["ratio_histogram"][k].sum() + g["zero_weight"][k] == g["nonzero"][k]
-            # The joint histogram from its definition (docs/trace-format.md): |w| keeps 11 fraction bits and |u| 4,
-            # each with a sticky bit for the rest, then the direction bit (u points toward zero).
-            wbits, ubits = w.numpy().ravel().view(np.uint32).astype(np.uint64), u.view(np.uint32).astype(np.uint64)
-            aw, au = wbits & 0x7FFFFFFF, ubits & 0x7FFFFFFF
-            wk = ((aw >> 12) << 1) | ((aw & 0xFFF) != 0)
-            uk = ((au >> 19) << 1) | ((au & 0x7FFFF) != 0)
-            toward = ((aw != 0) & (((wbits ^ ubits) >> 31) != 0)).astype(np.uint64)
-            keys = ((((wk << 14) | uk) << 1) | toward)[u != 0]
-            want_keys, want_counts = np.unique(keys, return_counts=True)
-            j = g["joint"]
-            lo, hi = j["offsets"][k], j["offsets"][k + 1]
-            np.testing.assert_array_equal(j["keys"][lo:hi], want_keys, err_msg=f"{name} step {k}")
-            np.testing.assert_array_equal(j["counts"][lo:hi], want_counts, err_msg=f"{name} step {k}")
+            # The margin histogram (docs/trace-format.md, joint/margin): every u != 0 once per format, and the count
+            # erased at s = 1 read off it by the documented layout equals the brute-force count: the saturating
+            # proposals, every counter of the rows kappa < 0, and the point m == 1 of row kappa = 0 when q(w)'s level
+            # is even (a tie rounds back to it).
+            layout = trace["margin"]
+            lo, flo, fhi, hi = (layout[k] for k in ("coarse_lo", "fine_lo", "fine_hi", "coarse_hi"))
+            rows = hi - lo + 3
+            widths = [32 + 2 if flo <= lo - 1 + r <= fhi else 3 for r in range(rows)]
+            block = 1 + sum(widths)
+            margin = g["joint"]["margin"][k]
+            assert margin.shape == (len(layout["formats"]) * block,)
+            for f, vals in tables.items():
+                b = margin[layout["formats"].index(f) * block:(layout["formats"].index(f) + 1) * block]
+                assert b.sum() == g["nonzero"][k], (name, k, f)
+                at, erased_at_1 = 1, b[0]
+                for r in range(rows):
+                    kappa = lo - 1 + r
+                    if kappa < 0:
+                        erased_at_1 += b[at:at + widths[r]].sum()
+                    elif kappa == 0:
+                        erased_at_1 += b[at + widths[r] - 2]  # point m == 1, level even
+                    at += widths[r]
+                assert erased_at_1 == g["projected"][f]["erased"][k], (name, k, f)
     for name, p in make_model().named_parameters():  # the initialization: same seed
         assert trace["groups"][name]["joint"]["init_absmax"] == float(p.detach().abs().max())
 
@@ -240,3 +250,63 @@ def test_recorder_rejects_non_float32():
     model = make_model().double()
     with pytest.raises(TypeError, match="float64"):
         ReferenceRecorder(model, formats=["e4m3"])
+
+
+def _held_bytes(obj, seen=None):
+    """Bytes of the tensors and arrays an object holds (through its attributes, lists, tuples and dicts), and one per
+    list/dict entry: what a recorder keeps between steps."""
+    seen = set() if seen is None else seen
+    if id(obj) in seen:
+        return 0
+    seen.add(id(obj))
+    if isinstance(obj, torch.Tensor):
+        return obj.untyped_storage().nbytes() if hasattr(obj, "untyped_storage") else obj.storage().nbytes()
+    if isinstance(obj, np.ndarray):
+        return obj.nbytes
+    if isinstance(obj, (list, tuple)):
+        return len(obj) + sum(_held_bytes(x, seen) for x in obj)
+    if isinstance(obj, dict):
+        return len(obj) + sum(_held_bytes(x, seen) for x in obj.values())
+    if hasattr(obj, "__dict__") and not isinstance(obj, (torch.nn.Module, torch.optim.Optimizer, type)):
+        return _held_bytes(vars(obj), seen)
+    return 0
+
+
+@pytest.mark.parametrize("which", ["reference", "target"])
+def test_recorders_stream_each_step_and_hold_the_same_bytes(tmp_path, which, wbaudit_exe):
+    """Each recorded step is on disk (trace.h5.partial, marked incomplete) as soon as it is recorded; reading it as a
+    finished trace is refused naming the file and its last step; what the recorder holds after 3 recorded steps is what
+    it holds after 12 (the rows are not kept); close() leaves the finished trace and removes the partial file."""
+    model = make_model()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    path = tmp_path / which / "trace.h5"
+    if which == "reference":
+        rec = ReferenceRecorder(model, formats=["e4m3", "int4"], path=path)
+    else:
+        rec = PersistentNative(opt, "e4m3", model=model, path=str(path))
+    held = {}
+    for k, (x, y) in enumerate(batches(12)):
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        if which == "reference":
+            with rec.step(loss=loss.item(), lr=1e-3):
+                opt.step()
+        else:
+            rec.step(loss=loss.item(), lr=1e-3)
+        partial = wbaudit.read_trace(rec.partial, allow_incomplete=True)
+        assert list(partial["recorded_steps"]) == list(range(k + 1))
+        assert not partial["complete"]
+        with pytest.raises(Exception, match=f"{rec.partial}.*step {k}"):
+            wbaudit.read_trace(rec.partial)
+        held[k] = _held_bytes(rec)
+    assert held[2] == held[11], held
+    # the unfinished trace on the command line: refused, naming the file and its last recorded step
+    for cmd in (["grid", rec.partial, "--formats", "e4m3", "--lr-scales", "1", "-o", str(tmp_path / "grid"),
+                 "--no-figure"], ["import", str(tmp_path / "sweep"), rec.partial]):
+        r = subprocess.run([wbaudit_exe, *cmd], capture_output=True, text=True)
+        assert r.returncode != 0 and rec.partial in r.stderr and "step 11" in r.stderr and "unfinished" in r.stderr, \
+            (cmd, r.stderr)
+    trace = wbaudit.read_trace(rec.close())
+    assert trace["complete"] and list(trace["recorded_steps"]) == list(range(12))
+    assert not (tmp_path / which / "trace.h5.partial").exists()

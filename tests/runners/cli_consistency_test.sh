@@ -72,7 +72,7 @@ grep -q "not a sweep directory" "$work/err" || { cat "$work/err"; fail "non-swee
 
 # Exit codes: the README's table lists exactly the codes the subcommands use, and each is produced as documented.
 codes=$(awk '/^Exit codes, the same for every subcommand:/ { on = 1; next } on && /^\| [0-9]+ \|/ { print $2 } on && /^$/ && seen++ { exit }' "$src/README.md" | tr '\n' ' ')
-[ "$codes" = "0 1 2 3 4 64 " ] || fail "README exit-code table lists '$codes'"
+[ "$codes" = "0 1 2 3 4 5 64 " ] || fail "README exit-code table lists '$codes'"
 expect() {  # code, command...
   local want=$1 rc
   shift
@@ -91,7 +91,7 @@ printf 'steps = 10\n[grid]\n"target.format" = ["e4m4"]\n' > "$work/bad.toml"
 expect 1 "$wbaudit" run "$work/bad.toml" -o "$work/bad"
 expect 0 "$wbaudit" status "$work/s" --check --no-scheduler
 gate() {  # comparator threshold -> an analysis with one accuracy gate
-  printf '[analysis]\npredictors = ["source", "template"]\nbaselines = ["template"]\n[bootstrap]\nresamples = 50\n'
+  printf '[analysis]\npredictors = ["source", "template"]\nbaselines = ["template"]\n[bootstrap]\nresamples = 50\nmin_units = 2\n# the tiny sweep has 4 target runs; this test is about exit codes\n'
   printf '[[gates]]\nname = "g"\nstatistic = "rmse_macro"\npredictor = "source"\ncomparator = "%s"\nthreshold = %s\n' "$1" "$2"
 }
 gate "<=" 1 > "$work/pass.toml"
@@ -100,6 +100,13 @@ gate "<=" "$(awk -F, '$1 == "accuracy" { print $7 }' "$work/e/gates.csv")" > "$w
 expect 0 "$wbaudit" evaluate "$work/s" --analysis "$work/pass.toml" -o "$work/g0" --no-figures --check
 expect 3 "$wbaudit" evaluate "$work/s" --analysis "$work/fail.toml" -o "$work/g3" --no-figures --check
 expect 4 "$wbaudit" evaluate "$work/s" --analysis "$work/inconclusive.toml" -o "$work/g4" --no-figures --check
+# A retrospective pass (registered after the outcomes exist) is not a preregistered pass: exit 5 (issue 31).
+"$wbaudit" register "$work/pass.toml" --sweep "$work/s" --retrospective > /dev/null
+expect 5 "$wbaudit" evaluate "$work/s" -o "$work/g5" --no-figures --check
+grep -q "every gate passes, under a retrospective analysis (exit 5)" "$work/rc.out" || { cat "$work/rc.out"; fail "no retrospective check line"; }
+# CLI11's own errors carry the prefix every other error has (issue 31).
+expect 64 "$wbaudit" evaluate
+grep -q "^wbaudit: error: " "$work/rc.out" || { cat "$work/rc.out"; fail "a usage error without the wbaudit: error: prefix"; }
 rm "$work/s/cells/"*/attempts/*/trace.h5 2> /dev/null || true
 expect 2 "$wbaudit" status "$work/s" --check --no-scheduler
 

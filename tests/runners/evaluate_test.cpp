@@ -2,6 +2,7 @@
 // the trace files, leave-run-out templates, gate verdicts, required cells, bad analysis specs, and reports that
 // never overwrite earlier ones.
 #include "runners/evaluate/evaluate.hpp"
+#include "runners/evaluate/gates.hpp"
 #include "runners/evaluate/sweep_outputs.hpp"
 
 #include <gtest/gtest.h>
@@ -154,6 +155,7 @@ resamples = 200
 seed = 11
 method = "percentile"
 unit = "run"
+min_units = 4               # the fixture's four target runs (the default minimum is 5)
 )") + extra;
   }
 };
@@ -872,4 +874,60 @@ threshold = -1.0
     }
   }
   EXPECT_EQ(run_rows, 1);
+}
+
+// Issue 31: typos in an analysis get a "did you mean": a predictor, a gate statistic, a key.
+TEST(AnalysisSpec, TyposGetADidYouMean) {
+  auto message = [](const std::string& text) {
+    try {
+      (void)wr::parse_analysis_spec(text, "a.toml");
+    } catch (const wr::AnalysisError& e) {
+      return std::string(e.what());
+    }
+    return std::string("(no error)");
+  };
+  const std::string predictor = message("[analysis]\npredictors = [\"sorce\"]\n");
+  EXPECT_NE(predictor.find("unknown predictor \"sorce\" (did you mean \"source\"?)"), std::string::npos) << predictor;
+  const std::string statistic = message(
+      "[[gates]]\nname = \"x\"\nstatistic = \"rmse_macr\"\npredictor = \"source\"\ncomparator = \"<=\"\n"
+      "threshold = 1.0\n");
+  EXPECT_NE(statistic.find("a.toml:3:"), std::string::npos) << statistic;
+  EXPECT_NE(statistic.find("did you mean \"rmse_macro\"?"), std::string::npos) << statistic;
+  const std::string key = message("[bootstrap]\nresampels = 100\n");
+  EXPECT_NE(key.find("did you mean \"resamples\"?"), std::string::npos) << key;
+}
+
+// Issue 31: too few resampling units decide no gate. The fixture has 4 target runs (35 distinct resamples): under the
+// default minimum of 5 units every gate is inconclusive, naming n and the count; min_units = 4 decides them.
+TEST_F(EvaluateTest, TooFewUnitsMakeEveryGateInconclusive) {
+  wr::EvaluateOptions options;
+  options.figures = false;
+  std::string text = basic_analysis(kGates);
+  text.erase(text.find("min_units = 4"), text.find('\n', text.find("min_units = 4")) - text.find("min_units = 4") + 1);
+  options.analysis = analysis("few_units", text);
+  auto result = wr::evaluate_sweep(sweep, options);
+  ASSERT_EQ(result.gates.size(), 3u);
+  for (const auto& g : result.gates) {
+    EXPECT_EQ(g.result.verdict, wbaudit::stats::Verdict::inconclusive) << g.spec.gate.name;
+    ASSERT_FALSE(g.result.reasons.empty());
+    EXPECT_NE(g.result.reasons[0].find("n = 4 resampling units give only 35 distinct bootstrap resamples, below the "
+                                       "analysis' minimum of 5 units"),
+              std::string::npos)
+        << g.result.reasons[0];
+  }
+  EXPECT_NE(result.effective_analysis.find("min_units = 5"), std::string::npos);
+  options.analysis = analysis("enough_units", basic_analysis(kGates));
+  auto decided = wr::evaluate_sweep(sweep, options);
+  EXPECT_EQ(decided.gates[0].result.verdict, wbaudit::stats::Verdict::pass);
+}
+
+// C(2n - 1, n), checked against the closed values: n = 1..5 -> 1, 3, 10, 35, 126; n = 30 -> C(59, 30).
+TEST(GateUnits, DistinctResamplesAreMultisetsOfUnits) {
+  EXPECT_EQ(wbaudit::runners::evaluation::distinct_resamples_text(1), "1");
+  EXPECT_EQ(wbaudit::runners::evaluation::distinct_resamples_text(2), "3");
+  EXPECT_EQ(wbaudit::runners::evaluation::distinct_resamples_text(3), "10");
+  EXPECT_EQ(wbaudit::runners::evaluation::distinct_resamples_text(4), "35");
+  EXPECT_EQ(wbaudit::runners::evaluation::distinct_resamples_text(5), "126");
+  EXPECT_EQ(wbaudit::runners::evaluation::distinct_resamples_text(30), "59132290782430712");
+  EXPECT_EQ(wbaudit::runners::evaluation::distinct_resamples_text(100), "more than 10^18");
 }

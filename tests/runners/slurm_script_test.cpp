@@ -321,3 +321,41 @@ TEST(SlurmScript, CellCostEstimateFollowsItsFormula) {
               1e-12);
   EXPECT_DOUBLE_EQ(sl::estimate_cell_seconds(nlohmann::json{{"steps", "many"}}), 60);
 }
+
+// Issue 31: what `wbaudit submit` warns about. The cost of a two-layer bf16 cell is worked by hand above:
+// 0.05 + steps x step seconds; at 10^7 steps that is about 356 s > --time 1 (60 s); at 100 steps 0.05 + 100 step
+// (about 3.6 ms) fits.
+TEST(SlurmScript, SubmissionWarnings) {
+  const nlohmann::json small = {
+      {"schema", "wbaudit.cell/1"},
+      {"mode", "target"},
+      {"seed", 1},
+      {"steps", 100},
+      {"model", {{"kind", "two_layer"}, {"input_dim", 2}, {"hidden", 3}, {"output_dim", 1}, {"teacher_hidden", 4}}},
+      {"data", {{"batch", 5}}},
+      {"target", {{"format", "bf16"}}}};
+  auto big = small;
+  big["steps"] = 10000000;
+  sl::SlurmOptions o;
+  o.time = "1";  // one minute
+  // A directory that is not node-local on any Linux machine (its nearest existing ancestor, /proc, is procfs, not a
+  // tmpfs), so that the test does not depend on where the machine keeps /work or a clone.
+  const std::filesystem::path shared = "/proc/wbaudit-not-node-local/sweep";
+  auto w = sl::submission_warnings(shared, {"target/small", "target/big"}, {small, big}, o);
+  ASSERT_EQ(w.size(), 1u) << (w.empty() ? "" : w[0]);
+  EXPECT_NE(w[0].find("1 cell(s) are estimated to take longer than --time 1 (60 s; the longest, target/big"),
+            std::string::npos)
+      << w[0];
+  o.time = "10";
+  EXPECT_TRUE(sl::submission_warnings(shared, {"target/small", "target/big"}, {small, big}, o).empty());
+  o.time.clear();
+  w = sl::submission_warnings(shared, {"target/small"}, {small}, o);
+  ASSERT_EQ(w.size(), 1u);
+  EXPECT_NE(w[0].find("no --time"), std::string::npos) << w[0];
+  o.time = "10";
+  w = sl::submission_warnings("/tmp/some/sweep", {"target/small"}, {small}, o);
+  ASSERT_EQ(w.size(), 1u);
+  EXPECT_NE(w[0].find("node-local storage"), std::string::npos) << w[0];
+  w = sl::submission_warnings("/dev/shm/sweep", {"target/small"}, {small}, o);
+  ASSERT_EQ(w.size(), 1u);
+}

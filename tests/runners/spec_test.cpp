@@ -6,8 +6,10 @@
 
 #include <cmath>
 #include <filesystem>
+#include <iomanip>
 #include <limits>
 #include <map>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -290,6 +292,79 @@ TEST(RunSweep, ACellThatCannotFitInMemoryIsRefusedBeforeAnythingIsWritten) {
   EXPECT_GT(wbaudit::sim::estimate_cell_bytes(config), 4.0 * 8 * params * 0.99);
 }
 
+// A decoder reference cell whose training fits a machine but whose recording does not: refused before it starts, the
+// message naming the estimate (training and recording parts, in bytes) and the machine's memory; a machine with room
+// for both runs it (no refusal). The recording's part has a floor computed here from the documented layout: writing
+// the finished trace holds one group's rows of every recorded step, 8 bytes per counter of the d histogram (512 bins)
+// and of the margin histogram (14 formats x 437 counters).
+TEST(SweepSpec, ADecoderCellWhoseRecordingCannotFitIsRefusedNamingItsEstimate) {
+  const std::string text = R"(
+seed = 1
+steps = 400
+[sweep]
+name = "big_decoder"
+[model]
+kind = "decoder"
+vocab = 50257
+width = 768
+heads = 12
+layers = 12
+mlp_hidden = 2048
+seq_len = 128
+[data]
+batch = 4
+source = "markov"
+[optimizer]
+kind = "adam"
+lr = 0.0003
+[schedule]
+kind = "constant"
+[record]
+kind = "every"
+[reference]
+project_formats = ["bf16", "e4m3"]
+[target]
+format = "e4m3"
+policy = "nearest"
+[grid]
+seed = [1]
+)";
+  const auto spec = parse_sweep_spec(text, "big_decoder.toml");
+  const wbaudit::runners::SweepCell* reference = nullptr;
+  for (const auto& cell : spec.cells) {
+    if (cell.role == CellRole::reference) {
+      reference = &cell;
+    }
+  }
+  ASSERT_NE(reference, nullptr);
+  const auto config = wbaudit::sim::run_config_from_json(reference->config);
+  const double training = wbaudit::sim::estimate_cell_bytes(config);
+  const double recording = wbaudit::sim::estimate_recording_bytes(config, 2);
+  EXPECT_GE(recording, 400.0 * 8 * (512 + 14 * 437)) << "the finished file's one group of 400 recorded steps";
+  wbaudit::runners::SweepSpec only_reference = spec;
+  only_reference.cells = {*reference};
+  const double physical = training + recording / 2;  // the training fits, the recording does not
+  try {
+    wbaudit::runners::check_cells_fit(only_reference, 1, 2, physical);
+    FAIL() << "a cell whose recording cannot fit was accepted";
+  } catch (const SpecError& e) {
+    const std::string what = e.what();
+    const auto bytes = [](double b) {
+      std::ostringstream out;
+      out << std::fixed << std::setprecision(0) << b;
+      return out.str();
+    };
+    EXPECT_NE(what.find("cell " + reference->name + " needs about"), std::string::npos) << what;
+    EXPECT_NE(what.find(bytes(training + recording) + " bytes"), std::string::npos) << what;
+    EXPECT_NE(what.find("recording and writing its trace " + bytes(recording)), std::string::npos) << what;
+    EXPECT_NE(what.find("machine's"), std::string::npos) << what;
+    EXPECT_NE(what.find(bytes(physical) + " bytes) of memory"), std::string::npos) << what;
+  }
+  EXPECT_NO_THROW(wbaudit::runners::check_cells_fit(only_reference, 1, 2, training + recording + 1));
+  // two cells at a time need twice the memory
+  EXPECT_THROW(wbaudit::runners::check_cells_fit(only_reference, 2, 2, training + recording + 1), SpecError);
+}
+
 }  // namespace
 
 namespace {
@@ -336,4 +411,25 @@ TEST(EarlyCrossingWarning, NamesTheCellGroupStepAndFraction) {
   EXPECT_EQ(early_crossing_warning("c", early_trace({{"g", {1.0, 1.0, 1.0, 1.0}}}, 8), {}, 0.5, 64, 0), "");
   // A crossing after the first three recorded steps and the burn-in is an ordinary one.
   EXPECT_EQ(early_crossing_warning("c", early_trace({{"g", {0.1, 0.2, 0.3, 0.9}}}), {}, 0.5, 64, 10), "");
+}
+
+// Issue 31: typos get a "did you mean", with the file and line, in every table a user writes: top-level keys, the
+// sweep-level tables, a cell table (optimizer.lr_scal -> lr_scale), formats; and a key of another model kind says
+// which kind it belongs to.
+TEST(SweepSpec, TyposGetADidYouMean) {
+  const std::string top = message_of("steeps = 3\n" + kBase + "[grid]\nseed = [1]\n");
+  EXPECT_NE(top.find("spec.toml:1: unknown key \"steeps\" (did you mean \"steps\"?)"), std::string::npos) << top;
+  const std::string format = message_of(kBase + "[grid]\n\"target.format\" = [\"e4m4\"]\n");
+  EXPECT_NE(format.find("did you mean \"e4m3\"?"), std::string::npos) << format;
+  const std::string sweep = message_of(kBase + "[evaluation]\nthreshhold = 0.5\n[grid]\nseed = [1]\n");
+  EXPECT_NE(sweep.find("evaluation.threshhold: unknown key (did you mean \"threshold\"?)"), std::string::npos) << sweep;
+  std::string lr = kBase + "[grid]\nseed = [1]\n";
+  lr.replace(lr.find("[optimizer]\n"), std::string("[optimizer]\n").size(), "[optimizer]\nlr_scal = 2.0\n");
+  const std::string opt = message_of(lr);
+  EXPECT_NE(opt.find("optimizer.lr_scal: unknown key (did you mean \"lr_scale\"?)"), std::string::npos) << opt;
+  std::string decoder_key = kBase + "[grid]\nseed = [1]\n";
+  decoder_key.replace(decoder_key.find("hidden = 8\n"), std::string("hidden = 8\n").size(), "hidden = 8\nwidth = 32\n");
+  const std::string other = message_of(decoder_key);
+  EXPECT_NE(other.find("model.width: unknown key (model.width belongs to model.kind = \"decoder\")"), std::string::npos)
+      << other;
 }

@@ -14,6 +14,7 @@
 #include "runners/store/identity.hpp"
 #include "sim/run.hpp"
 #include "sim/trace/trace.hpp"
+#include "sim/trace/trace_writer.hpp"
 
 namespace fs = std::filesystem;
 namespace wr = wbaudit::runners;
@@ -298,6 +299,42 @@ TEST_F(StoreTest, AbandonedAttemptIsMarkedFailedWithItsReason) {
   // The uuid comes from another process: nothing but an attempt directory of this cell can be named.
   EXPECT_THROW((void)store.fail_abandoned_attempt(id, "../../" + store.cells()[2].id, reason), wr::StoreError);
   EXPECT_THROW((void)store.fail_abandoned_attempt(id, "0123-abcd", reason), wr::StoreError);  // no such attempt
+}
+
+// An attempt that stopped mid-run leaves its streamed trace as trace.h5.partial: status names it with how far it got
+// (two hand-made recorded steps, 3 and 7, of a 20-step run), and the trace itself is never taken as complete.
+TEST_F(StoreTest, AnUnfinishedAttemptsPartialTraceIsNamedWithItsLastStep) {
+  const auto store = wr::SweepStore::create(dir, kSpec, three_cells());
+  const std::string id = store.cells()[1].id;
+  wr::Attempt attempt = store.begin_attempt(id);
+  wbaudit::sim::Trace t;
+  t.schema = wbaudit::sim::trace_schema_for_mode("target");
+  t.mode = "target";
+  t.format = "e4m3";
+  t.policy = "nearest";
+  t.steps = 20;
+  t.recorded_steps = {3, 7};
+  t.loss = {1.0, 0.5};
+  t.learning_rate = {0.1, 0.1};
+  wbaudit::sim::GroupTrace g;
+  g.name = "w";
+  g.size = 10;
+  g.nonzero = {10, 9};
+  g.erased = {1, 2};
+  g.saturated = {0, 0};
+  g.applied = {9, 7};
+  g.erased_fraction = {0.1, 2.0 / 9};
+  t.groups.push_back(g);
+  {
+    wbaudit::sim::TraceWriter writer(attempt.dir() / "trace.h5", t);  // the run stops here: no finish()
+  }
+  const auto record = store.fail_abandoned_attempt(id, attempt.uuid(), "killed");
+  EXPECT_EQ(record.status, wr::AttemptStatus::failed);
+  const std::string reasons = joined(store.cell_status(id).reasons);
+  EXPECT_NE(reasons.find("incomplete trace trace.h5.partial: 2 recorded steps, the last at step 7 of 20"),
+            std::string::npos)
+      << reasons;
+  EXPECT_FALSE(fs::exists(attempt.dir() / "trace.h5"));
 }
 
 TEST(AtomicWrite, ReplacesContentAndLeavesNoTemporary) {

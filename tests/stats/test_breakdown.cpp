@@ -72,3 +72,25 @@ TEST(Breakdown, MismatchedInputsAreRefused) {
   EXPECT_THROW(breakdown_by_factor({{}, {}}, Y, {{"P", &P}}, {}), StatsError);
   EXPECT_THROW(breakdown_by_factor({{}}, Y, {}, {}), StatsError);
 }
+
+// Issue 31: numeric levels in numeric order (8, 16, 32, 64, not "16" < "32" < "64" < "8"); names stay in name order.
+TEST(Breakdown, NumericLevelsAreInNumericOrder) {
+  const auto Y = make_table({{0}, {0}, {0}, {0}});
+  const auto P = make_table({{1}, {2}, {3}, {4}});
+  const std::vector<std::map<std::string, std::string>> numeric = {
+      {{"model.hidden", "64"}}, {{"model.hidden", "8"}}, {{"model.hidden", "16"}}, {{"model.hidden", "32"}}};
+  const auto rows = breakdown_by_factor(numeric, Y, {{"P", &P}}, {});
+  ASSERT_EQ(rows.size(), 4u);
+  EXPECT_EQ(rows[0].level, "8");
+  EXPECT_EQ(rows[1].level, "16");
+  EXPECT_EQ(rows[2].level, "32");
+  EXPECT_EQ(rows[3].level, "64");
+  EXPECT_DOUBLE_EQ(rows[0].rmse_macro, 2.0);  // the cell with hidden = 8 has P = 2
+  const std::vector<std::map<std::string, std::string>> names = {
+      {{"format", "e4m3"}}, {{"format", "bf16"}}, {{"format", "8x"}}, {{"format", "e2m1"}}};
+  const auto named = breakdown_by_factor(names, Y, {{"P", &P}}, {});
+  ASSERT_EQ(named.size(), 4u);
+  EXPECT_EQ(named[0].level, "8x");
+  EXPECT_EQ(named[1].level, "bf16");
+  EXPECT_EQ(named[3].level, "e4m3");
+}

@@ -1,5 +1,8 @@
 #include "runners/exec/slurm/submit.hpp"
 
+#include <linux/magic.h>
+#include <sys/statfs.h>
+
 #include <algorithm>
 #include <array>
 #include <cerrno>
@@ -12,6 +15,7 @@
 #include "runners/store/journal.hpp"
 #include "sim/model_registry.hpp"
 #include "sim/run.hpp"
+#include "util/text.hpp"
 
 namespace wbaudit::runners::slurm {
 namespace fs = std::filesystem;
@@ -113,6 +117,68 @@ TaskPlan plan_for(const std::vector<std::string>& cell_ids, const std::vector<nl
     seconds.push_back(estimate_cell_seconds(config, options.cpus_per_task));
   }
   return plan_tasks_by_cost(cell_ids, seconds, auto_task_seconds(options), max_array_size);
+}
+
+namespace {
+
+// Node-local storage: a temporary directory, or a tmpfs (the nearest existing ancestor's file system).
+bool on_node_local_storage(const fs::path& dir) {
+  const fs::path absolute = fs::absolute(dir).lexically_normal();
+  std::vector<fs::path> local = {"/tmp", "/var/tmp", "/dev/shm"};
+  if (const char* tmp = std::getenv("TMPDIR"); tmp && *tmp) {
+    local.emplace_back(fs::path(tmp).lexically_normal());
+  }
+  for (const auto& root : local) {
+    const auto [end, ignored] = std::mismatch(root.begin(), root.end(), absolute.begin(), absolute.end());
+    if (end == root.end()) {
+      return true;
+    }
+  }
+  fs::path probe = absolute;
+  while (!probe.empty() && !fs::exists(probe) && probe != probe.root_path()) {
+    probe = probe.parent_path();
+  }
+  struct statfs info {};
+  return ::statfs(probe.c_str(), &info) == 0 && info.f_type == TMPFS_MAGIC;
+}
+
+}  // namespace
+
+std::vector<std::string> submission_warnings(const fs::path& sweep_dir, const std::vector<std::string>& names,
+                                             const std::vector<nlohmann::json>& configs, const SlurmOptions& options) {
+  std::vector<std::string> out;
+  if (options.time.empty()) {
+    out.emplace_back(
+        "no --time: the partition's default time limit applies (wbaudit cannot check the cells against it); "
+        "give --time so that tasks stop and requeue before their limit");
+  } else if (const auto limit = slurm_time_seconds(options.time); limit && names.size() == configs.size()) {
+    std::size_t over = 0;
+    double longest = -1;
+    std::string longest_name;
+    for (std::size_t i = 0; i < configs.size(); ++i) {
+      const double seconds = estimate_cell_seconds(configs[i], options.cpus_per_task);
+      if (seconds > double(*limit)) {
+        ++over;
+        if (seconds > longest) {
+          longest = seconds;
+          longest_name = names[i];
+        }
+      }
+    }
+    if (over > 0) {
+      out.push_back(std::to_string(over) + " cell(s) are estimated to take longer than --time " + options.time + " (" +
+                    std::to_string(*limit) + " s; the longest, " + longest_name + ", about " +
+                    util::format_duration(longest) + " at --cpus-per-task " + std::to_string(options.cpus_per_task) +
+                    "): each is stopped at the limit and requeued up to --max-requeues times, and fails after that; "
+                    "raise --time or shorten the cells");
+    }
+  }
+  if (on_node_local_storage(sweep_dir)) {
+    out.push_back("the sweep directory " + fs::absolute(sweep_dir).string() +
+                  " is on node-local storage (a temporary directory or a tmpfs): compute nodes may not see it; put "
+                  "it on a file system the nodes share");
+  }
+  return out;
 }
 
 std::optional<long> query_max_array_size() {

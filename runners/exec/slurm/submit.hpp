@@ -40,6 +40,14 @@ double estimate_cell_seconds(const nlohmann::json& cell_config, int cpus);
 // MaxArraySize from `scontrol show config`, or nullopt when scontrol is unavailable or does not say.
 std::optional<long> query_max_array_size();
 
+// What a user should hear before a submission (`wbaudit submit` prints them on stderr, dry run or not): no --time
+// (the partition's default limit applies, unknown here); cells whose estimated time (estimate_cell_seconds at
+// --cpus-per-task) exceeds --time, naming the longest; a sweep directory on node-local storage (under /tmp, /var/tmp,
+// /dev/shm or $TMPDIR, or on a tmpfs), which the compute nodes may not see. `names` and `configs` are aligned.
+std::vector<std::string> submission_warnings(const std::filesystem::path& sweep_dir,
+                                             const std::vector<std::string>& names,
+                                             const std::vector<nlohmann::json>& configs, const SlurmOptions& options);
+
 struct Submission {
   std::filesystem::path dir;  // DIR/slurm/submit-<n> (empty for a dry run)
   TaskPlan plan;

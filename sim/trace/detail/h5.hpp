@@ -12,14 +12,15 @@
 #include <string>
 #include <vector>
 
+#include "sim/trace/trace_error.hpp"
+
 namespace wbaudit::sim {
 struct Trace;
+struct GroupTrace;
+struct MarginLayout;
 namespace detail {
 
-class TraceFileError : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
+using sim::TraceFileError;
 
 // Owns one HDF5 identifier.
 class Handle {
@@ -32,6 +33,22 @@ class Handle {
   }
   Handle(const Handle&) = delete;
   Handle& operator=(const Handle&) = delete;
+  Handle(Handle&& other) noexcept : m_id(other.m_id), m_close(other.m_close) { other.m_id = -1; }
+  Handle& operator=(Handle&& other) noexcept {
+    if (this != &other) {
+      if (m_id >= 0) m_close(m_id);
+      m_id = other.m_id;
+      m_close = other.m_close;
+      other.m_id = -1;
+    }
+    return *this;
+  }
+  // Closes now, returning the close's status (a flush error surfaces here instead of being ignored).
+  herr_t close() {
+    const herr_t status = m_id >= 0 ? m_close(m_id) : 0;
+    m_id = -1;
+    return status;
+  }
   ~Handle() {
     if (m_id >= 0) {
       m_close(m_id);
@@ -167,6 +184,31 @@ inline void write_compressed_vector(hid_t loc, const char* name, const std::vect
         std::string("write dataset ") + name, file);
 }
 
+// A [rows, width] dataset stored one row per chunk with shuffle + deflate (level 6): schema 3's per-step histograms,
+// which a reader takes one recorded step at a time. Empty (rows 0): contiguous, like write_dataset.
+template <class T>
+inline void write_compressed_rows(hid_t loc, const char* name, const std::vector<T>& data, hsize_t rows, hsize_t width,
+                                  const std::string& file) {
+  if (data.size() != rows * width) {
+    throw TraceFileError(file + ": " + name + " holds " + std::to_string(data.size()) + " values for " +
+                         std::to_string(rows) + " rows of " + std::to_string(width));
+  }
+  if (rows == 0 || width == 0) {
+    write_dataset(loc, name, data, {rows, width}, file);
+    return;
+  }
+  const hsize_t dims[2] = {rows, width}, chunk[2] = {1, width};
+  Handle space(H5Screate_simple(2, dims, nullptr), H5Sclose, "H5Screate_simple", file);
+  Handle dcpl(untimed_plist(H5P_DATASET_CREATE), H5Pclose, "creation property list", file);
+  check(H5Pset_chunk(dcpl.get(), 2, chunk), std::string("chunk dataset ") + name, file);
+  check(H5Pset_shuffle(dcpl.get()), std::string("shuffle filter for ") + name, file);
+  check(H5Pset_deflate(dcpl.get(), 6), std::string("deflate filter for ") + name, file);
+  Handle set(H5Dcreate2(loc, name, file_type<T>(), space.get(), H5P_DEFAULT, dcpl.get(), H5P_DEFAULT), H5Dclose,
+             std::string("create dataset ") + name, file);
+  check(H5Dwrite(set.get(), native_type<T>(), H5S_ALL, H5S_ALL, H5P_DEFAULT, data.data()),
+        std::string("write dataset ") + name, file);
+}
+
 template <class T>
 inline void write_vector(hid_t loc, const char* name, const std::vector<T>& data, const std::string& file) {
   write_dataset(loc, name, data, {static_cast<hsize_t>(data.size())}, file);
@@ -237,6 +279,98 @@ std::vector<T> read_optional(hid_t loc, const std::string& name, const std::stri
   return has_link(loc, name) ? read_dataset<T>(loc, name, where, file) : std::vector<T>{};
 }
 
+// ---- Datasets with a row dimension (per recorded step), read and written a block of rows at a time ----
+
+// The extent of a dataset of rank 1 or 2: rows (first dimension) and the elements per row (1 for rank 1).
+struct RowExtent {
+  hsize_t rows = 0, width = 1;
+};
+
+inline RowExtent row_extent(hid_t set, const std::string& where, const std::string& file) {
+  Handle space(H5Dget_space(set), H5Sclose, "H5Dget_space " + where, file);
+  const int rank = H5Sget_simple_extent_ndims(space.get());
+  if (rank < 1 || rank > 2) throw TraceFileError(file + ": " + where + " has rank " + std::to_string(rank));
+  hsize_t dims[2] = {0, 1};
+  check(H5Sget_simple_extent_dims(space.get(), dims, nullptr), "extent of " + where, file);
+  return RowExtent{dims[0], rank == 2 ? dims[1] : 1};
+}
+
+// Reads `count` elements starting at element `first` of a dataset, viewed as flat (row-major), into out.
+template <class T>
+void read_elements(hid_t set, hsize_t first, hsize_t count, T* out, const std::string& where, const std::string& file) {
+  if (count == 0) return;
+  Handle space(H5Dget_space(set), H5Sclose, "H5Dget_space " + where, file);
+  const int rank = H5Sget_simple_extent_ndims(space.get());
+  hsize_t dims[2] = {0, 1};
+  check(H5Sget_simple_extent_dims(space.get(), dims, nullptr), "extent of " + where, file);
+  if (rank == 2) {
+    // rows [first / width, (first + count) / width) in full: callers read whole rows of a 2-D dataset
+    const hsize_t width = dims[1];
+    if (width == 0 || first % width != 0 || count % width != 0) {
+      throw TraceFileError(file + ": " + where + ": a read of " + std::to_string(count) + " elements at " +
+                           std::to_string(first) + " is not whole rows of " + std::to_string(width));
+    }
+    const hsize_t start[2] = {first / width, 0}, block[2] = {count / width, width};
+    check(H5Sselect_hyperslab(space.get(), H5S_SELECT_SET, start, nullptr, block, nullptr), "select " + where, file);
+  } else {
+    check(H5Sselect_hyperslab(space.get(), H5S_SELECT_SET, &first, nullptr, &count, nullptr), "select " + where, file);
+  }
+  Handle memory(H5Screate_simple(1, &count, nullptr), H5Sclose, "H5Screate_simple", file);
+  check(H5Dread(set, native_type<T>(), memory.get(), space.get(), H5P_DEFAULT, out), "read dataset " + where, file);
+}
+
+// A dataset growing by rows: unlimited first dimension, `width` elements per row (rank 1 when width is 0),
+// `chunk_rows` rows per chunk, shuffle + deflate when compressed, no chunk cache (a written chunk is not kept in
+// memory: the writer's memory must not grow with the rows).
+template <class T>
+Handle create_row_dataset(hid_t loc, const std::string& name, hsize_t width, hsize_t chunk_rows, bool compressed,
+                          const std::string& file) {
+  const int rank = width == 0 ? 1 : 2;
+  const hsize_t dims[2] = {0, width}, maxdims[2] = {H5S_UNLIMITED, width}, chunk[2] = {chunk_rows, width};
+  Handle space(H5Screate_simple(rank, dims, maxdims), H5Sclose, "H5Screate_simple", file);
+  Handle dcpl(untimed_plist(H5P_DATASET_CREATE), H5Pclose, "creation property list", file);
+  check(H5Pset_chunk(dcpl.get(), rank, chunk), "chunk dataset " + name, file);
+  if (compressed) {
+    check(H5Pset_shuffle(dcpl.get()), "shuffle filter for " + name, file);
+    check(H5Pset_deflate(dcpl.get(), 1), "deflate filter for " + name, file);
+  }
+  Handle dapl(H5Pcreate(H5P_DATASET_ACCESS), H5Pclose, "access property list", file);
+  check(H5Pset_chunk_cache(dapl.get(), 0, 0, H5D_CHUNK_CACHE_W0_DEFAULT), "chunk cache of " + name, file);
+  return Handle(H5Dcreate2(loc, name.c_str(), file_type<T>(), space.get(), H5P_DEFAULT, dcpl.get(), dapl.get()),
+                H5Dclose, "create dataset " + name, file);
+}
+
+// Opens a dataset of a partial trace for appending (no chunk cache, as created).
+inline Handle open_row_dataset(hid_t loc, const std::string& name, const std::string& where, const std::string& file) {
+  if (!has_link(loc, name)) throw TraceFileError(file + ": partial trace: missing dataset " + where + name);
+  Handle dapl(H5Pcreate(H5P_DATASET_ACCESS), H5Pclose, "access property list", file);
+  check(H5Pset_chunk_cache(dapl.get(), 0, 0, H5D_CHUNK_CACHE_W0_DEFAULT), "chunk cache of " + where + name, file);
+  return Handle(H5Dopen2(loc, name.c_str(), dapl.get()), H5Dclose, "open dataset " + where + name, file);
+}
+
+// Sets the dataset's row count to `rows` (growing or cutting it).
+inline void set_rows(hid_t set, hsize_t rows, const std::string& where, const std::string& file) {
+  RowExtent e = row_extent(set, where, file);
+  const hsize_t dims[2] = {rows, e.width};
+  check(H5Dset_extent(set, dims), "extend " + where, file);
+}
+
+// Writes `nrows` rows (nrows * width elements of data) at row `at`, growing the dataset to at + nrows rows.
+template <class T>
+void write_rows(hid_t set, hsize_t at, hsize_t nrows, const T* data, const std::string& where,
+                const std::string& file) {
+  if (nrows == 0) return;
+  const RowExtent e = row_extent(set, where, file);
+  const hsize_t dims[2] = {at + nrows, e.width};
+  check(H5Dset_extent(set, dims), "extend " + where, file);
+  Handle space(H5Dget_space(set), H5Sclose, "H5Dget_space " + where, file);
+  const int rank = H5Sget_simple_extent_ndims(space.get());
+  const hsize_t start[2] = {at, 0}, block[2] = {nrows, e.width};
+  check(H5Sselect_hyperslab(space.get(), H5S_SELECT_SET, start, nullptr, block, nullptr), "select " + where, file);
+  Handle memory(H5Screate_simple(rank, block, nullptr), H5Sclose, "H5Screate_simple", file);
+  check(H5Dwrite(set, native_type<T>(), memory.get(), space.get(), H5P_DEFAULT, data), "write " + where, file);
+}
+
 // The trace's attributes, datasets and groups written into / read from an open file or group.
 // The link names of an HDF5 group, in name order.
 // The bytes of an HDF5 file built in memory (HDF5's core driver, no backing store), `file` naming it in messages;
@@ -301,6 +435,16 @@ inline std::vector<std::string> link_names(hid_t loc, const std::string& where, 
   return names;
 }
 
+// The canonical layout of a finished trace (docs/trace-format.md), in the order the file is written: the root
+// attributes, the per-step root datasets and group order, each group, then validation, replay and (schema 3)
+// `complete`. write_trace_to writes all of it; the streaming writer's finish writes the same, a group at a time.
+// pairs / margin: whether some group has schema 2's joint pairs / schema 3's margin histogram (their layout
+// attributes).
+void write_trace_header(hid_t root, const Trace& trace, const std::string& file, bool pairs, bool margin);
+void write_margin_layout(hid_t root, const MarginLayout& margin, const std::string& file);
+void write_trace_steps(hid_t root, const Trace& trace, const std::string& file);
+void write_trace_group(hid_t groups, const Trace& trace, const GroupTrace& g, const std::string& file);
+void write_trace_tail(hid_t root, const Trace& trace, const std::string& file);
 void write_trace_to(hid_t root, const Trace& trace, const std::string& file);
 Trace read_trace_from(hid_t root, const std::string& file);
 

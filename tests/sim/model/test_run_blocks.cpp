@@ -9,10 +9,14 @@
 #include <Kokkos_Core.hpp>
 #include <cmath>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <map>
+#include <string>
 
 #include "sim/run.hpp"
 #include "sim/trace/trace.hpp"
+#include "sim/trace/trace_writer.hpp"
 
 namespace {
 
@@ -497,3 +501,58 @@ TEST(RunCellBlocks, DecoderHeldInMxfp8CountsFollowFromTheRealizedValues) {
 }
 
 }  // namespace
+
+namespace {
+
+std::string file_bytes(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+void expect_same_block_events(const BlockEventSeries& a, const BlockEventSeries& b, const std::string& where) {
+  EXPECT_EQ(a.blocks, b.blocks) << where;
+  for (const BlockEventField& f : kBlockEventFields) EXPECT_EQ(a.*f.series, b.*f.series) << where << " " << f.name;
+}
+
+}  // namespace
+
+TEST(RunCellBlocks, StreamedTraceEqualsTheTraceInMemory) {
+  // The block events are streamed per recorded step like the other series (trace_writer.hpp): the finished file of
+  // run_cell_to_file is byte for byte write_trace of run_cell's trace, for block targets (held groups and an fp32
+  // group) and a reference projecting block and per-tensor formats.
+  RunConfig ref = block_config("fp32", {});
+  ref.mode = RunMode::reference;
+  ref.steps = 6;
+  ref.project_formats = {"e4m3", "mxfp4_e2m1:rceil", "nvfp4"};
+  RunConfig held = block_config("mxfp4_e2m1", {{"layer1.bias", "fp32"}});
+  held.steps = 9;
+  held.record.kind = RecordKind::every;
+  for (const RunConfig& cfg : {held, block_config("nvfp4", {}), ref}) {
+    const std::string where = cfg.mode == RunMode::reference ? "reference" : cfg.target.format;
+    const Trace t = run_cell(Kokkos::DefaultExecutionSpace(), cfg, {}, RunHooks{});
+    const std::filesystem::path dir =
+        std::filesystem::temp_directory_path() / ("wbaudit_stream_blocks_" + std::to_string(::getpid()));
+    std::filesystem::create_directories(dir);
+    write_trace(dir / "memory.h5", t);
+    run_cell_to_file(Kokkos::DefaultExecutionSpace(), cfg, dir / "streamed.h5", {}, RunHooks{});
+    EXPECT_FALSE(std::filesystem::exists(partial_trace_path(dir / "streamed.h5"))) << where;
+    EXPECT_TRUE(file_bytes(dir / "memory.h5") == file_bytes(dir / "streamed.h5")) << where << ": the files differ";
+    const Trace back = read_trace(dir / "streamed.h5");
+    std::filesystem::remove_all(dir);
+    ASSERT_EQ(back.groups.size(), t.groups.size());
+    bool any = false;
+    for (std::size_t g = 0; g < t.groups.size(); ++g) {
+      const GroupTrace &a = t.groups[g], &b = back.groups[g];
+      EXPECT_EQ(a.block_format, b.block_format) << where << " " << a.name;
+      expect_same_block_events(a.block_events, b.block_events, where + " " + a.name);
+      any = any || !a.block_events.empty();
+      for (const auto& [format, p] : a.projected) {
+        expect_same_block_events(p.block_events, b.projected.at(format).block_events, where + " " + format);
+        EXPECT_EQ(p.block_events.empty(), format == "e4m3") << where << " " << format;
+        any = any || !p.block_events.empty();
+      }
+    }
+    EXPECT_TRUE(any) << where << ": no block events";
+    EXPECT_TRUE(trace_problems(back).empty()) << where << ": " << trace_problems(back).front();
+  }
+}

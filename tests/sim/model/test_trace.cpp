@@ -13,7 +13,6 @@
 
 #include <boost/multiprecision/cpp_int.hpp>
 
-#include "sim/trace/joint_recording.hpp"
 #include "sim/trace/ratio_histogram.hpp"
 #include "sim/trace/trace.hpp"
 #include "trace_compare.hpp"
@@ -64,6 +63,11 @@ Trace sample_trace(const std::string& mode) {
       g.projected["e4m3"].expected["stochastic"] = {{7.25, 6.5, 0, 1.75}, {0.0725, 6.5 / 99, std::nan(""), 0.25}};
       g.projected["e4m3"].expected["deadzone-sr-r8"] = {{3, 2.5, 0, 1}, {0.03, 2.5 / 99, std::nan(""), 1.0 / 7}};
       g.projected["bf16"] = ProjectedSeries{{0, 0, 0, 0}, {0.0, 0.0, std::nan(""), 0.0}, {}};
+      // schema 3's margin histogram: 4 steps of the default layout's counters
+      t.margin = default_margin_layout();
+      for (std::size_t k = 0; k < 4 * t.margin.bins(); ++k)
+        g.margin.push_back(static_cast<std::int64_t>((k * 7 + id) % 11));
+      g.init_absmax = 0.5 + id;
     }
     t.groups.push_back(g);
   }
@@ -128,75 +132,6 @@ TEST(Trace, BadFilesNameTheFile) {
 }
 
 }  // namespace
-
-// The joint histogram's runs, by both sorts (one thread: an LSD radix sort; all threads: a bucket pass on the top key
-// bits, then an LSD radix sort and run-length encoding per bucket), against std::sort and a counting loop, on keys made
-// by joint_key from weights and proposals spanning zero, fp32 subnormals, normals and the largest finite floats, with
-// the u == 0 sentinel mixed in and dropped; then on weights packed in one binade (buckets large enough for the radix
-// path) with many repeats; appended after earlier pairs, twice with one scratch (it is reused between steps), for two
-// layouts.
-TEST(JointRecording, RunsEqualStdSortAndCount) {
-  std::mt19937_64 rng(20261204);
-  const auto any_float = [&rng]() {
-    switch (rng() % 4) {
-      case 0:
-        return 0.0f;
-      case 1:
-        return std::bit_cast<float>(static_cast<std::uint32_t>(rng() % 0x800000u));  // subnormal
-      case 2:
-        return std::numeric_limits<float>::max();
-      default:
-        return std::bit_cast<float>(static_cast<std::uint32_t>(rng() % 0x7f800000u));
-    }
-  };
-  const auto one_binade = [&rng]() {  // [0.25, 0.5) with 2^12 distinct values: many repeats, few buckets
-    return std::bit_cast<float>(0x3e800000u | (static_cast<std::uint32_t>(rng() % 4096u) << 11));
-  };
-  for (const auto& [wb, ub] : {std::pair{11, 4}, std::pair{3, 1}}) {
-    wbaudit::sim::JointScratch scratch;
-    std::vector<std::uint64_t> temp;
-    std::vector<std::uint64_t> out_keys{7, 9};  // earlier steps' pairs stay in front
-    std::vector<std::int64_t> out_counts{1, 2};
-    for (int round = 0; round < 2; ++round) {
-      std::vector<std::uint64_t> keys;
-      for (int i = 0; i < 200000; ++i) {
-        const float sign_w = rng() & 1 ? -1.0f : 1.0f, sign_u = rng() & 1 ? -1.0f : 1.0f;
-        const float w = sign_w * (round == 0 ? any_float() : one_binade());
-        const float u = sign_u * (round == 0 ? any_float() : std::ldexp(one_binade(), -8));
-        keys.push_back(u == 0.0f ? wbaudit::sim::kJointNoProposal : wbaudit::sim::joint_key(wb, ub, w, u));
-        if (i % 7 == 0) keys.push_back(keys.back());  // repeats
-      }
-      std::vector<std::uint64_t> sorted;
-      for (auto k : keys)
-        if (k != wbaudit::sim::kJointNoProposal) {
-          sorted.push_back(k);
-          ASSERT_LT(k, std::uint64_t{1} << (20 + wb + ub)) << "key beyond the sort's bits";
-        }
-      std::sort(sorted.begin(), sorted.end());
-      std::vector<std::uint64_t> expected_keys = out_keys;
-      std::vector<std::int64_t> expected_counts = out_counts;
-      for (std::size_t i = 0; i < sorted.size(); ++i) {
-        if (i > 0 && sorted[i] == sorted[i - 1]) {
-          ++expected_counts.back();
-        } else {
-          expected_keys.push_back(sorted[i]);
-          expected_counts.push_back(1);
-        }
-      }
-      std::vector<std::uint64_t> serial_keys = out_keys;
-      std::vector<std::int64_t> serial_counts = out_counts;
-      std::vector<std::uint64_t> overwritten = keys;
-      wbaudit::sim::detail::append_joint_runs_serial(overwritten.data(), overwritten.size(), 20 + wb + ub, temp,
-                                                     serial_keys, serial_counts);
-      ASSERT_EQ(serial_keys, expected_keys) << "one thread: w_bits " << wb << ", round " << round;
-      ASSERT_EQ(serial_counts, expected_counts) << "one thread: w_bits " << wb << ", round " << round;
-      wbaudit::sim::detail::append_joint_runs(Kokkos::DefaultHostExecutionSpace(), keys.data(), keys.size(),
-                                              20 + wb + ub, scratch, out_keys, out_counts);
-      ASSERT_EQ(out_keys, expected_keys) << "all threads: w_bits " << wb << ", round " << round;
-      ASSERT_EQ(out_counts, expected_counts) << "all threads: w_bits " << wb << ", round " << round;
-    }
-  }
-}
 
 // The d histogram's bin from the bits (ratio_bin) against the rule in double through std::log2 (what every trace so far
 // was written with) for every one of the 2^23 fractions of u, with u normal and with u subnormal (all 2^23 of them),

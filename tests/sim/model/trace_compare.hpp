@@ -15,6 +15,7 @@ inline void expect_same_doubles(const std::vector<double>& a, const std::vector<
 
 inline void expect_same_trace(const sim::Trace& a, const sim::Trace& b) {
   EXPECT_EQ(a.schema, b.schema);
+  EXPECT_EQ(a.complete, b.complete);
   EXPECT_EQ(a.mode, b.mode);
   EXPECT_EQ(a.format, b.format);
   EXPECT_EQ(a.policy, b.policy);
@@ -52,6 +53,7 @@ inline void expect_same_trace(const sim::Trace& a, const sim::Trace& b) {
     expect_same_doubles(x.erased_fraction, y.erased_fraction, x.name + " erased_fraction");
     EXPECT_EQ(x.zero_weight, y.zero_weight) << x.name;
     EXPECT_EQ(x.ratio_histogram, y.ratio_histogram) << x.name;
+    EXPECT_EQ(x.margin, y.margin) << x.name;
     ASSERT_EQ(x.projected.size(), y.projected.size());
     for (const auto& [name, series] : x.projected) {
       ASSERT_TRUE(y.projected.count(name)) << name;

@@ -1,0 +1,632 @@
+// The streaming trace writer (trace_writer.hpp) and the writing of a finished trace file.
+#include "sim/trace/trace_writer.hpp"
+
+#include <fcntl.h>
+#include <hdf5.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <optional>
+
+#include "sim/trace/detail/h5.hpp"
+#include "sim/trace/detail/trace_file.hpp"
+#include "sim/trace/trace_reader.hpp"
+
+namespace wbaudit::sim {
+
+using namespace detail;  // NOLINT: the HDF5 helpers of detail/h5.hpp
+
+std::filesystem::path partial_trace_path(const std::filesystem::path& path) {
+  return path.parent_path() / (path.filename().string() + ".partial");
+}
+
+namespace detail {
+
+void reserve_file_space(hid_t file_id, std::uint64_t bytes, const std::string& file) {
+  void* handle = nullptr;
+  check(H5Fget_vfd_handle(file_id, H5P_DEFAULT, &handle), "file descriptor", file);
+  const int fd = *static_cast<int*>(handle);
+  haddr_t eoa = 0;  // HDF5 allocates from its end of allocated space onwards
+  check(H5Fget_eoa(file_id, &eoa), "end of allocated space", file);
+  int err = ::posix_fallocate(fd, static_cast<off_t>(eoa), static_cast<off_t>(bytes));
+  if (err == EINTR) err = ::posix_fallocate(fd, static_cast<off_t>(eoa), static_cast<off_t>(bytes));
+  if (err != 0) {
+    throw TraceFileError(file + ": cannot reserve " + std::to_string(bytes) +
+                         " bytes for the trace: " + std::strerror(err));
+  }
+}
+
+}  // namespace detail
+
+namespace {
+
+// The raw bytes one recorded step adds to a trace with this header (before compression), and its datasets.
+struct StepSize {
+  std::uint64_t bytes = 24;
+  std::uint64_t datasets = 5;
+};
+
+StepSize step_size(const Trace& t) {
+  StepSize s;
+  const bool reference = t.mode == "reference";
+  for (const GroupTrace& g : t.groups) {
+    std::uint64_t series = reference ? 2 : 5;  // nonzero (+ zero_weight | erased, saturated, applied, fraction)
+    if (!g.block_events.empty()) series += kBlockEventFields.size();
+    for (const auto& [name, p] : g.projected) {
+      series += 2 + 2 * p.expected.size() + (p.block_events.empty() ? 0 : kBlockEventFields.size());
+    }
+    s.bytes += 8 * series;
+    s.datasets += series;
+    if (reference) {
+      s.bytes += 8 * static_cast<std::uint64_t>(t.histogram.bins) + 8 * t.margin.bins();
+      s.datasets += 2;
+      if (g.size <= kJointExactMaxCoordinates) {
+        s.bytes += 8 * static_cast<std::uint64_t>(g.size);
+        s.datasets += 2;
+      }
+    }
+  }
+  return s;
+}
+
+// Slack for HDF5's metadata: a chunk index may allocate a new block for every dataset in one step.
+std::uint64_t metadata_slack(std::uint64_t datasets) {
+  return (std::uint64_t{1} << 20) + datasets * 32768;
+}
+
+struct SeriesSets {
+  Handle erased, fraction;
+};
+
+struct ProjectedSets {
+  SeriesSets own;
+  std::vector<SeriesSets> expected;  // in the order of ProjectedSeries::expected
+  std::vector<Handle> blocks;        // block formats: block_events, in the order of kBlockEventFields
+};
+
+struct GroupSets {
+  std::optional<Handle> nonzero, erased, saturated, applied, erased_fraction, zero_weight, ratio, margin, w, u;
+  std::vector<ProjectedSets> projected;  // in the order of GroupTrace::projected
+  std::vector<Handle> blocks;            // a block-format group: block_events, in the order of kBlockEventFields
+};
+
+}  // namespace
+
+struct TraceWriter::State {
+  std::filesystem::path path, partial;
+  std::string file;  // partial, for messages
+  std::optional<Handle> h5;
+  Trace header;  // the prototype's header (no rows)
+  TraceRows rows;
+  StepSize step;
+  std::optional<Handle> recorded_steps, loss, learning_rate, validation_steps, validation_loss, replay_checkpoints,
+      replay_start_loss;
+  std::vector<Handle> replay_losses;
+  std::vector<GroupSets> groups;
+
+  void create();
+  void open_sets(bool create_them);
+  void check_header(const Trace& t, const std::string& what) const;
+  void append(Trace& t);
+  void finish(std::optional<std::int64_t> steps);
+};
+
+namespace {
+
+// Empties v and releases its storage (the rows of one step are not kept between steps).
+template <class V>
+void drop(V& v) {
+  V().swap(v);
+}
+
+Trace header_of(const Trace& t) {
+  Trace h = t;
+  drop(h.recorded_steps);
+  drop(h.loss);
+  drop(h.learning_rate);
+  drop(h.validation_steps);
+  drop(h.validation_loss);
+  drop(h.replay_checkpoints);
+  drop(h.replay_start_loss);
+  for (ReplaySeries& r : h.replays) drop(r.validation_loss);
+  for (GroupTrace& g : h.groups) {
+    drop(g.nonzero);
+    drop(g.erased);
+    drop(g.saturated);
+    drop(g.applied);
+    drop(g.erased_fraction);
+    drop(g.zero_weight);
+    drop(g.ratio_histogram);
+    drop(g.margin);
+    drop(g.joint_offsets);
+    drop(g.joint_keys);
+    drop(g.joint_counts);
+    drop(g.exact_w);
+    drop(g.exact_u);
+    for (const BlockEventField& f : kBlockEventFields) drop(g.block_events.*f.series);
+    for (auto& [name, p] : g.projected) {
+      drop(p.erased);
+      drop(p.fraction);
+      for (const BlockEventField& f : kBlockEventFields) drop(p.block_events.*f.series);
+      for (auto& [policy, e] : p.expected) {
+        drop(e.erased);
+        drop(e.fraction);
+      }
+    }
+  }
+  return h;
+}
+
+// Removes the rows of `t` (what header_of keeps), in place.
+void clear_rows(Trace& t) {
+  t = header_of(t);  // move-assigned: t's storage is the header's, without rows
+}
+
+template <class T>
+std::optional<Handle> row_set(hid_t loc, const std::string& name, hsize_t width, hsize_t chunk_rows, bool compressed,
+                              bool create, const std::string& where, const std::string& file) {
+  if (create) return create_row_dataset<T>(loc, name, width, chunk_rows, compressed, file);
+  return open_row_dataset(loc, name, where, file);
+}
+
+// <parent>/block_events of a block format: its group with attributes format and blocks, and a row set per series.
+std::vector<Handle> block_event_sets(hid_t parent, const BlockEventSeries& b, const std::string& format,
+                                     hsize_t chunk_rows, bool create, const std::string& where,
+                                     const std::string& file) {
+  Handle bh = create ? create_group(parent, "block_events", file) : open_group(parent, "block_events", file);
+  if (create) {
+    write_string_attribute(bh.get(), "format", format, file);
+    write_scalar_attribute<std::int64_t>(bh.get(), "blocks", b.blocks, file);
+  }
+  std::vector<Handle> sets;
+  for (const BlockEventField& f : kBlockEventFields) {
+    sets.push_back(
+        *row_set<std::int64_t>(bh.get(), f.name, 0, chunk_rows, false, create, where + "block_events/", file));
+  }
+  return sets;
+}
+
+}  // namespace
+
+void TraceWriter::State::open_sets(bool create_them) {
+  const hid_t root = h5->get();
+  const bool c = create_them;
+  constexpr hsize_t kSeriesChunk = 64;  // 1-D per-step series: 512-byte chunks
+  recorded_steps = row_set<std::int64_t>(root, "recorded_steps", 0, kSeriesChunk, false, c, "/", file);
+  loss = row_set<double>(root, "loss", 0, kSeriesChunk, false, c, "/", file);
+  learning_rate = row_set<double>(root, "learning_rate", 0, kSeriesChunk, false, c, "/", file);
+  validation_steps = row_set<std::int64_t>(root, "validation_steps", 0, kSeriesChunk, false, c, "/", file);
+  validation_loss = row_set<double>(root, "validation_loss", 0, kSeriesChunk, false, c, "/", file);
+  if (!header.replays.empty()) {
+    Handle replay = c ? create_group(root, "replay", file) : open_group(root, "replay", file);
+    if (c) write_scalar_attribute<std::int64_t>(replay.get(), "steps", header.replay_steps, file);
+    replay_checkpoints = row_set<std::int64_t>(replay.get(), "checkpoints", 0, 16, false, c, "/replay/", file);
+    replay_start_loss = row_set<double>(replay.get(), "start_validation_loss", 0, 16, false, c, "/replay/", file);
+    std::string names;
+    for (const ReplaySeries& r : header.replays) {
+      const std::string name = replay_series_name(r);
+      names += (names.empty() ? "" : "\n") + name;
+      Handle rh = c ? create_group(replay.get(), name, file) : open_group(replay.get(), name, file);
+      if (c) {
+        write_string_attribute(rh.get(), "format", r.format, file);
+        write_string_attribute(rh.get(), "policy", r.policy, file);
+        write_scalar_attribute<std::int64_t>(rh.get(), "sr_bits", r.sr_bits, file);
+        if (r.sr_stream != "philox") write_string_attribute(rh.get(), "sr_stream", r.sr_stream, file);
+      }
+      replay_losses.push_back(
+          *row_set<double>(rh.get(), "validation_loss", 0, 16, false, c, "/replay/" + name + "/", file));
+    }
+    if (c) write_string_attribute(replay.get(), "order", names, file);
+  }
+  Handle groups_h = c ? create_group(root, "groups", file) : open_group(root, "groups", file);
+  const bool reference = header.mode == "reference";
+  for (const GroupTrace& g : header.groups) {
+    const std::string where = "/groups/" + g.name + "/";
+    Handle gh = c ? create_group(groups_h.get(), g.name, file) : open_group(groups_h.get(), g.name, file);
+    if (c) {
+      write_scalar_attribute<std::uint32_t>(gh.get(), "tensor_id", g.tensor_id, file);
+      write_scalar_attribute<std::int64_t>(gh.get(), "size", g.size, file);
+    }
+    GroupSets s;
+    s.nonzero = row_set<std::int64_t>(gh.get(), "nonzero", 0, kSeriesChunk, false, c, where, file);
+    if (!reference) {
+      s.erased = row_set<std::int64_t>(gh.get(), "erased", 0, kSeriesChunk, false, c, where, file);
+      s.saturated = row_set<std::int64_t>(gh.get(), "saturated", 0, kSeriesChunk, false, c, where, file);
+      s.applied = row_set<std::int64_t>(gh.get(), "applied", 0, kSeriesChunk, false, c, where, file);
+      s.erased_fraction = row_set<double>(gh.get(), "erased_fraction", 0, kSeriesChunk, false, c, where, file);
+      if (!g.block_events.empty()) {
+        s.blocks = block_event_sets(gh.get(), g.block_events, g.block_format, kSeriesChunk, c, where, file);
+      }
+    } else {
+      s.zero_weight = row_set<std::int64_t>(gh.get(), "zero_weight", 0, kSeriesChunk, false, c, where, file);
+      s.ratio = row_set<std::int64_t>(gh.get(), "ratio_histogram", static_cast<hsize_t>(header.histogram.bins), 1, true,
+                                      c, where, file);
+      Handle jh = c ? create_group(gh.get(), "joint", file) : open_group(gh.get(), "joint", file);
+      if (c) write_scalar_attribute<double>(jh.get(), "init_absmax", g.init_absmax, file);
+      s.margin = row_set<std::int64_t>(jh.get(), "margin", header.margin.bins(), 1, true, c, where + "joint/", file);
+      if (g.size <= kJointExactMaxCoordinates && g.size > 0) {
+        const auto size = static_cast<hsize_t>(g.size);
+        s.w = row_set<float>(jh.get(), "w", size, 1, true, c, where + "joint/", file);
+        s.u = row_set<float>(jh.get(), "u", size, 1, true, c, where + "joint/", file);
+      }
+      Handle projected = c ? create_group(gh.get(), "projected", file) : open_group(gh.get(), "projected", file);
+      for (const auto& [format, series] : g.projected) {
+        const std::string fwhere = where + "projected/" + format + "/";
+        Handle fh = c ? create_group(projected.get(), format, file) : open_group(projected.get(), format, file);
+        ProjectedSets p{{*row_set<std::int64_t>(fh.get(), "erased", 0, kSeriesChunk, false, c, fwhere, file),
+                         *row_set<double>(fh.get(), "fraction", 0, kSeriesChunk, false, c, fwhere, file)},
+                        {},
+                        {}};
+        if (!series.block_events.empty()) {
+          p.blocks = block_event_sets(fh.get(), series.block_events, format, kSeriesChunk, c, fwhere, file);
+        }
+        if (!series.expected.empty()) {
+          Handle eh = c ? create_group(fh.get(), "expected", file) : open_group(fh.get(), "expected", file);
+          for (const auto& [policy, e] : series.expected) {
+            const std::string pwhere = fwhere + "expected/" + policy + "/";
+            Handle ph = c ? create_group(eh.get(), policy, file) : open_group(eh.get(), policy, file);
+            p.expected.push_back({*row_set<double>(ph.get(), "erased", 0, kSeriesChunk, false, c, pwhere, file),
+                                  *row_set<double>(ph.get(), "fraction", 0, kSeriesChunk, false, c, pwhere, file)});
+          }
+        }
+        s.projected.push_back(std::move(p));
+      }
+    }
+    groups.push_back(std::move(s));
+  }
+}
+
+void TraceWriter::State::create() {
+  std::error_code ignored;
+  std::filesystem::remove(partial, ignored);  // a run that starts over
+  Handle fcpl(untimed_plist(H5P_FILE_CREATE), H5Pclose, "creation property list", file);
+  Handle fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose, "access property list", file);
+  check(H5Pset_libver_bounds(fapl.get(), H5F_LIBVER_LATEST, H5F_LIBVER_LATEST), "SWMR file format", file);
+  h5.emplace(H5Fcreate(file.c_str(), H5F_ACC_EXCL, fcpl.get(), fapl.get()), H5Fclose, "create file", file);
+  // Everything HDF5 writes before the first flush lies within this reservation (the datasets are created empty).
+  reserve_file_space(h5->get(), metadata_slack(step.datasets) + 4096 * header.groups.size(), file);
+  write_trace_header(h5->get(), header, file, false, header.mode == "reference" && !header.margin.formats.empty());
+  std::string order;
+  for (const GroupTrace& g : header.groups) {
+    if (g.name.empty() || g.name.find('/') != std::string::npos || g.name.find('\n') != std::string::npos) {
+      throw TraceFileError(file + ": invalid group name \"" + g.name + "\"");
+    }
+    order += (order.empty() ? "" : "\n") + g.name;
+  }
+  write_string_attribute(h5->get(), "group_order", order, file);
+  if (std::isfinite(header.optimal_validation_loss)) {
+    write_scalar_attribute<double>(h5->get(), "optimal_validation_loss", header.optimal_validation_loss, file);
+  }
+  write_scalar_attribute<std::int64_t>(h5->get(), "complete", 0, file);  // a partial file stays incomplete
+  open_sets(true);
+  check(H5Fflush(h5->get(), H5F_SCOPE_GLOBAL), "flush", file);
+  check(H5Fstart_swmr_write(h5->get()), "start single-writer/multiple-reader writing", file);
+}
+
+void TraceWriter::State::check_header(const Trace& t, const std::string& what) const {
+  const auto differ = [&](const std::string& field) {
+    throw TraceFileError(file + ": " + what + ": the run's " + field + " differs from the partial trace's");
+  };
+  if (t.schema != header.schema) differ("schema");
+  if (t.mode != header.mode) differ("mode");
+  if (t.format != header.format || t.policy != header.policy) differ("format or policy");
+  if (t.seed != header.seed) {
+    differ("seed " + std::to_string(header.seed) + " (the file's " + std::to_string(t.seed) + ")");
+  }
+  if (t.steps != header.steps) {
+    differ("steps " + std::to_string(header.steps) + " (the file's " + std::to_string(t.steps) + ")");
+  }
+  if (t.config_json != header.config_json) differ("config_json");
+  if (!(t.margin == header.margin)) differ("margin layout");
+  if (t.histogram.bins != header.histogram.bins) differ("histogram bins");
+  if (t.groups.size() != header.groups.size()) differ("group count");
+  for (std::size_t i = 0; i < t.groups.size(); ++i) {
+    const GroupTrace &a = t.groups[i], &b = header.groups[i];
+    if (a.name != b.name || a.size != b.size || a.tensor_id != b.tensor_id) differ("group " + a.name);
+    if (a.block_format != b.block_format || a.block_events.blocks != b.block_events.blocks) {
+      differ("block format of " + a.name);
+    }
+    if (a.projected.size() != b.projected.size()) differ("projected formats of " + a.name);
+    auto pa = a.projected.begin();
+    auto pb = b.projected.begin();
+    for (; pa != a.projected.end(); ++pa, ++pb) {
+      if (pa->first != pb->first || pa->second.expected.size() != pb->second.expected.size() ||
+          pa->second.block_events.blocks != pb->second.block_events.blocks) {
+        differ("projected formats of " + a.name);
+      }
+    }
+  }
+  if (t.replays.size() != header.replays.size()) differ("replay series");
+}
+
+TraceWriter::TraceWriter(const std::filesystem::path& path, Trace& prototype) : m(std::make_unique<State>()) {
+  H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+  m->path = path;
+  m->partial = partial_trace_path(path);
+  m->file = m->partial.string();
+  m->header = header_of(prototype);
+  m->step = step_size(m->header);
+  m->create();
+  append(prototype);
+}
+
+TraceWriter TraceWriter::resume(const std::filesystem::path& path, Trace& prototype, const TraceRows& keep) {
+  H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+  TraceWriter w;
+  w.m = std::make_unique<State>();
+  State& s = *w.m;
+  s.path = path;
+  s.partial = partial_trace_path(path);
+  s.file = s.partial.string();
+  s.header = header_of(prototype);
+  s.step = step_size(s.header);
+  if (!std::filesystem::exists(s.partial)) {
+    throw TraceFileError(s.file + ": no partial trace to resume (the run must start over)");
+  }
+  {
+    const TraceReader reader(s.partial, TraceReadOptions{true});
+    s.check_header(reader.header(), "resuming");
+    const TraceRows have{static_cast<std::int64_t>(reader.recorded_steps()),
+                         static_cast<std::int64_t>(reader.header().validation_steps.size()),
+                         static_cast<std::int64_t>(reader.header().replay_checkpoints.size())};
+    if (have.steps < keep.steps || have.validations < keep.validations || have.replays < keep.replays) {
+      throw TraceFileError(s.file + ": holds " + std::to_string(have.steps) + " recorded steps, " +
+                           std::to_string(have.validations) + " validations, " + std::to_string(have.replays) +
+                           " replays, fewer than the checkpoint's " + std::to_string(keep.steps) + ", " +
+                           std::to_string(keep.validations) + ", " + std::to_string(keep.replays));
+    }
+  }
+  // A writer that died leaves the file marked open for writing; clearing that mark is what h5clear does (the file
+  // property "clear_status_flags"). The caller guarantees that writer is gone.
+  Handle fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose, "access property list", s.file);
+  check(H5Pset_libver_bounds(fapl.get(), H5F_LIBVER_LATEST, H5F_LIBVER_LATEST), "SWMR file format", s.file);
+  hbool_t clear = 1;
+  check(H5Pset(fapl.get(), "clear_status_flags", &clear), "clear the status flags of a stopped writer", s.file);
+  s.h5.emplace(H5Fopen(s.file.c_str(), H5F_ACC_RDWR, fapl.get()), H5Fclose, "open the partial trace for writing",
+               s.file);
+  s.open_sets(false);
+  s.rows = keep;
+  // Drop what was written after the checkpoint (it is recorded again), /recorded_steps first.
+  set_rows(s.recorded_steps->get(), static_cast<hsize_t>(keep.steps), "/recorded_steps", s.file);
+  for (auto* set : {&s.loss, &s.learning_rate}) set_rows((*set)->get(), static_cast<hsize_t>(keep.steps), "/", s.file);
+  for (GroupSets& g : s.groups) {
+    for (auto* set : {&g.nonzero, &g.erased, &g.saturated, &g.applied, &g.erased_fraction, &g.zero_weight, &g.ratio,
+                      &g.margin, &g.w, &g.u}) {
+      if (*set) set_rows((*set)->get(), static_cast<hsize_t>(keep.steps), "group", s.file);
+    }
+    for (Handle& b : g.blocks) set_rows(b.get(), static_cast<hsize_t>(keep.steps), "block_events", s.file);
+    for (ProjectedSets& p : g.projected) {
+      for (Handle& b : p.blocks) set_rows(b.get(), static_cast<hsize_t>(keep.steps), "block_events", s.file);
+      set_rows(p.own.erased.get(), static_cast<hsize_t>(keep.steps), "projected", s.file);
+      set_rows(p.own.fraction.get(), static_cast<hsize_t>(keep.steps), "projected", s.file);
+      for (SeriesSets& e : p.expected) {
+        set_rows(e.erased.get(), static_cast<hsize_t>(keep.steps), "expected", s.file);
+        set_rows(e.fraction.get(), static_cast<hsize_t>(keep.steps), "expected", s.file);
+      }
+    }
+  }
+  set_rows(s.validation_steps->get(), static_cast<hsize_t>(keep.validations), "/validation_steps", s.file);
+  set_rows(s.validation_loss->get(), static_cast<hsize_t>(keep.validations), "/validation_loss", s.file);
+  if (s.replay_checkpoints) {
+    set_rows(s.replay_checkpoints->get(), static_cast<hsize_t>(keep.replays), "/replay", s.file);
+    set_rows(s.replay_start_loss->get(), static_cast<hsize_t>(keep.replays), "/replay", s.file);
+    for (Handle& r : s.replay_losses) set_rows(r.get(), static_cast<hsize_t>(keep.replays), "/replay", s.file);
+  }
+  check(H5Fflush(s.h5->get(), H5F_SCOPE_GLOBAL), "flush", s.file);
+  check(H5Fstart_swmr_write(s.h5->get()), "start single-writer/multiple-reader writing", s.file);
+  w.append(prototype);
+  return w;
+}
+
+TraceWriter::TraceWriter(TraceWriter&&) noexcept = default;
+TraceWriter& TraceWriter::operator=(TraceWriter&&) noexcept = default;
+TraceWriter::~TraceWriter() = default;
+
+const TraceRows& TraceWriter::rows() const {
+  return m->rows;
+}
+const std::filesystem::path& TraceWriter::partial() const {
+  return m->partial;
+}
+std::size_t TraceWriter::held_bytes() const {
+  return sizeof(State) + m->groups.capacity() * sizeof(GroupSets) + m->replay_losses.capacity() * sizeof(Handle);
+}
+
+void TraceWriter::append(Trace& trace) {
+  if (!m || !m->h5) throw TraceFileError("TraceWriter: append after finish");
+  m->append(trace);
+}
+
+void TraceWriter::finish(std::optional<std::int64_t> steps) {
+  if (!m || !m->h5) throw TraceFileError("TraceWriter: finish twice");
+  m->finish(steps);
+}
+
+}  // namespace wbaudit::sim
+
+namespace wbaudit::sim {
+
+namespace {
+
+template <class V>
+void expect_rows(const V& v, std::size_t want, const std::string& what, const std::string& file) {
+  if (v.size() != want) {
+    throw TraceFileError(file + ": append: " + what + " holds " + std::to_string(v.size()) + " values, expected " +
+                         std::to_string(want));
+  }
+}
+
+}  // namespace
+
+void TraceWriter::State::append(Trace& t) {
+  const std::size_t T = t.recorded_steps.size();
+  const std::size_t V = t.validation_steps.size();
+  const std::size_t K = t.replay_checkpoints.size();
+  if (t.groups.size() != header.groups.size() || t.replays.size() != header.replays.size()) {
+    check_header(t, "append");
+  }
+  if (T == 0 && V == 0 && K == 0 && t.validation_loss.empty()) return;
+  expect_rows(t.loss, T, "loss", file);
+  expect_rows(t.learning_rate, T, "learning_rate", file);
+  expect_rows(t.validation_loss, V, "validation_loss", file);
+  expect_rows(t.replay_start_loss, K, "replay start_validation_loss", file);
+  for (const ReplaySeries& r : t.replays) expect_rows(r.validation_loss, K, "replay validation_loss", file);
+  const bool reference = header.mode == "reference";
+  const std::size_t bins = static_cast<std::size_t>(header.histogram.bins), mbins = header.margin.bins();
+  for (std::size_t i = 0; i < t.groups.size(); ++i) {
+    const GroupTrace& g = t.groups[i];
+    const GroupSets& s = groups[i];
+    const std::string where = "group " + g.name + " ";
+    expect_rows(g.nonzero, T, where + "nonzero", file);
+    if (!reference) {
+      for (const auto* v : {&g.erased, &g.saturated, &g.applied}) expect_rows(*v, T, where + "counts", file);
+      expect_rows(g.erased_fraction, T, where + "erased_fraction", file);
+      if (!s.blocks.empty()) {
+        for (const BlockEventField& f : kBlockEventFields) {
+          expect_rows(g.block_events.*f.series, T, where + "block_events " + f.name, file);
+        }
+      }
+    } else {
+      expect_rows(g.zero_weight, T, where + "zero_weight", file);
+      expect_rows(g.ratio_histogram, T * bins, where + "ratio_histogram", file);
+      expect_rows(g.margin, T * mbins, where + "margin histogram", file);
+      if (s.w) {
+        expect_rows(g.exact_w, T * static_cast<std::size_t>(g.size), where + "kept w", file);
+        expect_rows(g.exact_u, T * static_cast<std::size_t>(g.size), where + "kept u", file);
+      }
+      if (g.projected.size() != s.projected.size()) check_header(t, "append");
+      std::size_t k = 0;
+      for (const auto& [format, p] : g.projected) {
+        expect_rows(p.erased, T, where + format + " erased", file);
+        expect_rows(p.fraction, T, where + format + " fraction", file);
+        if (!s.projected[k++].blocks.empty()) {
+          for (const BlockEventField& f : kBlockEventFields) {
+            expect_rows(p.block_events.*f.series, T, where + format + " block_events " + f.name, file);
+          }
+        }
+        for (const auto& [policy, e] : p.expected) {
+          expect_rows(e.erased, T, where + format + " " + policy, file);
+          expect_rows(e.fraction, T, where + format + " " + policy, file);
+        }
+      }
+    }
+  }
+  // HDF5 writes only into space reserved now (it holds nothing unwritten since the last flush).
+  reserve_file_space(
+      h5->get(), T * step.bytes + 16 * V + (16 + 8 * header.replays.size()) * K + metadata_slack(step.datasets), file);
+  const auto at = static_cast<hsize_t>(rows.steps);
+  const auto n = static_cast<hsize_t>(T);
+  for (std::size_t i = 0; i < t.groups.size(); ++i) {
+    const GroupTrace& g = t.groups[i];
+    GroupSets& s = groups[i];
+    const std::string where = "/groups/" + g.name + "/";
+    write_rows(s.nonzero->get(), at, n, g.nonzero.data(), where + "nonzero", file);
+    if (!reference) {
+      write_rows(s.erased->get(), at, n, g.erased.data(), where + "erased", file);
+      write_rows(s.saturated->get(), at, n, g.saturated.data(), where + "saturated", file);
+      write_rows(s.applied->get(), at, n, g.applied.data(), where + "applied", file);
+      write_rows(s.erased_fraction->get(), at, n, g.erased_fraction.data(), where + "erased_fraction", file);
+      for (std::size_t k = 0; k < s.blocks.size(); ++k) {
+        const BlockEventField& f = kBlockEventFields[k];
+        write_rows(s.blocks[k].get(), at, n, (g.block_events.*f.series).data(), where + "block_events/" + f.name, file);
+      }
+      continue;
+    }
+    write_rows(s.zero_weight->get(), at, n, g.zero_weight.data(), where + "zero_weight", file);
+    write_rows(s.ratio->get(), at, n, g.ratio_histogram.data(), where + "ratio_histogram", file);
+    write_rows(s.margin->get(), at, n, g.margin.data(), where + "joint/margin", file);
+    if (s.w) {
+      write_rows(s.w->get(), at, n, g.exact_w.data(), where + "joint/w", file);
+      write_rows(s.u->get(), at, n, g.exact_u.data(), where + "joint/u", file);
+    }
+    std::size_t k = 0;
+    for (const auto& [format, p] : g.projected) {
+      ProjectedSets& ps = s.projected[k++];
+      write_rows(ps.own.erased.get(), at, n, p.erased.data(), where + "projected/" + format + "/erased", file);
+      write_rows(ps.own.fraction.get(), at, n, p.fraction.data(), where + "projected/" + format + "/fraction", file);
+      for (std::size_t b = 0; b < ps.blocks.size(); ++b) {
+        const BlockEventField& f = kBlockEventFields[b];
+        write_rows(ps.blocks[b].get(), at, n, (p.block_events.*f.series).data(),
+                   where + "projected/" + format + "/block_events/" + f.name, file);
+      }
+      std::size_t j = 0;
+      for (const auto& [policy, e] : p.expected) {
+        SeriesSets& es = ps.expected[j++];
+        write_rows(es.erased.get(), at, n, e.erased.data(), where + "expected/" + policy + "/erased", file);
+        write_rows(es.fraction.get(), at, n, e.fraction.data(), where + "expected/" + policy + "/fraction", file);
+      }
+    }
+  }
+  write_rows(loss->get(), at, n, t.loss.data(), "/loss", file);
+  write_rows(learning_rate->get(), at, n, t.learning_rate.data(), "/learning_rate", file);
+  write_rows(recorded_steps->get(), at, n, t.recorded_steps.data(), "/recorded_steps", file);  // last: the step is in
+  const auto vat = static_cast<hsize_t>(rows.validations);
+  write_rows(validation_loss->get(), vat, V, t.validation_loss.data(), "/validation_loss", file);
+  write_rows(validation_steps->get(), vat, V, t.validation_steps.data(), "/validation_steps", file);
+  if (K > 0) {
+    if (!replay_checkpoints) throw TraceFileError(file + ": append: replay rows for a trace declared without replays");
+    const auto kat = static_cast<hsize_t>(rows.replays);
+    for (std::size_t r = 0; r < t.replays.size(); ++r) {
+      write_rows(replay_losses[r].get(), kat, K, t.replays[r].validation_loss.data(), "/replay", file);
+    }
+    write_rows(replay_start_loss->get(), kat, K, t.replay_start_loss.data(), "/replay/start_validation_loss", file);
+    write_rows(replay_checkpoints->get(), kat, K, t.replay_checkpoints.data(), "/replay/checkpoints", file);
+  }
+  check(H5Fflush(h5->get(), H5F_SCOPE_GLOBAL), "flush", file);
+  rows.steps += static_cast<std::int64_t>(T);
+  rows.validations += static_cast<std::int64_t>(V);
+  rows.replays += static_cast<std::int64_t>(K);
+  clear_rows(t);
+}
+
+void TraceWriter::State::finish(std::optional<std::int64_t> steps) {
+  groups.clear();
+  replay_losses.clear();
+  for (auto* set : {&recorded_steps, &loss, &learning_rate, &validation_steps, &validation_loss, &replay_checkpoints,
+                    &replay_start_loss}) {
+    set->reset();
+  }
+  if (h5->close() < 0) throw TraceFileError(file + ": HDF5 error: close");
+  h5.reset();
+  {
+    const TraceReader reader(partial, TraceReadOptions{true});
+    write_trace_from_reader(path, reader, steps);
+  }
+  std::error_code ec;
+  std::filesystem::remove(partial, ec);
+  if (ec) throw TraceFileError(file + ": cannot remove the partial trace after finishing: " + ec.message());
+}
+
+}  // namespace wbaudit::sim
+
+namespace wbaudit::sim::detail {
+
+void write_trace_from_reader(const std::filesystem::path& path, const TraceReader& reader,
+                             std::optional<std::int64_t> steps) {
+  const Trace& header = reader.header();
+  const std::size_t T = reader.recorded_steps();
+  bool pairs = false, margin = false;
+  for (std::size_t g = 0; g < reader.group_count(); ++g) {
+    pairs = pairs || reader.group_has_pairs(g);
+    margin = margin || reader.group_has_margin(g);
+  }
+  Trace finished = header;
+  finished.complete = true;
+  if (steps) finished.steps = *steps;
+  const std::uint64_t bound =
+      finished_trace_bound(finished, T, header.validation_steps.size(), header.replay_checkpoints.size()) +
+      (pairs ? 16 * static_cast<std::uint64_t>(reader.pair_count()) : 0);
+  write_final_trace(path, bound, [&](hid_t root, const std::string& file) {
+    write_trace_header(root, finished, file, pairs, margin);
+    write_trace_steps(root, finished, file);
+    Handle groups = create_group(root, "groups", file);
+    for (std::size_t g = 0; g < reader.group_count(); ++g) {
+      write_trace_group(groups.get(), finished, reader.read_group(g, 0, T), file);  // one group's rows at a time
+    }
+    write_trace_tail(root, finished, file);
+  });
+}
+
+}  // namespace wbaudit::sim::detail
