@@ -6,6 +6,7 @@
 #include <string>
 
 #include "cli/commands.hpp"
+#include "sim/precision/block_format.hpp"
 #include "sim/precision/format.hpp"
 
 namespace wbaudit::cli {
@@ -30,6 +31,29 @@ std::string specials_of(const sim::FormatSpec& f) {
   return "none (all codes finite)";
 }
 
+nlohmann::json block_row(const std::string& name) {
+  const sim::BlockFormatSpec f = sim::block_format_from_name(name);
+  const bool mx = f.family == sim::BlockFamily::mx;
+  const bool integer = f.element.kind == sim::FormatKind::integer;
+  nlohmann::json row = {{"name", name},
+                        {"family", mx ? "mx" : "nvfp4"},
+                        {"element", integer ? std::string("int8 (levels -127..127 times 2^-6)") : f.element.name},
+                        {"element_bits", f.element.bits},
+                        {"max_elem", f.max_elem},
+                        {"layout", f.tiles_2d ? "16x16 tiles" : std::to_string(f.block_size) + " along rows"},
+                        {"block_size", f.block_size},
+                        {"tiles_2d", f.tiles_2d}};
+  if (mx) {
+    row["scale"] = "E8M0 2^E, E in [-127, 127]";
+    row["scale_rule"] = f.rule == sim::ScaleRule::floor ? "floor" : "rceil";
+    row["emax_elem"] = f.emax_elem;
+  } else {
+    row["scale"] = "E4M3 block scale s_b, fp32 tensor scale S_enc = 2688 / amax";
+    row["scale_rule"] = "s_b = RNE_e4m3(amax_b * S_enc / 6)";
+  }
+  return row;
+}
+
 }  // namespace
 
 void add_formats_command(CLI::App& app) {
@@ -39,6 +63,9 @@ void add_formats_command(CLI::App& app) {
   cmd->footer(
       "Floating formats round to nearest (ties to even) or stochastically; overflow saturates to max finite.\n"
       "intK holds scale * n, n in [-(2^(K-1)-1), 2^(K-1)-1]; the scale is per tensor (values shown for scale 1).\n"
+      "Block-scaled formats (second table) hold blocks of elements sharing a scale recomputed at every write-back;\n"
+      "options: MX :floor (default, OCP) or :rceil (NVIDIA); nvfp4:2d (16x16 tiles); any block format\n"
+      ":skip_unchanged_blocks (blocks whose update is all zero are not re-quantized).\n"
       "See docs/formats.md.");
   cmd->callback([json] {
     std::ostringstream out;
@@ -64,8 +91,12 @@ void add_formats_command(CLI::App& app) {
       }
       rows.push_back(row);
     }
+    nlohmann::json block_rows = nlohmann::json::array();
+    for (const auto& name : sim::known_block_format_names()) {
+      block_rows.push_back(block_row(name));
+    }
     if (*json) {
-      out << nlohmann::json{{"formats", rows}}.dump(2) << "\n";
+      out << nlohmann::json{{"formats", rows}, {"block_formats", block_rows}}.dump(2) << "\n";
     } else {
       char line[256];
       std::snprintf(line, sizeof line, "%-6s %-9s %4s %3s %3s %5s  %-24s %-24s %-24s %s\n", "name", "kind", "bits", "E",
@@ -84,6 +115,20 @@ void add_formats_command(CLI::App& app) {
                       r["name"].get<std::string>().c_str(), r["kind"].get<std::string>().c_str(), r["bits"].get<int>(),
                       e.c_str(), m.c_str(), bias.c_str(), max.c_str(), min_normal.c_str(), min_sub.c_str(),
                       r["specials"].get<std::string>().c_str());
+        out << line;
+      }
+      out << "\nBlock-scaled formats\n";
+      std::snprintf(line, sizeof line, "%-18s %-6s %-8s %4s %9s  %-15s %-6s %s\n", "name", "family", "element", "bits",
+                    "max elem", "blocks", "rule", "scale");
+      out << line;
+      for (const auto& r : block_rows) {
+        const std::string element = r["element"].get<std::string>().substr(0, 4);
+        std::snprintf(line, sizeof line, "%-18s %-6s %-8s %4d %9s  %-15s %-6s %s\n",
+                      r["name"].get<std::string>().c_str(), r["family"].get<std::string>().c_str(), element.c_str(),
+                      r["element_bits"].get<int>(), shortest(r["max_elem"].get<double>()).c_str(),
+                      r["layout"].get<std::string>().c_str(),
+                      r["family"] == "mx" ? r["scale_rule"].get<std::string>().c_str() : "-",
+                      r["scale"].get<std::string>().c_str());
         out << line;
       }
     }

@@ -15,9 +15,11 @@
 #include <vector>
 
 #include "cli/commands.hpp"
+#include "sim/precision/block_writeback.hpp"
 #include "sim/precision/format.hpp"
 #include "sim/precision/policy.hpp"
 #include "sim/precision/rounding.hpp"
+#include "sim/precision/storage_format.hpp"
 #include "sim/precision/writeback.hpp"
 
 namespace wbaudit::cli {
@@ -110,11 +112,272 @@ struct Args {
   std::optional<double> absmax;
   bool json = false;
   std::string file;
+  std::vector<std::string> rows;  // block formats: rows given on the command line
 };
+
+// ---- Block-scaled formats: a tensor of rows, one write-back explained per coordinate and block ----
+
+// The values of one row: numbers separated by whitespace or commas; "V*N" stands for N copies of V.
+std::vector<double> parse_row(const std::string& text, const std::string& where) {
+  std::vector<double> out;
+  std::string token;
+  std::string spaced = text;
+  for (char& c : spaced) {
+    if (c == ',') {
+      c = ' ';
+    }
+  }
+  std::istringstream tokens(spaced);
+  while (tokens >> token) {
+    std::size_t copies = 1;
+    std::string value = token;
+    if (const auto star = token.find('*'); star != std::string::npos) {
+      const std::string count = token.substr(star + 1);
+      std::size_t n = 0;
+      const auto r = std::from_chars(count.data(), count.data() + count.size(), n);
+      if (count.empty() || r.ec != std::errc() || r.ptr != count.data() + count.size() || n == 0 || n > (1u << 24)) {
+        throw std::invalid_argument(where + ": \"" + token + "\": the count after * must be an integer in 1..2^24");
+      }
+      copies = n;
+      value = token.substr(0, star);
+    }
+    const double v = parse_value(value, where);
+    out.insert(out.end(), copies, v);
+  }
+  return out;
+}
+
+std::string scale_text(const sim::BlockFormatSpec& fmt, int exp, float s_b, float s_enc) {
+  if (fmt.family == sim::BlockFamily::mx) {
+    return "X = 2^" + std::to_string(exp) + " (E8M0 " + code_text(sim::e8m0_encode(exp), 8) + ")";
+  }
+  return "s_b = " + decimal(s_b) + ", S_enc = " + decimal(s_enc);
+}
+
+nlohmann::json scale_json(const sim::BlockFormatSpec& fmt, int exp, float s_b, float s_enc) {
+  if (fmt.family == sim::BlockFamily::mx) {
+    return {{"exponent", exp}, {"scale", std::ldexp(1.0, exp)}, {"e8m0", sim::e8m0_encode(exp)}};
+  }
+  return {{"s_b", s_b}, {"s_enc", s_enc}};
+}
+
+void run_block_round(const Args& a, const sim::StorageFormat& sf) {
+  const sim::BlockFormatSpec& fmt = sf.blocks;
+  if (a.scale || a.absmax) {
+    throw std::invalid_argument(std::string(a.scale ? "--scale" : "--absmax") + " applies only to intK formats; " +
+                                sf.name + " computes its scales from the values");
+  }
+  const sim::WritebackPolicy policy = sim::make_policy(a.policy, a.sr_bits, a.sr_stream);
+  if (policy.policy == sim::Policy::master) {
+    throw std::invalid_argument("policy master keeps an fp32 copy and has no single-value rounding; use nearest");
+  }
+  // The tensor: rows from --row, or one row per non-comment line of the file (stdin).
+  std::vector<std::vector<double>> rows;
+  std::vector<std::string> row_where;
+  if (!a.rows.empty()) {
+    if (!a.file.empty()) {
+      throw std::invalid_argument("give the rows with --row or in a file, not both");
+    }
+    for (std::size_t r = 0; r < a.rows.size(); ++r) {
+      row_where.push_back("--row " + std::to_string(r + 1));
+      rows.push_back(parse_row(a.rows[r], row_where.back()));
+    }
+  } else {
+    std::istream* in = &std::cin;
+    std::ifstream file;
+    const std::string source = a.file.empty() ? "<stdin>" : a.file;
+    if (!a.file.empty()) {
+      file.open(a.file);
+      if (!file) {
+        throw std::invalid_argument("cannot open " + a.file + ": " + std::strerror(errno));
+      }
+      in = &file;
+    }
+    std::string line;
+    std::size_t line_no = 0;
+    while (std::getline(*in, line)) {
+      ++line_no;
+      const std::string t = trim(line);
+      if (t.empty() || t[0] == '#') {
+        continue;
+      }
+      row_where.push_back(source + ":" + std::to_string(line_no));
+      rows.push_back(parse_row(t, row_where.back()));
+    }
+    if (in->bad()) {
+      throw std::runtime_error("error reading " + source);
+    }
+  }
+  if (rows.empty()) {
+    throw std::invalid_argument("no values: give rows with --row or one row per line of a file or stdin");
+  }
+  for (std::size_t r = 1; r < rows.size(); ++r) {
+    if (rows[r].size() != rows[0].size()) {
+      throw std::invalid_argument(row_where[r] + ": " + std::to_string(rows[r].size()) +
+                                  " values; the tensor's rows have " + std::to_string(rows[0].size()) + " (" +
+                                  row_where[0] + ")");
+    }
+  }
+  const sim::RowMajorShape shape{static_cast<std::int64_t>(rows.size()), static_cast<std::int64_t>(rows[0].size())};
+  std::vector<float> input;
+  for (std::size_t r = 0; r < rows.size(); ++r) {
+    for (std::size_t c = 0; c < rows[r].size(); ++c) {
+      const double v = rows[r][c];
+      const auto f = static_cast<float>(v);
+      if (!std::isfinite(f)) {
+        throw std::invalid_argument(row_where[r] + ": value " + exact_text(v) + " (column " + std::to_string(c) +
+                                    ") overflows fp32 (block formats hold fp32 values)");
+      }
+      input.push_back(f);
+    }
+  }
+  const auto n = static_cast<std::size_t>(shape.size());
+  std::vector<float> u;
+  bool u_rounded = false;  // some proposal was not an fp32 value and was rounded to one (the output says so)
+  if (a.update) {
+    const std::vector<double> ud = parse_row(*a.update, "--update");
+    if (ud.size() != n) {
+      throw std::invalid_argument("--update has " + std::to_string(ud.size()) + " values; the tensor has " +
+                                  std::to_string(n) + " (" + std::to_string(shape.rows) + " x " +
+                                  std::to_string(shape.cols) + ", row-major; V*N repeats V)");
+    }
+    for (std::size_t i = 0; i < n; ++i) {
+      const auto f = static_cast<float>(ud[i]);
+      if (!std::isfinite(f) || (f == 0 && ud[i] != 0)) {
+        throw std::invalid_argument("--update value " + std::to_string(i) + " = " + exact_text(ud[i]) +
+                                    (f == 0 ? " underflows" : " overflows") + " fp32 (proposals are fp32)");
+      }
+      u_rounded = u_rounded || static_cast<double>(f) != ud[i];
+      u.push_back(f);
+    }
+  }
+  const sim::RngKey key{a.seed, a.step, a.tensor};
+  // q(input): the rounding of the input values (the scales they imply), under nearest.
+  std::vector<float> w = input;
+  const std::vector<float> zeros(n, 0.0f);
+  const sim::BlockWritebackExplained q =
+      sim::block_writeback_explain(fmt, sim::WritebackPolicy{}, key, shape, w, zeros, {});
+  std::optional<sim::BlockWritebackExplained> wb;
+  std::vector<float> result = w;
+  if (a.update) {
+    wb = sim::block_writeback_explain(fmt, policy, key, shape, result, u, sf.options);
+  }
+  const std::int64_t nblocks = sim::block_count(fmt, shape);
+  nlohmann::json blocks = nlohmann::json::array();
+  std::ostringstream text;
+  text << "format " << sf.name << ", tensor [" << shape.rows << " x " << shape.cols << "], " << nblocks
+       << (nblocks == 1 ? " block" : " blocks");
+  if (a.update) {
+    text << "; write-back of w = q(input) with u under " << sim::policy_name(policy.policy)
+         << (policy.sr_bits > 0 ? " (sr_bits " + std::to_string(policy.sr_bits) + ")" : "")
+         << (u_rounded ? " [--update rounded to fp32]" : "");
+  }
+  text << "\n";
+  for (std::int64_t b = 0; b < nblocks; ++b) {
+    const sim::BlockLocation where = sim::block_at(fmt, shape, b);
+    const sim::BlockScaleChange& s = q.scales[b];
+    nlohmann::json jb = {{"block", b},
+                         {"rows", {where.row_begin, where.row_end}},
+                         {"columns", {where.col_begin, where.col_end}},
+                         {"scale", scale_json(fmt, s.exp_new, s.s_b_new, s.s_enc_new)}};
+    text << sim::describe_block(where) << ": " << scale_text(fmt, s.exp_new, s.s_b_new, s.s_enc_new);
+    if (wb) {
+      const sim::BlockScaleChange& c = wb->scales[b];
+      const std::string change =
+          c.skipped ? "skipped" : (c.order > 0 ? "rescaled up" : (c.order < 0 ? "rescaled down" : "unchanged"));
+      jb["scale_after"] = scale_json(fmt, c.exp_new, c.s_b_new, c.s_enc_new);
+      jb["scale_change"] = change;
+      if (!c.skipped) {
+        text << " -> " << scale_text(fmt, c.exp_new, c.s_b_new, c.s_enc_new);
+      }
+      text << " (" << change << ")";
+    }
+    text << "\n";
+    blocks.push_back(jb);
+  }
+  nlohmann::json values = nlohmann::json::array();
+  std::ostringstream line;  // one coordinate's row (printed without trailing blanks)
+  text << (wb ? "index  row col  input            w = q(input)     u                w'               event\n"
+              : "index  row col  input            rounded          note\n");
+  const auto pad = [](const std::string& s, std::size_t width) {
+    return s + std::string(s.size() < width ? width - s.size() : 1, ' ');
+  };
+  for (std::size_t i = 0; i < n; ++i) {
+    const auto r = static_cast<std::int64_t>(i) / shape.cols, c = static_cast<std::int64_t>(i) % shape.cols;
+    nlohmann::json v = {{"index", i},
+                        {"row", r},
+                        {"column", c},
+                        {"input", exact_text(rows[r][c])},
+                        {"rounded", decimal(w[i])},
+                        {"saturated", static_cast<bool>(q.saturated[i])}};
+    line.str("");
+    line << pad(std::to_string(i), 7) << pad(std::to_string(r), 4) << pad(std::to_string(c), 5)
+         << pad(decimal(input[i]), 17) << pad(decimal(w[i]), 17);
+    if (wb) {
+      const std::string event = sim::block_event_name(wb->events[i]);
+      v["u"] = decimal(u[i]);
+      v["result"] = decimal(result[i]);
+      v["event"] = event;
+      v["result_saturated"] = static_cast<bool>(wb->saturated[i]);
+      line << pad(decimal(u[i]), 17) << pad(decimal(result[i]), 17) << event << (wb->saturated[i] ? ",saturated" : "");
+    } else if (q.saturated[i]) {
+      line << "saturated";
+    }
+    std::string row = line.str();
+    row.erase(row.find_last_not_of(' ') + 1);
+    text << row << "\n";
+    values.push_back(v);
+  }
+  nlohmann::json out = {{"format", sf.name},
+                        {"shape", {shape.rows, shape.cols}},
+                        {"policy", sim::policy_name(policy.policy)},
+                        {"sr_bits", policy.sr_bits},
+                        {"seed", a.seed},
+                        {"step", a.step},
+                        {"tensor", a.tensor},
+                        {"update_rounded_to_fp32", u_rounded},
+                        {"blocks", blocks},
+                        {"values", values}};
+  if (wb) {
+    const sim::BlockWritebackCounts& k = wb->counts;
+    out["counts"] = {{"nonzero", k.nonzero},
+                     {"erased", k.erased},
+                     {"erased_grid", k.erased_grid},
+                     {"erased_saturation", k.erased_saturation},
+                     {"erased_scale", k.erased_scale},
+                     {"applied", k.applied},
+                     {"collateral", k.collateral},
+                     {"flushed", k.flushed},
+                     {"saturated", k.saturated},
+                     {"sr_applied", k.sr_applied},
+                     {"sr_truncated", k.sr_truncated},
+                     {"blocks", k.blocks},
+                     {"blocks_skipped", k.blocks_skipped},
+                     {"rescaled_up", k.rescaled_up},
+                     {"rescaled_down", k.rescaled_down}};
+    text << "events: nonzero " << k.nonzero << ", erased " << k.erased << " (grid " << k.erased_grid << ", saturation "
+         << k.erased_saturation << ", scale " << k.erased_scale << "), applied " << k.applied << ", collateral "
+         << k.collateral << " (flushed " << k.flushed << "), saturated " << k.saturated << "; blocks " << k.blocks
+         << ", rescaled up " << k.rescaled_up << ", rescaled down " << k.rescaled_down << ", skipped "
+         << k.blocks_skipped << "\n";
+  }
+  if (policy.stream != sim::SrStream::philox) {
+    out["sr_stream"] = sim::sr_stream_name(policy.stream);
+  }
+  std::cout << (a.json ? out.dump(2) + "\n" : text.str());
+}
 
 void run_round(Args a) {
   a.seed = parse_seed(a.seed_text);
-  sim::FormatSpec fmt = sim::format_from_name(a.format);
+  const sim::StorageFormat storage = sim::storage_format_from_name(a.format);
+  if (storage.block) {
+    run_block_round(a, storage);
+    return;
+  }
+  if (!a.rows.empty()) {
+    throw std::invalid_argument("--row applies to block formats (" + a.format + " rounds one value per line)");
+  }
+  sim::FormatSpec fmt = storage.scalar;
   if ((a.scale || a.absmax) && fmt.kind != sim::FormatKind::integer) {
     throw std::invalid_argument(std::string(a.scale ? "--scale" : "--absmax") +
                                 " applies only to integer formats, not " + a.format);
@@ -318,14 +581,23 @@ void add_round_command(CLI::App& app) {
   cmd->add_option("--scale", args->scale, "Scale of an integer format, an fp32 value (default 1)");
   cmd->add_option("--absmax", args->absmax,
                   "Integer formats: the scale the simulator derives from this absmax (absmax / level max, in fp32)");
+  cmd->add_option("--row", args->rows,
+                  "Block formats: one row of the tensor (values separated by spaces or commas, V*N repeats V); "
+                  "repeat for more rows");
   cmd->add_flag("--json", args->json, "Machine-readable output");
-  cmd->add_option("file", args->file, "File with one value per line (decimal or hex-float); default: stdin");
+  cmd->add_option("file", args->file,
+                  "File with one value per line (decimal or hex-float); block formats: one row per line; "
+                  "default: stdin");
   cmd->footer(
       "Values are read as doubles and rounded exactly (ties to even; beyond max finite: saturated).\n"
       "Examples:\n"
       "  printf '1.3\\n464\\n0x1.8p-9\\n' | wbaudit round --format e4m3\n"
       "  echo 1 | wbaudit round --format bf16 --update 0x1p-8          # erased: tie, 1 is even\n"
-      "  echo 1 | wbaudit round --format bf16 --update 0.001 --policy stochastic --seed 3");
+      "  echo 1 | wbaudit round --format bf16 --update 0.001 --policy stochastic --seed 3\n"
+      "Block formats (mxfp8_e4m3, ..., nvfp4:2d; `wbaudit formats`) round a tensor given as rows (--row or one row\n"
+      "per line); --update gives u for every coordinate, row-major, and prints each coordinate's event (erased:grid,\n"
+      "erased:saturation, erased:scale, applied, collateral, collateral:flushed) and each block's scale change:\n"
+      "  wbaudit round --format mxfp4_e2m1 --row '3 0.25*31' --update '1 0*31'   # scale up, 31 elements flush");
   cmd->callback([args] { run_round(*args); });
 }
 

@@ -86,6 +86,14 @@ if(WBAUDIT_BUILD_TESTS)
   if(NOT GTest_FOUND)
     wbaudit_missing("GoogleTest" "apt-get install libgtest-dev")
   endif()
+  # LLVM's APFloat: the independent reference of the block formats' element rounding (a test-only binary; the library
+  # never links it).
+  # (Float6E3M2FN, Float6E2M3FN and Float4E2M1FN arrived in LLVM 19; LLVM's version file accepts only an exact
+  # major.minor, so the version is checked here.)
+  find_package(LLVM CONFIG QUIET HINTS /usr/lib/llvm-19/lib/cmake/llvm)
+  if(NOT LLVM_FOUND OR LLVM_VERSION_MAJOR LESS 19)
+    wbaudit_missing("LLVM 19 (APFloat, for the precision tests)" "apt-get install llvm-19-dev")
+  endif()
 endif()
 if(WBAUDIT_BUILD_BENCH)
   find_package(benchmark QUIET)

@@ -11,8 +11,10 @@
 
 #include "sim/checkpoint.hpp"
 #include "sim/model_registry.hpp"
+#include "sim/precision/block_writeback.hpp"
 #include "sim/precision/format.hpp"
 #include "sim/precision/policy.hpp"
+#include "sim/precision/storage_format.hpp"
 #include "sim/precision/writeback.hpp"
 #include "sim/trace/expected_projection.hpp"
 #include "sim/trace/reference_histograms.hpp"
@@ -56,6 +58,26 @@ FormatSpec tensor_format(const std::string& name, const std::vector<float>& valu
     fmt = int_format(k, int_scale_for_absmax(k, absmax));
   }
   return fmt;
+}
+
+TargetFormat target_format(const std::string& name, const std::vector<float>& values,
+                           const std::vector<std::int64_t>& dims) {
+  const StorageFormat storage = storage_format_from_name(name);
+  TargetFormat t;
+  if (!storage.block) {
+    t.scalar = tensor_format(name, values);
+    return t;
+  }
+  t.scalar = storage.scalar;
+  t.block = true;
+  t.blocks = storage.blocks;
+  t.options = storage.options;
+  t.shape = row_major_shape(dims);
+  if (static_cast<std::size_t>(t.shape.size()) != values.size()) {
+    throw std::invalid_argument("target_format: the tensor's shape holds " + std::to_string(t.shape.size()) +
+                                " values, it has " + std::to_string(values.size()));
+  }
+  return t;
 }
 
 template <class ExecSpace>
@@ -102,20 +124,29 @@ Training<ExecSpace>::Training(const ExecSpace& space, const RunConfig& config)
       g.init_absmax = absmax;
       m_margin_formats.push_back(margin_formats(trace.margin, absmax));
       for (const std::string& name : config.project_formats) {
-        m_project_formats[t].push_back(tensor_format(name, init));
+        m_project_formats[t].push_back(target_format(name, init, m_model->tensor_shape(t)));
         // Every series the trace will hold is declared now (a streaming writer creates its datasets from them).
         ProjectedSeries& series = g.projected[name];
+        const TargetFormat& pf = m_project_formats[t].back();
+        if (pf.block) {
+          series.block_events.blocks = block_count(pf.blocks, pf.shape);  // block formats: no expected projections
+          continue;
+        }
         for (const WritebackPolicy& policy : config.project_policies) series.expected[projection_name(policy)];
       }
     } else {
-      m_target_formats.push_back(
-          tensor_format(storage_format_of(config.target.format, config.target.group_formats, g.name), init));
+      const std::string name = storage_format_of(config.target.format, config.target.group_formats, g.name);
+      m_target_formats.push_back(target_format(name, init, m_model->tensor_shape(t)));
+      if (m_target_formats.back().block) {
+        g.block_format = name;
+        g.block_events.blocks = block_count(m_target_formats.back().blocks, m_target_formats.back().shape);
+      }
       if (m_policy.policy == Policy::master) {
         m_masters.emplace_back(Kokkos::view_alloc(space, Kokkos::WithoutInitializing, "wbaudit::sim::Training::master"),
                                sizes[t]);
         Kokkos::deep_copy(space, m_masters.back(), m_model->parameter(t));
       }
-      quantize(space, m_target_formats[t], m_model->parameter(t));
+      hold_in_target_format(t, init);
     }
     trace.groups.push_back(std::move(g));
   }
@@ -206,13 +237,31 @@ void Training<ExecSpace>::step(const RunHooks& hooks) {
         }
         // Non-finite values were rejected above, so project_erasure sees finite inputs only.
         for (std::size_t f = 0; f < m_project_formats[t].size(); ++f) {
-          const WritebackCounts c =
-              project_erasure(space, m_project_formats[t][f], Kokkos::View<const float*, memory_space>(w), u);
+          const TargetFormat& pf = m_project_formats[t][f];
           ProjectedSeries& series = g.projected[config.project_formats[f]];
+          if (pf.block) {
+            // Block formats: the events of writing back q(w) + u blockwise under nearest, by cause (block_project).
+            const BlockWritebackCounts b = block_project(
+                space, pf.blocks, RngKey{config.seed, static_cast<std::uint64_t>(step), static_cast<std::uint32_t>(t)},
+                pf.shape, Kokkos::View<const float*, memory_space>(w), u);
+            series.erased.push_back(b.erased);
+            series.fraction.push_back(fraction(b.erased, b.nonzero));
+            BlockEventSeries& e = series.block_events;
+            e.blocks = block_count(pf.blocks, pf.shape);
+            e.erased_grid.push_back(b.erased_grid);
+            e.erased_saturation.push_back(b.erased_saturation);
+            e.erased_scale.push_back(b.erased_scale);
+            e.collateral.push_back(b.collateral);
+            e.flushed.push_back(b.flushed);
+            e.rescaled_up.push_back(b.rescaled_up);
+            e.rescaled_down.push_back(b.rescaled_down);
+            continue;
+          }
+          const WritebackCounts c = project_erasure(space, pf.scalar, Kokkos::View<const float*, memory_space>(w), u);
           series.erased.push_back(c.erased);
           series.fraction.push_back(fraction(c.erased, c.nonzero));
           // The expected erased fraction of each declared stochastic policy (expected_projection.hpp).
-          record_expected_projections(space, m_project_formats[t][f], config.project_policies,
+          record_expected_projections(space, pf.scalar, config.project_policies,
                                       Kokkos::View<const float*, memory_space>(w), u, series);
         }
       }
@@ -233,13 +282,24 @@ void Training<ExecSpace>::step(const RunHooks& hooks) {
         non_finite(g.name, step, std::to_string(bad) + " coordinates");
       }
     } else {
-      const WritebackCounts c = write_back(t, w, u);
+      BlockWritebackCounts b;
+      const WritebackCounts c = write_back(t, w, u, &b);
       if (record) {
         g.nonzero.push_back(c.nonzero);
         g.erased.push_back(c.erased);
         g.saturated.push_back(c.saturated);
         g.applied.push_back(c.applied);
         g.erased_fraction.push_back(fraction(c.erased, c.nonzero));
+        if (!g.block_events.empty()) {
+          BlockEventSeries& s = g.block_events;
+          s.erased_grid.push_back(b.erased_grid);
+          s.erased_saturation.push_back(b.erased_saturation);
+          s.erased_scale.push_back(b.erased_scale);
+          s.collateral.push_back(b.collateral);
+          s.flushed.push_back(b.flushed);
+          s.rescaled_up.push_back(b.rescaled_up);
+          s.rescaled_down.push_back(b.rescaled_down);
+        }
       }
     }
     if (hooks.on_update) {
@@ -296,9 +356,11 @@ std::size_t Training<ExecSpace>::recorder_bytes() const {
     add(g.erased_fraction);
     add(g.exact_w);
     add(g.exact_u);
+    for (const BlockEventField& f : kBlockEventFields) add(g.block_events.*f.series);
     for (const auto& [name, p] : g.projected) {
       add(p.erased);
       add(p.fraction);
+      for (const BlockEventField& f : kBlockEventFields) add(p.block_events.*f.series);
       for (const auto& [policy, e] : p.expected) {
         add(e.erased);
         add(e.fraction);
@@ -310,18 +372,59 @@ std::size_t Training<ExecSpace>::recorder_bytes() const {
 }
 
 template <class ExecSpace>
+void Training<ExecSpace>::hold_in_target_format(int t, const std::vector<float>& values) {
+  const TargetFormat& target = m_target_formats[t];
+  if (!target.block) {
+    quantize(m_space, target.scalar, m_model->parameter(t));
+    return;
+  }
+  try {
+    block_quantize(m_space, target.blocks, target.shape, m_model->parameter(t));
+  } catch (const std::exception& e) {
+    throw std::runtime_error("run_cell: tensor " + m_model->tensor_name(t) + " at step " + std::to_string(m_step) +
+                             ": cannot hold " + std::to_string(values.size()) + " values in " + target.blocks.name +
+                             ": " + e.what());
+  }
+}
+
+template <class ExecSpace>
 WritebackCounts Training<ExecSpace>::write_back(int t, Kokkos::View<float*, typename ExecSpace::memory_space> w,
-                                                Kokkos::View<const float*, typename ExecSpace::memory_space> u) {
+                                                Kokkos::View<const float*, typename ExecSpace::memory_space> u,
+                                                BlockWritebackCounts* block_counts) {
+  const TargetFormat& target = m_target_formats[t];
+  const RngKey key{m_config.seed, static_cast<std::uint64_t>(m_step), static_cast<std::uint32_t>(t)};
+  if (target.block) {
+    // Block-scaled: the whole block re-quantized from w + u (block_writeback.hpp); errors name tensor, step, block.
+    BlockWritebackCounts b;
+    try {
+      b = m_policy.policy == Policy::master
+              ? block_writeback_master(m_space, target.blocks, key, target.shape, m_masters[t], w, u, target.options)
+              : block_writeback(m_space, target.blocks, m_policy, key, target.shape, w, u, target.options);
+    } catch (const NonFiniteError& e) {
+      non_finite(m_trace.groups[t].name, m_step, e.what());
+    } catch (const BlockScaleError& e) {
+      throw std::runtime_error("run_cell: tensor " + m_trace.groups[t].name + " at step " + std::to_string(m_step) +
+                               ": " + e.what());
+    }
+    if (block_counts != nullptr) {
+      *block_counts = b;
+    }
+    WritebackCounts c;
+    c.nonzero = b.nonzero;
+    c.erased = b.erased;
+    c.saturated = b.saturated;
+    c.applied = b.applied;
+    return c;
+  }
   // Groups kept in fp32 take the plain fp32 update (round to nearest), whatever the run's policy.
-  const FormatSpec& fmt = m_target_formats[t];
+  const FormatSpec& fmt = target.scalar;
   const bool fp32_group = std::string_view(fmt.name) == "fp32";
   try {
     if (m_policy.policy == Policy::master && !fp32_group) {
       return writeback_master(m_space, fmt, m_masters[t], w, u);
     }
     const WritebackPolicy policy = fp32_group ? WritebackPolicy{} : m_policy;
-    return writeback(m_space, fmt, policy,
-                     RngKey{m_config.seed, static_cast<std::uint64_t>(m_step), static_cast<std::uint32_t>(t)}, w, u);
+    return writeback(m_space, fmt, policy, key, w, u);
   } catch (const NonFiniteError& e) {
     non_finite(m_trace.groups[t].name, m_step, e.what());
   }
@@ -471,9 +574,10 @@ void Training<ExecSpace>::requantize_from_current() {
   // Replays hold the checkpoint's weights in the replay format; intK takes its scale from their absmax.
   for (int t = 0; t < m_model->tensor_count(); ++t) {
     const std::vector<float> values = to_host(m_model->parameter(t));
-    m_target_formats[t] = tensor_format(
-        storage_format_of(m_config.target.format, m_config.target.group_formats, m_model->tensor_name(t)), values);
-    quantize(m_space, m_target_formats[t], m_model->parameter(t));
+    m_target_formats[t] =
+        target_format(storage_format_of(m_config.target.format, m_config.target.group_formats, m_model->tensor_name(t)),
+                      values, m_model->tensor_shape(t));
+    hold_in_target_format(t, values);
   }
   m_space.fence();
 }

@@ -10,6 +10,7 @@
 #include "sim/model/model.hpp"
 #include "sim/precision/format.hpp"
 #include "sim/precision/policy.hpp"
+#include "sim/precision/storage_format.hpp"
 #include "sim/precision/writeback.hpp"
 #include "sim/run.hpp"
 #include "sim/trace/margin_histogram.hpp"
@@ -24,6 +25,18 @@ std::unique_ptr<TrainableModel<ExecSpace>> make_model(const ExecSpace& space, co
 // The format a tensor is held in (or projected to); intK takes its per-tensor scale from the absmax of `values`
 // (the fp32 initialization, DESIGN §2 in docs/formats.md).
 FormatSpec tensor_format(const std::string& name, const std::vector<float>& values);
+
+// The format a target tensor is held in: a per-tensor format (tensor_format) or a block-scaled one with the tensor's
+// row-major shape (blocks along its last dimension).
+struct TargetFormat {
+  FormatSpec scalar;  // per-tensor formats (block formats: the element format, unused by the write-back)
+  bool block = false;
+  BlockFormatSpec blocks;
+  BlockWritebackOptions options;
+  RowMajorShape shape;
+};
+TargetFormat target_format(const std::string& name, const std::vector<float>& values,
+                           const std::vector<std::int64_t>& dims);
 
 template <class ExecSpace>
 class Training {
@@ -71,7 +84,8 @@ class Training {
   void validate_now();
   void flush_rows();  // streaming: the rows held so far to the writer
   WritebackCounts write_back(int tensor, Kokkos::View<float*, memory_space> w,
-                             Kokkos::View<const float*, memory_space> u);
+                             Kokkos::View<const float*, memory_space> u, BlockWritebackCounts* block_counts);
+  void hold_in_target_format(int tensor, const std::vector<float>& values);
 
   ExecSpace m_space;
   RunConfig m_config;
@@ -84,11 +98,11 @@ class Training {
   std::int64_t m_step = 0;
   Trace m_trace;
   std::vector<Kokkos::View<float*, memory_space>> m_proposals, m_masters;
-  std::vector<std::vector<MarginFormat>> m_margin_formats;  // reference: per tensor, the margin histogram's formats
-  std::vector<FormatSpec> m_target_formats;                 // target: per tensor
-  std::vector<std::vector<FormatSpec>> m_project_formats;   // reference: per tensor, per declared format
-  TraceWriter* m_writer = nullptr;                          // streaming: where rows go after each step
-  TraceRows m_streamed;                                     // rows of the trace already in the writer
+  std::vector<std::vector<MarginFormat>> m_margin_formats;   // reference: per tensor, the margin histogram's formats
+  std::vector<TargetFormat> m_target_formats;                // target: per tensor
+  std::vector<std::vector<TargetFormat>> m_project_formats;  // reference: per tensor, per declared format
+  TraceWriter* m_writer = nullptr;                           // streaming: where rows go after each step
+  TraceRows m_streamed;                                      // rows of the trace already in the writer
 };
 
 }  // namespace wbaudit::sim

@@ -9,6 +9,7 @@
 #include "sim/model_registry.hpp"
 #include "sim/precision/format.hpp"
 #include "sim/precision/policy.hpp"
+#include "sim/precision/storage_format.hpp"
 #include "sim/precision/writeback.hpp"
 #include "sim/trace/margin_histogram.hpp"
 
@@ -55,7 +56,7 @@ std::map<std::string, std::string> group_formats_from_json(const json& gf, const
     require(!item.key().empty(), where, "empty group name");
     require(item.value().is_string(), path, "expected a format name");
     const std::string name = item.value().get<std::string>();
-    named(path, [&] { return format_from_name(name); });
+    named(path, [&] { return storage_format_from_name(name); });
     out[item.key()] = name;
   }
   return out;
@@ -250,7 +251,7 @@ void parse_target(const ConfigReader& top, RunConfig& c) {
     require(c.mode != RunMode::target, "target", "required in target mode");
   }
   if (c.mode == RunMode::target) {
-    named("target.format", [&] { return format_from_name(c.target.format); });
+    named("target.format", [&] { return storage_format_from_name(c.target.format); });
     require(c.target.sr_bits >= 0 && c.target.sr_bits <= 32, "target.sr_bits", "must be in 0..32");
     named("target.policy", [&] { return make_policy(c.target.policy, c.target.sr_bits); });
     named("target.sr_stream", [&] { return make_policy(c.target.policy, c.target.sr_bits, c.target.sr_stream); });
@@ -293,7 +294,7 @@ void parse_validation_and_replay(const ConfigReader& top, RunConfig& c) {
           std::to_string(c.replay.checkpoints) + " checkpoints do not fit in " + std::to_string(c.steps) + " steps");
   require(c.replay.steps > 0, "replay.steps", "must be positive");
   require(c.replay.sr_bits >= 0 && c.replay.sr_bits <= 32, "replay.sr_bits", "must be in 0..32");
-  named("replay.format", [&] { return format_from_name(c.replay.format); });
+  named("replay.format", [&] { return storage_format_from_name(c.replay.format); });
   std::set<std::string> seen;
   for (const std::string& p : c.replay.policies) {
     named("replay.policies", [&] { return make_policy(p, c.replay.sr_bits); });
@@ -312,7 +313,7 @@ void parse_projections(const ConfigReader& top, RunConfig& c) {
       const std::string path = "project_formats[" + std::to_string(i) + "]";
       require((*p)[i].is_string(), path, "expected a string");
       const std::string name = (*p)[i].get<std::string>();
-      named(path, [&] { return format_from_name(name); });
+      named(path, [&] { return storage_format_from_name(name); });
       require(std::find(c.project_formats.begin(), c.project_formats.end(), name) == c.project_formats.end(), path,
               "duplicate format \"" + name + "\"");
       c.project_formats.push_back(name);

@@ -18,9 +18,11 @@
 #include <vector>
 
 #include "sim/precision/audit.hpp"
+#include "sim/precision/block_writeback.hpp"
 #include "sim/precision/format.hpp"
 #include "sim/precision/policy.hpp"
 #include "sim/precision/rounding.hpp"
+#include "sim/precision/storage_format.hpp"
 #include "sim/precision/writeback.hpp"
 #include "sim/trace/ratio_histogram.hpp"
 #include "sim/trace/record_schedule.hpp"
@@ -129,7 +131,69 @@ std::string where(const std::string& tensor, std::uint64_t step) {
   return tensor.empty() ? "" : "tensor " + tensor + ", step " + std::to_string(step) + ": ";
 }
 
+py::dict block_counts_dict(const BlockWritebackCounts& c) {
+  py::dict d;
+  d["nonzero"] = c.nonzero;
+  d["erased"] = c.erased;
+  d["erased_grid"] = c.erased_grid;
+  d["erased_saturation"] = c.erased_saturation;
+  d["erased_scale"] = c.erased_scale;
+  d["applied"] = c.applied;
+  d["collateral"] = c.collateral;
+  d["flushed"] = c.flushed;
+  d["saturated"] = c.saturated;
+  d["sr_applied"] = c.sr_applied;
+  d["sr_truncated"] = c.sr_truncated;
+  d["blocks"] = c.blocks;
+  d["blocks_skipped"] = c.blocks_skipped;
+  d["rescaled_up"] = c.rescaled_up;
+  d["rescaled_down"] = c.rescaled_down;
+  return d;
+}
+
+// The block layout of an array: blocks run along its last dimension (a 1-D array is one row).
+RowMajorShape block_shape(const py::array& a) {
+  return row_major_shape(std::vector<std::int64_t>(a.shape(), a.shape() + a.ndim()));
+}
+
+// w <- q^policy(w + u) blockwise on host arrays (the Kokkos kernels); nothing is written when it throws.
+BlockWritebackCounts block_writeback_arrays(const StorageFormat& sf, const WritebackPolicy& policy, const RngKey& key,
+                                            const RowMajorShape& shape, float* w, const float* u, std::size_t n,
+                                            std::uint64_t first_coordinate, const std::string& tensor) {
+  const Kokkos::View<float*, Space::memory_space, Kokkos::MemoryUnmanaged> wv(w, n);
+  const Kokkos::View<const float*, Space::memory_space, Kokkos::MemoryUnmanaged> uv(u, n);
+  BlockWritebackOptions options = sf.options;
+  options.first_coordinate = first_coordinate;
+  try {
+    return block_writeback(Space(), sf.blocks, policy, key, shape, wv, uv, options);
+  } catch (const NonFiniteError& e) {
+    py::gil_scoped_acquire acquire;
+    throw py::value_error(where(tensor, key.step) + e.what());
+  } catch (const BlockScaleError& e) {
+    py::gil_scoped_acquire acquire;
+    throw py::value_error(where(tensor, key.step) + e.what());
+  }
+}
+
 // ---- functions --------------------------------------------------------------------------------------------
+
+py::list block_formats() {
+  py::list out;
+  for (const std::string& name : known_block_format_names()) {
+    const BlockFormatSpec f = block_format_from_name(name);
+    py::dict d;
+    d["name"] = name;
+    d["family"] = f.family == BlockFamily::mx ? "mx" : "nvfp4";
+    d["element"] = f.element.kind == FormatKind::integer ? std::string("int8") : std::string(f.element.name);
+    d["block_size"] = f.block_size;
+    d["tiles_2d"] = f.tiles_2d;
+    d["scale_rule"] = f.family == BlockFamily::nvfp4 ? "nvfp4" : (f.rule == ScaleRule::floor ? "floor" : "rceil");
+    d["emax_elem"] = f.emax_elem;
+    d["max_elem"] = f.max_elem;
+    out.append(d);
+  }
+  return out;
+}
 
 py::list formats() {
   py::list out;
@@ -158,7 +222,7 @@ py::array_t<float> round_values(py::array x, const std::string& fmt_name, const 
                                 std::uint64_t seed, int sr_bits, std::uint64_t step, std::uint32_t tensor_id,
                                 std::optional<double> scale, const std::string& sr_stream) {
   ensure_kokkos();
-  const FormatSpec fmt = make_format(fmt_name, scale);
+  const StorageFormat sf = storage_format_from_name(fmt_name);
   const WritebackPolicy policy = make_policy(policy_name_, sr_bits, sr_stream);
   if (policy.policy != Policy::nearest && policy.policy != Policy::stochastic) {
     throw py::value_error("round: policy " + policy_name_ +
@@ -167,6 +231,36 @@ py::array_t<float> round_values(py::array x, const std::string& fmt_name, const 
   if (x.dtype().kind() != 'f' && x.dtype().kind() != 'i' && x.dtype().kind() != 'u') {
     throw py::type_error("round: x has dtype " + dtype_name(x) + " (expected a real array)");
   }
+  if (sf.block) {
+    // Blockwise along the last dimension: the scales from x itself, each element rounded at its block's scale (the
+    // write-back of x with u = 0). Block formats hold fp32 values: x must be exactly representable in fp32.
+    if (scale) {
+      throw py::value_error("scale applies only to intK formats; " + sf.name + " computes its scales from x");
+    }
+    py::array_t<double, py::array::c_style | py::array::forcecast> xd(x);
+    py::array_t<float> out(std::vector<py::ssize_t>(x.shape(), x.shape() + x.ndim()));
+    float* o = out.mutable_data();
+    const auto n = static_cast<std::size_t>(xd.size());
+    for (std::size_t i = 0; i < n; ++i) {
+      const double v = xd.data()[i];
+      o[i] = static_cast<float>(v);
+      if (std::isfinite(v) && static_cast<double>(o[i]) != v) {
+        throw py::value_error("round: x[" + std::to_string(i) + "] = " + std::to_string(v) + " is not an fp32 value (" +
+                              sf.name + " holds fp32 values; cast x to float32 first)");
+      }
+    }
+    const std::vector<float> zeros(n, 0.0f);
+    {
+      py::gil_scoped_release release;
+      BlockWritebackOptions none = sf.options;
+      none.skip_unchanged_blocks = false;  // rounding x: every block
+      StorageFormat every = sf;
+      every.options = none;
+      block_writeback_arrays(every, policy, RngKey{seed, step, tensor_id}, block_shape(x), o, zeros.data(), n, 0, "");
+    }
+    return out;
+  }
+  const FormatSpec fmt = make_format(fmt_name, scale);
   // Any real dtype is read as double (exact for float16/32/64 and integers up to 2^53).
   py::array_t<double, py::array::c_style | py::array::forcecast> xd(x);
   std::vector<py::ssize_t> shape(x.shape(), x.shape() + x.ndim());
@@ -202,6 +296,40 @@ py::tuple writeback_py(py::array w, py::array u, const std::string& fmt_name, co
                        std::optional<double> scale, std::optional<py::array> out, std::uint64_t first_coordinate,
                        const std::string& tensor, const std::string& sr_stream) {
   ensure_kokkos();
+  const StorageFormat sf = storage_format_from_name(fmt_name);
+  if (sf.block) {
+    const WritebackPolicy policy = make_policy(policy_name_, sr_bits, sr_stream);
+    if (policy.policy == Policy::master) {
+      throw py::value_error("writeback: policy master keeps an fp32 master copy; write back with nearest instead");
+    }
+    if (scale) {
+      throw py::value_error("scale applies only to intK formats; " + sf.name + " computes its scales from w + u");
+    }
+    same_shape(w, u, "w", "u");
+    const float* wd = float32_data<const float>(w, "w", fmt_name);
+    const float* ud = float32_data<const float>(u, "u", fmt_name);
+    py::array target;
+    if (out) {
+      target = *out;
+      same_shape(w, target, "w", "out");
+    } else {
+      target = py::array_t<float>(std::vector<py::ssize_t>(w.shape(), w.shape() + w.ndim()));
+    }
+    float* od = float32_data<float>(target, "out", fmt_name);
+    const auto n = static_cast<std::size_t>(w.size());
+    const RowMajorShape shape = block_shape(w);
+    BlockWritebackCounts counts;
+    {
+      py::gil_scoped_release release;
+      // The write-back refuses NaN/inf and out-of-range blocks before writing, so out is never half written; it
+      // works on a copy unless out is w itself.
+      std::vector<float> scratch(wd, wd + n);
+      counts = block_writeback_arrays(sf, policy, RngKey{seed, step, tensor_id}, shape, scratch.data(), ud, n,
+                                      first_coordinate, tensor);
+      std::memcpy(od, scratch.data(), n * sizeof(float));
+    }
+    return py::make_tuple(target, block_counts_dict(counts));
+  }
   const FormatSpec fmt = make_format(fmt_name, scale);
   const WritebackPolicy policy = make_policy(policy_name_, sr_bits, sr_stream);
   if (policy.policy == Policy::master) {
@@ -669,6 +797,9 @@ PYBIND11_MODULE(_core, m) {
   m.def("formats", &formats,
         "formats() -> list of dict\n\nThe built-in number formats and their parameters (name, kind, bits, exp_bits, "
         "man_bits, bias, max_finite, min_normal, min_subnormal, has_inf, has_nan, subnormals, max_level).");
+  m.def("block_formats", &block_formats,
+        "block_formats() -> list of dict\n\nThe block-scaled formats (name, family, element, block_size, tiles_2d, "
+        "scale_rule, emax_elem, max_elem). Any of them may take the option ':skip_unchanged_blocks'.");
   m.def("round", &round_values, py::arg("x"), py::arg("fmt"), py::arg("policy") = "nearest", py::arg("seed") = 0,
         py::arg("sr_bits") = 0, py::arg("step") = 0, py::arg("tensor_id") = 0, py::arg("scale") = py::none(),
         py::arg("sr_stream") = "philox",
@@ -680,7 +811,8 @@ PYBIND11_MODULE(_core, m) {
         "per-tensor scale of an intK format. sr_stream: where SR's random bits come from: 'philox' (the default, one "
         "32-bit word per coordinate) or 'philox-packed' (sr_bits 1..16: one word feeds floor(32 / r) neighbouring "
         "coordinates; sr_bits 0: two coordinates, 16 bits each, further bits from each coordinate's own words; "
-        "different draws). Raises ValueError for NaN/inf, an unknown "
+        "different draws). Block formats (block_formats()) round blockwise along the last dimension of x, with "
+        "the scales x implies; x must hold fp32 values. Raises ValueError for NaN/inf, an unknown "
         "format/policy/sr_stream or an sr_stream the policy and sr_bits do not allow.");
   m.def("writeback", &writeback_py, py::arg("w"), py::arg("u"), py::arg("fmt"), py::arg("policy") = "nearest",
         py::arg("seed") = 0, py::arg("step") = 0, py::arg("tensor_id") = 0, py::arg("sr_bits") = 0,
@@ -697,6 +829,10 @@ PYBIND11_MODULE(_core, m) {
         "far) or 'philox-packed' (stochastic or deadzone-sr with sr_bits 1..16: one word feeds floor(32 / r)\n"
         "neighbouring coordinates, r bits each; sr_bits 0: two coordinates, 16 bits each, further bits from each\n"
         "coordinate's own words; different draws, so a run records which stream it used).\n"
+        "Block formats (block_formats()): blocks run along the last dimension of w (a 1-D w is one row); each\n"
+        "block's scale is recomputed from w + u and every element re-quantized; counts add erased_grid,\n"
+        "erased_saturation, erased_scale, collateral, flushed, blocks, blocks_skipped, rescaled_up, rescaled_down;\n"
+        "NaN/inf or a block out of range raise ValueError naming tensor, step and block, and nothing is written.\n"
         "Raises ValueError naming tensor and step for NaN/inf (the finite coordinates are still written back),\n"
         "TypeError for a dtype other than float32, ValueError for a shape mismatch, an unknown sr_stream or one\n"
         "the policy and sr_bits do not allow.");

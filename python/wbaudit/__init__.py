@@ -10,6 +10,7 @@ from . import _core
 from ._core import (  # noqa: F401
     NonFiniteError,
     audit,
+    block_formats,
     formats,
     int_scale_for_absmax,
     project,
@@ -38,6 +39,6 @@ def threads():
 
 
 __all__ = [
-    "NonFiniteError", "audit", "formats", "format_names", "int_scale_for_absmax", "project", "read_trace",
-    "recorded_steps", "round", "threads", "write_trace", "writeback", "TRACE_SCHEMA", "TRAJECTORY_SCHEMA",
+    "NonFiniteError", "audit", "block_formats", "formats", "format_names", "int_scale_for_absmax", "project",
+    "read_trace", "recorded_steps", "round", "threads", "write_trace", "writeback", "TRACE_SCHEMA", "TRAJECTORY_SCHEMA",
 ]

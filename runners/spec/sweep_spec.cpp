@@ -16,6 +16,7 @@
 #include "forecast/crossing.hpp"
 #include "runners/spec/toml_error.hpp"
 #include "sim/precision/format.hpp"
+#include "sim/precision/storage_format.hpp"
 #include "sim/run.hpp"
 #include "util/json_path.hpp"
 #include "util/text.hpp"
@@ -150,7 +151,8 @@ void resolve_lr_scale(json& config, const std::string& cell, const Context& ctx)
   }
   sim::FormatSpec format;
   try {
-    format = sim::format_from_name(config["target"]["format"].get<std::string>());
+    // Block formats: the element format's M (its gaps relative to the block's scale).
+    format = sim::storage_format_from_name(config["target"]["format"].get<std::string>()).scalar;
   } catch (const std::exception& e) {
     ctx.fail(ctx.line_of("target.format"), std::string("target.format: ") + e.what());
   }

@@ -3,6 +3,7 @@
 
 #include "sim/precision/format.hpp"
 #include "sim/precision/policy.hpp"
+#include "sim/precision/storage_format.hpp"
 #include "sim/trace/detail/h5.hpp"
 #include "sim/trace/detail/trace_file.hpp"
 #include "sim/trace/trace_reader.hpp"
@@ -56,11 +57,54 @@ void group_problems(const Trace& trace, const GroupTrace& g, std::vector<std::st
             : std::fabs(y - static_cast<double>(g.erased[t]) / static_cast<double>(g.nonzero[t])) <= 1e-12;
     if (!consistent) out.push_back(at + "erased_fraction " + std::to_string(y) + " is not erased / nonzero");
   }
+  if (!g.block_events.empty()) {
+    const BlockEventSeries& b = g.block_events;
+    if (!target) out.push_back(where + "block_events in a reference trace");
+    if (!is_block_storage_name(g.block_format)) {
+      out.push_back(where + "block_events format \"" + g.block_format + "\" is not a block format");
+    }
+    check_length(b.erased_grid.size(), "block_events/erased_grid");
+    check_length(b.erased_saturation.size(), "block_events/erased_saturation");
+    check_length(b.erased_scale.size(), "block_events/erased_scale");
+    check_length(b.collateral.size(), "block_events/collateral");
+    check_length(b.flushed.size(), "block_events/flushed");
+    check_length(b.rescaled_up.size(), "block_events/rescaled_up");
+    check_length(b.rescaled_down.size(), "block_events/rescaled_down");
+    for (std::size_t t = 0; t < T && t < g.nonzero.size() && t < g.erased.size() && t < b.erased_grid.size() &&
+                            t < b.erased_saturation.size() && t < b.erased_scale.size() && t < b.collateral.size() &&
+                            t < b.flushed.size() && t < b.rescaled_up.size() && t < b.rescaled_down.size();
+         ++t) {
+      const std::string at = where + "step " + std::to_string(trace.recorded_steps[t]) + ": ";
+      if (b.erased_grid[t] < 0 || b.erased_saturation[t] < 0 || b.erased_scale[t] < 0 ||
+          b.erased_grid[t] + b.erased_saturation[t] + b.erased_scale[t] != g.erased[t]) {
+        out.push_back(at + "erased causes (grid " + std::to_string(b.erased_grid[t]) + ", saturation " +
+                      std::to_string(b.erased_saturation[t]) + ", scale " + std::to_string(b.erased_scale[t]) +
+                      ") do not sum to erased " + std::to_string(g.erased[t]));
+      }
+      if (b.flushed[t] < 0 || b.flushed[t] > b.collateral[t] || b.collateral[t] > g.size - g.nonzero[t]) {
+        out.push_back(at + "collateral " + std::to_string(b.collateral[t]) + " / flushed " +
+                      std::to_string(b.flushed[t]) + " outside [0, coordinates with u == 0]");
+      }
+      if (b.rescaled_up[t] < 0 || b.rescaled_down[t] < 0 || b.rescaled_up[t] + b.rescaled_down[t] > b.blocks) {
+        out.push_back(at + "rescaled blocks outside [0, blocks " + std::to_string(b.blocks) + "]");
+      }
+    }
+  }
   for (const auto& [format, series] : g.projected) {
     try {
-      (void)format_from_name(format);
+      (void)storage_format_from_name(format);
     } catch (const std::exception&) {
       out.push_back(where + "projected format \"" + format + "\" is not a known format");
+    }
+    const BlockEventSeries& b = series.block_events;
+    for (std::size_t t = 0; t < series.erased.size() && t < b.erased_grid.size() && t < b.erased_saturation.size() &&
+                            t < b.erased_scale.size();
+         ++t) {
+      if (b.erased_grid[t] + b.erased_saturation[t] + b.erased_scale[t] != series.erased[t]) {
+        out.push_back(where + "projected " + format + " step entry " + std::to_string(t) +
+                      ": erased causes do not sum to erased " + std::to_string(series.erased[t]));
+        break;
+      }
     }
     check_length(series.fraction.size(), "a projected fraction");
     for (const double y : series.fraction) {
@@ -81,7 +125,7 @@ std::vector<std::string> trace_problems(const Trace& trace) {
   }
   if (trace.mode == "target") {
     try {
-      (void)format_from_name(trace.format);
+      (void)storage_format_from_name(trace.format);
     } catch (const std::exception&) {
       out.push_back("format \"" + trace.format + "\" is not a known format");
     }
@@ -205,12 +249,21 @@ void write_joint(hid_t gh, const Trace& trace, const GroupTrace& g, const std::s
   }
 }
 
+// <parent>/block_events (block formats only): attributes format and blocks, the [T] series (docs/trace-format.md).
+void write_block_events(hid_t parent, const BlockEventSeries& b, const std::string& format, const std::string& file) {
+  Handle bh = create_group(parent, "block_events", file);
+  write_string_attribute(bh.get(), "format", format, file);
+  write_scalar_attribute<std::int64_t>(bh.get(), "blocks", b.blocks, file);
+  for (const BlockEventField& f : kBlockEventFields) write_vector(bh.get(), f.name, b.*f.series, file);
+}
+
 void write_projected(hid_t gh, const GroupTrace& g, const std::string& file) {
   Handle projected = create_group(gh, "projected", file);
   for (const auto& [format, series] : g.projected) {
     Handle fh = create_group(projected.get(), format, file);
     write_vector(fh.get(), "erased", series.erased, file);
     write_vector(fh.get(), "fraction", series.fraction, file);
+    if (!series.block_events.empty()) write_block_events(fh.get(), series.block_events, format, file);
     if (!series.expected.empty()) {
       Handle expected = create_group(fh.get(), "expected", file);
       for (const auto& [policy, e] : series.expected) {
@@ -283,6 +336,7 @@ void write_trace_group(hid_t groups, const Trace& trace, const GroupTrace& g, co
     write_vector(gh.get(), "applied", g.applied, file);
     write_vector(gh.get(), "erased_fraction", g.erased_fraction, file);
   }
+  if (!g.block_events.empty()) write_block_events(gh.get(), g.block_events, g.block_format, file);
   if (!g.zero_weight.empty() || !g.ratio_histogram.empty() || !g.projected.empty()) {
     write_vector(gh.get(), "zero_weight", g.zero_weight, file);
     write_ratio_histogram(gh.get(), trace, g, file);
@@ -354,8 +408,10 @@ std::uint64_t finished_trace_bound(const Trace& header, std::size_t steps, std::
                                    std::size_t replays) {
   std::uint64_t per_step = 24;
   for (const GroupTrace& g : header.groups) {
-    std::uint64_t series = 6;
-    for (const auto& [name, p] : g.projected) series += 2 + 2 * p.expected.size();
+    std::uint64_t series = 6 + (g.block_events.empty() ? 0 : kBlockEventFields.size());
+    for (const auto& [name, p] : g.projected) {
+      series += 2 + 2 * p.expected.size() + (p.block_events.empty() ? 0 : kBlockEventFields.size());
+    }
     per_step += 8 * series + 8 * static_cast<std::uint64_t>(header.histogram.bins) + 8 * header.margin.bins() +
                 8 * static_cast<std::uint64_t>(g.size <= kJointExactMaxCoordinates ? g.size : 0);
   }

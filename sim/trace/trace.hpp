@@ -2,6 +2,7 @@
 // A run's trace: per parameter group and recorded step, the write-back event counts (target mode) or the
 // projected events and log2-ratio histograms (reference mode), plus the training loss. Stored as trace.h5;
 // the layout is documented in docs/trace-format.md.
+#include <array>
 #include <cstdint>
 #include <filesystem>
 #include <limits>
@@ -38,12 +39,44 @@ struct ExpectedSeries {          // reference mode, one declared format under on
   std::vector<double> fraction;  // [T] erased / nonzero (NaN when nonzero == 0)
 };
 
+// Block-scaled formats (docs/formats.md, "Block-scaled formats"): the events by cause per recorded step, realized
+// (target mode, a group held in a block format: /groups/<g>/block_events) or projected on the reference state
+// (reference mode, a declared block format: /groups/<g>/projected/<format>/block_events). Written only for block
+// formats (other traces are unchanged).
+struct BlockEventSeries {
+  std::vector<std::int64_t> erased_grid;        // [T] erased, the block's scale unchanged, the element rounds back
+  std::vector<std::int64_t> erased_saturation;  // [T] erased, scale unchanged, w at +-max of its block, u outward
+  std::vector<std::int64_t> erased_scale;       // [T] erased, the block's scale changed
+  std::vector<std::int64_t> collateral;         // [T] u == 0 and w' != w
+  std::vector<std::int64_t> flushed;            // [T] of those, w != 0 and w' == 0
+  std::vector<std::int64_t> rescaled_up;        // [T] blocks whose decode scale grew
+  std::vector<std::int64_t> rescaled_down;      // [T] blocks whose decode scale shrank
+  std::int64_t blocks = 0;                      // blocks of the group
+  bool empty() const { return blocks == 0; }
+};
+
+// The series of a BlockEventSeries with their dataset names, in the order they are written.
+struct BlockEventField {
+  const char* name;
+  std::vector<std::int64_t> BlockEventSeries::*series;
+};
+inline constexpr std::array<BlockEventField, 7> kBlockEventFields{{
+    {"erased_grid", &BlockEventSeries::erased_grid},
+    {"erased_saturation", &BlockEventSeries::erased_saturation},
+    {"erased_scale", &BlockEventSeries::erased_scale},
+    {"collateral", &BlockEventSeries::collateral},
+    {"flushed", &BlockEventSeries::flushed},
+    {"rescaled_up", &BlockEventSeries::rescaled_up},
+    {"rescaled_down", &BlockEventSeries::rescaled_down},
+}};
+
 struct ProjectedSeries {             // reference mode, one declared target format
   std::vector<std::int64_t> erased;  // [T] u != 0 and q_F(q_F(w) + u) == q_F(w), nearest
   std::vector<double> fraction;      // [T] erased / nonzero (NaN when nonzero == 0)
   // Keyed by projection name ("stochastic", "stochastic-r8", "deadzone-sr", ...: sim::projection_name); only the
   // policies the run's configuration declares (project_policies). Optional in the file: older traces have none.
   std::map<std::string, ExpectedSeries> expected;
+  BlockEventSeries block_events;  // block formats only: the projected events by cause (nearest)
 };
 
 struct GroupTrace {
@@ -55,6 +88,8 @@ struct GroupTrace {
   std::vector<std::int64_t> saturated;  // [T] target mode
   std::vector<std::int64_t> applied;    // [T] target mode: w changed
   std::vector<double> erased_fraction;  // [T] target mode: erased / nonzero (NaN when nonzero == 0)
+  std::string block_format;             // target mode: the group's block format ("" for a per-tensor format)
+  BlockEventSeries block_events;        // target mode, block formats only
   std::map<std::string, ProjectedSeries> projected;  // reference mode, keyed by format name
   std::vector<std::int64_t> zero_weight;             // [T] reference mode: coordinates with u != 0 and w == 0
   std::vector<std::int64_t> ratio_histogram;         // [T * bins] reference mode, row-major by step

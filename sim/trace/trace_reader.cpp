@@ -129,6 +129,11 @@ void TraceReader::State::read_group_header(GroupTrace& g, std::size_t index) {
   const std::string where = "/groups/" + g.name + "/";
   g.tensor_id = read_scalar_attribute<std::uint32_t>(gh.get(), "tensor_id", file);
   g.size = read_scalar_attribute<std::int64_t>(gh.get(), "size", file);
+  if (has_link(gh.get(), "block_events")) {  // a target group held in a block format
+    Handle bh = open_group(gh.get(), "block_events", file);
+    g.block_format = read_string_attribute(bh.get(), "format", file);
+    g.block_events.blocks = read_scalar_attribute<std::int64_t>(bh.get(), "blocks", file);
+  }
   if (has_link(gh.get(), "joint")) {
     Handle jh = open_group(gh.get(), "joint", file);
     const std::string jwhere = where + "joint/";
@@ -156,6 +161,10 @@ void TraceReader::State::read_group_header(GroupTrace& g, std::size_t index) {
     for (const std::string& name : link_names(projected.get(), where + "projected", file)) {
       ProjectedSeries& series = g.projected[name];
       Handle fh = open_group(projected.get(), name, file);
+      if (has_link(fh.get(), "block_events")) {  // a projected block format
+        Handle bh = open_group(fh.get(), "block_events", file);
+        series.block_events.blocks = read_scalar_attribute<std::int64_t>(bh.get(), "blocks", file);
+      }
       if (has_link(fh.get(), "expected")) {
         Handle expected = open_group(fh.get(), "expected", file);
         for (const std::string& policy : link_names(expected.get(), where + "projected/" + name + "/expected", file)) {
@@ -246,6 +255,12 @@ GroupTrace TraceReader::State::read_group(std::size_t index, std::size_t first, 
   optional_rows(gh.get(), "saturated", where, g.saturated, 1);
   optional_rows(gh.get(), "applied", where, g.applied, 1);
   optional_rows(gh.get(), "erased_fraction", where, g.erased_fraction, 1);
+  const auto block_rows = [&](hid_t parent, const std::string& at, BlockEventSeries& b) {
+    if (b.empty()) return;
+    Handle bh = open_group(parent, "block_events", file);
+    for (const BlockEventField& f : kBlockEventFields) rows(bh.get(), f.name, at + "block_events/", b.*f.series, 1);
+  };
+  block_rows(gh.get(), where, g.block_events);
   optional_rows(gh.get(), "zero_weight", where, g.zero_weight, 1);
   optional_rows(gh.get(), "ratio_histogram", where, g.ratio_histogram, static_cast<std::size_t>(header.histogram.bins));
   if (has_link(gh.get(), "joint")) {
@@ -286,6 +301,7 @@ GroupTrace TraceReader::State::read_group(std::size_t index, std::size_t first, 
     const std::string fwhere = where + "projected/" + name + "/";
     rows(fh.get(), "erased", fwhere, series.erased, 1);
     rows(fh.get(), "fraction", fwhere, series.fraction, 1);
+    block_rows(fh.get(), fwhere, series.block_events);
     for (auto& [policy, e] : series.expected) {
       Handle expected = open_group(fh.get(), "expected", file);
       Handle ph = open_group(expected.get(), policy, file);

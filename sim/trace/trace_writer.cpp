@@ -53,7 +53,10 @@ StepSize step_size(const Trace& t) {
   const bool reference = t.mode == "reference";
   for (const GroupTrace& g : t.groups) {
     std::uint64_t series = reference ? 2 : 5;  // nonzero (+ zero_weight | erased, saturated, applied, fraction)
-    for (const auto& [name, p] : g.projected) series += 2 + 2 * p.expected.size();
+    if (!g.block_events.empty()) series += kBlockEventFields.size();
+    for (const auto& [name, p] : g.projected) {
+      series += 2 + 2 * p.expected.size() + (p.block_events.empty() ? 0 : kBlockEventFields.size());
+    }
     s.bytes += 8 * series;
     s.datasets += series;
     if (reference) {
@@ -80,11 +83,13 @@ struct SeriesSets {
 struct ProjectedSets {
   SeriesSets own;
   std::vector<SeriesSets> expected;  // in the order of ProjectedSeries::expected
+  std::vector<Handle> blocks;        // block formats: block_events, in the order of kBlockEventFields
 };
 
 struct GroupSets {
   std::optional<Handle> nonzero, erased, saturated, applied, erased_fraction, zero_weight, ratio, margin, w, u;
   std::vector<ProjectedSets> projected;  // in the order of GroupTrace::projected
+  std::vector<Handle> blocks;            // a block-format group: block_events, in the order of kBlockEventFields
 };
 
 }  // namespace
@@ -140,9 +145,11 @@ Trace header_of(const Trace& t) {
     drop(g.joint_counts);
     drop(g.exact_w);
     drop(g.exact_u);
+    for (const BlockEventField& f : kBlockEventFields) drop(g.block_events.*f.series);
     for (auto& [name, p] : g.projected) {
       drop(p.erased);
       drop(p.fraction);
+      for (const BlockEventField& f : kBlockEventFields) drop(p.block_events.*f.series);
       for (auto& [policy, e] : p.expected) {
         drop(e.erased);
         drop(e.fraction);
@@ -162,6 +169,23 @@ std::optional<Handle> row_set(hid_t loc, const std::string& name, hsize_t width,
                               bool create, const std::string& where, const std::string& file) {
   if (create) return create_row_dataset<T>(loc, name, width, chunk_rows, compressed, file);
   return open_row_dataset(loc, name, where, file);
+}
+
+// <parent>/block_events of a block format: its group with attributes format and blocks, and a row set per series.
+std::vector<Handle> block_event_sets(hid_t parent, const BlockEventSeries& b, const std::string& format,
+                                     hsize_t chunk_rows, bool create, const std::string& where,
+                                     const std::string& file) {
+  Handle bh = create ? create_group(parent, "block_events", file) : open_group(parent, "block_events", file);
+  if (create) {
+    write_string_attribute(bh.get(), "format", format, file);
+    write_scalar_attribute<std::int64_t>(bh.get(), "blocks", b.blocks, file);
+  }
+  std::vector<Handle> sets;
+  for (const BlockEventField& f : kBlockEventFields) {
+    sets.push_back(
+        *row_set<std::int64_t>(bh.get(), f.name, 0, chunk_rows, false, create, where + "block_events/", file));
+  }
+  return sets;
 }
 
 }  // namespace
@@ -212,6 +236,9 @@ void TraceWriter::State::open_sets(bool create_them) {
       s.saturated = row_set<std::int64_t>(gh.get(), "saturated", 0, kSeriesChunk, false, c, where, file);
       s.applied = row_set<std::int64_t>(gh.get(), "applied", 0, kSeriesChunk, false, c, where, file);
       s.erased_fraction = row_set<double>(gh.get(), "erased_fraction", 0, kSeriesChunk, false, c, where, file);
+      if (!g.block_events.empty()) {
+        s.blocks = block_event_sets(gh.get(), g.block_events, g.block_format, kSeriesChunk, c, where, file);
+      }
     } else {
       s.zero_weight = row_set<std::int64_t>(gh.get(), "zero_weight", 0, kSeriesChunk, false, c, where, file);
       s.ratio = row_set<std::int64_t>(gh.get(), "ratio_histogram", static_cast<hsize_t>(header.histogram.bins), 1, true,
@@ -230,7 +257,11 @@ void TraceWriter::State::open_sets(bool create_them) {
         Handle fh = c ? create_group(projected.get(), format, file) : open_group(projected.get(), format, file);
         ProjectedSets p{{*row_set<std::int64_t>(fh.get(), "erased", 0, kSeriesChunk, false, c, fwhere, file),
                          *row_set<double>(fh.get(), "fraction", 0, kSeriesChunk, false, c, fwhere, file)},
+                        {},
                         {}};
+        if (!series.block_events.empty()) {
+          p.blocks = block_event_sets(fh.get(), series.block_events, format, kSeriesChunk, c, fwhere, file);
+        }
         if (!series.expected.empty()) {
           Handle eh = c ? create_group(fh.get(), "expected", file) : open_group(fh.get(), "expected", file);
           for (const auto& [policy, e] : series.expected) {
@@ -294,11 +325,15 @@ void TraceWriter::State::check_header(const Trace& t, const std::string& what) c
   for (std::size_t i = 0; i < t.groups.size(); ++i) {
     const GroupTrace &a = t.groups[i], &b = header.groups[i];
     if (a.name != b.name || a.size != b.size || a.tensor_id != b.tensor_id) differ("group " + a.name);
+    if (a.block_format != b.block_format || a.block_events.blocks != b.block_events.blocks) {
+      differ("block format of " + a.name);
+    }
     if (a.projected.size() != b.projected.size()) differ("projected formats of " + a.name);
     auto pa = a.projected.begin();
     auto pb = b.projected.begin();
     for (; pa != a.projected.end(); ++pa, ++pb) {
-      if (pa->first != pb->first || pa->second.expected.size() != pb->second.expected.size()) {
+      if (pa->first != pb->first || pa->second.expected.size() != pb->second.expected.size() ||
+          pa->second.block_events.blocks != pb->second.block_events.blocks) {
         differ("projected formats of " + a.name);
       }
     }
@@ -361,7 +396,9 @@ TraceWriter TraceWriter::resume(const std::filesystem::path& path, Trace& protot
                       &g.margin, &g.w, &g.u}) {
       if (*set) set_rows((*set)->get(), static_cast<hsize_t>(keep.steps), "group", s.file);
     }
+    for (Handle& b : g.blocks) set_rows(b.get(), static_cast<hsize_t>(keep.steps), "block_events", s.file);
     for (ProjectedSets& p : g.projected) {
+      for (Handle& b : p.blocks) set_rows(b.get(), static_cast<hsize_t>(keep.steps), "block_events", s.file);
       set_rows(p.own.erased.get(), static_cast<hsize_t>(keep.steps), "projected", s.file);
       set_rows(p.own.fraction.get(), static_cast<hsize_t>(keep.steps), "projected", s.file);
       for (SeriesSets& e : p.expected) {
@@ -446,6 +483,11 @@ void TraceWriter::State::append(Trace& t) {
     if (!reference) {
       for (const auto* v : {&g.erased, &g.saturated, &g.applied}) expect_rows(*v, T, where + "counts", file);
       expect_rows(g.erased_fraction, T, where + "erased_fraction", file);
+      if (!s.blocks.empty()) {
+        for (const BlockEventField& f : kBlockEventFields) {
+          expect_rows(g.block_events.*f.series, T, where + "block_events " + f.name, file);
+        }
+      }
     } else {
       expect_rows(g.zero_weight, T, where + "zero_weight", file);
       expect_rows(g.ratio_histogram, T * bins, where + "ratio_histogram", file);
@@ -455,9 +497,15 @@ void TraceWriter::State::append(Trace& t) {
         expect_rows(g.exact_u, T * static_cast<std::size_t>(g.size), where + "kept u", file);
       }
       if (g.projected.size() != s.projected.size()) check_header(t, "append");
+      std::size_t k = 0;
       for (const auto& [format, p] : g.projected) {
         expect_rows(p.erased, T, where + format + " erased", file);
         expect_rows(p.fraction, T, where + format + " fraction", file);
+        if (!s.projected[k++].blocks.empty()) {
+          for (const BlockEventField& f : kBlockEventFields) {
+            expect_rows(p.block_events.*f.series, T, where + format + " block_events " + f.name, file);
+          }
+        }
         for (const auto& [policy, e] : p.expected) {
           expect_rows(e.erased, T, where + format + " " + policy, file);
           expect_rows(e.fraction, T, where + format + " " + policy, file);
@@ -480,6 +528,10 @@ void TraceWriter::State::append(Trace& t) {
       write_rows(s.saturated->get(), at, n, g.saturated.data(), where + "saturated", file);
       write_rows(s.applied->get(), at, n, g.applied.data(), where + "applied", file);
       write_rows(s.erased_fraction->get(), at, n, g.erased_fraction.data(), where + "erased_fraction", file);
+      for (std::size_t k = 0; k < s.blocks.size(); ++k) {
+        const BlockEventField& f = kBlockEventFields[k];
+        write_rows(s.blocks[k].get(), at, n, (g.block_events.*f.series).data(), where + "block_events/" + f.name, file);
+      }
       continue;
     }
     write_rows(s.zero_weight->get(), at, n, g.zero_weight.data(), where + "zero_weight", file);
@@ -494,6 +546,11 @@ void TraceWriter::State::append(Trace& t) {
       ProjectedSets& ps = s.projected[k++];
       write_rows(ps.own.erased.get(), at, n, p.erased.data(), where + "projected/" + format + "/erased", file);
       write_rows(ps.own.fraction.get(), at, n, p.fraction.data(), where + "projected/" + format + "/fraction", file);
+      for (std::size_t b = 0; b < ps.blocks.size(); ++b) {
+        const BlockEventField& f = kBlockEventFields[b];
+        write_rows(ps.blocks[b].get(), at, n, (p.block_events.*f.series).data(),
+                   where + "projected/" + format + "/block_events/" + f.name, file);
+      }
       std::size_t j = 0;
       for (const auto& [policy, e] : p.expected) {
         SeriesSets& es = ps.expected[j++];

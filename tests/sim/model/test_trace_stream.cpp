@@ -102,10 +102,23 @@ RunConfig decoder(RunMode mode) {
   return c;
 }
 
+// The same cells with block-scaled formats (issue 29): held targets record block_events, references project them.
+RunConfig with_blocks(RunConfig c) {
+  if (c.mode == RunMode::target) {
+    c.target.format = c.model.kind == "decoder" ? "mxfp8_e4m3" : "mxfp4_e2m1:rceil";
+    if (c.model.kind != "decoder") c.target.group_formats = {{"layer1.bias", "nvfp4"}, {"layer2.bias", "fp32"}};
+  } else {
+    c.project_formats.push_back("mxfp4_e2m1");
+    c.project_formats.push_back("nvfp4");
+  }
+  return c;
+}
+
 TEST(TraceStream, TheFinishedFileIsTheInMemoryTracesFileByteForByte) {
   const fs::path dir = scratch("same");
   for (const RunConfig& c : {two_layer(RunMode::reference), two_layer(RunMode::target), decoder(RunMode::reference),
-                             decoder(RunMode::target)}) {
+                             decoder(RunMode::target), with_blocks(two_layer(RunMode::reference)),
+                             with_blocks(two_layer(RunMode::target)), with_blocks(decoder(RunMode::target))}) {
     const std::string what = to_json(c).dump();
     write_trace(dir / "memory.h5", run_cell(c));
     run_cell_to_file(Kokkos::DefaultExecutionSpace(), c, dir / "streamed.h5");
@@ -256,7 +269,8 @@ TEST(TraceStreamChild, Run) {
 }
 
 TEST(TraceStream, AKilledRunLeavesAnIncompleteTraceAndResumeFinishesItIntoTheUninterruptedFile) {
-  for (const RunConfig& c : {two_layer(RunMode::reference), decoder(RunMode::reference), decoder(RunMode::target)}) {
+  for (const RunConfig& c : {two_layer(RunMode::reference), decoder(RunMode::reference), decoder(RunMode::target),
+                             with_blocks(two_layer(RunMode::reference)), with_blocks(two_layer(RunMode::target))}) {
     const std::string what = to_json(c).dump();
     const fs::path dir = scratch("kill");
     run_cell_to_file(Kokkos::DefaultExecutionSpace(), c, dir / "full.h5");
@@ -287,6 +301,11 @@ TEST(TraceStream, AKilledRunLeavesAnIncompleteTraceAndResumeFinishesItIntoTheUni
         EXPECT_EQ(a.margin, b.margin) << what;
         EXPECT_EQ(a.erased, b.erased) << what;
         EXPECT_EQ(a.exact_u, b.exact_u) << what;
+        EXPECT_EQ(a.block_events.erased_scale, b.block_events.erased_scale) << what;
+        EXPECT_EQ(a.block_events.collateral, b.block_events.collateral) << what;
+        for (const auto& [format, p] : a.projected) {
+          EXPECT_EQ(p.block_events.erased_grid, b.projected.at(format).block_events.erased_grid) << what;
+        }
       }
     }  // (closed: a reader holding the partial file would keep its resumed writer out)
     // resume from the last checkpoint (at or before the kill): the same file, finished into the uninterrupted bytes

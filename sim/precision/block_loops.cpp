@@ -1,0 +1,649 @@
+// The vectorized loops of the block-scaled write-back (see detail/block_loops.hpp for the contract).
+//
+// How the loops are written (as writeback_blocks.cpp): no branches in the loop bodies; every decision is a comparison
+// stored as a 0/1 std::uint64_t (the lane width of double) and every choice a select, which GCC turns into mask
+// registers (AVX-512) or compare masks (AVX2, SSE2). This file is compiled with -fno-trapping-math (see
+// sim/precision/sources.cmake), which lets GCC if-convert the selects; it changes no value. Every floating-point
+// operation is a correctly rounded IEEE double operation (no FMA: -ffp-contract=off), so the three compilations
+// (x86-64-v4, x86-64-v3, baseline) give identical bits.
+#include "sim/precision/detail/block_loops.hpp"
+
+#include <bit>
+#include <cmath>
+
+#include "sim/precision/policy.hpp"
+
+namespace wbaudit::sim::detail {
+namespace {
+
+constexpr double kRound52 = 0x1.8p52;  // (y + kRound52) - kRound52 == nearbyint(y) (ties to even) for 0 <= y < 2^51
+
+inline std::uint64_t bits64(double x) {
+  return std::bit_cast<std::uint64_t>(x);
+}
+inline double double_of(std::uint64_t b) {
+  return std::bit_cast<double>(b);
+}
+
+// floor(y) for 0 <= y < 2^51, exactly.
+[[gnu::always_inline]] inline double floor_small(double y) {
+  const double n = (y + kRound52) - kRound52;
+  return n > y ? n - 1.0 : n;
+}
+
+// ---- The scan: maxima (as bit patterns of non-negative values, which order like unsigned integers) and exactness --
+[[gnu::always_inline]] inline void scan_body(const float* __restrict w, const float* __restrict u, std::int64_t len,
+                                             BlockScan& scan) {
+  std::uint32_t amax_w = 0, amax_v32 = 0;
+  std::uint64_t amax_v = 0, inexact = 0, nonzero = 0;
+  for (std::int64_t k = 0; k < len; ++k) {
+    const float wf = w[k], uf = u[k];
+    const double dw = wf, du = uf;
+    const double t = dw + du;
+    // TwoSum's error term: zero iff t is the exact sum.
+    const double bb = t - dw;
+    const double e = (dw - (t - bb)) + (du - bb);
+    inexact |= static_cast<std::uint64_t>(e != 0.0);
+    nonzero |= static_cast<std::uint64_t>(uf != 0.0f);
+    const std::uint64_t vb = bits64(t) & 0x7fffffffffffffffull;
+    amax_v = vb > amax_v ? vb : amax_v;
+    const std::uint32_t wb = std::bit_cast<std::uint32_t>(wf) & 0x7fffffffu;
+    amax_w = wb > amax_w ? wb : amax_w;
+    const std::uint32_t sb = std::bit_cast<std::uint32_t>(wf + uf) & 0x7fffffffu;
+    amax_v32 = sb > amax_v32 ? sb : amax_v32;
+  }
+  scan.amax_w_bits = amax_w;
+  scan.amax_v32_bits = amax_v32;
+  scan.amax_v_bits = amax_v;
+  scan.exact = inexact == 0;
+  scan.any_nonzero = nonzero != 0;
+}
+
+// Counting in 0/1 lanes, flagged lanes left out (the caller counts them with the exact path). cs: the element's block
+// changed its scale. N > 1: one counter per position k mod N, summed once at the end, so that a loop over many
+// short blocks adds vectors instead of reducing them at every block; N == 1: plain counters.
+template <int N>
+struct Lanes {
+  std::uint64_t nonzero[N] = {}, erased[N] = {}, erased_changed[N] = {}, collateral[N] = {}, flushed[N] = {},
+                at_max_out[N] = {}, saturated[N] = {}, random[N] = {}, truncated[N] = {}, flagged[N] = {};
+  [[gnu::always_inline]] void add(std::int64_t k, std::uint64_t flag, float wf, float uf, float val, double top_old,
+                                  std::uint64_t cs, std::uint64_t sat, std::uint64_t rnd, std::uint64_t trunc) {
+    const std::int64_t i = N == 1 ? 0 : k;
+    const std::uint64_t ok = flag ^ 1u;
+    const std::uint64_t changed = val != wf;
+    const std::uint64_t nz = uf != 0.0f;
+    const std::uint64_t outward =
+        (static_cast<std::uint64_t>(uf > 0.0f) & static_cast<std::uint64_t>(wf > 0.0f)) |
+        (static_cast<std::uint64_t>(uf < 0.0f) & static_cast<std::uint64_t>(wf < 0.0f));  // no && (branches)
+    const std::uint64_t at_max = std::fabs(static_cast<double>(wf)) == top_old;
+    const std::uint64_t erased_here = ok & nz & (changed ^ 1u);
+    nonzero[i] += ok & nz;
+    erased[i] += erased_here;
+    erased_changed[i] += erased_here & cs;
+    collateral[i] += ok & (nz ^ 1u) & changed;
+    flushed[i] +=
+        ok & (nz ^ 1u) & changed & static_cast<std::uint64_t>(wf != 0.0f) & static_cast<std::uint64_t>(val == 0.0f);
+    at_max_out[i] += erased_here & (cs ^ 1u) & at_max & outward;
+    saturated[i] += ok & sat;
+    random[i] += ok & rnd;
+    truncated[i] += ok & trunc;
+    flagged[i] += flag;
+  }
+  void flush(LoopCounts& c) const {
+    for (int i = 0; i < N; ++i) {
+      c.nonzero += static_cast<std::int64_t>(nonzero[i]);
+      c.erased += static_cast<std::int64_t>(erased[i]);
+      c.erased_changed += static_cast<std::int64_t>(erased_changed[i]);
+      c.collateral += static_cast<std::int64_t>(collateral[i]);
+      c.flushed += static_cast<std::int64_t>(flushed[i]);
+      c.erased_at_max_outward += static_cast<std::int64_t>(at_max_out[i]);
+      c.saturated += static_cast<std::int64_t>(saturated[i]);
+      c.random += static_cast<std::int64_t>(random[i]);
+      c.truncated += static_cast<std::int64_t>(truncated[i]);
+      c.flagged += static_cast<std::int64_t>(flagged[i]);
+    }
+  }
+};
+
+// The SR decision of a fraction frac = F / 2^32 (F exact) of a grid step against the element's first random word.
+// Full width: away from zero iff U < frac; U lies in [word, word + span) / 2^32, so the word decides unless
+// word < F < word + span (flagged: the exact path draws further bits). r bits: away iff R < D = floor(frac * 2^r).
+template <bool RBits>
+[[gnu::always_inline]] inline std::uint64_t sr_away(const LoopConfig& cfg, double F, std::uint32_t word,
+                                                    std::uint64_t& tie, std::uint64_t& zero_prob) {
+  if constexpr (RBits) {
+    const double D = floor_small(F * cfg.r_scale);
+    const double R = static_cast<double>(word >> cfg.r_shift);
+    tie = 0;
+    zero_prob = D == 0.0;
+    return R < D;
+  } else {
+    const double wd = static_cast<double>(word);
+    const std::uint64_t away = wd + cfg.span <= F;
+    tie = (away ^ 1u) & static_cast<std::uint64_t>(wd < F);
+    zero_prob = 0;
+    return away;
+  }
+}
+
+// ---- MX: y = (w + u) / X, exact in double; the element grid's unit at |y| from |y|'s binade (or 2^-6 for INT8) ----
+// One element: writes w' (or keeps w where flagged) and counts it.
+template <bool Integer, int Mode, bool RBits, int N>
+[[gnu::always_inline]] inline void mx_element(const LoopConfig& cfg, double X, double inv_X, double top_old,
+                                              std::uint64_t cs, std::int64_t k, float& w, float uf, std::uint32_t word,
+                                              unsigned char& flag_out, Lanes<N>& lanes) {
+  const float wf = w;
+  const double t = static_cast<double>(wf) + static_cast<double>(uf);  // exact (the scan checked)
+  const double ay = std::fabs(t * inv_X);
+  double unit, inv_unit;
+  if constexpr (Integer) {
+    unit = cfg.unit;
+    inv_unit = cfg.inv_unit;
+  } else {
+    double pw = double_of(bits64(ay) & 0x7ff0000000000000ull);  // 2^floor(log2 |y|) (0 for y == 0)
+    pw = pw < cfg.min_normal ? cfg.min_normal : pw;
+    unit = pw * cfg.unit_factor;                                 // the grid step: 2^(e - M)
+    inv_unit = double_of(0x7fe0000000000000ull - bits64(unit));  // 1 / unit (exact)
+  }
+  const double level = ay * inv_unit;  // |y| in grid steps, exact
+  const std::uint64_t sat = ay > cfg.max_elem;
+  // nearest: ties to the even level (even last significand bit; even INT8 level)
+  const double near_mag = sat ? cfg.max_elem : ((level + kRound52) - kRound52) * unit;
+  double mag = near_mag;
+  std::uint64_t flag = 0, rnd = 0, trunc = 0;
+  if constexpr (Mode != 0) {
+    const double fl = floor_small(level);
+    const double frac = level - fl;  // exact
+    std::uint64_t tie, zero_prob;
+    const std::uint64_t away = sr_away<RBits>(cfg, frac * 0x1p32, word, tie, zero_prob);
+    const double sr_mag = (fl + static_cast<double>(away)) * unit;
+    std::uint64_t use = (sat ^ 1u) & static_cast<std::uint64_t>(frac != 0.0);
+    if constexpr (Mode == 2) {
+      // deadzone-sr: SR only where nearest would erase a nonzero proposal
+      const double near_val = std::copysign(near_mag, t) * X;
+      use &= static_cast<std::uint64_t>(uf != 0.0f) & static_cast<std::uint64_t>(near_val == static_cast<double>(wf));
+    }
+    mag = use ? sr_mag : near_mag;
+    flag = use & tie;
+    rnd = use & (zero_prob ^ 1u);
+    trunc = use & zero_prob;
+    flag_out = static_cast<unsigned char>(flag);
+  }
+  const auto val = static_cast<float>(std::copysign(mag, t) * X);  // exact
+  w = flag ? wf : val;
+  lanes.add(k, flag, wf, uf, val, top_old, cs, sat, rnd, trunc);
+}
+
+// ---- NVFP4: |w + u| against the block's decoded grid g_0 < ... < g_7 and the midpoints (g_k + g_k+1) / 2 ----
+template <int Mode, bool RBits, int N, bool Count = true>
+[[gnu::always_inline]] inline void nvfp4_element(const LoopConfig& cfg, const double* g, double top_old,
+                                                 std::uint64_t cs, std::int64_t k, float& w, float uf,
+                                                 std::uint32_t word, unsigned char& flag_out, Lanes<N>& lanes) {
+  const float wf = w;
+  const double t = static_cast<double>(wf) + static_cast<double>(uf);  // exact (the scan checked)
+  const double a = std::fabs(t);
+  // nearest: above a midpoint, or on one whose lower neighbour has an odd code (ties to even)
+  double near_mag = g[0];
+#pragma GCC unroll 8
+  for (int j = 0; j < 7; ++j) {
+    const double mid = (g[j] + g[j + 1]) * 0.5;  // exact: fp32 values in double
+    const std::uint64_t up = static_cast<std::uint64_t>(a > mid) |
+                             (static_cast<std::uint64_t>(a == mid) & static_cast<std::uint64_t>(j % 2));
+    near_mag = up ? g[j + 1] : near_mag;
+  }
+  const std::uint64_t live = g[7] != 0.0;  // s_b = 0: a zero block, every element decodes to zero
+  const std::uint64_t sat = live & static_cast<std::uint64_t>(a > g[7]);
+  double mag = near_mag;
+  std::uint64_t flag = 0, rnd = 0, trunc = 0;
+  if constexpr (Mode != 0) {
+    double lo = g[0], hi = g[1];
+#pragma GCC unroll 8
+    for (int j = 1; j < 7; ++j) {
+      const std::uint64_t ge = a >= g[j];
+      lo = ge ? g[j] : lo;
+      hi = ge ? g[j + 1] : hi;
+    }
+    // F = (a - lo) / gap * 2^32 with a - lo exact, within 2^-20 of the exact value: decided when the word's window
+    // [word, word + span) lies 2^-16 or more below or above F, else flagged for the exact path.
+    const double F = (a - lo) / (hi - lo) * 0x1p32;
+    std::uint64_t tie, zero_prob, away;
+    if constexpr (RBits) {
+      const double Dr = F * cfg.r_scale;
+      const double D = floor_small(Dr);
+      tie = static_cast<std::uint64_t>(Dr - D < 0x1p-16) | static_cast<std::uint64_t>(D + 1.0 - Dr < 0x1p-16);
+      zero_prob = D == 0.0;
+      away = static_cast<double>(word >> cfg.r_shift) < D;
+    } else {
+      const double wd = static_cast<double>(word);
+      away = wd + cfg.span <= F - 0x1p-16;
+      const std::uint64_t toward = wd >= F + 0x1p-16;
+      tie = (away | toward) ^ 1u;
+      zero_prob = 0;
+    }
+    const double sr_mag = away ? hi : lo;
+    std::uint64_t use = live & (sat ^ 1u) & static_cast<std::uint64_t>(a != lo) & static_cast<std::uint64_t>(a < g[7]);
+    if constexpr (Mode == 2) {
+      const double near_val = std::copysign(near_mag, t);
+      use &= static_cast<std::uint64_t>(uf != 0.0f) & static_cast<std::uint64_t>(near_val == static_cast<double>(wf));
+    }
+    mag = use ? sr_mag : near_mag;
+    flag = use & tie;
+    rnd = use & (zero_prob ^ 1u);
+    trunc = use & zero_prob;
+    if constexpr (Count) {
+      flag_out = static_cast<unsigned char>(flag);
+    }
+  }
+  const auto val = static_cast<float>(std::copysign(mag, t));
+  if constexpr (Count) {
+    w = flag ? wf : val;
+    lanes.add(k, flag, wf, uf, val, top_old, cs, sat, rnd, trunc);
+  } else {  // the result (the caller counts): w' (w where flagged), and sat, rnd, trunc in the lanes at k
+    w = flag ? wf : val;
+    lanes.saturated[k] = sat;
+    lanes.random[k] = rnd;
+    lanes.truncated[k] = trunc;
+    lanes.flagged[k] = flag;  // no byte stores here: they would shrink the loop's vectors
+    (void)flag_out;
+  }
+}
+
+// One block of runtime length (short last blocks, 2-D tiles).
+template <bool Integer, int Mode, bool RBits>
+[[gnu::always_inline]] inline void mx_round_body(const LoopConfig& cfg, const LoopBlock& lb, std::uint64_t cs,
+                                                 float* __restrict w, const float* __restrict u,
+                                                 const std::uint32_t* __restrict words, unsigned char* __restrict flags,
+                                                 std::int64_t len, LoopCounts& counts) {
+  Lanes<1> lanes;
+  for (std::int64_t k = 0; k < len; ++k) {
+    mx_element<Integer, Mode, RBits>(cfg, lb.X, lb.inv_X, lb.top_old, cs, k, w[k], u[k], Mode != 0 ? words[k] : 0u,
+                                     flags[k], lanes);
+  }
+  lanes.flush(counts);
+}
+template <int Mode, bool RBits>
+[[gnu::always_inline]] inline void nvfp4_round_body(const LoopConfig& cfg, const LoopBlock& lb, std::uint64_t cs,
+                                                    float* __restrict w, const float* __restrict u,
+                                                    const std::uint32_t* __restrict words,
+                                                    unsigned char* __restrict flags, std::int64_t len,
+                                                    LoopCounts& counts) {
+  Lanes<1> lanes;
+  for (std::int64_t k = 0; k < len; ++k) {
+    nvfp4_element<Mode, RBits>(cfg, lb.grid, lb.top_old, cs, k, w[k], u[k], Mode != 0 ? words[k] : 0u, flags[k], lanes);
+  }
+  lanes.flush(counts);
+}
+
+// A span of whole blocks: the same elements, the block constants taken per block; the counts stay in the lanes over
+// the whole span.
+template <bool Integer, int Mode, bool RBits>
+[[gnu::always_inline]] inline void mx_span_body(const LoopConfig& cfg, const SpanBlocks& sb, float* __restrict w,
+                                                const float* __restrict u, const std::uint32_t* __restrict words,
+                                                unsigned char* __restrict flags, std::int64_t blocks,
+                                                LoopCounts& counts) {
+  constexpr std::int64_t B = 32;
+  Lanes<B> lanes;
+  for (std::int64_t b = 0; b < blocks; ++b) {
+    if (!sb.active[b]) {
+      continue;
+    }
+    const double X = sb.X[b], inv_X = sb.inv_X[b], top_old = sb.top_old[b];
+    const std::uint64_t cs = sb.changed[b];
+    float* wb = w + b * B;
+    const float* ub = u + b * B;
+    const std::uint32_t* wd = Mode != 0 ? words + b * B : nullptr;
+    unsigned char* fb = flags + b * B;
+    for (std::int64_t k = 0; k < B; ++k) {
+      mx_element<Integer, Mode, RBits>(cfg, X, inv_X, top_old, cs, k, wb[k], ub[k], Mode != 0 ? wd[k] : 0u, fb[k],
+                                       lanes);
+    }
+  }
+  lanes.flush(counts);
+}
+template <int Mode, bool RBits>
+[[gnu::always_inline]] inline void nvfp4_span_body(const LoopConfig& cfg, const SpanBlocks& sb, float* __restrict w,
+                                                   const float* __restrict u, const std::uint32_t* __restrict words,
+                                                   unsigned char* __restrict flags, std::int64_t blocks,
+                                                   LoopCounts& counts) {
+  constexpr std::int64_t B = 16;
+  Lanes<B> lanes;
+  for (std::int64_t b = 0; b < blocks; ++b) {
+    if (!sb.active[b]) {
+      continue;
+    }
+    const double* g = sb.grid[b];
+    const double top_old = sb.top_old[b];
+    const std::uint64_t cs = sb.changed[b];
+    float* wb = w + b * B;
+    const float* ub = u + b * B;
+    const std::uint32_t* wd = Mode != 0 ? words + b * B : nullptr;
+    unsigned char* fb = flags + b * B;
+    if constexpr (Mode == 0) {
+      for (std::int64_t k = 0; k < B; ++k) {
+        nvfp4_element<Mode, RBits>(cfg, g, top_old, cs, k, wb[k], ub[k], 0u, fb[k], lanes);
+      }
+    } else {
+      // SR: the rounding and the counting in two loops (one loop with both is too much for GCC's if-conversion, and
+      // stays scalar)
+      float old[B];
+      Lanes<B> element;  // per element: sat, rnd, trunc in saturated, random, truncated
+      for (std::int64_t k = 0; k < B; ++k) {
+        old[k] = wb[k];
+      }
+      for (std::int64_t k = 0; k < B; ++k) {
+        nvfp4_element<Mode, RBits, B, false>(cfg, g, top_old, cs, k, wb[k], ub[k], wd[k], fb[k], element);
+      }
+      for (std::int64_t k = 0; k < B; ++k) {
+        lanes.add(k, element.flagged[k], old[k], ub[k], wb[k], top_old, cs, element.saturated[k], element.random[k],
+                  element.truncated[k]);
+      }
+      for (std::int64_t k = 0; k < B; ++k) {
+        fb[k] = static_cast<unsigned char>(element.flagged[k]);
+      }
+    }
+  }
+  lanes.flush(counts);
+}
+
+// The scan of whole blocks of B.
+template <int B>
+[[gnu::always_inline]] inline void span_scan_body(const float* __restrict w, const float* __restrict u,
+                                                  std::int64_t blocks, SpanScan& s) {
+  for (std::int64_t b = 0; b < blocks; ++b) {
+    BlockScan one;
+    scan_body(w + b * B, u + b * B, B, one);
+    s.amax_w_bits[b] = one.amax_w_bits;
+    s.amax_v32_bits[b] = one.amax_v32_bits;
+    s.amax_v_bits[b] = one.amax_v_bits;
+    s.exact[b] = one.exact;
+    s.nonzero[b] = one.any_nonzero;
+  }
+}
+
+[[gnu::always_inline]] inline void grids_body(const float* __restrict s_b, std::int64_t blocks, float s_enc,
+                                              double (*__restrict grid)[8]) {
+  for (std::int64_t b = 0; b < blocks; ++b) {
+    for (int k = 0; k < 8; ++k) {
+      grid[b][k] = static_cast<double>((kE2M1Magnitudes[k] * s_b[b]) / s_enc);  // nvfp4_decode
+    }
+  }
+}
+
+// The check pass's chunk: integer tests of the exponent fields and unsigned maxima of the magnitudes' bits. u may be
+// null (all zero: quantization).
+template <bool Master, bool HasU>
+[[gnu::always_inline]] inline void check_body(const float* __restrict w, const float* __restrict u,
+                                              const float* __restrict m, std::int64_t len, CheckChunk& out) {
+  std::uint32_t bad = 0, amax_w = 0, amax_v = 0;
+  for (std::int64_t i = 0; i < len; ++i) {
+    const float ui = HasU ? u[i] : 0.0f;
+    const std::uint32_t bw = std::bit_cast<std::uint32_t>(w[i]) & 0x7fffffffu;
+    const std::uint32_t bu = std::bit_cast<std::uint32_t>(ui) & 0x7fffffffu;
+    std::uint32_t b = static_cast<std::uint32_t>(bw >= 0x7f800000u) | static_cast<std::uint32_t>(bu >= 0x7f800000u);
+    std::uint32_t bx;
+    if constexpr (Master) {
+      const std::uint32_t bm = std::bit_cast<std::uint32_t>(m[i]) & 0x7fffffffu;
+      bx = std::bit_cast<std::uint32_t>(m[i] + ui) & 0x7fffffffu;
+      b |= static_cast<std::uint32_t>(bm >= 0x7f800000u) | static_cast<std::uint32_t>(bx >= 0x7f800000u);
+    } else {
+      bx = std::bit_cast<std::uint32_t>(w[i] + ui) & 0x7fffffffu;
+    }
+    bad += b;
+    amax_w = bw > amax_w ? bw : amax_w;
+    amax_v = bx > amax_v ? bx : amax_v;
+  }
+  out.bad += bad;
+  out.amax_w_bits = amax_w > out.amax_w_bits ? amax_w : out.amax_w_bits;
+  out.amax_v_bits = amax_v > out.amax_v_bits ? amax_v : out.amax_v_bits;
+}
+
+// ---- MX spans through the per-tensor loops: scan, scale in, scale out (blocks of 32, fp32 lanes) ----
+[[gnu::always_inline]] inline void mx_scan_body(const float* __restrict w, const float* __restrict u,
+                                                std::int64_t blocks, SpanScan& s) {
+  for (std::int64_t b = 0; b < blocks; ++b) {
+    std::uint32_t amax_w = 0, amax_v = 0, nonzero = 0;
+    for (std::int64_t k = b * 32; k < b * 32 + 32; ++k) {
+      const std::uint32_t bw = std::bit_cast<std::uint32_t>(w[k]) & 0x7fffffffu;
+      const std::uint32_t bv = std::bit_cast<std::uint32_t>(w[k] + u[k]) & 0x7fffffffu;
+      amax_w = bw > amax_w ? bw : amax_w;
+      amax_v = bv > amax_v ? bv : amax_v;
+      nonzero |= static_cast<std::uint32_t>(u[k] != 0.0f);
+    }
+    s.amax_w_bits[b] = amax_w;
+    s.amax_v32_bits[b] = amax_v;
+    s.nonzero[b] = static_cast<std::uint8_t>(nonzero);
+  }
+}
+
+[[gnu::always_inline]] inline void mx_scale_in_body(const SpanBlocks& sb, const float* __restrict w,
+                                                    const float* __restrict u, float* __restrict ws,
+                                                    float* __restrict us, std::uint8_t* __restrict exact,
+                                                    std::int64_t blocks) {
+  std::uint32_t bad[32] = {};
+  for (std::int64_t b = 0; b < blocks; ++b) {
+    const auto inv = static_cast<float>(sb.inv_X[b]), X = static_cast<float>(sb.X[b]);
+    const float keep = sb.active[b] ? 1.0f : 0.0f;
+    for (std::int64_t k = 0; k < 32; ++k) {
+      const float wk = w[b * 32 + k] * keep, uk = u[b * 32 + k] * keep;
+      const float a = wk * inv, c = uk * inv;  // exact unless fp32 under- or overflows
+      bad[k] |= static_cast<std::uint32_t>(a * X != wk) | static_cast<std::uint32_t>(c * X != uk);
+      ws[b * 32 + k] = a;
+      us[b * 32 + k] = c;
+    }
+  }
+  std::uint32_t any = 0;
+  for (int k = 0; k < 32; ++k) {
+    any |= bad[k];
+  }
+  for (std::int64_t b = 0; b < blocks; ++b) {
+    exact[b] = 1;
+  }
+  if (any) {  // rare: find the blocks
+    for (std::int64_t b = 0; b < blocks; ++b) {
+      const auto X = static_cast<float>(sb.X[b]);
+      for (std::int64_t k = b * 32; k < b * 32 + 32; ++k) {
+        const float keep = sb.active[b] ? 1.0f : 0.0f;
+        if (ws[k] * X != w[k] * keep || us[k] * X != u[k] * keep) {
+          exact[b] = 0;
+        }
+      }
+    }
+  }
+}
+
+[[gnu::always_inline]] inline void mx_scale_out_body(const SpanBlocks& sb, const float* __restrict ws,
+                                                     float* __restrict w, const float* __restrict u,
+                                                     std::int64_t blocks, LoopCounts& counts) {
+  std::uint32_t collateral[32] = {}, flushed[32] = {}, erased_changed[32] = {}, at_max_out[32] = {};
+  for (std::int64_t b = 0; b < blocks; ++b) {
+    if (!sb.active[b]) {
+      continue;
+    }
+    const auto X = static_cast<float>(sb.X[b]), top = static_cast<float>(sb.top_old[b]);
+    const auto cs = static_cast<std::uint32_t>(sb.changed[b]);
+    for (std::int64_t k = 0; k < 32; ++k) {
+      const float wf = w[b * 32 + k], uf = u[b * 32 + k];
+      const float val = ws[b * 32 + k] * X;  // exact: the range check keeps it finite
+      const std::uint32_t changed = val != wf;
+      const std::uint32_t nz = uf != 0.0f;
+      const std::uint32_t outward = (static_cast<std::uint32_t>(uf > 0.0f) & static_cast<std::uint32_t>(wf > 0.0f)) |
+                                    (static_cast<std::uint32_t>(uf < 0.0f) & static_cast<std::uint32_t>(wf < 0.0f));
+      const std::uint32_t erased_here = nz & (changed ^ 1u);
+      collateral[k] += (nz ^ 1u) & changed;
+      flushed[k] +=
+          (nz ^ 1u) & changed & static_cast<std::uint32_t>(wf != 0.0f) & static_cast<std::uint32_t>(val == 0.0f);
+      erased_changed[k] += erased_here & cs;
+      at_max_out[k] += erased_here & (cs ^ 1u) & static_cast<std::uint32_t>(std::fabs(wf) == top) & outward;
+      w[b * 32 + k] = val;
+    }
+  }
+  for (int k = 0; k < 32; ++k) {
+    counts.collateral += collateral[k];
+    counts.flushed += flushed[k];
+    counts.erased_changed += erased_changed[k];
+    counts.erased_at_max_outward += at_max_out[k];
+  }
+}
+
+// ---- The three compilations ----
+#define WBAUDIT_BLOCK_LOOPS(NS, TARGET)                                                                           \
+  namespace NS {                                                                                                  \
+  TARGET void scan(const float* w, const float* u, std::int64_t len, BlockScan& s) {                              \
+    scan_body(w, u, len, s);                                                                                      \
+  }                                                                                                               \
+  template <int B>                                                                                                \
+  TARGET void span_scan(const float* w, const float* u, std::int64_t blocks, SpanScan& s) {                       \
+    span_scan_body<B>(w, u, blocks, s);                                                                           \
+  }                                                                                                               \
+  TARGET void mx_scan(const float* w, const float* u, std::int64_t blocks, SpanScan& s) {                         \
+    mx_scan_body(w, u, blocks, s);                                                                                \
+  }                                                                                                               \
+  TARGET void mx_scale_in(const SpanBlocks& sb, const float* w, const float* u, float* ws, float* us,             \
+                          std::uint8_t* exact, std::int64_t blocks) {                                             \
+    mx_scale_in_body(sb, w, u, ws, us, exact, blocks);                                                            \
+  }                                                                                                               \
+  TARGET void mx_scale_out(const SpanBlocks& sb, const float* ws, float* w, const float* u, std::int64_t blocks,  \
+                           LoopCounts& c) {                                                                       \
+    mx_scale_out_body(sb, ws, w, u, blocks, c);                                                                   \
+  }                                                                                                               \
+  TARGET void grids(const float* s_b, std::int64_t blocks, float s_enc, double (*grid)[8]) {                      \
+    grids_body(s_b, blocks, s_enc, grid);                                                                         \
+  }                                                                                                               \
+  TARGET void check(const float* w, const float* u, const float* m, std::int64_t len, CheckChunk& out) {          \
+    if (m) {                                                                                                      \
+      check_body<true, true>(w, u, m, len, out);                                                                  \
+    } else if (u) {                                                                                               \
+      check_body<false, true>(w, u, m, len, out);                                                                 \
+    } else {                                                                                                      \
+      check_body<false, false>(w, u, m, len, out);                                                                \
+    }                                                                                                             \
+  }                                                                                                               \
+  template <bool Integer, int Mode, bool RBits>                                                                   \
+  TARGET void mx_round(const LoopConfig& cfg, const LoopBlock& lb, std::uint64_t cs, float* w, const float* u,    \
+                       const std::uint32_t* words, unsigned char* flags, std::int64_t len, LoopCounts& c) {       \
+    mx_round_body<Integer, Mode, RBits>(cfg, lb, cs, w, u, words, flags, len, c);                                 \
+  }                                                                                                               \
+  template <int Mode, bool RBits>                                                                                 \
+  TARGET void nvfp4_round(const LoopConfig& cfg, const LoopBlock& lb, std::uint64_t cs, float* w, const float* u, \
+                          const std::uint32_t* words, unsigned char* flags, std::int64_t len, LoopCounts& c) {    \
+    nvfp4_round_body<Mode, RBits>(cfg, lb, cs, w, u, words, flags, len, c);                                       \
+  }                                                                                                               \
+  template <bool Integer, int Mode, bool RBits>                                                                   \
+  TARGET void mx_span(const LoopConfig& cfg, const SpanBlocks& sb, float* w, const float* u,                      \
+                      const std::uint32_t* words, unsigned char* flags, std::int64_t blocks, LoopCounts& c) {     \
+    mx_span_body<Integer, Mode, RBits>(cfg, sb, w, u, words, flags, blocks, c);                                   \
+  }                                                                                                               \
+  template <int Mode, bool RBits>                                                                                 \
+  TARGET void nvfp4_span(const LoopConfig& cfg, const SpanBlocks& sb, float* w, const float* u,                   \
+                         const std::uint32_t* words, unsigned char* flags, std::int64_t blocks, LoopCounts& c) {  \
+    nvfp4_span_body<Mode, RBits>(cfg, sb, w, u, words, flags, blocks, c);                                         \
+  }                                                                                                               \
+  }
+
+WBAUDIT_BLOCK_LOOPS(portable, )
+WBAUDIT_BLOCK_LOOPS(v3, __attribute__((target("arch=x86-64-v3"))))
+WBAUDIT_BLOCK_LOOPS(v4, __attribute__((target("arch=x86-64-v4"))))
+#undef WBAUDIT_BLOCK_LOOPS
+
+// The function of one compilation for cfg: Pick<Integer, Mode, RBits>::round / ::span (MX) or
+// Pick<false, Mode, RBits> with the NVFP4 members.
+template <template <bool, int, bool> class Pick>
+void pick(const LoopConfig& cfg, BlockLoops& loops) {
+  const bool rb = cfg.mode != 0 && cfg.sr_bits > 0;
+  auto set = [&]<bool Integer, int Mode, bool RBits>() {
+    if (cfg.family == BlockFamily::mx) {
+      loops.round = Pick<Integer, Mode, RBits>::mx_round;
+      loops.span_round = Pick<Integer, Mode, RBits>::mx_span;
+    } else {
+      loops.round = Pick<false, Mode, RBits>::nvfp4_round;
+      loops.span_round = Pick<false, Mode, RBits>::nvfp4_span;
+    }
+  };
+  auto by_mode = [&]<bool Integer>() {
+    switch (cfg.mode) {
+      case 0:
+        set.template operator()<Integer, 0, false>();
+        break;
+      case 1:
+        rb ? set.template operator()<Integer, 1, true>() : set.template operator()<Integer, 1, false>();
+        break;
+      default:
+        rb ? set.template operator()<Integer, 2, true>() : set.template operator()<Integer, 2, false>();
+        break;
+    }
+  };
+  cfg.integer ? by_mode.template operator()<true>() : by_mode.template operator()<false>();
+}
+
+#define WBAUDIT_PICKER(NS)                                           \
+  template <bool I, int M, bool R>                                   \
+  struct NS##_pick {                                                 \
+    static constexpr RoundFn mx_round = &NS::mx_round<I, M, R>;      \
+    static constexpr SpanRoundFn mx_span = &NS::mx_span<I, M, R>;    \
+    static constexpr RoundFn nvfp4_round = &NS::nvfp4_round<M, R>;   \
+    static constexpr SpanRoundFn nvfp4_span = &NS::nvfp4_span<M, R>; \
+  };
+WBAUDIT_PICKER(portable)
+WBAUDIT_PICKER(v3)
+WBAUDIT_PICKER(v4)
+#undef WBAUDIT_PICKER
+
+}  // namespace
+
+LoopConfig loop_config(const BlockFormatParams& p, const WritebackPolicy& policy) {
+  LoopConfig cfg;
+  cfg.family = p.family;
+  cfg.integer = p.integer_elem;
+  cfg.mode = policy.policy == Policy::stochastic ? 1 : (policy.policy == Policy::deadzone_sr ? 2 : 0);
+  cfg.sr_bits = cfg.mode == 0 ? 0 : policy.sr_bits;
+  cfg.r_shift = 32 - cfg.sr_bits;
+  cfg.r_scale = std::ldexp(1.0, cfg.sr_bits - 32);
+  cfg.span = policy.stream == SrStream::philox_packed && policy.sr_bits == 0 ? 0x1p16 : 1.0;
+  cfg.max_elem = p.max_elem;
+  cfg.min_normal = p.elem.min_normal;
+  cfg.unit_factor = std::ldexp(1.0, -p.elem.man_bits);
+  cfg.unit = p.integer_elem ? p.elem.scale : 0.0;
+  cfg.inv_unit = p.integer_elem ? 1.0 / p.elem.scale : 0.0;
+  return cfg;
+}
+
+BlockLoops block_loops(const LoopConfig& cfg, BlockIsa isa) {
+  BlockLoops loops;
+  loops.isa = isa;
+  const bool mx = cfg.family == BlockFamily::mx;
+  switch (isa) {
+    case BlockIsa::avx512:
+      loops.mx_scan = &v4::mx_scan;
+      loops.mx_scale_in = &v4::mx_scale_in;
+      loops.mx_scale_out = &v4::mx_scale_out;
+      loops.scan = &v4::scan;
+      loops.span_scan = mx ? &v4::span_scan<32> : &v4::span_scan<16>;
+      loops.grids = &v4::grids;
+      loops.check = &v4::check;
+      pick<v4_pick>(cfg, loops);
+      break;
+    case BlockIsa::avx2:
+      loops.mx_scan = &v3::mx_scan;
+      loops.mx_scale_in = &v3::mx_scale_in;
+      loops.mx_scale_out = &v3::mx_scale_out;
+      loops.scan = &v3::scan;
+      loops.span_scan = mx ? &v3::span_scan<32> : &v3::span_scan<16>;
+      loops.grids = &v3::grids;
+      loops.check = &v3::check;
+      pick<v3_pick>(cfg, loops);
+      break;
+    default:
+      loops.mx_scan = &portable::mx_scan;
+      loops.mx_scale_in = &portable::mx_scale_in;
+      loops.mx_scale_out = &portable::mx_scale_out;
+      loops.scan = &portable::scan;
+      loops.span_scan = mx ? &portable::span_scan<32> : &portable::span_scan<16>;
+      loops.grids = &portable::grids;
+      loops.check = &portable::check;
+      pick<portable_pick>(cfg, loops);
+      break;
+  }
+  return loops;
+}
+
+}  // namespace wbaudit::sim::detail

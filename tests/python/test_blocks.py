@@ -1,0 +1,110 @@
+"""Block-scaled formats through the Python module (issue 29): the worked examples derived by hand (docs/formats.md),
+NVFP4's E2M1 ties, the block layout of 2-D arrays, bad input, and the write-back against the C++ CLI
+(`wbaudit round --json`, the scalar reference) bit for bit, under nearest and SR."""
+import json
+import os
+import subprocess
+
+import numpy as np
+import pytest
+
+import wbaudit
+
+
+def f32(x):
+    return np.asarray(x, dtype=np.float32)
+
+
+def test_block_formats_listed():
+    names = [b["name"] for b in wbaudit.block_formats()]
+    assert names[:6] == ["mxfp8_e4m3", "mxfp8_e5m2", "mxfp6_e3m2", "mxfp6_e2m3", "mxfp4_e2m1", "mxint8"]
+    assert "mxfp4_e2m1:rceil" in names and names[-2:] == ["nvfp4", "nvfp4:2d"]
+    e = {b["name"]: b for b in wbaudit.block_formats()}
+    assert e["mxint8"]["max_elem"] == 127 / 64 and e["nvfp4:2d"]["tiles_2d"]
+
+
+def test_scale_flush_example_b():
+    # w = [3, 0.25 x 31] sits at X = 2^(floor(log2 3) - 2) = 0.5. u_0 = 1: v_0 = 4 gives X = 1, w_0 -> 4, and
+    # 0.25 / 1 is the tie between 0 (even) and 0.5 -> 0: the 31 others flush.
+    w = f32([3.0] + [0.25] * 31)
+    u = f32([1.0] + [0.0] * 31)
+    out, c = wbaudit.writeback(w, u, "mxfp4_e2m1")
+    assert out.tolist() == [4.0] + [0.0] * 31
+    assert (c["nonzero"], c["applied"], c["erased"], c["collateral"], c["flushed"]) == (1, 1, 0, 31, 31)
+    assert (c["blocks"], c["rescaled_up"], c["rescaled_down"]) == (1, 1, 0)
+    # u_0 = 0.9: v_0 = 3.9 keeps X = 0.5 and 7.8 saturates to 6 -> 3: erased by saturation, nothing moves.
+    out, c = wbaudit.writeback(w, f32([0.9] + [0.0] * 31), "mxfp4_e2m1")
+    assert out.tolist() == w.tolist()
+    assert (c["erased"], c["erased_saturation"], c["collateral"], c["rescaled_up"]) == (1, 1, 0, 0)
+
+
+@pytest.mark.parametrize("u0", [0.01, 0.5, 1.0])
+def test_saturation_example_a(u0):
+    # w = [6, 1.5 x 31] at X = 1: v_0 < 8 keeps X, v_0 > 6 saturates back to 6.
+    w = f32([6.0] + [1.5] * 31)
+    out, c = wbaudit.writeback(w, f32([u0] + [0.0] * 31), "mxfp4_e2m1")
+    assert out.tolist() == w.tolist()
+    assert (c["erased"], c["erased_saturation"], c["erased_grid"], c["erased_scale"], c["collateral"]) == (1, 1, 0, 0, 0)
+
+
+def test_rceil_collateral_example_c():
+    # rceil: amax 6 + 2^-20 > 6 * 1 doubles X; 6.00000095 / 2 -> 3 (w_0 kept: erased by the scale), 1.5 / 2 = 0.75
+    # -> 1 -> 2 (31 collateral moves).
+    w = f32([6.0] + [1.5] * 31)
+    out, c = wbaudit.writeback(w, f32([2.0**-20] + [0.0] * 31), "mxfp4_e2m1:rceil")
+    assert out.tolist() == [6.0] + [2.0] * 31
+    assert (c["erased_scale"], c["collateral"], c["flushed"], c["rescaled_up"]) == (1, 31, 0, 1)
+
+
+def test_nvfp4_round_ties_and_2d_layout():
+    # amax 6: S_enc = 448, s_b = 448, decoded = the E2M1 value; 1.25 and 0.75 -> 1, 5 -> 4 (ties to even codes).
+    got = wbaudit.round(f32([6, 1.25, 0.75, 5] + [0] * 12), "nvfp4")
+    assert got.tolist() == [6, 1, 1, 4] + [0] * 12
+    # A [20 x 40] array: 2 x 3 = 6 tiles of 16x16 (short at the edges), 20 x 3 = 60 blocks along rows for nvfp4.
+    w = wbaudit.round(f32(np.random.default_rng(3).standard_normal((20, 40))), "nvfp4")
+    u = f32(np.zeros((20, 40)))
+    assert wbaudit.writeback(w, u, "nvfp4:2d")[1]["blocks"] == 6
+    assert wbaudit.writeback(w, u, "nvfp4")[1]["blocks"] == 60
+    assert wbaudit.writeback(w, u, "mxfp8_e4m3")[1]["blocks"] == 40  # 32 + a short 8 per row
+
+
+def test_bad_input_names_tensor_step_and_block():
+    w = f32(np.ones((2, 64)))
+    u = f32(np.zeros((2, 64)))
+    u[1, 40] = np.nan
+    keep = w.copy()
+    with pytest.raises(ValueError, match=r"tensor layer1\.weight, step 7: .*block 3 \(row 1, columns 32\.\.63\)"):
+        wbaudit.writeback(w, u, "mxfp8_e4m3", step=7, tensor="layer1.weight", out=w)
+    assert w.tolist() == keep.tolist()  # nothing written
+    with pytest.raises(ValueError, match=r'unknown scale rule "ceil" \(known: floor, rceil\)'):
+        wbaudit.writeback(w, f32(np.zeros((2, 64))), "mxfp8_e4m3:ceil")
+    with pytest.raises(ValueError, match="not an fp32 value"):
+        wbaudit.round(np.array([0.1]), "mxfp8_e4m3")
+
+
+def cli_writeback(fmt, w, u, policy, seed, step):
+    """The C++ CLI's block write-back (the scalar reference) of a 1-row tensor w with proposals u."""
+    exe = os.environ.get("WBAUDIT_EXE")
+    if not exe:
+        pytest.skip("WBAUDIT_EXE not set")
+    hexes = lambda a: " ".join(float(x).hex() for x in a)  # noqa: E731
+    out = subprocess.run([exe, "round", "--format", fmt, "--row", hexes(w), "--update", hexes(u), "--policy", policy,
+                          "--seed", str(seed), "--step", str(step), "--json"], check=True, capture_output=True,
+                         text=True).stdout
+    j = json.loads(out)
+    return f32([float(v["result"]) for v in j["values"]]), j["counts"]
+
+
+@pytest.mark.parametrize("fmt", ["mxfp8_e4m3", "mxfp6_e2m3:rceil", "mxint8", "nvfp4"])
+@pytest.mark.parametrize("policy", ["nearest", "stochastic"])
+def test_writeback_equals_cli(fmt, policy):
+    rng = np.random.default_rng(11)
+    w = wbaudit.round(f32(rng.standard_normal(80) * 0.3), fmt)  # on the format's grid, blocks of mixed scale
+    u = f32(rng.standard_normal(80) * 0.02)
+    u[rng.random(80) < 0.3] = 0
+    got, c = wbaudit.writeback(w, u, fmt, policy=policy, seed=4, step=9)
+    want, wc = cli_writeback(fmt, w, u, policy, 4, 9)
+    assert got.tobytes() == want.tobytes()
+    for k in ("nonzero", "erased", "erased_grid", "erased_saturation", "erased_scale", "applied", "collateral",
+              "flushed", "saturated", "blocks", "rescaled_up", "rescaled_down"):
+        assert c[k] == wc[k], k
