@@ -594,8 +594,10 @@ void add_round_command(CLI::App& app) {
       "  printf '1.3\\n464\\n0x1.8p-9\\n' | wbaudit round --format e4m3\n"
       "  echo 1 | wbaudit round --format bf16 --update 0x1p-8          # erased: tie, 1 is even\n"
       "  echo 1 | wbaudit round --format bf16 --update 0.001 --policy stochastic --seed 3\n"
-      "Block formats (mxfp8_e4m3, ..., nvfp4:2d; `wbaudit formats`) round a tensor given as rows (--row or one row\n"
-      "per line); --update gives u for every coordinate, row-major, and prints each coordinate's event (erased:grid,\n"
+      "Block formats (mxfp8_e4m3, ..., nvfp4:2d; see the formats subcommand) round a tensor given as rows (--row or "
+      "one\n"
+      "row per line); --update gives u for every coordinate, row-major, and prints each coordinate's event "
+      "(erased:grid,\n"
       "erased:saturation, erased:scale, applied, collateral, collateral:flushed) and each block's scale change:\n"
       "  wbaudit round --format mxfp4_e2m1 --row '3 0.25*31' --update '1 0*31'   # scale up, 31 elements flush");
   cmd->callback([args] { run_round(*args); });

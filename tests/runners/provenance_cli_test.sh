@@ -192,7 +192,9 @@ if mount -t tmpfs -o size=${size_kb}k tmpfs "$f" 2> /dev/null; then
   grep -q "failed: .*trace.h5" "$work/full.status" || grep -qi "no space left" "$work/full.err" \
     || { cat "$work/full.err" "$work/full.status"; fail "full disk: no failure recorded and no clear message"; }
   done_before=$("${W[@]}" status "$f/s" --json --no-scheduler | python3 -c "import json,sys; print(json.load(sys.stdin)['counts']['done'])")
-  mount -o remount,size=$((size_kb + 4096))k "$f" || fail "remount"
+  # Freed space: traces are streamed, and each cell reserves its trace's whole size before writing its first step
+  # (so that HDF5 never meets a full disk mid-file); two cells run at once, a reference reserving ~2.9 MB: free 32 MB.
+  mount -o remount,size=$((size_kb + 32768))k "$f" || fail "remount"
   "${W[@]}" run "$spec" --out "$f/s" --resume --no-report -q 2> "$work/full2.err" || { cat "$work/full2.err"; fail "resume after freeing space"; }
   "${W[@]}" status "$f/s" --check --no-scheduler > /dev/null || fail "full-disk sweep incomplete after resume"
   # Cells finished before the disk filled were kept, not rerun: one attempt each plus one per failed cell.
