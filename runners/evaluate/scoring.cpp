@@ -147,7 +147,6 @@ void score_run_directional(const ScoringContext& ctx, const stats::CellTable& P,
     for (const auto& s : names) {
       p.failed[s] = p.run_directional_note;
     }
-    p.failed["run_binomial_p_value"] = p.run_directional_note;
     return;
   }
   try {

@@ -224,12 +224,12 @@ std::vector<std::string> selected_cell_ids(const SweepSpec& spec, const std::vec
       }
     }
     if (!matched) {
-      std::string names;
+      std::vector<std::string> names;
       for (const auto& cell : spec.cells) {
-        names += (names.empty() ? "" : ", ") + cell.name;
+        names.push_back(cell.name);
       }
       throw SpecError(spec.path.string() + ": --cells \"" + pattern +
-                      "\" matches no cell of the sweep (its cells: " + names + ")");
+                      "\" matches no cell of the sweep (its cells: " + util::join(names) + ")");
     }
   }
   return only_ids;
