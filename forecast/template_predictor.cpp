@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <limits>
+#include <map>
 #include <set>
 #include <utility>
 
@@ -23,55 +24,103 @@ void check_unique(const std::vector<HistoryRun>& history) {
 }
 }  // namespace
 
+namespace {
+// One class's history aligned once onto the grid, with the per-step sums and counts of its runs from the left
+// (prefix) and from the right (suffix), so that the template leaving run j out is prefix[j] + suffix[j + 1]: linear
+// in the number of runs for all rows together (the leave-run-out template was quadratic, re-walking the whole history
+// for every scored cell), and the left-out run's value never enters its own template, not even through rounding
+// (total - value would let it in at the last bit).
+class ClassHistory {
+ public:
+  ClassHistory(const std::vector<HistoryRun>& history, const std::string& template_class,
+               const std::vector<std::int64_t>& grid, const TemplateOptions& options)
+      : m_grid(grid.size()) {
+    for (const auto& h : history) {
+      if (h.template_class != template_class) continue;
+      m_run_ids.push_back(h.run_id);
+      try {
+        m_aligned.push_back(
+            align_series(h.erased_fraction.steps, h.erased_fraction.values, grid, options.out_of_range));
+        m_errors.emplace_back();
+      } catch (const ForecastError& e) {  // thrown only where the run is used (it may be the one left out)
+        m_aligned.emplace_back();
+        m_errors.push_back(std::string(e.what()) + " (history run \"" + h.run_id + "\", class \"" + template_class +
+                           "\")");
+      }
+    }
+    const std::size_t n = m_run_ids.size();
+    m_prefix.assign((n + 1) * m_grid, 0.0);
+    m_suffix.assign((n + 1) * m_grid, 0.0);
+    m_prefix_count.assign((n + 1) * m_grid, 0);
+    m_suffix_count.assign((n + 1) * m_grid, 0);
+    for (std::size_t i = 0; i < n; ++i) accumulate(m_prefix, m_prefix_count, i, i + 1, i);
+    for (std::size_t i = n; i-- > 0;) accumulate(m_suffix, m_suffix_count, i + 1, i, i);
+  }
+
+  // The template leaving `exclude_run_id` out (empty or not in the class: leaving none out).
+  std::vector<double> series(const std::string& exclude_run_id, int& used) const {
+    const std::size_t n = m_run_ids.size();
+    std::size_t j = n;  // the left-out run's position; n: none
+    if (!exclude_run_id.empty()) {
+      for (std::size_t i = 0; i < n; ++i) {
+        if (m_run_ids[i] == exclude_run_id) j = i;
+      }
+    }
+    for (std::size_t i = 0; i < n; ++i) {
+      if (i != j && !m_errors[i].empty()) throw ForecastError(m_errors[i]);
+    }
+    used = static_cast<int>(j < n ? n - 1 : n);
+    std::vector<double> mean(m_grid, kNaN);
+    const std::size_t right = j < n ? j + 1 : n;
+    for (std::size_t t = 0; t < m_grid; ++t) {
+      const int count = m_prefix_count[j * m_grid + t] + m_suffix_count[right * m_grid + t];
+      if (count > 0) mean[t] = (m_prefix[j * m_grid + t] + m_suffix[right * m_grid + t]) / count;
+    }
+    return mean;
+  }
+
+ private:
+  // sums[to] = sums[from] + run i's aligned values (NaN and unaligned runs add nothing)
+  void accumulate(std::vector<double>& sums, std::vector<int>& counts, std::size_t from, std::size_t to,
+                  std::size_t i) {
+    for (std::size_t t = 0; t < m_grid; ++t) {
+      sums[to * m_grid + t] = sums[from * m_grid + t];
+      counts[to * m_grid + t] = counts[from * m_grid + t];
+      if (!m_errors[i].empty() || std::isnan(m_aligned[i][t])) continue;
+      sums[to * m_grid + t] += m_aligned[i][t];
+      ++counts[to * m_grid + t];
+    }
+  }
+
+  std::size_t m_grid;
+  std::vector<std::string> m_run_ids;  // history order
+  std::vector<std::vector<double>> m_aligned;
+  std::vector<std::string> m_errors;  // per run: why it could not be aligned (empty: aligned)
+  std::vector<double> m_prefix, m_suffix;
+  std::vector<int> m_prefix_count, m_suffix_count;
+};
+
+std::vector<double> finish(std::vector<double> mean, int used, const std::string& template_class,
+                           const std::string& exclude_run_id, const TemplateOptions& options) {
+  if (used > 0) return mean;
+  if (options.missing_class == MissingClass::error) {
+    throw ForecastError(
+        "template: class \"" + template_class + "\" has no history run" +
+        (exclude_run_id.empty() ? std::string() : " other than the scored run \"" + exclude_run_id + "\""));
+  }
+  return std::vector<double>(mean.size(), kNaN);
+}
+}  // namespace
+
 std::vector<double> template_series(const std::vector<HistoryRun>& history, const std::string& template_class,
                                     const std::string& exclude_run_id, const std::vector<std::int64_t>& grid,
                                     const TemplateOptions& options, int* runs_used) {
   check_strictly_increasing(grid, "template_series (grid)");
   check_unique(history);
-  std::vector<double> sum(grid.size(), 0.0);
-  std::vector<int> count(grid.size(), 0);
   int used = 0;
-  for (const auto& h : history) {
-    if (h.template_class != template_class) {
-      continue;
-    }
-    if (!exclude_run_id.empty() && h.run_id == exclude_run_id) {
-      continue;  // leave-run-out
-    }
-    std::vector<double> aligned;
-    try {
-      aligned = align_series(h.erased_fraction.steps, h.erased_fraction.values, grid, options.out_of_range);
-    } catch (const ForecastError& e) {
-      throw ForecastError(std::string(e.what()) + " (history run \"" + h.run_id + "\", class \"" + template_class +
-                          "\")");
-    }
-    ++used;
-    for (std::size_t t = 0; t < grid.size(); ++t) {
-      if (std::isnan(aligned[t])) {
-        continue;
-      }
-      sum[t] += aligned[t];
-      ++count[t];
-    }
-  }
-  if (runs_used) {
-    *runs_used = used;
-  }
-  if (used == 0) {
-    if (options.missing_class == MissingClass::error) {
-      throw ForecastError(
-          "template: class \"" + template_class + "\" has no history run" +
-          (exclude_run_id.empty() ? std::string() : " other than the scored run \"" + exclude_run_id + "\""));
-    }
-    return std::vector<double>(grid.size(), kNaN);
-  }
-  std::vector<double> mean(grid.size(), kNaN);
-  for (std::size_t t = 0; t < grid.size(); ++t) {
-    if (count[t] > 0) {
-      mean[t] = sum[t] / count[t];
-    }
-  }
-  return mean;
+  auto mean = ClassHistory(history, template_class, grid, options).series(exclude_run_id, used);
+  if (runs_used) *runs_used = used;
+  return finish(std::move(mean), used, template_class, exclude_run_id, options);
 }
 
 TemplateTable template_table(const std::vector<TemplateRow>& rows, const std::vector<HistoryRun>& history,
@@ -79,6 +128,9 @@ TemplateTable template_table(const std::vector<TemplateRow>& rows, const std::ve
   if (rows.empty()) {
     throw ForecastError("template_table: no cells");
   }
+  check_strictly_increasing(grid, "template_series (grid)");
+  check_unique(history);
+  std::map<std::string, ClassHistory> classes;  // built once per class, on first use
   TemplateTable out;
   out.table.steps = grid;
   out.table.values.resize(static_cast<Eigen::Index>(rows.size()), static_cast<Eigen::Index>(grid.size()));
@@ -86,8 +138,13 @@ TemplateTable template_table(const std::vector<TemplateRow>& rows, const std::ve
     if (rows[r].run_id.empty()) {
       throw ForecastError("template_table: cell \"" + rows[r].cell + "\" has no run id");
     }
+    auto it = classes.find(rows[r].template_class);
+    if (it == classes.end()) {
+      it = classes.emplace(rows[r].template_class, ClassHistory(history, rows[r].template_class, grid, options)).first;
+    }
     int used = 0;
-    const auto series = template_series(history, rows[r].template_class, rows[r].run_id, grid, options, &used);
+    auto mean = it->second.series(rows[r].run_id, used);  // sets used
+    const auto series = finish(std::move(mean), used, rows[r].template_class, rows[r].run_id, options);
     out.table.cells.push_back(rows[r].cell);
     out.runs_used.push_back(used);
     if (used == 0) {

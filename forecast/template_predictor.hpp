@@ -11,6 +11,10 @@
 // missing (NaN), the mean is over those present; where none is present, NaN. A class with no history run after
 // leave-run-out is an error (TemplateOptions::missing_class = error) or, when the analysis declares it, a NaN row
 // listed in TemplateTable::missing — never a silent number.
+//
+// Cost: each class's history is aligned once and summed from both ends, so a table of R rows over H history runs costs
+// O((R + H) x grid); the template leaving run j out is (sum of the runs before j) + (sum of the runs after j), so run
+// j's value never enters it, not even through rounding.
 #include <cstdint>
 #include <string>
 #include <vector>

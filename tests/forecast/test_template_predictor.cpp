@@ -3,6 +3,8 @@
 
 #include <cmath>
 #include <limits>
+#include <random>
+#include <string>
 #include <vector>
 
 #include "forecast/error.hpp"
@@ -119,6 +121,54 @@ TEST(Template, OutcomeBlindWhenTheSweepProvidesHistory) {
   EXPECT_DOUBLE_EQ(tb.values(1, 2), 0.95);
   // And the scored outcome did change.
   EXPECT_NE(a.outcome.values(0, 2), b.outcome.values(0, 2));
+}
+
+// Many runs in a few classes, some values missing, history and rows in shuffled orders: every row's template equals the
+// leave-run-out mean computed by brute force here (to 1e-15), and changing one run's whole series leaves its own
+// template bit for bit unchanged (the linear table never lets the left-out run in through rounding).
+TEST(Template, TableOfManyRowsEqualsBruteForceLeaveRunOut) {
+  const Steps grid{0, 5, 10, 15};
+  std::mt19937_64 rng(11);
+  std::uniform_real_distribution<double> value(0.0, 1.0);
+  auto make_history = [&](double perturb_r0) {
+    std::vector<HistoryRun> h;
+    for (int i = 0; i < 90; ++i) {
+      std::vector<double> y;
+      for (int t = 0; t < 4; ++t) y.push_back((i * 7 + t) % 13 == 0 ? kNaN : value(rng));
+      if (i == 0) y[2] = perturb_r0;
+      h.push_back({"r" + std::to_string(i), "class" + std::to_string(i % 3), {grid, y}});
+    }
+    return h;
+  };
+  rng.seed(11);
+  const auto h = make_history(0.25);
+  rng.seed(11);
+  const auto h2 = make_history(0.75);
+  std::vector<TemplateRow> rows;
+  for (int i = 89; i >= 0; --i)
+    rows.push_back({"r" + std::to_string(i) + "/g", "r" + std::to_string(i), h[i].template_class});
+  rows.push_back({"new/g", "new", "class1"});  // a run outside the history: every class1 run
+  const auto tt = template_table(rows, h, grid);
+  for (std::size_t r = 0; r < rows.size(); ++r) {
+    for (std::size_t t = 0; t < grid.size(); ++t) {
+      double sum = 0;
+      int n = 0;
+      for (const auto& run : h) {
+        if (run.template_class != rows[r].template_class || run.run_id == rows[r].run_id) continue;
+        if (std::isnan(run.erased_fraction.values[t])) continue;
+        sum += run.erased_fraction.values[t];
+        ++n;
+      }
+      EXPECT_NEAR(tt.table.values(Eigen::Index(r), Eigen::Index(t)), sum / n, 1e-15) << rows[r].cell << " step " << t;
+    }
+  }
+  EXPECT_EQ(tt.runs_used.front(), 29);  // r89 of class2 (30 runs) leaves 29
+  EXPECT_EQ(tt.runs_used.back(), 30);
+  const auto tt2 = template_table(rows, h2, grid);
+  const Eigen::Index r0 = 89;  // rows[89] is r0
+  for (Eigen::Index t = 0; t < 4; ++t) EXPECT_EQ(tt.table.values(r0, t), tt2.table.values(r0, t));
+  const Eigen::Index r3 = 86;  // rows[86] is r3, class0 like r0: it sees r0's change
+  EXPECT_NE(tt.table.values(r3, 2), tt2.table.values(r3, 2));
 }
 
 }  // namespace
