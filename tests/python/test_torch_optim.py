@@ -127,6 +127,18 @@ def test_checkpoint_resume_is_bitwise_the_uninterrupted_run(tmp_path, fmt, polic
     died = wbaudit.read_trace(str(path) + ".partial", allow_incomplete=True)
     assert list(died["recorded_steps"]) == [0, 3, 6, 9]  # step 9 was recorded after the checkpoint
     state = torch.load(ckpt)
+    if fmt == "int8":
+        # Loading the weights before building PersistentNative: its construction rounds them with the scale of their
+        # absmax, not the checkpoint's; load_state_dict refuses, naming a parameter.
+        early = make_model()
+        early.load_state_dict(state["model"])
+        wrong = PersistentNative(torch.optim.Adam(early.parameters(), lr=1e-2), fmt, model=early, policy=policy,
+                                 path=path, **RESUME_ARGS)
+        with pytest.raises(ValueError, match=r"parameter \S+ is not on the int8 grid of the checkpoint's scale"):
+            wrong.load_state_dict(state["opt"])
+        # A resume that died while copying the rows left the renamed partial file (and no partial file): it is
+        # resumed from.
+        os.replace(str(path) + ".partial", str(path) + ".partial.resume")
     model = make_model(seed=5)  # other weights: the checkpoint's are loaded
     pn = PersistentNative(torch.optim.Adam(model.parameters(), lr=1e-2), fmt, model=model, policy=policy, path=path,
                           **RESUME_ARGS)
