@@ -643,8 +643,8 @@ class PersistentNative(torch.optim.Optimizer):
         it are dropped and recorded again) and the next steps are appended to it."""
         wb = state_dict.get("wbaudit")
         if wb is None:
-            raise ValueError("wbaudit.torch: load_state_dict: not a PersistentNative state_dict (no \"wbaudit\" entry); "
-                             "load a plain optimizer state_dict into the inner optimizer")
+            raise ValueError("wbaudit.torch: load_state_dict: not a PersistentNative state_dict (no \"wbaudit\" "
+                             "entry); load a plain optimizer state_dict into the inner optimizer")
         if self.steps_run != 0 or self._writer is not None or self._closed:
             raise ValueError("wbaudit.torch: load_state_dict: this PersistentNative has already stepped; load the "
                              "checkpoint into a new one")

@@ -14,7 +14,7 @@ import torch
 
 import wbaudit
 from reference import Table
-from test_torch import batches, make_model, nearest_np, train
+from test_torch import batches, make_model, nearest_np
 from wbaudit.torch import PersistentNative, ReferenceRecorder
 
 torch.set_num_threads(1)
