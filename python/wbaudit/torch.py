@@ -10,9 +10,12 @@ size of the largest parameter (u), whatever the number of recorded steps.
 PersistentNative: wraps any optimizer so that each parameter lives in a low-precision format with no fp32 master:
 the optimizer's step is taken in fp32, its proposal ``u = p_after - p_before`` is written back with wbaudit's
 write-back ``w <- q_F(w + u)``, the exact events are counted and a target ``trace.h5`` is streamed like the
-reference's; optionally the realized trajectory is dumped in the layout ``wbaudit audit`` reads.
+reference's; optionally the realized trajectory is dumped in the layout ``wbaudit audit`` reads. It is a
+``torch.optim.Optimizer`` (LR schedulers drive it) whose state_dict() checkpoints the write-back too.
 
-Both need CPU float32 parameters (the write-back happens in place in the parameter's storage).
+Devices and dtypes: ReferenceRecorder takes float32 parameters on any device (copied to the host one parameter at a time
+at recorded steps only); PersistentNative takes float32, bfloat16 and float16 parameters (the storage dtype is the
+default format) on the CPU (the C++ write-back) or any device (wbaudit.torch_ops, imported only there).
 """
 import contextlib
 import datetime
@@ -60,9 +63,10 @@ def provenance(extra=None):
 
 
 def _named(model_or_params):
-    """(name, parameter) pairs from a module, a dict, (name, param) pairs or plain parameters."""
+    """(name, parameter) pairs from a module, a dict, (name, param) pairs or plain parameters; a tensor that appears
+    twice (tied weights) is kept once, under its first name."""
     if isinstance(model_or_params, torch.nn.Module):
-        pairs = list(model_or_params.named_parameters())
+        pairs = list(model_or_params.named_parameters())  # torch lists a tied parameter once
     elif isinstance(model_or_params, dict):
         pairs = list(model_or_params.items())
     else:
@@ -71,11 +75,54 @@ def _named(model_or_params):
             pairs = items
         else:
             pairs = [(f"param{i}", p) for i, p in enumerate(items)]
+    seen, out = set(), []
     for name, p in pairs:
-        if p.dtype != torch.float32 or p.device.type != "cpu":
-            raise TypeError(f"wbaudit.torch: parameter {name} is {p.dtype} on {p.device}; the recorders need CPU "
-                            f"float32 parameters")
-    return pairs
+        if id(p) not in seen:
+            seen.add(id(p))
+            out.append((name, p))
+    return out
+
+
+def _aliases(model):
+    """{id(parameter): [every name it has in the model]}: a tied parameter has several."""
+    names = {}
+    if model is None:
+        return names
+    try:
+        modules = model.named_modules(remove_duplicate=False)
+    except TypeError:  # older torch
+        modules = model.named_modules()
+    for prefix, module in modules:
+        for local, p in module._parameters.items():
+            if p is not None:
+                full = f"{prefix}.{local}" if prefix else local
+                if full not in names.setdefault(id(p), []):
+                    names[id(p)].append(full)
+    return names
+
+
+def _storage_ptr(t):
+    try:
+        return t.untyped_storage().data_ptr()
+    except AttributeError:  # torch < 2.0
+        return t.storage().data_ptr()
+
+
+def _check_shared_storage(pairs):
+    """Refuses two different tensors over the same storage (their write-backs would overwrite each other)."""
+    seen = {}
+    for name, p in pairs:
+        if p.numel() == 0:
+            continue
+        key = (p.device, _storage_ptr(p))
+        if key in seen:
+            raise ValueError(f"wbaudit.torch: parameters {seen[key]} and {name} share storage (views of one tensor); "
+                             f"pass the tensor itself, once")
+        seen[key] = name
+
+
+def _contiguous_clone(p):
+    return p.detach().clone(memory_format=torch.contiguous_format)
 
 
 class Schedule:
@@ -124,14 +171,25 @@ class ReferenceRecorder:
         rec.close()
 
     intK formats get the per-tensor scale from the absmax of the parameters at construction (the initialization); a
-    parameter that starts all zeros has none and is not projected to intK (its group has no projected/intK).
+    parameter that starts all zeros has none and is not projected to intK (its group has no projected/intK; its
+    joint/init_absmax is 0, from which `wbaudit grid` reports the projection undefined, and config_json's
+    "int_undefined" names it with the reason). Parameters: float32 on any device (at recorded steps each parameter's
+    w and u are copied to the host one at a time); frozen ones (requires_grad False at construction) are not recorded
+    (config_json "frozen"); a tied parameter is one group, under its first name.
     While the loop runs, ``path + ".partial"`` holds every step recorded so far (``wbaudit.read_trace(partial,
     allow_incomplete=True)``); a loop that dies leaves it, marked incomplete.
     """
 
     def __init__(self, model_or_params, formats=("e4m3",), schedule=None, path="trace.h5", steps=None, seed=0,
                  config=None):
-        self.params = _named(model_or_params)
+        pairs = _named(model_or_params)
+        for name, p in pairs:
+            if p.requires_grad and p.dtype != torch.float32:
+                raise TypeError(f"wbaudit.torch: parameter {name} is {p.dtype} on {p.device}; the reference recorder "
+                                f"needs float32 parameters (an fp32 run, on any device)")
+        self._tids = {name: tid for tid, (name, _) in enumerate(pairs)}  # the position among all parameters
+        self.frozen = [name for name, p in pairs if not p.requires_grad]
+        self.params = [(name, p) for name, p in pairs if p.requires_grad]
         self.formats = list(formats)
         self.path = os.fspath(path)
         self.schedule = Schedule(schedule, steps)
@@ -140,14 +198,18 @@ class ReferenceRecorder:
         self.steps_run = 0
         self._projected = {}
         self._init_absmax = {}
+        self._int_undefined = {}
         for name, p in self.params:
             specs = []
             absmax = float(p.detach().abs().max()) if p.numel() else 0.0
             self._init_absmax[name] = absmax
             for f in self.formats:
                 if f.startswith("int"):
-                    if absmax > 0:
+                    if absmax > 0 and np.isfinite(absmax):
                         specs.append((f, int_scale_for_absmax(int(f[3:]), absmax)))
+                    else:
+                        self._int_undefined.setdefault(name, {})[f] = (
+                            f"no per-tensor scale (max |w| at initialization is {absmax:g})")
                 else:
                     specs.append(f)
             self._projected[name] = specs
@@ -161,13 +223,17 @@ class ReferenceRecorder:
         d = os.path.dirname(self.path)
         if d:
             os.makedirs(d, exist_ok=True)
-        config = provenance({"mode": "reference", "project_formats": self.formats, "seed": self.seed,
-                             "schedule": str(self.schedule.describe()),
-                             "parameters": {n: list(p.shape) for n, p in self.params}})
+        run = {"mode": "reference", "project_formats": self.formats, "seed": self.seed,
+               "schedule": str(self.schedule.describe()), "parameters": {n: list(p.shape) for n, p in self.params}}
+        if self.frozen:  # absent when there are none: such traces are as before
+            run["frozen"] = self.frozen
+        if self._int_undefined:
+            run["int_undefined"] = self._int_undefined
+        config = provenance(run)
         config.update(self.config)
         groups = {}
-        for tid, (name, p) in enumerate(self.params):
-            groups[name] = {"tensor_id": tid, "size": p.numel(),
+        for name, p in self.params:
+            groups[name] = {"tensor_id": self._tids[name], "size": p.numel(),
                             "projected": {(f if isinstance(f, str) else f[0]): {} for f in self._projected[name]},
                             "joint": {"init_absmax": self._init_absmax[name]}}
         header = {"schema": _core.TRACE_SCHEMA, "mode": "reference", "format": "fp32", "policy": "nearest",
@@ -182,23 +248,27 @@ class ReferenceRecorder:
 
     def before_step(self):
         if self.schedule(self.steps_run):
-            self._before = [p.detach().clone() for _, p in self.params]
+            self._before = [_contiguous_clone(p) for _, p in self.params]
 
     def _proposal(self, p, w):
-        """u = p_after - w_before in fp32, in the recorder's scratch (grown to the largest parameter once)."""
+        """(w, u) on the host: u = p_after - w_before in fp32, in the recorder's scratch (grown to the largest parameter
+        once); a parameter on another device is subtracted there and copied to the host with its w."""
         n = p.numel()
         if self._u is None or self._u.numel() < n:
             self._u = torch.empty(max(n, max(q.numel() for _, q in self.params)), dtype=torch.float32)
-        u = self._u[:n].view_as(p)
-        torch.sub(p.detach(), w, out=u)
-        return u
+        u = self._u[:n].view(p.shape)
+        if p.device.type == "cpu":
+            torch.sub(p.detach(), w, out=u)
+            return w, u
+        u.copy_(p.detach() - w)
+        return w.cpu(), u
 
     def after_step(self, loss=None, lr=None):
         step = self.steps_run
         if self._before is not None:
             groups = {}
             for (name, p), w in zip(self.params, self._before):
-                u = self._proposal(p, w)  # the proposal the optimizer applied, in fp32
+                w, u = self._proposal(p, w)  # the proposal the optimizer applied, in fp32
                 wf, uf = _np(w).reshape(-1), _np(u).reshape(-1)
                 r = project(wf, uf, self._projected[name], True, _HIST["d_min"], _HIST["bin_width"], _HIST["bins"],
                             name, step, joint=True, init_absmax=self._init_absmax[name])
@@ -238,7 +308,51 @@ class ReferenceRecorder:
         return self.path
 
 
-class PersistentNative:
+_STORAGE_FORMAT = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
+
+
+def _format_fits(fmt, dtype, scale):
+    """Whether every value of fmt (with an intK's scale) is representable in the storage dtype, or why not."""
+    if dtype == torch.float32:
+        return None  # every format's values are fp32 numbers (the write-back's own storage)
+    storage = _STORAGE_FORMAT[dtype]
+    if fmt == storage:
+        return None
+    params = {f["name"]: f for f in _core.formats()}
+    if fmt not in params:
+        return f"format {fmt} is not a plain format whose values all fit {dtype} (block formats need float32 storage)"
+    f, s = params[fmt], params[storage]
+    if f["kind"] == "integer":
+        levels = np.arange(-f["max_level"], f["max_level"] + 1, dtype=np.float64) * scale
+        back = torch.from_numpy(levels).to(dtype).double().numpy()
+        if not np.array_equal(back, levels):
+            return f"{fmt} with scale {scale!r} has values that {dtype} does not hold"
+        return None
+    if f["man_bits"] > s["man_bits"] or f["max_finite"] > s["max_finite"] or f["min_subnormal"] < s["min_subnormal"]:
+        return (f"{fmt} has values that {dtype} does not hold ({f['man_bits']} mantissa bits, range "
+                f"{f['min_subnormal']:g}..{f['max_finite']:g}; {storage}: {s['man_bits']}, "
+                f"{s['min_subnormal']:g}..{s['max_finite']:g})")
+    return None
+
+
+class _Slot:
+    """One written-back parameter: its name, tensor id (SR key), format and intK scale."""
+    __slots__ = ("name", "p", "tid", "fmt", "scale")
+
+    def __init__(self, name, p, tid, fmt, scale):
+        self.name, self.p, self.tid, self.fmt, self.scale = name, p, tid, fmt, scale
+
+
+def _torch_ops(name):
+    try:
+        from . import torch_ops
+    except ImportError as e:
+        raise RuntimeError(f"wbaudit.torch: parameter {name} is not a CPU tensor; its write-back needs "
+                           f"wbaudit.torch_ops, which is not available ({e})") from e
+    return torch_ops
+
+
+class PersistentNative(torch.optim.Optimizer):
     """Turns any PyTorch optimizer into a persistent-native low-precision run.
 
         opt = PersistentNative(torch.optim.AdamW(model.parameters(), lr=lr), formats={"*": "e4m3"},
@@ -250,30 +364,57 @@ class PersistentNative:
         opt.close()
 
     formats: one format name for every parameter, or {name or fnmatch pattern: format} (first match wins;
-    unmatched parameters stay fp32). The parameters are rounded into their formats (nearest) at construction;
-    intK formats take the per-tensor scale from the absmax of that initialization. Each step: the wrapped optimizer
-    steps in fp32, u = p_after - p_before (fp32), and p <- q_F^policy(p_before + u) with wbaudit's write-back (SR keyed
-    by (seed, step, tensor id, coordinate), tensor id = position in the parameter order). With fp32 this is plain
-    PyTorch except where p_after - p_before is inexact in fp32 (a weight crossed zero or changed magnitude by 2x),
-    where the proposal's rounding stays in the run. trajectory: a path to dump
-    the realized trajectory (w, u, w_next at the recorded steps) for `wbaudit audit`.
+    unmatched parameters keep their storage format), or None / "auto": every parameter in its storage format
+    (float32 -> fp32, bfloat16 -> bf16, float16 -> fp16). The parameters are rounded into their formats (nearest) at
+    construction; intK formats take the per-tensor scale from the absmax of that initialization (a parameter
+    initialized to all zeros has none: refused, naming it). Each step: the wrapped optimizer steps in fp32 (a bf16 or
+    fp16 parameter is replaced by an fp32 copy for the step, so the inner optimizer's state is fp32),
+    u = p_after - p_before (fp32), and p <- q_F^policy(p_before + u) with wbaudit's write-back (SR keyed by
+    (seed, step, tensor id, coordinate), tensor id = position in the optimizer's parameter order), stored back into the
+    parameter's own storage (exact: the format's values fit it). With fp32 this is plain PyTorch except where
+    p_after - p_before is inexact in fp32 (a weight crossed zero or changed magnitude by 2x), where the proposal's
+    rounding stays in the run. trajectory: a path to dump the realized trajectory (w, u, w_next at the recorded steps)
+    for `wbaudit audit`.
     sr_stream: SR's random stream, "philox" (the default) or "philox-packed" (stochastic / deadzone-sr with sr_bits
     in 1..16: one 32-bit Philox word feeds floor(32 / sr_bits) coordinates; sr_bits 0: two coordinates, 16 bits each,
     further bits from each coordinate's own words; different draws). A non-default stream is
     recorded beside sr_bits in the trace's config_json and the trajectory's root attributes.
+
+    It is a torch.optim.Optimizer sharing the inner optimizer's param_groups, defaults and state (LR schedulers act on
+    the inner optimizer). Frozen parameters (requires_grad False at construction) are left alone: not rounded, not
+    written back, no group (config_json "frozen"). A tensor listed twice is one group (its proposal is the total change
+    the inner optimizer made); under several model names (tied weights) it is named by the first (config_json "tied").
+    state_dict() holds the inner optimizer's state and the write-back's (formats, scales, policy, seed, SR settings,
+    step counter, the trace's header and rows); load_state_dict() on a new PersistentNative built with the same
+    arguments continues the run bitwise and continues the streamed trace.h5.partial (docs/python.md).
     """
 
-    def __init__(self, optimizer, formats, model=None, policy="nearest", sr_bits=0, seed=0, path="trace.h5",
+    def __init__(self, optimizer, formats=None, model=None, policy="nearest", sr_bits=0, seed=0, path="trace.h5",
                  schedule=None, steps=None, trajectory=None, config=None, sr_stream="philox"):
+        # torch's own setup (step hooks, profiling names) on a placeholder; param_groups, defaults and state are then
+        # the inner optimizer's (properties below).
+        super().__init__([torch.zeros(1)], {})
+        for k in ("_boot_param_groups", "_boot_state", "_boot_defaults"):
+            self.__dict__.pop(k, None)
         self.optimizer = optimizer
-        names = {}
-        if model is not None:
-            names = {id(p): n for n, p in model.named_parameters()}
-        params = []
+        aliases = _aliases(model)
+        pairs, tids, seen = [], {}, set()
+        position = 0
         for g, group in enumerate(optimizer.param_groups):
             for i, p in enumerate(group["params"]):
-                params.append((names.get(id(p), f"group{g}.param{i}"), p))
-        self.params = _named(params)
+                if id(p) in seen:  # listed twice: one group, written back once
+                    continue
+                seen.add(id(p))
+                names = aliases.get(id(p))
+                name = names[0] if names else f"group{g}.param{i}"
+                pairs.append((name, p))
+                tids[name] = position
+                position += 1
+        _check_shared_storage(pairs)
+        self.tied = {aliases[id(p)][0]: aliases[id(p)][1:] for _, p in pairs if len(aliases.get(id(p), [])) > 1}
+        self._frozen = [(name, p) for name, p in pairs if not p.requires_grad]
+        self.frozen = [name for name, _ in self._frozen]
+        self.params = [(name, p) for name, p in pairs if p.requires_grad]
         self.policy = policy
         self.sr_bits = int(sr_bits)
         self.sr_stream = str(sr_stream)
@@ -285,31 +426,80 @@ class PersistentNative:
         # Refuse a bad policy / sr_bits / sr_stream now (ValueError naming it), before any parameter is rounded.
         writeback(np.zeros(0, np.float32), np.zeros(0, np.float32), "fp32", self.policy, self.seed, 0, 0,
                   self.sr_bits, None, None, 0, "", self.sr_stream)
+        self._slots = []
         for name, p in self.params:
-            fmt = formats if isinstance(formats, str) else self._match(formats, name)
-            self.formats[name] = fmt
+            if p.dtype not in _STORAGE_FORMAT:
+                raise TypeError(f"wbaudit.torch: parameter {name} is {p.dtype} on {p.device}; PersistentNative writes "
+                                f"back float32, bfloat16 and float16 parameters")
+            fmt = formats if isinstance(formats, str) else (self._match(formats, name) if formats else "auto")
+            if fmt == "auto":
+                fmt = _STORAGE_FORMAT[p.dtype]
             scale = None
             if fmt.startswith("int"):
-                scale = int_scale_for_absmax(int(fmt[3:]), float(p.detach().abs().max()))
+                absmax = float(p.detach().abs().max()) if p.numel() else 0.0
+                if not (absmax > 0 and np.isfinite(absmax)):
+                    raise ValueError(f"wbaudit.torch: parameter {name}: {fmt} needs a per-tensor scale from the "
+                                     f"initialization's max |w|, which is {absmax:g} (initialized to zeros); give it "
+                                     f"another format, e.g. formats={{\"{name}\": \"fp32\", \"*\": \"{fmt}\"}}")
+                scale = int_scale_for_absmax(int(fmt[3:]), absmax)
+            why = _format_fits(fmt, p.dtype, scale)
+            if why is not None:
+                raise TypeError(f"wbaudit.torch: parameter {name} is stored as {p.dtype}: {why}")
+            self.formats[name] = fmt
+            if scale is not None:
                 self.scales[name] = scale
-            with torch.no_grad():
-                p.copy_(torch.from_numpy(_round(_np(p), fmt, scale=scale)))
+            self._slots.append(_Slot(name, p, tids[name], fmt, scale))
+        self._round_into_formats()
         self.steps_run = 0
         self._writer = None
+        self._rows = 0  # recorded steps appended to the trace
         self._closed = False
-        if self.path is not None:
-            self._open(steps)
+        self._header = self._make_header(steps) if self.path is not None else None
         self._trajectory = None
         if trajectory is not None:
             self._trajectory = TrajectoryWriter(trajectory, format=self._single_format(), policy=policy,
                                                 sr_bits=self.sr_bits, seed=self.seed, scales=self.scales,
-                                                tensor_ids={n: i for i, (n, _) in enumerate(self.params)},
+                                                tensor_ids={s.name: s.tid for s in self._slots},
                                                 sr_stream=self.sr_stream)
 
-    def _open(self, steps):
-        d = os.path.dirname(self.path)
-        if d:
-            os.makedirs(d, exist_ok=True)
+    # The inner optimizer's param_groups, defaults and state (before it exists: torch's setup's placeholders).
+    def _inner_attr(name):  # noqa: N805
+        boot = "_boot_" + name
+
+        def get(self):
+            inner = self.__dict__.get("optimizer")
+            return getattr(inner, name) if inner is not None else self.__dict__.get(boot)
+
+        def set_(self, value):
+            inner = self.__dict__.get("optimizer")
+            if inner is not None:
+                setattr(inner, name, value)
+            else:
+                self.__dict__[boot] = value
+        return property(get, set_)
+
+    param_groups = _inner_attr("param_groups")
+    defaults = _inner_attr("defaults")
+    state = _inner_attr("state")
+    del _inner_attr
+
+    def add_param_group(self, param_group):
+        if "optimizer" not in self.__dict__:
+            return super().add_param_group(param_group)  # torch's setup
+        raise NotImplementedError("wbaudit.torch: PersistentNative fixes its parameters (and its trace's groups) at "
+                                  "construction; add the group to the inner optimizer before wrapping it")
+
+    def _round_into_formats(self):
+        with torch.no_grad():
+            for s in self._slots:
+                p = s.p
+                if p.device.type == "cpu":
+                    x = p.detach().float().contiguous().numpy()
+                    p.copy_(torch.from_numpy(_round(x, s.fmt, scale=s.scale)).view(p.shape))
+                else:
+                    p.copy_(_torch_ops(s.name).round_tensor(p.detach().float(), s.fmt, scale=s.scale))
+
+    def _make_header(self, steps):
         fmts = set(self.formats.values())
         run = {"mode": "target", "formats": self.formats, "policy": self.policy, "sr_bits": self.sr_bits,
                "seed": self.seed, "schedule": str(self.schedule.describe()),
@@ -317,15 +507,29 @@ class PersistentNative:
                "parameters": {n: list(p.shape) for n, p in self.params}}
         if self.sr_stream != "philox":  # beside sr_bits; absent for the default stream, as before
             run["sr_stream"] = self.sr_stream
+        if self.frozen:  # these three are absent when empty: such traces are as before
+            run["frozen"] = self.frozen
+        if self.tied:
+            run["tied"] = self.tied
+        storage = {s.name: _STORAGE_FORMAT[s.p.dtype] for s in self._slots if s.p.dtype != torch.float32}
+        if storage:
+            run["storage"] = storage
         config = provenance(run)
         config.update(self.config)
-        header = {"schema": _core.TRACE_SCHEMA_TARGET, "mode": "target",
-                  "format": fmts.pop() if len(fmts) == 1 else "mixed", "policy": self.policy, "seed": self.seed,
-                  "steps": int(steps or 0), "config_json": json.dumps(config, sort_keys=True),
-                  "histogram": dict(_HIST),
-                  "groups": {name: {"tensor_id": tid, "size": p.numel()}
-                             for tid, (name, p) in enumerate(self.params)}}
-        self._writer = _core.TraceWriter(self.path, header)
+        return {"schema": _core.TRACE_SCHEMA_TARGET, "mode": "target",
+                "format": fmts.pop() if len(fmts) == 1 else "mixed", "policy": self.policy, "seed": self.seed,
+                "steps": int(steps or 0), "config_json": json.dumps(config, sort_keys=True),
+                "histogram": dict(_HIST),
+                "groups": {s.name: {"tensor_id": s.tid, "size": s.p.numel()} for s in self._slots}}
+
+    def _open(self):
+        """Starts the streamed trace at the first step (so that load_state_dict can continue an earlier one)."""
+        if self._writer is None and self.path is not None and not self._closed:
+            d = os.path.dirname(self.path)
+            if d:
+                os.makedirs(d, exist_ok=True)
+            self._writer = _core.TraceWriter(self.path, self._header)
+        return self._writer
 
     @property
     def partial(self):
@@ -339,7 +543,7 @@ class PersistentNative:
         for pattern, fmt in formats.items():
             if fnmatch.fnmatchcase(name, pattern):
                 return fmt
-        return "fp32"
+        return "auto"
 
     def _single_format(self):
         fmts = set(self.formats.values())
@@ -350,45 +554,170 @@ class PersistentNative:
     def zero_grad(self, set_to_none=True):
         self.optimizer.zero_grad(set_to_none=set_to_none)
 
-    @property
-    def param_groups(self):
-        return self.optimizer.param_groups
+    def _check_frozen(self):
+        for name, p in self._frozen:
+            if p.requires_grad:
+                raise ValueError(f"wbaudit.torch: parameter {name} was frozen (requires_grad False) when "
+                                 f"PersistentNative was built, so it has no format and no trace group; unfreeze it "
+                                 f"before wrapping the optimizer")
 
     def step(self, closure=None, loss=None, lr=None):
+        self._check_frozen()
         step = self.steps_run
         record = self.schedule(step)
-        before = [p.detach().clone() for _, p in self.params]
-        result = self.optimizer.step(closure) if closure is not None else self.optimizer.step()
+        low = {}  # bf16 / fp16 parameters: their storage and grad while the inner optimizer steps on an fp32 copy
+        with torch.no_grad():
+            for s in self._slots:
+                p = s.p
+                if p.dtype != torch.float32:
+                    low[s.name] = (p.data, p.grad)
+                    p.data = p.data.float()
+                    if p.grad is not None:
+                        p.grad = low[s.name][1].float()
+            before = [_contiguous_clone(s.p) for s in self._slots]
+        try:
+            result = self.optimizer.step(closure) if closure is not None else self.optimizer.step()
+        except BaseException:
+            with torch.no_grad():
+                for s in self._slots:
+                    if s.name in low:
+                        s.p.data, s.p.grad = low[s.name]
+            raise
         if loss is None and result is not None:
             loss = float(result)
         rows, groups = {}, {}
         with torch.no_grad():
-            for tid, ((name, p), w) in enumerate(zip(self.params, before)):
-                u = p.detach() - w  # the optimizer's fp32 proposal
-                # p <- q(w + u), written straight into the parameter's storage
-                p.copy_(w)
-                flat = p.detach().view(-1).numpy()
-                _, c = writeback(flat, _np(u).reshape(-1), self.formats[name], self.policy, self.seed, step, tid,
-                                 self.sr_bits, self.scales.get(name), flat, 0, name, self.sr_stream)
+            for s, w in zip(self._slots, before):
+                p, name = s.p, s.name
+                u = (p.detach() - w).contiguous()  # the optimizer's fp32 proposal
+                if name in low:
+                    p.data, p.grad = low[name]
+                if p.device.type != "cpu":
+                    w_next, c = _torch_ops(name).writeback(w, u, s.fmt, self.policy, self.seed, step, s.tid,
+                                                           self.sr_bits, s.scale, self.sr_stream, name)
+                    p.copy_(w_next.view(p.shape))
+                elif p.dtype == torch.float32 and p.is_contiguous():
+                    # p <- q(w + u), written straight into the parameter's storage
+                    p.copy_(w)
+                    flat = p.detach().view(-1).numpy()
+                    _, c = writeback(flat, _np(u).reshape(-1), s.fmt, self.policy, self.seed, step, s.tid,
+                                     self.sr_bits, s.scale, flat, 0, name, self.sr_stream)
+                    w_next = None
+                else:  # another storage dtype or layout: the write-back in fp32, stored into it (exact)
+                    w_next, c = writeback(_np(w).reshape(-1), _np(u).reshape(-1), s.fmt, self.policy, self.seed,
+                                          step, s.tid, self.sr_bits, s.scale, None, 0, name, self.sr_stream)
+                    w_next = torch.from_numpy(w_next)
+                    p.copy_(w_next.view(p.shape))
                 if record:
                     groups[name] = {**{k: [c[k]] for k in ("nonzero", "erased", "saturated", "applied")},
                                     "erased_fraction": [_fraction(c["erased"], c["nonzero"])]}
                     if self._trajectory is not None:
-                        rows[name] = (w, u, p.detach().clone())
+                        after = w_next if w_next is not None else p.detach()
+                        rows[name] = (w.cpu(), u.cpu(), after.float().reshape(p.shape).cpu().clone())
         if record:
-            if self._writer is not None:
+            if self._open() is not None:
                 self._writer.append({"recorded_steps": [step], "loss": [_NAN if loss is None else float(loss)],
                                      "learning_rate": [_NAN if lr is None else float(lr)], "groups": groups})
+                self._rows += 1
             if self._trajectory is not None:
                 self._trajectory.record(step, rows)
         self.steps_run += 1
         return result
 
+    def state_dict(self):
+        """The inner optimizer's state_dict plus "wbaudit": the write-back's configuration and scales, the step counter
+        (SR's step key) and the streamed trace's header and rows (what the checkpoint has written)."""
+        sd = self.optimizer.state_dict()
+        sd["wbaudit"] = {
+            "version": 1, "steps_run": self.steps_run, "formats": dict(self.formats), "scales": dict(self.scales),
+            "policy": self.policy, "sr_bits": self.sr_bits, "sr_stream": self.sr_stream, "seed": self.seed,
+            "tensor_ids": {s.name: s.tid for s in self._slots}, "frozen": list(self.frozen),
+            "trace": None if self.path is None else {"path": self.path, "header": self._header, "rows": self._rows},
+        }
+        return sd
+
+    def load_state_dict(self, state_dict):
+        """Restores a checkpoint of state_dict() into this object, built with the same arguments (its parameters the
+        checkpoint's: load the model's state_dict too). The inner optimizer's state, the intK scales and the step
+        counter are restored; the trace continues: the partial file keeps the checkpoint's rows (those recorded after
+        it are dropped and recorded again) and the next steps are appended to it."""
+        wb = state_dict.get("wbaudit")
+        if wb is None:
+            raise ValueError("wbaudit.torch: load_state_dict: not a PersistentNative state_dict (no \"wbaudit\" "
+                             "entry); load a plain optimizer state_dict into the inner optimizer")
+        if self.steps_run != 0 or self._writer is not None or self._closed:
+            raise ValueError("wbaudit.torch: load_state_dict: this PersistentNative has already stepped; load the "
+                             "checkpoint into a new one")
+        for key in ("formats", "policy", "sr_bits", "sr_stream", "seed", "frozen"):
+            mine = getattr(self, key)
+            if wb[key] != mine:
+                raise ValueError(f"wbaudit.torch: load_state_dict: the checkpoint's {key} {wb[key]!r} differs from "
+                                 f"this run's {mine!r}")
+        if wb["tensor_ids"] != {s.name: s.tid for s in self._slots}:
+            raise ValueError("wbaudit.torch: load_state_dict: the checkpoint's parameters (names, order) differ from "
+                             "this run's")
+        self.scales = dict(wb["scales"])
+        for s in self._slots:
+            s.scale = self.scales.get(s.name)
+            if s.scale is not None:  # the checkpoint's values must be on its scale's grid
+                x = s.p.detach().float().cpu().contiguous().numpy()
+                if not np.array_equal(_round(x, s.fmt, scale=s.scale), x):
+                    raise ValueError(f"wbaudit.torch: load_state_dict: parameter {s.name} is not on the {s.fmt} grid "
+                                     f"of the checkpoint's scale {s.scale!r}: load the model's state_dict after "
+                                     f"building PersistentNative (its construction rounds with the scale of the "
+                                     f"weights it finds)")
+        self.optimizer.load_state_dict({k: v for k, v in state_dict.items() if k != "wbaudit"})
+        self.steps_run = int(wb["steps_run"])
+        trace = wb["trace"]
+        if self.path is not None and trace is not None:
+            if os.path.abspath(trace["path"]) != os.path.abspath(self.path):
+                raise ValueError(f"wbaudit.torch: load_state_dict: the checkpoint streamed its trace to "
+                                 f"{trace['path']}, this run to {self.path}")
+            self._resume_trace(trace["header"], int(trace["rows"]))
+
+    def _resume_trace(self, header, keep):
+        """Continues the partial trace: a new writer over the same file, with the checkpoint's header and its first
+        `keep` rows. The old partial file is first renamed to path + ".partial.resume", removed once the rows are
+        copied: a resume that dies on the way is resumed again from it."""
+        partial, backup = self.partial, self.partial + ".resume"
+        src = partial
+        if os.path.exists(backup):
+            src = backup  # an earlier resume stopped while copying: the backup holds the checkpoint's rows
+        kept = None
+        if keep:
+            if not os.path.exists(src):
+                raise ValueError(f"wbaudit.torch: load_state_dict: {partial}: no partial trace to continue (the "
+                                 f"checkpoint had recorded {keep} steps)")
+            old = _core.read_trace(src, True)
+            if old["config_json"] != header["config_json"]:
+                raise ValueError(f"wbaudit.torch: load_state_dict: {src} is not the checkpoint's trace (its "
+                                 f"config_json differs)")
+            if len(old["recorded_steps"]) < keep:
+                raise ValueError(f"wbaudit.torch: load_state_dict: {src} holds {len(old['recorded_steps'])} recorded "
+                                 f"steps, fewer than the checkpoint's {keep}")
+            kept = {"recorded_steps": old["recorded_steps"][:keep], "loss": old["loss"][:keep],
+                    "learning_rate": old["learning_rate"][:keep],
+                    "groups": {n: {k: g[k][:keep] for k in ("nonzero", "erased", "saturated", "applied",
+                                                             "erased_fraction")}
+                               for n, g in old["groups"].items()}}
+            if src == partial:
+                os.replace(partial, backup)
+        self._header = header
+        self._open()
+        if kept is not None:
+            self._writer.append(kept)
+        self._rows = keep
+        if os.path.exists(backup):
+            os.remove(backup)
+
     def trace(self):
         """The target trace as a dict (the layout of wbaudit.read_trace): what is on disk so far."""
         if self.path is None:
             raise ValueError("wbaudit.torch: PersistentNative without path= records no trace")
-        return _core.read_trace(self.path) if self._closed else _core.read_trace(self.partial, True)
+        if self._closed:
+            return _core.read_trace(self.path)
+        self._open()
+        return _core.read_trace(self.partial, True)
 
     def close(self):
         """Writes the target trace (and closes the trajectory dump); returns the trace path."""
@@ -398,7 +727,9 @@ class PersistentNative:
         if self.path is None:
             return None
         if not self._closed:
+            self._open()
             self._writer.finish(self.steps_run)
+            self._writer = None
             self._closed = True
         return self.path
 
