@@ -27,7 +27,7 @@ import sys
 import numpy as np
 import torch
 
-from . import _core, int_scale_for_absmax, project, round as _round, writeback
+from . import _core, distributed as _distributed, int_scale_for_absmax, project, round as _round, writeback
 from .trajectory import TrajectoryWriter
 
 _NAN = float("nan")
@@ -130,19 +130,22 @@ class ReferenceRecorder:
     """
 
     def __init__(self, model_or_params, formats=("e4m3",), schedule=None, path="trace.h5", steps=None, seed=0,
-                 config=None):
+                 config=None, distributed=None):
         self.params = _named(model_or_params)
         self.formats = list(formats)
         self.path = os.fspath(path)
         self.schedule = Schedule(schedule, steps)
         self.seed = int(seed)
         self.config = dict(config or {})
+        # distributed: None, "replicated" or wbaudit.distributed.Sharded(...) (docs/python.md, "Distributed runs")
+        self._dist = _distributed.attach(distributed, self.params, {"mode": "reference", "formats": self.formats,
+                                                                    "seed": self.seed, "path": self.path})
         self.steps_run = 0
         self._projected = {}
         self._init_absmax = {}
         for name, p in self.params:
             specs = []
-            absmax = float(p.detach().abs().max()) if p.numel() else 0.0
+            absmax = self._dist.absmax(name, p)
             self._init_absmax[name] = absmax
             for f in self.formats:
                 if f.startswith("int"):
@@ -173,7 +176,7 @@ class ReferenceRecorder:
         header = {"schema": _core.TRACE_SCHEMA, "mode": "reference", "format": "fp32", "policy": "nearest",
                   "seed": self.seed, "steps": int(steps or 0), "config_json": json.dumps(config, sort_keys=True),
                   "histogram": dict(_HIST), "margin": _core.margin_layout(), "groups": groups}
-        self._writer = _core.TraceWriter(self.path, header)
+        self._writer = self._dist.writer(self.path, header)
 
     @property
     def partial(self):
@@ -200,6 +203,7 @@ class ReferenceRecorder:
             for (name, p), w in zip(self.params, self._before):
                 u = self._proposal(p, w)  # the proposal the optimizer applied, in fp32
                 wf, uf = _np(w).reshape(-1), _np(u).reshape(-1)
+                self._dist.observe(name, wf, uf)
                 r = project(wf, uf, self._projected[name], True, _HIST["d_min"], _HIST["bin_width"], _HIST["bins"],
                             name, step, joint=True, init_absmax=self._init_absmax[name])
                 joint = {"margin": r["margin"]}
@@ -264,7 +268,7 @@ class PersistentNative:
     """
 
     def __init__(self, optimizer, formats, model=None, policy="nearest", sr_bits=0, seed=0, path="trace.h5",
-                 schedule=None, steps=None, trajectory=None, config=None, sr_stream="philox"):
+                 schedule=None, steps=None, trajectory=None, config=None, sr_stream="philox", distributed=None):
         self.optimizer = optimizer
         names = {}
         if model is not None:
@@ -281,6 +285,9 @@ class PersistentNative:
         self.path = os.fspath(path) if path is not None else None
         self.schedule = Schedule(schedule, steps)
         self.config = dict(config or {})
+        self._dist = _distributed.attach(distributed, self.params, {
+            "mode": "target", "formats": formats, "policy": policy, "sr_bits": self.sr_bits, "seed": self.seed,
+            "sr_stream": self.sr_stream, "path": self.path, "trajectory": trajectory is not None})
         self.formats, self.scales = {}, {}
         # Refuse a bad policy / sr_bits / sr_stream now (ValueError naming it), before any parameter is rounded.
         writeback(np.zeros(0, np.float32), np.zeros(0, np.float32), "fp32", self.policy, self.seed, 0, 0,
@@ -290,7 +297,7 @@ class PersistentNative:
             self.formats[name] = fmt
             scale = None
             if fmt.startswith("int"):
-                scale = int_scale_for_absmax(int(fmt[3:]), float(p.detach().abs().max()))
+                scale = int_scale_for_absmax(int(fmt[3:]), self._dist.absmax(name, p))
                 self.scales[name] = scale
             with torch.no_grad():
                 p.copy_(torch.from_numpy(_round(_np(p), fmt, scale=scale)))
@@ -325,7 +332,7 @@ class PersistentNative:
                   "histogram": dict(_HIST),
                   "groups": {name: {"tensor_id": tid, "size": p.numel()}
                              for tid, (name, p) in enumerate(self.params)}}
-        self._writer = _core.TraceWriter(self.path, header)
+        self._writer = self._dist.writer(self.path, header)
 
     @property
     def partial(self):
@@ -369,8 +376,10 @@ class PersistentNative:
                 p.copy_(w)
                 flat = p.detach().view(-1).numpy()
                 _, c = writeback(flat, _np(u).reshape(-1), self.formats[name], self.policy, self.seed, step, tid,
-                                 self.sr_bits, self.scales.get(name), flat, 0, name, self.sr_stream)
+                                 self.sr_bits, self.scales.get(name), flat, self._dist.offset(name), name,
+                                 self.sr_stream)
                 if record:
+                    self._dist.observe(name, w, u)
                     groups[name] = {**{k: [c[k]] for k in ("nonzero", "erased", "saturated", "applied")},
                                     "erased_fraction": [_fraction(c["erased"], c["nonzero"])]}
                     if self._trajectory is not None:
