@@ -30,7 +30,7 @@ import sys
 import numpy as np
 import torch
 
-from . import _core, int_scale_for_absmax, project, round as _round, writeback
+from . import _core, distributed as _distributed, int_scale_for_absmax, project, round as _round, writeback
 from .trajectory import TrajectoryWriter
 
 _NAN = float("nan")
@@ -181,7 +181,7 @@ class ReferenceRecorder:
     """
 
     def __init__(self, model_or_params, formats=("e4m3",), schedule=None, path="trace.h5", steps=None, seed=0,
-                 config=None):
+                 config=None, distributed=None):
         pairs = _named(model_or_params)
         for name, p in pairs:
             if p.requires_grad and p.dtype != torch.float32:
@@ -195,13 +195,16 @@ class ReferenceRecorder:
         self.schedule = Schedule(schedule, steps)
         self.seed = int(seed)
         self.config = dict(config or {})
+        # distributed: None, "replicated" or wbaudit.distributed.Sharded(...) (docs/python.md, "Distributed runs")
+        self._dist = _distributed.attach(distributed, self.params, {"mode": "reference", "formats": self.formats,
+                                                                    "seed": self.seed, "path": self.path})
         self.steps_run = 0
         self._projected = {}
         self._init_absmax = {}
         self._int_undefined = {}
         for name, p in self.params:
             specs = []
-            absmax = float(p.detach().abs().max()) if p.numel() else 0.0
+            absmax = self._dist.absmax(name, p)
             self._init_absmax[name] = absmax
             for f in self.formats:
                 if f.startswith("int"):
@@ -239,7 +242,7 @@ class ReferenceRecorder:
         header = {"schema": _core.TRACE_SCHEMA, "mode": "reference", "format": "fp32", "policy": "nearest",
                   "seed": self.seed, "steps": int(steps or 0), "config_json": json.dumps(config, sort_keys=True),
                   "histogram": dict(_HIST), "margin": _core.margin_layout(), "groups": groups}
-        self._writer = _core.TraceWriter(self.path, header)
+        self._writer = self._dist.writer(self.path, header)
 
     @property
     def partial(self):
@@ -270,6 +273,7 @@ class ReferenceRecorder:
             for (name, p), w in zip(self.params, self._before):
                 w, u = self._proposal(p, w)  # the proposal the optimizer applied, in fp32
                 wf, uf = _np(w).reshape(-1), _np(u).reshape(-1)
+                self._dist.observe(name, wf, uf)
                 r = project(wf, uf, self._projected[name], True, _HIST["d_min"], _HIST["bin_width"], _HIST["bins"],
                             name, step, joint=True, init_absmax=self._init_absmax[name])
                 joint = {"margin": r["margin"]}
@@ -390,7 +394,7 @@ class PersistentNative(torch.optim.Optimizer):
     """
 
     def __init__(self, optimizer, formats=None, model=None, policy="nearest", sr_bits=0, seed=0, path="trace.h5",
-                 schedule=None, steps=None, trajectory=None, config=None, sr_stream="philox"):
+                 schedule=None, steps=None, trajectory=None, config=None, sr_stream="philox", distributed=None):
         # torch's own setup (step hooks, profiling names) on a placeholder; param_groups, defaults and state are then
         # the inner optimizer's (properties below).
         super().__init__([torch.zeros(1)], {})
@@ -422,6 +426,9 @@ class PersistentNative(torch.optim.Optimizer):
         self.path = os.fspath(path) if path is not None else None
         self.schedule = Schedule(schedule, steps)
         self.config = dict(config or {})
+        self._dist = _distributed.attach(distributed, self.params, {
+            "mode": "target", "formats": formats, "policy": policy, "sr_bits": self.sr_bits, "seed": self.seed,
+            "sr_stream": self.sr_stream, "path": self.path, "trajectory": trajectory is not None})
         self.formats, self.scales = {}, {}
         # Refuse a bad policy / sr_bits / sr_stream now (ValueError naming it), before any parameter is rounded.
         writeback(np.zeros(0, np.float32), np.zeros(0, np.float32), "fp32", self.policy, self.seed, 0, 0,
@@ -436,7 +443,7 @@ class PersistentNative(torch.optim.Optimizer):
                 fmt = _STORAGE_FORMAT[p.dtype]
             scale = None
             if fmt.startswith("int"):
-                absmax = float(p.detach().abs().max()) if p.numel() else 0.0
+                absmax = self._dist.absmax(name, p)
                 if not (absmax > 0 and np.isfinite(absmax)):
                     raise ValueError(f"wbaudit.torch: parameter {name}: {fmt} needs a per-tensor scale from the "
                                      f"initialization's max |w|, which is {absmax:g} (initialized to zeros); give it "
@@ -528,7 +535,7 @@ class PersistentNative(torch.optim.Optimizer):
             d = os.path.dirname(self.path)
             if d:
                 os.makedirs(d, exist_ok=True)
-            self._writer = _core.TraceWriter(self.path, self._header)
+            self._writer = self._dist.writer(self.path, self._header)
         return self._writer
 
     @property
@@ -593,6 +600,9 @@ class PersistentNative(torch.optim.Optimizer):
                 if name in low:
                     p.data, p.grad = low[name]
                 if p.device.type != "cpu":
+                    if self._dist.offset(name):
+                        raise NotImplementedError(f"wbaudit.torch: parameter {name}: a sharded parameter off the CPU "
+                                                  f"(its SR keys start at coordinate {self._dist.offset(name)})")
                     w_next, c = _torch_ops(name).writeback(w, u, s.fmt, self.policy, self.seed, step, s.tid,
                                                            self.sr_bits, s.scale, self.sr_stream, name)
                     p.copy_(w_next.view(p.shape))
@@ -601,14 +611,16 @@ class PersistentNative(torch.optim.Optimizer):
                     p.copy_(w)
                     flat = p.detach().view(-1).numpy()
                     _, c = writeback(flat, _np(u).reshape(-1), s.fmt, self.policy, self.seed, step, s.tid,
-                                     self.sr_bits, s.scale, flat, 0, name, self.sr_stream)
+                                     self.sr_bits, s.scale, flat, self._dist.offset(name), name, self.sr_stream)
                     w_next = None
                 else:  # another storage dtype or layout: the write-back in fp32, stored into it (exact)
                     w_next, c = writeback(_np(w).reshape(-1), _np(u).reshape(-1), s.fmt, self.policy, self.seed,
-                                          step, s.tid, self.sr_bits, s.scale, None, 0, name, self.sr_stream)
+                                          step, s.tid, self.sr_bits, s.scale, None, self._dist.offset(name), name,
+                                          self.sr_stream)
                     w_next = torch.from_numpy(w_next)
                     p.copy_(w_next.view(p.shape))
                 if record:
+                    self._dist.observe(name, w, u)
                     groups[name] = {**{k: [c[k]] for k in ("nonzero", "erased", "saturated", "applied")},
                                     "erased_fraction": [_fraction(c["erased"], c["nonzero"])]}
                     if self._trajectory is not None:
