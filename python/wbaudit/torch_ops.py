@@ -100,6 +100,27 @@ def _first_draws(seed, step, tensor_id, start, count, bits, packed, device):
     return chunks[off:off + count]
 
 
+def _words_at(seed, step, tensor_id, coords):
+    """The per-coordinate stream's first words at the coordinates `coords` (int64 tensor), one Philox call each."""
+    c1 = (coords >> 34) & 0x3FFF
+    words = philox4x32((coords >> 2) & _MASK32, c1, step & _MASK32, tensor_id, seed)
+    lane = coords & 3
+    out = words[3]
+    for k in (2, 1, 0):
+        out = torch.where(lane == k, words[k], out)
+    return out
+
+
+def _draws_at(seed, step, tensor_id, coords, bits, packed):
+    """_first_draws for the coordinates `coords` (int64 tensor): for a few coordinates out of many."""
+    if not packed:
+        words = _words_at(seed, step, tensor_id, coords)
+        return words >> (32 - bits) if bits < 32 else words
+    m = 32 // bits
+    words = _words_at(seed, step, tensor_id, torch.div(coords, m, rounding_mode="floor"))
+    return (words >> (torch.remainder(coords, m) * bits)) & ((1 << bits) - 1)
+
+
 def _extra_words(seed, step, tensor_id, coords, block):
     """Extra block `block` >= 1 of each coordinate's stream (rng.hpp next(): counter (c mod 2^32, 0x80000000 |
     block << 16 | (c >> 32) & 0xffff, step, tensor id)); returns its four words."""
@@ -182,49 +203,53 @@ class _Bracket:
 
 
 def _bracket(p, hi, lo):
-    """bracket_of(p, hi + lo) for float64 tensors hi, lo (|lo| <= ulp(hi) / 2), element-wise."""
+    """bracket_of(p, hi + lo) for float64 tensors hi, lo (|lo| <= ulp(hi) / 2), element-wise: the toward-zero and
+    away neighbours' magnitudes tz, away, the level of tz and the exact remainder rh + rl in [0, S)."""
     b = _Bracket()
-    neg = torch.signbit(hi)
+    b.hi = hi
     ax = hi.abs()
-    ae = torch.where(neg, -lo, lo)
-    b.neg = neg
-    b.saturated = (ax > p.max_finite) | ((ax == p.max_finite) & (ae > 0))
+    ae = torch.where(torch.signbit(hi), -lo, lo)
+    b.saturated = _dd_greater(ax, ae, p.max_finite)
     if p.integer:
         zh = ax * p.inv_unit
         zl = ae * p.inv_unit
         level, rh, rl = _divmod_exact(zh, zl, p.S, p.inv_S)
         b.tz = (level * p.S) * p.unit
         b.away = ((level + 1) * p.S) * p.unit
+        b.exact = ((rh == 0) & (rl == 0)) | b.saturated
     else:
         bits = ax.view(torch.int64)
-        e = ((bits >> 52) & 0x7FF) - 1023
-        e = torch.clamp(e, min=p.emin)  # == C++'s e: emin below min_normal, else the exponent (>= emin)
-        qe = e - p.man_bits
+        e = torch.clamp((bits >> 52) - 1023, min=p.emin)  # C++'s e: emin below min_normal, else the exponent
         # Binade edge: just below |x| = 2^e the spacing is half the spacing above it.
         edge = (ae < 0) & (e > p.emin) & ((bits & _MANTISSA64) == 0)
-        qe = qe - edge.to(torch.int64)
+        qe = torch.where(edge, e - (p.man_bits + 1), e - p.man_bits)
         inv = ((1023 - qe) << 52).view(torch.float64)
         unit = ((1023 + qe) << 52).view(torch.float64)
         zh = ax * inv
         zl = ae * inv
-        level, rh, rl = _divmod_exact(zh, zl, 1.0, None)
+        # divmod_exact with S = 1: z.hi - floor(z.hi) is exact and the remainder lies in [0, 1) except where z.hi
+        # is an integer and z.lo < 0: there the level is one lower and the remainder 1 + z.lo.
+        level = torch.floor(zh)
+        r0 = zh - level
+        low = (r0 == 0) & (zl < 0)
+        level = level - low.to(torch.float64)
+        r0 = r0 + low.to(torch.float64)
+        rh, rl = _two_sum(r0, zl)
         b.tz = level * unit
         b.away = (level + 1) * unit
+        b.exact = (rh == 0) | b.saturated  # rh == 0 implies rl == 0 (TwoSum)
     b.level, b.rh, b.rl = level, rh, rl
-    b.exact = ((rh == 0) & (rl == 0)) | b.saturated
     return b
 
 
-def _nearest_magnitude(p, b):
-    twice = 2 * b.rh
-    odd = (b.level.to(torch.int64) & 1) == 1
-    away = torch.where(twice != p.S, twice > p.S, torch.where(b.rl != 0, b.rl > 0, odd))
-    mag = torch.where(away & ~b.exact, b.away, b.tz)
-    return torch.where(b.saturated, torch.full_like(mag, p.max_finite), mag)
-
-
-def _signed(neg, mag):
-    return torch.where(neg, -mag, mag)
+def _nearest_value(p, b):
+    """nearest_of (signed, saturated) as float64."""
+    half = 0.5 * p.S
+    odd = torch.remainder(b.level, 2.0) != 0
+    away = (b.rh > half) | ((b.rh == half) & ((b.rl > 0) | ((b.rl == 0) & odd)))
+    mag = torch.where(away, b.away, b.tz)
+    # Saturated (|x| > max finite): tz >= max finite there, so the clamp gives max finite; elsewhere mag <= max.
+    return torch.copysign(torch.clamp(mag, max=p.max_finite), b.hi)
 
 
 def _draw_below_first(p, rh, rl, r, bits):
@@ -347,57 +372,86 @@ def writeback(w, u, fmt, policy="nearest", seed=0, step=0, tensor_id=0, sr_bits=
 
 
 def _writeback_chunk(p, mode, sr_bits, packed, key, first, w, u):
-    """One pass over coordinates first .. first + len(w) - 1: (values float32, counts int64[7])."""
+    """One pass over coordinates first .. first + len(w) - 1: (values float32, counts int64[7]). Coordinates with
+    NaN/inf input are only counted (the caller raises)."""
     wd = w.to(torch.float64)
     hi, lo = _two_sum(wd, u.to(torch.float64))
     b = _bracket(p, hi, lo)
-    nearest = _signed(b.neg, _nearest_magnitude(p, b))
+    value = _nearest_value(p, b)
     random = truncated = None
-    if mode == 0:
-        value = nearest
-    else:
+    if mode != 0:
         use_sr = ~b.exact
         if mode == 2:
-            use_sr &= (u != 0) & (nearest == wd)
-        seed, step, tensor_id = key
-        n = w.numel()
-        bits = (sr_bits if sr_bits else 16) if packed else (sr_bits if sr_bits else 32)
-        draws = _first_draws(seed, step & _MASK32, tensor_id, first, n, bits, packed, w.device)
-        if sr_bits == 0:
-            yes, pending, zh, zl, a = _draw_below_first(p, b.rh, b.rl, draws, bits)
+            use_sr &= (u != 0) & (value == wd)
+        value = _stochastic(p, b, use_sr, value, sr_bits, packed, key, first)
+        random, truncated = value[1], value[2]
+        value = value[0]
+    vf = value.to(torch.float32)
+    nonzero = u != 0
+    changed = vf != w
+    flags = [nonzero, nonzero & ~changed, b.saturated, changed]
+    if random is not None:
+        flags.append(random)
+    if truncated is not None:
+        flags.append(truncated)
+    sums = torch.stack(flags).sum(dim=1)
+    nonfinite = (~torch.isfinite(hi)).sum()  # hi = w + u in float64 is finite iff w and u are
+    zero = torch.zeros(6 - len(flags), dtype=torch.int64, device=w.device)
+    return vf, torch.cat([sums, zero, nonfinite.reshape(1)])
+
+
+def _stochastic(p, b, use_sr, nearest, sr_bits, packed, key, first):
+    """stochastic_of where use_sr, nearest elsewhere: (value float64, random, truncated)."""
+    seed, step, tensor_id = key
+    n = use_sr.numel()
+    bits = (sr_bits if sr_bits else 16) if packed else (sr_bits if sr_bits else 32)
+    idx = None
+    if use_sr.device.type == "cpu":
+        count = int(use_sr.sum())
+        if count * 4 < n:  # few draws (deadzone-sr): one Philox call per drawing coordinate
+            idx = use_sr.nonzero().reshape(-1)
+    if idx is None:
+        draws = _first_draws(seed, step, tensor_id, first, n, bits, packed, use_sr.device)
+        rh, rl, level, tz, away = b.rh, b.rl, b.level, b.tz, b.away
+    else:
+        draws = _draws_at(seed, step, tensor_id, idx + first, bits, packed)
+        rh, rl, level, tz, away = b.rh[idx], b.rl[idx], b.level[idx], b.tz[idx], b.away[idx]
+    truncated = None
+    if sr_bits == 0:
+        yes, pending, zh, zl, a = _draw_below_first(p, rh, rl, draws, bits)
+        if idx is None:
             pending &= use_sr
-            if bool(pending.any()):
-                idx = pending.nonzero().reshape(-1)
-                rh, rl = _two_sum(zh[idx] - a[idx], zl[idx])
-                coords = idx + first
-                yes = yes.clone()
-                yes[idx] = _continue_draws(p, rh, rl, coords, (seed, step & _MASK32, tensor_id))
-            away = yes
-            random = use_sr
-        else:
-            two_r = math.ldexp(1.0, sr_bits)
-            d, _, _ = _divmod_exact(b.rh * two_r, b.rl * two_r, p.S, None if not p.integer else p.inv_S)
-            away = draws.to(torch.float64) < d
+        if bool(pending.any()):
+            at = pending.nonzero().reshape(-1)
+            crh, crl = _two_sum(zh[at] - a[at], zl[at])
+            coords = (at if idx is None else idx[at]) + first
+            yes[at] = _continue_draws(p, crh, crl, coords, key)
+        up = yes
+        random = use_sr
+    else:
+        two_r = math.ldexp(1.0, sr_bits)
+        if p.integer:
+            d, _, _ = _divmod_exact(rh * two_r, rl * two_r, p.S, p.inv_S)
+        else:  # divmod_exact with S = 1, as in _bracket
+            zh, zl = rh * two_r, rl * two_r
+            d = torch.floor(zh)
+            d = d - ((zh == d) & (zl < 0)).to(torch.float64)
+        up = draws.to(torch.float64) < d
+        if idx is None:
             random = use_sr & (d > 0)
             truncated = use_sr & (d == 0)
-        sr_mag = torch.where(away, b.away, b.tz)
-        value = torch.where(use_sr, _signed(b.neg, sr_mag), nearest)
-    vf = value.to(torch.float32)
-    finite = torch.isfinite(w) & torch.isfinite(u)
-    vf = torch.where(finite, vf, w)
-    nonzero = (u != 0) & finite
-    changed = (vf != w) & finite
-    zero = torch.zeros((), dtype=torch.int64, device=w.device)
-    counts = torch.stack([
-        nonzero.sum(),
-        (nonzero & ~changed).sum(),
-        (b.saturated & finite).sum(),
-        changed.sum(),
-        (random & finite).sum() if random is not None else zero,
-        (truncated & finite).sum() if truncated is not None else zero,
-        (~finite).sum(),
-    ])
-    return vf, counts
+        else:
+            random = torch.zeros_like(use_sr)
+            truncated = torch.zeros_like(use_sr)
+            random[idx] = d > 0
+            truncated[idx] = d == 0
+    if idx is None:
+        sr_value = torch.copysign(torch.where(up, away, tz), b.hi)
+        value = torch.where(use_sr, sr_value, nearest)
+    else:
+        value = nearest.clone()
+        value[idx] = torch.copysign(torch.where(up, away, tz), b.hi[idx])
+    return value, random, truncated
 
 
 def round_tensor(x, fmt, scale=None):
@@ -419,5 +473,5 @@ def round_tensor(x, fmt, scale=None):
             i = start + int(bad.nonzero()[0, 0])
             raise ValueError(f"round: non-finite value at index {i} (NaN/inf are not rounded)")
         b = _bracket(p, xd, torch.zeros_like(xd))
-        out[start:start + chunk] = _signed(b.neg, _nearest_magnitude(p, b)).to(torch.float32)
+        out[start:start + chunk] = _nearest_value(p, b).to(torch.float32)
     return out.reshape(x.shape)
