@@ -39,8 +39,26 @@ _POLICIES = {"nearest": 0, "stochastic": 1, "deadzone-sr": 2}
 
 
 def _chunk_for(device):
-    # Coordinates per pass: large on accelerators (few kernel launches), cache-sized on CPUs (temporaries stay in L2).
+    # Coordinates per pass: large on accelerators (few kernel launches), cache-sized on CPUs.
     return (1 << 22) if device.type != "cpu" else (1 << 16)
+
+
+class _HostThreads:
+    """On CPU tensors, runs torch's element-wise ops on one thread while a write-back runs (restored afterwards). A pass
+    is dozens of small ops, each of which would end in a barrier of the intra-op threads; on a loaded machine a barrier
+    costs a scheduler time slice (measured: 2 threads on 2 busy cores 10-100x slower than one)."""
+
+    def __init__(self, device):
+        self.active = device.type == "cpu"
+
+    def __enter__(self):
+        if self.active:
+            self.saved = torch.get_num_threads()
+            torch.set_num_threads(1)
+
+    def __exit__(self, *exc):
+        if self.active:
+            torch.set_num_threads(self.saved)
 
 
 # ---- Philox4x32-10 (Random123) in int64 tensor operations ----------------------------------------------------------
@@ -353,12 +371,13 @@ def writeback(w, u, fmt, policy="nearest", seed=0, step=0, tensor_id=0, sr_bits=
     out = torch.empty_like(wf)
     totals = torch.zeros(7, dtype=torch.int64, device=w.device)
     chunk = _chunk_for(w.device)
-    for start in range(0, n, chunk):
-        stop = min(n, start + chunk)
-        vals, counts = _writeback_chunk(p, mode, sr_bits, packed, key, first_coordinate + start, wf[start:stop],
-                                        uf[start:stop])
-        out[start:stop] = vals
-        totals += counts
+    with _HostThreads(w.device):
+        for start in range(0, n, chunk):
+            stop = min(n, start + chunk)
+            vals, counts = _writeback_chunk(p, mode, sr_bits, packed, key, first_coordinate + start, wf[start:stop],
+                                            uf[start:stop])
+            out[start:stop] = vals
+            totals += counts
     t = totals.tolist()
     if t[6] > 0:
         bad = ~(torch.isfinite(wf) & torch.isfinite(uf))
@@ -394,7 +413,7 @@ def _writeback_chunk(p, mode, sr_bits, packed, key, first, w, u):
         flags.append(random)
     if truncated is not None:
         flags.append(truncated)
-    sums = torch.stack(flags).sum(dim=1)
+    sums = torch.stack([f.sum() for f in flags])  # (one sum per flag: each stays below torch's grain size)
     nonfinite = (~torch.isfinite(hi)).sum()  # hi = w + u in float64 is finite iff w and u are
     zero = torch.zeros(6 - len(flags), dtype=torch.int64, device=w.device)
     return vf, torch.cat([sums, zero, nonfinite.reshape(1)])
@@ -466,6 +485,12 @@ def round_tensor(x, fmt, scale=None):
         raise TypeError(f"round: x has dtype {x.dtype} (expected a real tensor)")
     out = torch.empty(xf.shape, dtype=torch.float32, device=x.device)
     chunk = _chunk_for(x.device)
+    with _HostThreads(x.device):
+        _round_chunks(p, xf, out, chunk)
+    return out.reshape(x.shape)
+
+
+def _round_chunks(p, xf, out, chunk):
     for start in range(0, xf.numel(), chunk):
         xd = xf[start:start + chunk].to(torch.float64)
         bad = ~torch.isfinite(xd)
@@ -474,4 +499,3 @@ def round_tensor(x, fmt, scale=None):
             raise ValueError(f"round: non-finite value at index {i} (NaN/inf are not rounded)")
         b = _bracket(p, xd, torch.zeros_like(xd))
         out[start:start + chunk] = _nearest_value(p, b).to(torch.float32)
-    return out.reshape(x.shape)
