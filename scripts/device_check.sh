@@ -20,7 +20,8 @@ fi
 export PYTHONPATH="${WBAUDIT_PYTHON_DIR:-$root/build/release/python}:$root/tests/python${PYTHONPATH:+:$PYTHONPATH}"
 if ! "$py" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" >/dev/null 2>&1 &&
   [[ " $* " != *" --device cpu "* ]]; then
-  "$py" -c "import torch; print(f'SKIP: no CUDA device (torch {torch.__version__}: torch.cuda.is_available() is False); wbaudit.torch_ops was not checked on an accelerator')"
+  "$py" -c "import torch; print(f'SKIP: no CUDA device (torch {torch.__version__}: torch.cuda.is_available() is' \
+    ' False); wbaudit.torch_ops was not checked on an accelerator')"
   exit 0
 fi
 if ! "$py" -c "import wbaudit.torch_ops" 2>/dev/null; then

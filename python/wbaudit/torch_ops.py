@@ -431,10 +431,10 @@ def _stochastic(p, b, use_sr, nearest, sr_bits, packed, key, first):
             idx = use_sr.nonzero().reshape(-1)
     if idx is None:
         draws = _first_draws(seed, step, tensor_id, first, n, bits, packed, use_sr.device)
-        rh, rl, level, tz, away = b.rh, b.rl, b.level, b.tz, b.away
+        rh, rl, tz, away = b.rh, b.rl, b.tz, b.away
     else:
         draws = _draws_at(seed, step, tensor_id, idx + first, bits, packed)
-        rh, rl, level, tz, away = b.rh[idx], b.rl[idx], b.level[idx], b.tz[idx], b.away[idx]
+        rh, rl, tz, away = b.rh[idx], b.rl[idx], b.tz[idx], b.away[idx]
     truncated = None
     if sr_bits == 0:
         yes, pending, zh, zl, a = _draw_below_first(p, rh, rl, draws, bits)
