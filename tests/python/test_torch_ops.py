@@ -9,7 +9,7 @@ import torch
 import wbaudit
 from wbaudit import torch_ops
 
-from torch_ops_cases import FORMATS, N, N_VARIANT, SEED, STEP, TENSOR_ID, inputs, scale_of  # noqa: E402
+from torch_ops_cases import FORMATS, N, N_VARIANT, SEED, STEP, TENSOR_ID, inputs, scale_of
 
 
 def check(w, u, fmt, policy, sr_bits=0, sr_stream="philox", first_coordinate=0, device="cpu"):
