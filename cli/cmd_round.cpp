@@ -161,19 +161,46 @@ nlohmann::json scale_json(const sim::BlockFormatSpec& fmt, int exp, float s_b, f
   return {{"s_b", s_b}, {"s_enc", s_enc}};
 }
 
-void run_block_round(const Args& a, const sim::StorageFormat& sf) {
-  const sim::BlockFormatSpec& fmt = sf.blocks;
-  if (a.scale || a.absmax) {
-    throw std::invalid_argument(std::string(a.scale ? "--scale" : "--absmax") + " applies only to intK formats; " +
-                                sf.name + " computes its scales from the values");
+// The input stream of `round`: the file, or stdin; `source` names it in messages.
+struct Input {
+  std::istream* in = &std::cin;
+  std::ifstream file;
+  std::string source = "<stdin>";
+};
+
+void open_input(const Args& a, Input& input) {
+  if (a.file.empty()) {
+    return;
   }
+  input.source = a.file;
+  input.file.open(a.file);
+  if (!input.file) {
+    throw std::invalid_argument("cannot open " + a.file + ": " + std::strerror(errno));
+  }
+  input.in = &input.file;
+}
+
+sim::WritebackPolicy single_value_policy(const Args& a) {
   const sim::WritebackPolicy policy = sim::make_policy(a.policy, a.sr_bits, a.sr_stream);
   if (policy.policy == sim::Policy::master) {
     throw std::invalid_argument("policy master keeps an fp32 copy and has no single-value rounding; use nearest");
   }
-  // The tensor: rows from --row, or one row per non-comment line of the file (stdin).
+  return policy;
+}
+
+// A block format's tensor: its rows (from --row, or one row per non-comment line of the file or stdin), each with
+// where it came from, all of one length.
+struct BlockTensor {
   std::vector<std::vector<double>> rows;
   std::vector<std::string> row_where;
+  sim::RowMajorShape shape;
+  std::vector<float> values;  // row-major, fp32
+};
+
+BlockTensor read_block_tensor(const Args& a) {
+  BlockTensor t;
+  auto& rows = t.rows;
+  auto& row_where = t.row_where;
   if (!a.rows.empty()) {
     if (!a.file.empty()) {
       throw std::invalid_argument("give the rows with --row or in a file, not both");
@@ -183,19 +210,12 @@ void run_block_round(const Args& a, const sim::StorageFormat& sf) {
       rows.push_back(parse_row(a.rows[r], row_where.back()));
     }
   } else {
-    std::istream* in = &std::cin;
-    std::ifstream file;
-    const std::string source = a.file.empty() ? "<stdin>" : a.file;
-    if (!a.file.empty()) {
-      file.open(a.file);
-      if (!file) {
-        throw std::invalid_argument("cannot open " + a.file + ": " + std::strerror(errno));
-      }
-      in = &file;
-    }
+    Input input;
+    open_input(a, input);
+    const std::string& source = input.source;
     std::string line;
     std::size_t line_no = 0;
-    while (std::getline(*in, line)) {
+    while (std::getline(*input.in, line)) {
       ++line_no;
       const std::string t = trim(line);
       if (t.empty() || t[0] == '#') {
@@ -204,7 +224,7 @@ void run_block_round(const Args& a, const sim::StorageFormat& sf) {
       row_where.push_back(source + ":" + std::to_string(line_no));
       rows.push_back(parse_row(t, row_where.back()));
     }
-    if (in->bad()) {
+    if (input.in->bad()) {
       throw std::runtime_error("error reading " + source);
     }
   }
@@ -218,8 +238,7 @@ void run_block_round(const Args& a, const sim::StorageFormat& sf) {
                                   row_where[0] + ")");
     }
   }
-  const sim::RowMajorShape shape{static_cast<std::int64_t>(rows.size()), static_cast<std::int64_t>(rows[0].size())};
-  std::vector<float> input;
+  t.shape = {static_cast<std::int64_t>(rows.size()), static_cast<std::int64_t>(rows[0].size())};
   for (std::size_t r = 0; r < rows.size(); ++r) {
     for (std::size_t c = 0; c < rows[r].size(); ++c) {
       const double v = rows[r][c];
@@ -228,13 +247,19 @@ void run_block_round(const Args& a, const sim::StorageFormat& sf) {
         throw std::invalid_argument(row_where[r] + ": value " + exact_text(v) + " (column " + std::to_string(c) +
                                     ") overflows fp32 (block formats hold fp32 values)");
       }
-      input.push_back(f);
+      t.values.push_back(f);
     }
   }
+  return t;
+}
+
+// --update for a block format: one fp32 proposal per coordinate, row-major. `rounded`: some value given was not an
+// fp32 value and was rounded to one (the output says so).
+std::vector<float> block_update(const Args& a, const sim::RowMajorShape& shape, bool& rounded) {
   const auto n = static_cast<std::size_t>(shape.size());
   std::vector<float> u;
-  bool u_rounded = false;  // some proposal was not an fp32 value and was rounded to one (the output says so)
-  if (a.update) {
+  rounded = false;
+  {
     const std::vector<double> ud = parse_row(*a.update, "--update");
     if (ud.size() != n) {
       throw std::invalid_argument("--update has " + std::to_string(ud.size()) + " values; the tensor has " +
@@ -247,32 +272,38 @@ void run_block_round(const Args& a, const sim::StorageFormat& sf) {
         throw std::invalid_argument("--update value " + std::to_string(i) + " = " + exact_text(ud[i]) +
                                     (f == 0 ? " underflows" : " overflows") + " fp32 (proposals are fp32)");
       }
-      u_rounded = u_rounded || static_cast<double>(f) != ud[i];
+      rounded = rounded || static_cast<double>(f) != ud[i];
       u.push_back(f);
     }
   }
-  const sim::RngKey key{a.seed, a.step, a.tensor};
-  // q(input): the rounding of the input values (the scales they imply), under nearest.
-  std::vector<float> w = input;
-  const std::vector<float> zeros(n, 0.0f);
-  const sim::BlockWritebackExplained q =
-      sim::block_writeback_explain(fmt, sim::WritebackPolicy{}, key, shape, w, zeros, {});
-  std::optional<sim::BlockWritebackExplained> wb;
-  std::vector<float> result = w;
-  if (a.update) {
-    wb = sim::block_writeback_explain(fmt, policy, key, shape, result, u, sf.options);
-  }
-  const std::int64_t nblocks = sim::block_count(fmt, shape);
+  return u;
+}
+
+nlohmann::json block_counts_json(const sim::BlockWritebackCounts& k) {
+  return {{"nonzero", k.nonzero},
+          {"erased", k.erased},
+          {"erased_grid", k.erased_grid},
+          {"erased_saturation", k.erased_saturation},
+          {"erased_scale", k.erased_scale},
+          {"applied", k.applied},
+          {"collateral", k.collateral},
+          {"flushed", k.flushed},
+          {"saturated", k.saturated},
+          {"sr_applied", k.sr_applied},
+          {"sr_truncated", k.sr_truncated},
+          {"blocks", k.blocks},
+          {"blocks_skipped", k.blocks_skipped},
+          {"rescaled_up", k.rescaled_up},
+          {"rescaled_down", k.rescaled_down}};
+}
+
+// One line and one JSON object per block: its scale from the input, and with an update its scale after the
+// write-back and how it changed.
+nlohmann::json describe_blocks(const sim::BlockFormatSpec& fmt, const sim::RowMajorShape& shape,
+                               const sim::BlockWritebackExplained& q, const sim::BlockWritebackExplained* wb,
+                               std::ostringstream& text) {
   nlohmann::json blocks = nlohmann::json::array();
-  std::ostringstream text;
-  text << "format " << sf.name << ", tensor [" << shape.rows << " x " << shape.cols << "], " << nblocks
-       << (nblocks == 1 ? " block" : " blocks");
-  if (a.update) {
-    text << "; write-back of w = q(input) with u under " << sim::policy_name(policy.policy)
-         << (policy.sr_bits > 0 ? " (sr_bits " + std::to_string(policy.sr_bits) + ")" : "")
-         << (u_rounded ? " [--update rounded to fp32]" : "");
-  }
-  text << "\n";
+  const std::int64_t nblocks = sim::block_count(fmt, shape);
   for (std::int64_t b = 0; b < nblocks; ++b) {
     const sim::BlockLocation where = sim::block_at(fmt, shape, b);
     const sim::BlockScaleChange& s = q.scales[b];
@@ -295,6 +326,45 @@ void run_block_round(const Args& a, const sim::StorageFormat& sf) {
     text << "\n";
     blocks.push_back(jb);
   }
+  return blocks;
+}
+
+void run_block_round(const Args& a, const sim::StorageFormat& sf) {
+  const sim::BlockFormatSpec& fmt = sf.blocks;
+  if (a.scale || a.absmax) {
+    throw std::invalid_argument(std::string(a.scale ? "--scale" : "--absmax") + " applies only to intK formats; " +
+                                sf.name + " computes its scales from the values");
+  }
+  const sim::WritebackPolicy policy = single_value_policy(a);
+  const BlockTensor tensor = read_block_tensor(a);
+  const auto& rows = tensor.rows;
+  const sim::RowMajorShape shape = tensor.shape;
+  const std::vector<float>& input = tensor.values;
+  const auto n = static_cast<std::size_t>(shape.size());
+  bool u_rounded = false;
+  const std::vector<float> u = a.update ? block_update(a, shape, u_rounded) : std::vector<float>{};
+  const sim::RngKey key{a.seed, a.step, a.tensor};
+  // q(input): the rounding of the input values (the scales they imply), under nearest.
+  std::vector<float> w = input;
+  const std::vector<float> zeros(n, 0.0f);
+  const sim::BlockWritebackExplained q =
+      sim::block_writeback_explain(fmt, sim::WritebackPolicy{}, key, shape, w, zeros, {});
+  std::optional<sim::BlockWritebackExplained> wb;
+  std::vector<float> result = w;
+  if (a.update) {
+    wb = sim::block_writeback_explain(fmt, policy, key, shape, result, u, sf.options);
+  }
+  const std::int64_t nblocks = sim::block_count(fmt, shape);
+  std::ostringstream text;
+  text << "format " << sf.name << ", tensor [" << shape.rows << " x " << shape.cols << "], " << nblocks
+       << (nblocks == 1 ? " block" : " blocks");
+  if (a.update) {
+    text << "; write-back of w = q(input) with u under " << sim::policy_name(policy.policy)
+         << (policy.sr_bits > 0 ? " (sr_bits " + std::to_string(policy.sr_bits) + ")" : "")
+         << (u_rounded ? " [--update rounded to fp32]" : "");
+  }
+  text << "\n";
+  const nlohmann::json blocks = describe_blocks(fmt, shape, q, wb ? &*wb : nullptr, text);
   nlohmann::json values = nlohmann::json::array();
   std::ostringstream line;  // one coordinate's row (printed without trailing blanks)
   text << (wb ? "index  row col  input            w = q(input)     u                w'               event\n"
@@ -340,21 +410,7 @@ void run_block_round(const Args& a, const sim::StorageFormat& sf) {
                         {"values", values}};
   if (wb) {
     const sim::BlockWritebackCounts& k = wb->counts;
-    out["counts"] = {{"nonzero", k.nonzero},
-                     {"erased", k.erased},
-                     {"erased_grid", k.erased_grid},
-                     {"erased_saturation", k.erased_saturation},
-                     {"erased_scale", k.erased_scale},
-                     {"applied", k.applied},
-                     {"collateral", k.collateral},
-                     {"flushed", k.flushed},
-                     {"saturated", k.saturated},
-                     {"sr_applied", k.sr_applied},
-                     {"sr_truncated", k.sr_truncated},
-                     {"blocks", k.blocks},
-                     {"blocks_skipped", k.blocks_skipped},
-                     {"rescaled_up", k.rescaled_up},
-                     {"rescaled_down", k.rescaled_down}};
+    out["counts"] = block_counts_json(k);
     text << "events: nonzero " << k.nonzero << ", erased " << k.erased << " (grid " << k.erased_grid << ", saturation "
          << k.erased_saturation << ", scale " << k.erased_scale << "), applied " << k.applied << ", collateral "
          << k.collateral << " (flushed " << k.flushed << "), saturated " << k.saturated << "; blocks " << k.blocks
@@ -367,17 +423,8 @@ void run_block_round(const Args& a, const sim::StorageFormat& sf) {
   std::cout << (a.json ? out.dump(2) + "\n" : text.str());
 }
 
-void run_round(Args a) {
-  a.seed = parse_seed(a.seed_text);
-  const sim::StorageFormat storage = sim::storage_format_from_name(a.format);
-  if (storage.block) {
-    run_block_round(a, storage);
-    return;
-  }
-  if (!a.rows.empty()) {
-    throw std::invalid_argument("--row applies to block formats (" + a.format + " rounds one value per line)");
-  }
-  sim::FormatSpec fmt = storage.scalar;
+// A per-tensor format with --scale or --absmax applied (integer formats only; refused for any other).
+sim::FormatSpec scalar_format(const Args& a, sim::FormatSpec fmt) {
   if ((a.scale || a.absmax) && fmt.kind != sim::FormatKind::integer) {
     throw std::invalid_argument(std::string(a.scale ? "--scale" : "--absmax") +
                                 " applies only to integer formats, not " + a.format);
@@ -416,13 +463,12 @@ void run_round(Args a) {
     }
     fmt = sim::int_format(fmt.bits, sim::int_scale_for_absmax(fmt.bits, *a.absmax));
   }
-  const sim::WritebackPolicy policy = sim::make_policy(a.policy, a.sr_bits, a.sr_stream);
-  if (policy.policy == sim::Policy::master) {
-    throw std::invalid_argument("policy master keeps an fp32 copy and has no single-value rounding; use nearest");
-  }
-  const sim::FormatParams p = sim::format_params(fmt);
+  return fmt;
+}
+
+// --update for a per-tensor format: one fp32 proposal (`rounded`: the value given was not an fp32 value).
+std::optional<float> scalar_update(const Args& a, bool& rounded) {
   std::optional<float> u;
-  bool u_rounded = false;  // the given proposal is not an fp32 value: it was rounded to one (and the output says so)
   if (a.update) {
     const double ud = parse_value(trim(*a.update), "--update");
     u = static_cast<float>(ud);  // proposals are fp32
@@ -434,19 +480,58 @@ void run_round(Args a) {
                                   " underflows to 0 in fp32 (proposals are fp32; the "
                                   "smallest nonzero is 1.4e-45)");
     }
-    u_rounded = static_cast<double>(*u) != ud;
+    rounded = static_cast<double>(*u) != ud;
   }
 
-  std::istream* in = &std::cin;
-  std::ifstream file;
-  const std::string source = a.file.empty() ? "<stdin>" : a.file;
-  if (!a.file.empty()) {
-    file.open(a.file);
-    if (!file) {
-      throw std::invalid_argument("cannot open " + a.file + ": " + std::strerror(errno));
-    }
-    in = &file;
+  return u;
+}
+
+// The write-back of w with proposal u at coordinate `index`: its JSON object, and its text appended to `text`.
+nlohmann::json scalar_writeback(const sim::FormatParams& p, const sim::WritebackPolicy& policy, const sim::RngKey& key,
+                                std::size_t index, float w, float u, std::ostringstream& text) {
+  const sim::WritebackOutcome o = sim::writeback_value(p, policy, key, index, w, u);
+  std::string event = u == 0 ? "zero" : (o.value == w ? "erased" : "applied");
+  if (o.saturated) {
+    event += ",saturated";
   }
+  if (o.random) {
+    event += ",random";
+  }
+  if (o.truncated) {
+    event += ",sr-truncated";
+  }
+  text << "  | w = " << decimal(w) << ": " << decimal(o.value) << " " << event;
+  return {{"w", decimal(w)},
+          {"u", decimal(u)},
+          {"result", decimal(o.value)},
+          {"result_hex", hexfloat(o.value)},
+          {"event", event},
+          {"erased", u != 0 && o.value == w},
+          {"saturated", o.saturated},
+          {"gap_up", sim::gap_up(p, w)},
+          {"gap_down", sim::gap_down(p, w)}};
+}
+
+void run_round(Args a) {
+  a.seed = parse_seed(a.seed_text);
+  const sim::StorageFormat storage = sim::storage_format_from_name(a.format);
+  if (storage.block) {
+    run_block_round(a, storage);
+    return;
+  }
+  if (!a.rows.empty()) {
+    throw std::invalid_argument("--row applies to block formats (" + a.format + " rounds one value per line)");
+  }
+  const sim::FormatSpec fmt = scalar_format(a, storage.scalar);
+  const sim::WritebackPolicy policy = single_value_policy(a);
+  const sim::FormatParams p = sim::format_params(fmt);
+  bool u_rounded = false;  // the given proposal is not an fp32 value: it was rounded to one (and the output says so)
+  const std::optional<float> u = scalar_update(a, u_rounded);
+
+  Input input;
+  open_input(a, input);
+  std::istream* in = input.in;
+  const std::string& source = input.source;
   const sim::RngKey key{a.seed, a.step, a.tensor};
   nlohmann::json rows = nlohmann::json::array();
   std::ostringstream text;
@@ -507,28 +592,7 @@ void run_round(Args a) {
     text << row_text({t, decimal(r), hexfloat(r), code_text(code, fmt.bits), neighbour(lo), neighbour(hi), note});
     if (u) {
       // The write-back of w = the rounded value with proposal u (the same policy and seed; coordinate = value index).
-      const auto w = static_cast<float>(sim::round_nearest(p, v));
-      const sim::WritebackOutcome o = sim::writeback_value(p, policy, key, index, w, *u);
-      std::string event = *u == 0 ? "zero" : (o.value == w ? "erased" : "applied");
-      if (o.saturated) {
-        event += ",saturated";
-      }
-      if (o.random) {
-        event += ",random";
-      }
-      if (o.truncated) {
-        event += ",sr-truncated";
-      }
-      row["update"] = {{"w", decimal(w)},
-                       {"u", decimal(*u)},
-                       {"result", decimal(o.value)},
-                       {"result_hex", hexfloat(o.value)},
-                       {"event", event},
-                       {"erased", *u != 0 && o.value == w},
-                       {"saturated", o.saturated},
-                       {"gap_up", sim::gap_up(p, w)},
-                       {"gap_down", sim::gap_down(p, w)}};
-      text << "  | w = " << decimal(w) << ": " << decimal(o.value) << " " << event;
+      row["update"] = scalar_writeback(p, policy, key, index, static_cast<float>(sim::round_nearest(p, v)), *u, text);
     }
     text << "\n";
     rows.push_back(row);

@@ -207,9 +207,7 @@ void Training<ExecSpace>::step(const RunHooks& hooks) {
     m_optimizer->propose(space, t, step, lr, m_model->gradient(t), decay_source, m_proposals[t]);
   }
   std::vector<float> before;
-  const RatioHistogramLayout layout = m_trace.histogram;
   for (int t = 0; t < n; ++t) {
-    GroupTrace& g = m_trace.groups[t];
     const Vector w = m_model->parameter(t);
     const Kokkos::View<const float*, memory_space> u = m_proposals[t];
     if (hooks.on_update) {
@@ -218,88 +216,14 @@ void Training<ExecSpace>::step(const RunHooks& hooks) {
     }
     if (reference) {
       if (record) {
-        // The d histogram and the margin histogram in one pass (reference_histograms.hpp), then the projected events
-        // per declared format.
-        static_assert(Kokkos::SpaceAccessibility<ExecSpace, Kokkos::HostSpace>::accessible,
-                      "the reference recording reads w and u in host memory");
-        const ReferenceHistograms h =
-            reference_histograms(space, layout, m_trace.margin, m_margin_formats[t], w.data(), u.data(), w.extent(0));
-        if (h.non_finite > 0) {
-          non_finite(g.name, step, std::to_string(h.non_finite) + " coordinates");
-        }
-        g.ratio_histogram.insert(g.ratio_histogram.end(), h.ratio.begin(), h.ratio.end());
-        g.margin.insert(g.margin.end(), h.margin.begin(), h.margin.end());
-        g.nonzero.push_back(h.nonzero);
-        g.zero_weight.push_back(h.zero_weight);
-        if (g.size <= kJointExactMaxCoordinates) {
-          g.exact_w.insert(g.exact_w.end(), w.data(), w.data() + w.extent(0));
-          g.exact_u.insert(g.exact_u.end(), u.data(), u.data() + u.extent(0));
-        }
-        // Non-finite values were rejected above, so project_erasure sees finite inputs only.
-        for (std::size_t f = 0; f < m_project_formats[t].size(); ++f) {
-          const TargetFormat& pf = m_project_formats[t][f];
-          ProjectedSeries& series = g.projected[config.project_formats[f]];
-          if (pf.block) {
-            // Block formats: the events of writing back q(w) + u blockwise under nearest, by cause (block_project).
-            const BlockWritebackCounts b = block_project(
-                space, pf.blocks, RngKey{config.seed, static_cast<std::uint64_t>(step), static_cast<std::uint32_t>(t)},
-                pf.shape, Kokkos::View<const float*, memory_space>(w), u);
-            series.erased.push_back(b.erased);
-            series.fraction.push_back(fraction(b.erased, b.nonzero));
-            BlockEventSeries& e = series.block_events;
-            e.blocks = block_count(pf.blocks, pf.shape);
-            e.erased_grid.push_back(b.erased_grid);
-            e.erased_saturation.push_back(b.erased_saturation);
-            e.erased_scale.push_back(b.erased_scale);
-            e.collateral.push_back(b.collateral);
-            e.flushed.push_back(b.flushed);
-            e.rescaled_up.push_back(b.rescaled_up);
-            e.rescaled_down.push_back(b.rescaled_down);
-            continue;
-          }
-          const WritebackCounts c = project_erasure(space, pf.scalar, Kokkos::View<const float*, memory_space>(w), u);
-          series.erased.push_back(c.erased);
-          series.fraction.push_back(fraction(c.erased, c.nonzero));
-          // The expected erased fraction of each declared stochastic policy (expected_projection.hpp).
-          record_expected_projections(space, pf.scalar, config.project_policies,
-                                      Kokkos::View<const float*, memory_space>(w), u, series);
-        }
+        record_reference(t, w, u, step);
       }
-      // The plain fp32 update w <- w + u, counting non-finite inputs.
-      std::int64_t bad = 0;
-      Kokkos::parallel_reduce(
-          "wbaudit::sim::Training::fp32_update", Kokkos::RangePolicy<ExecSpace>(space, 0, w.extent(0)),
-          KOKKOS_LAMBDA(const std::size_t i, std::int64_t& count) {
-            const float ui = u(i), wi = w(i);
-            if (!std::isfinite(ui) || !std::isfinite(wi)) {
-              ++count;
-            } else {
-              w(i) = wi + ui;
-            }
-          },
-          bad);
-      if (bad > 0) {
-        non_finite(g.name, step, std::to_string(bad) + " coordinates");
-      }
+      fp32_update(t, w, u, step);
     } else {
       BlockWritebackCounts b;
       const WritebackCounts c = write_back(t, w, u, &b);
       if (record) {
-        g.nonzero.push_back(c.nonzero);
-        g.erased.push_back(c.erased);
-        g.saturated.push_back(c.saturated);
-        g.applied.push_back(c.applied);
-        g.erased_fraction.push_back(fraction(c.erased, c.nonzero));
-        if (!g.block_events.empty()) {
-          BlockEventSeries& s = g.block_events;
-          s.erased_grid.push_back(b.erased_grid);
-          s.erased_saturation.push_back(b.erased_saturation);
-          s.erased_scale.push_back(b.erased_scale);
-          s.collateral.push_back(b.collateral);
-          s.flushed.push_back(b.flushed);
-          s.rescaled_up.push_back(b.rescaled_up);
-          s.rescaled_down.push_back(b.rescaled_down);
-        }
+        record_target(t, c, b);
       }
     }
     if (hooks.on_update) {
@@ -317,6 +241,102 @@ void Training<ExecSpace>::step(const RunHooks& hooks) {
   ++m_step;
   flush_rows();
   if (record && hooks.on_recorded) hooks.on_recorded(step);
+}
+
+template <class ExecSpace>
+void Training<ExecSpace>::record_reference(int t, Kokkos::View<const float*, memory_space> w,
+                                           Kokkos::View<const float*, memory_space> u, std::int64_t step) {
+  const ExecSpace& space = m_space;
+  const RunConfig& config = m_config;
+  const RatioHistogramLayout layout = m_trace.histogram;
+  GroupTrace& g = m_trace.groups[t];
+  // The d histogram and the margin histogram in one pass (reference_histograms.hpp), then the projected events
+  // per declared format.
+  static_assert(Kokkos::SpaceAccessibility<ExecSpace, Kokkos::HostSpace>::accessible,
+                "the reference recording reads w and u in host memory");
+  const ReferenceHistograms h =
+      reference_histograms(space, layout, m_trace.margin, m_margin_formats[t], w.data(), u.data(), w.extent(0));
+  if (h.non_finite > 0) {
+    non_finite(g.name, step, std::to_string(h.non_finite) + " coordinates");
+  }
+  g.ratio_histogram.insert(g.ratio_histogram.end(), h.ratio.begin(), h.ratio.end());
+  g.margin.insert(g.margin.end(), h.margin.begin(), h.margin.end());
+  g.nonzero.push_back(h.nonzero);
+  g.zero_weight.push_back(h.zero_weight);
+  if (g.size <= kJointExactMaxCoordinates) {
+    g.exact_w.insert(g.exact_w.end(), w.data(), w.data() + w.extent(0));
+    g.exact_u.insert(g.exact_u.end(), u.data(), u.data() + u.extent(0));
+  }
+  // Non-finite values were rejected above, so project_erasure sees finite inputs only.
+  for (std::size_t f = 0; f < m_project_formats[t].size(); ++f) {
+    const TargetFormat& pf = m_project_formats[t][f];
+    ProjectedSeries& series = g.projected[config.project_formats[f]];
+    if (pf.block) {
+      // Block formats: the events of writing back q(w) + u blockwise under nearest, by cause (block_project).
+      const BlockWritebackCounts b = block_project(
+          space, pf.blocks, RngKey{config.seed, static_cast<std::uint64_t>(step), static_cast<std::uint32_t>(t)},
+          pf.shape, Kokkos::View<const float*, memory_space>(w), u);
+      series.erased.push_back(b.erased);
+      series.fraction.push_back(fraction(b.erased, b.nonzero));
+      BlockEventSeries& e = series.block_events;
+      e.blocks = block_count(pf.blocks, pf.shape);
+      e.erased_grid.push_back(b.erased_grid);
+      e.erased_saturation.push_back(b.erased_saturation);
+      e.erased_scale.push_back(b.erased_scale);
+      e.collateral.push_back(b.collateral);
+      e.flushed.push_back(b.flushed);
+      e.rescaled_up.push_back(b.rescaled_up);
+      e.rescaled_down.push_back(b.rescaled_down);
+      continue;
+    }
+    const WritebackCounts c = project_erasure(space, pf.scalar, Kokkos::View<const float*, memory_space>(w), u);
+    series.erased.push_back(c.erased);
+    series.fraction.push_back(fraction(c.erased, c.nonzero));
+    // The expected erased fraction of each declared stochastic policy (expected_projection.hpp).
+    record_expected_projections(space, pf.scalar, config.project_policies, Kokkos::View<const float*, memory_space>(w),
+                                u, series);
+  }
+}
+
+template <class ExecSpace>
+void Training<ExecSpace>::fp32_update(int t, Kokkos::View<float*, memory_space> w,
+                                      Kokkos::View<const float*, memory_space> u, std::int64_t step) {
+  // The plain fp32 update w <- w + u, counting non-finite inputs.
+  std::int64_t bad = 0;
+  Kokkos::parallel_reduce(
+      "wbaudit::sim::Training::fp32_update", Kokkos::RangePolicy<ExecSpace>(m_space, 0, w.extent(0)),
+      KOKKOS_LAMBDA(const std::size_t i, std::int64_t& count) {
+        const float ui = u(i), wi = w(i);
+        if (!std::isfinite(ui) || !std::isfinite(wi)) {
+          ++count;
+        } else {
+          w(i) = wi + ui;
+        }
+      },
+      bad);
+  if (bad > 0) {
+    non_finite(m_trace.groups[t].name, step, std::to_string(bad) + " coordinates");
+  }
+}
+
+template <class ExecSpace>
+void Training<ExecSpace>::record_target(int t, const WritebackCounts& c, const BlockWritebackCounts& b) {
+  GroupTrace& g = m_trace.groups[t];
+  g.nonzero.push_back(c.nonzero);
+  g.erased.push_back(c.erased);
+  g.saturated.push_back(c.saturated);
+  g.applied.push_back(c.applied);
+  g.erased_fraction.push_back(fraction(c.erased, c.nonzero));
+  if (!g.block_events.empty()) {
+    BlockEventSeries& s = g.block_events;
+    s.erased_grid.push_back(b.erased_grid);
+    s.erased_saturation.push_back(b.erased_saturation);
+    s.erased_scale.push_back(b.erased_scale);
+    s.collateral.push_back(b.collateral);
+    s.flushed.push_back(b.flushed);
+    s.rescaled_up.push_back(b.rescaled_up);
+    s.rescaled_down.push_back(b.rescaled_down);
+  }
 }
 
 template <class ExecSpace>

@@ -83,6 +83,13 @@ class Training {
   void requantize_from_current();
   void validate_now();
   void flush_rows();  // streaming: the rows held so far to the writer
+  // One tensor's part of step(): a reference records its histograms and projections (at recorded steps) and applies
+  // the plain fp32 update; a target writes back and records its events.
+  void record_reference(int tensor, Kokkos::View<const float*, memory_space> w,
+                        Kokkos::View<const float*, memory_space> u, std::int64_t step);
+  void fp32_update(int tensor, Kokkos::View<float*, memory_space> w, Kokkos::View<const float*, memory_space> u,
+                   std::int64_t step);
+  void record_target(int tensor, const WritebackCounts& c, const BlockWritebackCounts& b);
   WritebackCounts write_back(int tensor, Kokkos::View<float*, memory_space> w,
                              Kokkos::View<const float*, memory_space> u, BlockWritebackCounts* block_counts);
   void hold_in_target_format(int tensor, const std::vector<float>& values);

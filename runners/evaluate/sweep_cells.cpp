@@ -16,8 +16,10 @@ std::shared_ptr<const sim::Trace> TraceCache::trace(const std::string& cell_id) 
     const AttemptRecord& attempt = status.attempts[*status.canonical_attempt];
     const std::string run = "cell " + (status.cell ? status.cell->name : std::string("?")) + " (id " + cell_id +
                             "), attempt " + attempt.uuid;
+    sim::TraceReadOptions read_options;
+    read_options.histograms = m_histograms;
     try {
-      trace = std::make_shared<const sim::Trace>(sim::read_trace(attempt.dir / "trace.h5"));
+      trace = std::make_shared<const sim::Trace>(sim::read_trace(attempt.dir / "trace.h5", read_options));
     } catch (const std::exception& e) {
       throw StoreError(run + ": " + e.what());
     }

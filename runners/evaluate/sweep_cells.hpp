@@ -17,7 +17,8 @@ namespace wbaudit::runners {
 // Traces of canonical complete attempts, read once each and shared.
 class TraceCache {
  public:
-  explicit TraceCache(const SweepStore& store) : m_store(&store) {}
+  // histograms false: traces are read without what only the analytic grid needs (sim::TraceReadOptions::histograms).
+  explicit TraceCache(const SweepStore& store, bool histograms = true) : m_store(&store), m_histograms(histograms) {}
   // The trace.h5 of the cell's newest canonical complete attempt; null when it has none.
   std::shared_ptr<const sim::Trace> trace(const std::string& cell_id);
   // Why trace(cell_id) is null ("pending", "failed: ...", "non-canonical: ..."); empty when it is not.
@@ -25,6 +26,7 @@ class TraceCache {
 
  private:
   const SweepStore* m_store;
+  bool m_histograms = true;
   std::map<std::string, std::shared_ptr<const sim::Trace>> m_traces;
 };
 

@@ -305,7 +305,7 @@ void print_outputs(std::ostream& out, const SweepOutputs& outputs) {
 SweepOutputs write_sweep_outputs(const SweepStore& store, const SweepSpec& spec) {
   store.require_no_links("write the report of");
   SweepOutputs outputs;
-  TraceCache cache(store);
+  TraceCache cache(store, /*histograms=*/false);  // the report reads counts and projections only
   const CrossingStudy study = crossing_study(store, spec, cache);
   outputs.evaluation_cells = study.read.cells.size();
   outputs.missing_targets = study.read.missing.size();

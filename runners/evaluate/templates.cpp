@@ -125,7 +125,7 @@ void earlier_sweep_history(const SweepInputs& in, const ScoredCells& sc, Templat
     throw AnalysisError(where + " is not a readable sweep directory (" + dir.string() + "): " + e.what());
   }
   const SweepSpec history_spec = load_sweep_spec(history.store->spec_path());
-  history.traces = std::make_unique<TraceCache>(*history.store);
+  history.traces = std::make_unique<TraceCache>(*history.store, /*histograms=*/false);  // erased fractions only
   history.read = std::make_unique<SweepEvaluationCells>(
       read_sweep_evaluation_cells(*history.store, history_spec, *history.traces, history_groups(in, sc)));
   const std::set<std::string> scored = scored_ids(in, sc);

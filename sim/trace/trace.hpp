@@ -164,6 +164,10 @@ struct TraceReadOptions {
   // Read the trace of an unfinished run (Trace::complete false: the steps recorded before it stopped). Without it
   // such a trace is refused with TraceIncompleteError, so that a partial record is never taken for a finished one.
   bool allow_incomplete = false;
+  // False: skip what only the analytic grid reads (the ratio histogram, the margin histogram or joint pairs, and the
+  // exact w/u of small groups); every other dataset is read and checked as usual. A reader that holds many traces at
+  // once (`evaluate`, the sweep report) keeps ~1 KB instead of ~1 MB per reference cell when no predictor needs them.
+  bool histograms = true;
 };
 // Throws naming the file and the missing dataset/attribute when the file is not a valid wbaudit trace, and
 // TraceIncompleteError (naming the file and its last recorded step) for the trace of an unfinished run unless allowed.

@@ -72,12 +72,14 @@ struct TraceReader::State {
   std::vector<char> margin;                        // each group has a margin histogram
 
   void read_header(const TraceReadOptions& options);
+  bool histograms = true;  // TraceReadOptions::histograms
   void read_group_header(GroupTrace& g, std::size_t index);
   void read_validation_and_replay();
   GroupTrace read_group(std::size_t g, std::size_t first, std::size_t count) const;
 };
 
 void TraceReader::State::read_header(const TraceReadOptions& options) {
+  histograms = options.histograms;
   Trace& t = header;
   t.schema = read_string_attribute(root, "schema", file);
   if (t.schema != kTraceSchema && t.schema != kTraceSchemaV2 && t.schema != kTraceSchemaV1) {
@@ -262,8 +264,11 @@ GroupTrace TraceReader::State::read_group(std::size_t index, std::size_t first, 
   };
   block_rows(gh.get(), where, g.block_events);
   optional_rows(gh.get(), "zero_weight", where, g.zero_weight, 1);
-  optional_rows(gh.get(), "ratio_histogram", where, g.ratio_histogram, static_cast<std::size_t>(header.histogram.bins));
-  if (has_link(gh.get(), "joint")) {
+  if (histograms) {
+    optional_rows(gh.get(), "ratio_histogram", where, g.ratio_histogram,
+                  static_cast<std::size_t>(header.histogram.bins));
+  }
+  if (histograms && has_link(gh.get(), "joint")) {
     Handle jh = open_group(gh.get(), "joint", file);
     const std::string jwhere = where + "joint/";
     if (!offsets[index].empty()) {

@@ -170,6 +170,46 @@ TEST(TraceStream, AReferenceKeepsEverySchema1DatasetOfTheGoldenFile) {
   fs::remove_all(dir);
 }
 
+// TraceReadOptions::histograms false (what `evaluate` without the analytic grid and the sweep report read): the
+// golden reference (schema 2, joint pairs) and a schema-3 reference (margin histogram) read without the ratio
+// histogram, the joint record and the kept w/u, and with every other dataset equal to the full read.
+TEST(TraceStream, ReadingWithoutHistogramsKeepsEverythingElse) {
+  const fs::path dir = scratch("no_histograms");
+  run_cell_to_file(Kokkos::DefaultExecutionSpace(), two_layer(RunMode::reference), dir / "trace.h5");
+  TraceReadOptions lean;
+  lean.histograms = false;
+  for (const fs::path& file : {kGolden / "two_layer_reference.h5", dir / "trace.h5"}) {
+    Trace full = read_trace(file);
+    const Trace without = read_trace(file, lean);
+    ASSERT_EQ(full.groups.size(), without.groups.size());
+    for (std::size_t g = 0; g < full.groups.size(); ++g) {
+      const GroupTrace& f = full.groups[g];
+      const GroupTrace& w = without.groups[g];
+      EXPECT_FALSE(f.ratio_histogram.empty());
+      EXPECT_TRUE(f.has_joint());
+      EXPECT_TRUE(f.has_exact());
+      EXPECT_TRUE(w.ratio_histogram.empty()) << file;
+      EXPECT_TRUE(w.margin.empty() && w.joint_keys.empty() && w.joint_counts.empty()) << file;
+      EXPECT_TRUE(w.exact_w.empty() && w.exact_u.empty()) << file;
+      EXPECT_EQ(w.projected.size(), f.projected.size());
+      for (const auto& [name, series] : f.projected) {
+        EXPECT_EQ(w.projected.at(name).erased, series.erased) << name;
+      }
+      EXPECT_EQ(w.nonzero, f.nonzero);
+      EXPECT_EQ(w.zero_weight, f.zero_weight);
+      full.groups[g].ratio_histogram.clear();
+      full.groups[g].margin.clear();
+      full.groups[g].joint_offsets.clear();
+      full.groups[g].joint_keys.clear();
+      full.groups[g].joint_counts.clear();
+      full.groups[g].exact_w.clear();
+      full.groups[g].exact_u.clear();
+    }
+    wbaudit::test::expect_same_trace(without, full);
+  }
+  fs::remove_all(dir);
+}
+
 // Runs TraceStreamChild.Run (below) in a fresh process of this test program, with `role`, the cell `c` (written to
 // dir/config.json) and `args` in its environment; returns its wait status. A fresh program, not a fork: a process
 // with a running OpenMP thread pool cannot use it again in a forked child (libgomp waits there for threads that were
