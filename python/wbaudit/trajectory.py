@@ -34,6 +34,9 @@ class TrajectoryWriter:
         self.path = os.fspath(path)
         if os.path.exists(self.path):
             raise FileExistsError(f"trajectory: {self.path} already exists (never overwritten)")
+        d = os.path.dirname(self.path)
+        if d:  # like the trace's directory: created when missing (the ten-line diff of docs/python.md)
+            os.makedirs(d, exist_ok=True)
         self._tmp = f"{self.path}.tmp.{os.getpid()}"
         self._file = h5py.File(self._tmp, "w")
         self._file.attrs["schema"] = TRAJECTORY_SCHEMA

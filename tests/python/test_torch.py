@@ -310,3 +310,18 @@ def test_recorders_stream_each_step_and_hold_the_same_bytes(tmp_path, which, wba
     trace = wbaudit.read_trace(rec.close())
     assert trace["complete"] and list(trace["recorded_steps"]) == list(range(12))
     assert not (tmp_path / which / "trace.h5.partial").exists()
+
+
+def test_the_ten_line_diff_creates_the_trajectory_directory(tmp_path):
+    """docs/python.md's diff writes runs/e4m3/trace.h5 and runs/e4m3/trajectory.h5 into a directory that does not
+    exist yet: both are created (issue 31, item 8: the trajectory's raised FileNotFoundError)."""
+    model = make_model()
+    out = tmp_path / "runs" / "e4m3"
+    pn = PersistentNative(torch.optim.AdamW(model.parameters(), lr=1e-3), formats="e4m3", model=model,
+                          schedule={"kind": "log", "points": 5}, steps=6, path=out / "trace.h5",
+                          trajectory=tmp_path / "elsewhere" / "deeper" / "trajectory.h5")
+    train(model, pn, 6, lambda loss: pn.step(loss=loss.item()))
+    pn.close()
+    assert (out / "trace.h5").is_file()
+    with h5py.File(tmp_path / "elsewhere" / "deeper" / "trajectory.h5", "r") as f:
+        assert len(f["steps"]) > 0
