@@ -4,11 +4,13 @@
 #include <filesystem>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "cli/commands.hpp"
 #include "runners/evaluate/external_run.hpp"
+#include "runners/spec/sweep_spec.hpp"
 #include "sim/trace/trace.hpp"
 
 namespace wbaudit::cli {
@@ -23,6 +25,8 @@ struct Args {
   bool report = false;
   std::string reference;
   double threshold = 0.5;
+  std::optional<std::int64_t> burn_in;                                         // unset: the sweep report's default
+  std::int64_t min_group_size = runners::EvaluationSettings{}.min_group_size;  // 64, as a sweep's [evaluation]
 };
 
 void print_runs(const std::string& dir) {
@@ -40,6 +44,8 @@ void print_runs(const std::string& dir) {
 void print_report(const Args& a) {
   forecast::CrossingOptions options;
   options.threshold = a.threshold;
+  options.burn_in = a.burn_in;
+  options.min_group_size = a.min_group_size;
   const runners::ExternalComparison c = runners::compare_external_runs(a.dir, a.reference, options);
   std::cout << "external runs (non-canonical, exploratory): source = " << c.cells.front().reference << "\n";
   std::printf("  %-28s %-24s %-6s %-10s %-24s %-12s %-12s\n", "target", "group", "format", "rmse_cell", "category",
@@ -49,7 +55,7 @@ void print_report(const Args& a) {
     std::printf("  %-28s %-24s %-6s %-10.4g %-24s %-12.4g %-12.4g\n", x.target.c_str(), x.group.c_str(),
                 x.format.c_str(), x.rmse, forecast::to_string(k.category), k.predicted.time, k.measured.time);
   }
-  std::cout << "crossings: " << c.summary.to_string() << "\n";
+  std::cout << "crossings: " << c.summary.to_string() << "\n  " << runners::crossing_rules_text(c) << "\n";
   for (const auto& s : c.skipped) {
     std::cout << "  skipped: " << s << "\n";
   }
@@ -141,6 +147,12 @@ void add_import_command(CLI::App& app) {
                 "erased fraction: rmse_cell and crossings -> DIR/external/report.md, crossings.csv");
   cmd->add_option("--reference", args->reference, "External reference run for --report (default: the only one)");
   cmd->add_option("--threshold", args->threshold, "Crossing threshold theta for --report (default 0.5)");
+  cmd->add_option("--burn-in", args->burn_in,
+                  "Crossing burn-in t0 for --report (default: 0.5% of the shortest target run's steps, as the sweep "
+                  "report and evaluate)");
+  cmd->add_option("--min-group-size", args->min_group_size,
+                  "--report: groups with fewer coordinates are left out of the crossing headline (default 64, as a "
+                  "sweep's [evaluation]; 0: none)");
   cmd->footer(
       "Each run gets trace.h5 (a verified copy) and manifest.json: role, format, policy, the trace's provenance\n"
       "(script and its SHA-256, torch version, host, time, as wbaudit.torch records them), where and when it was\n"

@@ -142,8 +142,10 @@ std::vector<ExternalRun> external_runs(const fs::path& sweep_dir) {
 namespace wbaudit::runners {
 
 ExternalComparison compare_external_runs(const fs::path& sweep_dir, const std::string& reference,
-                                         const forecast::CrossingOptions& options) {
+                                         const forecast::CrossingOptions& given) {
   ExternalComparison out;
+  forecast::CrossingOptions& options = out.options;
+  options = given;
   const std::vector<ExternalRun> runs = external_runs(sweep_dir);
   const ExternalRun* ref = nullptr;
   std::vector<std::string> refs;
@@ -168,7 +170,7 @@ ExternalComparison compare_external_runs(const fs::path& sweep_dir, const std::s
                      sweep_dir.string() + (refs.empty() ? "" : " (" + list + ")") + "; choose one with --reference");
   }
   const sim::Trace ref_trace = sim::read_trace(ref->dir / "trace.h5");
-  std::vector<forecast::CellCrossing> crossings;
+  std::vector<std::pair<const ExternalRun*, sim::Trace>> targets;
   for (const auto& r : runs) {
     if (r.manifest.value("role", std::string()) != "target") {
       continue;
@@ -177,7 +179,21 @@ ExternalComparison compare_external_runs(const fs::path& sweep_dir, const std::s
       out.skipped.push_back(r.name + " (" + r.problem + ")");
       continue;
     }
-    const sim::Trace t = sim::read_trace(r.dir / "trace.h5");
+    targets.emplace_back(&r, sim::read_trace(r.dir / "trace.h5"));
+  }
+  if (options.burn_in) {
+    out.burn_in_how = "given";
+  } else {  // the sweep report's default: 0.5% of the shortest target run
+    std::int64_t steps = -1;
+    for (const auto& [r, t] : targets) steps = steps < 0 ? t.steps : std::min(steps, t.steps);
+    steps = std::max<std::int64_t>(steps, 0);
+    options.burn_in = forecast::default_burn_in(steps);
+    out.burn_in_how = "default: 0.5% (" + std::to_string(forecast::kDefaultBurnInPerMille) + " per mille) of the " +
+                      std::to_string(steps) + " steps of the shortest target run";
+  }
+  std::vector<forecast::CellCrossing> crossings;
+  for (const auto& [run, t] : targets) {
+    const ExternalRun& r = *run;
     for (const auto& g : t.groups) {
       const auto rg = std::find_if(ref_trace.groups.begin(), ref_trace.groups.end(),
                                    [&](const auto& x) { return x.name == g.name; });
@@ -205,7 +221,7 @@ ExternalComparison compare_external_runs(const fs::path& sweep_dir, const std::s
       }
       c.rmse = c.steps ? std::sqrt(sum / c.steps) : std::nan("");
       c.crossing = forecast::compare_cell_crossing(evaluation_cell_label(r.name, g.name), predicted.steps,
-                                                   predicted.values, measured.steps, measured.values, options);
+                                                   predicted.values, measured.steps, measured.values, options, g.size);
       crossings.push_back(c.crossing);
       out.cells.push_back(std::move(c));
     }
@@ -216,6 +232,17 @@ ExternalComparison compare_external_runs(const fs::path& sweep_dir, const std::s
   }
   out.summary = forecast::summarize_crossings(crossings, options);
   return out;
+}
+
+std::string crossing_rules_text(const ExternalComparison& c) {
+  std::string s =
+      "Rules (as the sweep report and `evaluate`): burn-in t0 = " + std::to_string(c.options.burn_in.value_or(0)) +
+      " (" + c.burn_in_how + "; a run above the threshold by t0 counts as above at initialization, not as a crossing)";
+  if (c.options.min_group_size > 0) {
+    s += "; groups of fewer than " + std::to_string(c.options.min_group_size) + " coordinates are left out of the " +
+         "headline (" + std::to_string(c.summary.below_min_group_size) + " cells)";
+  }
+  return s + ".";
 }
 
 fs::path write_external_report(const fs::path& sweep_dir, const ExternalComparison& c) {
@@ -230,6 +257,7 @@ fs::path write_external_report(const fs::path& sweep_dir, const ExternalComparis
   md << "# External runs: source forecast vs measured erased fraction\n\n"
      << "**Non-canonical (external runs imported by `wbaudit import`); exploratory, no gate is evaluated.**\n\n"
      << "Crossings: " << c.summary.to_string() << " (threshold " << num(c.summary.threshold) << ").\n\n"
+     << crossing_rules_text(c) << "\n\n"
      << "| target | group | format | rmse_cell | category | predicted crossing | measured crossing | rel. error |\n"
      << "|---|---|---|---|---|---|---|---|\n";
   for (const auto& x : c.cells) {

@@ -56,13 +56,21 @@ struct ExternalCellComparison {
 struct ExternalComparison {
   std::vector<ExternalCellComparison> cells;
   forecast::CrossingSummary summary;
+  forecast::CrossingOptions options;  // the rules applied (burn-in and minimum group size resolved)
+  std::string burn_in_how;           // e.g. "default: 0.5% (5 per mille) of the 10000 steps of the shortest target run"
   std::vector<std::string> skipped;  // "run (why)"
 };
 
 // reference: the external reference run to use; empty: the only intact one (StoreError when there are none or
-// several). Throws StoreError when no target cell can be compared.
+// several). Throws StoreError when no target cell can be compared. The crossing rules are the sweep report's and
+// `evaluate`'s: without options.burn_in, the default burn-in of the shortest intact target run
+// (forecast::default_burn_in); options.min_group_size (the sweep spec's default, 64, when the caller keeps it) leaves
+// smaller groups out of the headline.
 ExternalComparison compare_external_runs(const std::filesystem::path& sweep_dir, const std::string& reference,
                                          const forecast::CrossingOptions& options = {});
+
+// The crossing rules c applied, one sentence (the burn-in, how it was set, the minimum group size).
+std::string crossing_rules_text(const ExternalComparison& c);
 
 // Writes DIR/external/report.md and DIR/external/crossings.csv (atomically); returns the report's path.
 std::filesystem::path write_external_report(const std::filesystem::path& sweep_dir, const ExternalComparison& c);

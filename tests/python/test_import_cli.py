@@ -54,3 +54,67 @@ def test_bad_trace_imports_nothing(tmp_path, wbaudit_exe):
     r = subprocess.run([wbaudit_exe, "import", str(sweep), good, str(bad)], capture_output=True, text=True)
     assert r.returncode == 1 and "bad.h5" in r.stderr
     assert not os.path.exists(sweep / "external") or os.listdir(sweep / "external") == []
+
+
+SPEC = """seed = 7
+steps = 400
+[sweep]
+name = "import-rules"
+[model]
+kind = "two_layer"
+input_dim = 8
+hidden = 16
+output_dim = 2
+activation = "tanh"
+[data]
+batch = 16
+[optimizer]
+kind = "adam"
+[schedule]
+kind = "constant"
+[record]
+kind = "every_k"
+k = 4
+[target]
+policy = "nearest"
+[grid]
+"target.format" = ["bf16", "e4m3", "e5m2", "fp16"]
+[evaluation]
+groups = ["layer1.weight", "layer2.weight"]
+threshold = 0.5
+"""
+
+
+def test_import_report_applies_the_sweep_reports_crossing_rules(tmp_path, wbaudit_exe):
+    """Issue 31 item 5: the same runs imported give the sweep report's crossing headline (burn-in 0.5% of the run,
+    groups below 64 coordinates left out); before, import --report counted crossings at the first recorded step and
+    every group (here 7/16 both cross, span 253x, against the report's 1/4, 1x)."""
+    (tmp_path / "spec.toml").write_text(SPEC)
+    sweep = tmp_path / "sweep"
+    r = subprocess.run([wbaudit_exe, "run", str(tmp_path / "spec.toml"), "--out", str(sweep), "-q"],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    r = subprocess.run([wbaudit_exe, "report", str(sweep)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    sweep_line = next(line for line in r.stdout.splitlines() if line.startswith("crossings: "))
+    traces = sorted(str(p) for p in sweep.glob("cells/*/attempts/*/trace.h5"))
+    assert len(traces) == 5  # one fp32 reference, four targets
+    names = [a for i in range(len(traces)) for a in ("--name", f"run{i}")]
+
+    def imported(*extra):
+        out = tmp_path / f"ext{len(extra)}"
+        res = subprocess.run([wbaudit_exe, "import", str(out), *traces, *names, "--report", *extra],
+                             capture_output=True, text=True)
+        assert res.returncode == 0, res.stderr
+        return res.stdout
+
+    text = imported()
+    line = next(x for x in text.splitlines() if x.startswith("crossings: "))
+    # import --report scores every group (biases too), the report only [evaluation] groups, which are the groups of at
+    # least 64 coordinates here: the headline up to the count of small groups left out is the same.
+    assert line.split("; ")[:-1] == sweep_line.split("; ")[:-1], (line, sweep_line)
+    assert "burn-in t0 = 2 (default: 0.5%" in text and "fewer than 64 coordinates" in text
+    # and the rules matter on these runs: without them the headline differs
+    bare = next(x for x in imported("--burn-in", "0", "--min-group-size", "0").splitlines()
+                if x.startswith("crossings: "))
+    assert bare.split("; ")[0] != sweep_line.split("; ")[0]
