@@ -517,6 +517,14 @@ MarginLayout margin_layout_of(const py::dict& d) {
   return m;
 }
 
+// A block format's events by cause ({"blocks": n, "erased_grid": [T], ...}; docs/trace-format.md).
+py::dict block_events_dict(const BlockEventSeries& b) {
+  py::dict d;
+  d["blocks"] = b.blocks;
+  for (const BlockEventField& f : kBlockEventFields) d[f.name] = array_of(b.*f.series);
+  return d;
+}
+
 py::dict trace_to_dict(const Trace& t) {
   py::dict d;
   d["schema"] = t.schema;
@@ -543,6 +551,8 @@ py::dict trace_to_dict(const Trace& t) {
       gd["saturated"] = array_of(g.saturated);
       gd["applied"] = array_of(g.applied);
       gd["erased_fraction"] = array_of(g.erased_fraction);
+      if (!g.block_format.empty()) gd["block_format"] = g.block_format;
+      if (!g.block_events.empty()) gd["block_events"] = block_events_dict(g.block_events);
     } else {
       gd["zero_weight"] = array_of(g.zero_weight);
       py::array_t<std::int64_t> h(static_cast<py::ssize_t>(g.ratio_histogram.size()), g.ratio_histogram.data());
@@ -550,8 +560,9 @@ py::dict trace_to_dict(const Trace& t) {
       gd["ratio_histogram"] = h.reshape({T, static_cast<py::ssize_t>(t.histogram.bins)});
       py::dict projected;
       for (const auto& [name, s] : g.projected) {
-        projected[py::str(name)] =
-            py::dict(py::arg("erased") = array_of(s.erased), py::arg("fraction") = array_of(s.fraction));
+        py::dict pd(py::arg("erased") = array_of(s.erased), py::arg("fraction") = array_of(s.fraction));
+        if (!s.block_events.empty()) pd["block_events"] = block_events_dict(s.block_events);
+        projected[py::str(name)] = pd;
       }
       gd["projected"] = projected;
       if (g.has_margin()) {

@@ -108,3 +108,40 @@ def test_writeback_equals_cli(fmt, policy):
     for k in ("nonzero", "erased", "erased_grid", "erased_saturation", "erased_scale", "applied", "collateral",
               "flushed", "saturated", "blocks", "rescaled_up", "rescaled_down"):
         assert c[k] == wc[k], k
+
+
+def test_read_trace_gives_the_block_events_the_file_holds(tmp_path, wbaudit_exe):
+    """wbaudit.read_trace returns a block-format target group's events by cause and a reference's projected block
+    events, equal to the datasets read directly with h5py (docs/trace-format.md)."""
+    import glob
+    import subprocess
+
+    import h5py
+
+    src = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "blocks_tiny.toml")
+    r = subprocess.run([wbaudit_exe, "run", src, "--out", str(tmp_path / "sweep"), "-q"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    fields = ["erased_grid", "erased_saturation", "erased_scale", "collateral", "flushed", "rescaled_up",
+                  "rescaled_down"]
+    seen_target = seen_projected = 0
+    for path in sorted(glob.glob(str(tmp_path / "sweep" / "cells" / "*" / "attempts" / "*" / "trace.h5"))):
+        t = wbaudit.read_trace(path)
+        with h5py.File(path, "r") as f:
+            for name, g in t["groups"].items():
+                h = f["groups"][name]
+                if t["mode"] == "target" and "block_events" in h:
+                    seen_target += 1
+                    assert g["block_format"] == t["format"]
+                    assert g["block_events"]["blocks"] > 0
+                    for k in fields:
+                        assert np.array_equal(g["block_events"][k], h["block_events"][k][:]), (path, name, k)
+                    assert "block_events" not in g or "block_format" in g
+                if t["mode"] == "reference":
+                    for fmt, p in g["projected"].items():
+                        hp = h["projected"][fmt]
+                        assert ("block_events" in p) == ("block_events" in hp), (fmt, name)
+                        if "block_events" in hp:
+                            seen_projected += 1
+                            for k in fields:
+                                assert np.array_equal(p["block_events"][k], hp["block_events"][k][:]), (fmt, k)
+    assert seen_target >= 6 and seen_projected >= 6  # 3 block targets x 2+ groups; 3 block formats x 2+ groups
