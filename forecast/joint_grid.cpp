@@ -68,23 +68,35 @@ struct Rounder {
   }
   // The spacing of the grid at and above v (v representable, v < max finite).
   double unit(double v) const {
-    if (integer) return scale;
-    if (v == 0) return min_sub;
+    if (integer) {
+      return scale;
+    }
+    if (v == 0) {
+      return min_sub;
+    }
     return pow2(std::max(exponent_of(v), emin) - man_bits);
   }
   // 1 / unit(v) for a floating format: a power of two, so v * inv_unit(v) is exactly v / unit(v).
   double inv_unit(double v) const {
-    if (v == 0) return pow2(man_bits - emin);
+    if (v == 0) {
+      return pow2(man_bits - emin);
+    }
     return pow2(man_bits - std::max(exponent_of(v), emin));
   }
   double round(double v) const {
-    if (v >= max_finite) return max_finite;
+    if (v >= max_finite) {
+      return max_finite;
+    }
     // v < max finite: v / scale and v / unit(v) lie below 2^(M + 2) or the largest level.
-    if (integer) return std::min(nearest_integer(v / scale) * scale, max_finite);
+    if (integer) {
+      return std::min(nearest_integer(v / scale) * scale, max_finite);
+    }
     return std::min(nearest_integer(v * inv_unit(v)) * unit(v), max_finite);
   }
   double gap_toward(double v) const {
-    if (integer || v == 0) return unit(v);
+    if (integer || v == 0) {
+      return unit(v);
+    }
     const int e = exponent_of(v);
     const double g = unit(v);
     return (e > emin && v == pow2(e)) ? g / 2 : g;  // binade edge: half the gap below 2^e
@@ -92,7 +104,9 @@ struct Rounder {
   double gap_away(double v) const { return v >= max_finite ? kInf : unit(v); }
   // At a tie the even level wins: an update of exactly half a gap is erased iff v's level is even.
   double tie_weight(double v) const {
-    if (integer) return std::fmod(v / scale, 2.0) == 0 ? 1.0 : 0.0;
+    if (integer) {
+      return std::fmod(v / scale, 2.0) == 0 ? 1.0 : 0.0;
+    }
     const double level = v * inv_unit(v);  // an integer below 2^(M+2): halving it is exact
     return std::floor(level * 0.5) == level * 0.5 ? 1.0 : 0.0;
   }
@@ -132,14 +146,18 @@ bool pieces_of(const Rounder& r, double lo, double hi, bool point, std::vector<P
   special[n++] = r.max_finite;
   if (!r.integer) {
     const int k0 = a > 0 ? exponent_of(a) : exponent_of(r.min_sub), k1 = exponent_of(b) + 1;
-    for (int k = k0; k <= k1 && n < 64; ++k) special[n++] = pow2(k);
+    for (int k = k0; k <= k1 && n < 64; ++k) {
+      special[n++] = pow2(k);
+    }
   }
   std::sort(special, special + n);
   n = static_cast<int>(std::unique(special, special + n) - special);
   double rest = 1;
   for (int i = 0; i < n; ++i) {
     const double v = special[i];
-    if (v < a || v > b) continue;
+    if (v < a || v > b) {
+      continue;
+    }
     const double from = v == 0 ? 0.0 : v - r.gap_toward(v) / 2;
     const double to = v >= r.max_finite ? kInf : v + r.gap_away(v) / 2;
     const double share = std::max(0.0, std::min(hi, to) - std::max(lo, from)) / (hi - lo);
@@ -289,11 +307,15 @@ class Aggregator {
       for (const Piece& p : pieces) {
         for (int d = 0; d < 2; ++d) {
           const UEntries& c = w.dir[d];
-          if (c.lo.empty()) continue;
+          if (c.lo.empty()) {
+            continue;
+          }
           GapSlot& slot = slot_of(d == 0 ? p.gap_away : p.gap_toward, p.tie);
           for (std::size_t e = 0; e < c.lo.size(); ++e) {
             double& x = slot.weight[c.idx[e]];
-            if (x == 0) slot.touched.push_back(c.idx[e]);
+            if (x == 0) {
+              slot.touched.push_back(c.idx[e]);
+            }
             x += p.share * c.count[e];
           }
         }
@@ -301,12 +323,16 @@ class Aggregator {
     }
     const std::size_t S = twice_scales.size();
     const double* s2 = twice_scales.data();
-    for (std::size_t k = 0; k < S; ++k) out[k] = 0;
+    for (std::size_t k = 0; k < S; ++k) {
+      out[k] = 0;
+    }
     m_thresholds.resize(S);
     double* th = m_thresholds.data();
     for (std::size_t n = 0; n < m_used; ++n) {
       GapSlot& slot = m_slots[n];
-      for (std::size_t k = 0; k < S; ++k) th[k] = slot.gap / s2[k];
+      for (std::size_t k = 0; k < S; ++k) {
+        th[k] = slot.gap / s2[k];
+      }
       for (std::uint32_t i : slot.touched) {
         const double weight = slot.weight[i];
         slot.weight[i] = 0;
@@ -332,11 +358,17 @@ class Aggregator {
 
  private:
   GapSlot& slot_of(double gap, double tie) {
-    if (m_last < m_used && m_slots[m_last].gap == gap && m_slots[m_last].tie == tie) return m_slots[m_last];
-    for (std::size_t n = 0; n < m_used; ++n) {
-      if (m_slots[n].gap == gap && m_slots[n].tie == tie) return m_slots[m_last = n];
+    if (m_last < m_used && m_slots[m_last].gap == gap && m_slots[m_last].tie == tie) {
+      return m_slots[m_last];
     }
-    if (m_used == m_slots.size()) m_slots.emplace_back().weight.assign(m_size, 0.0);
+    for (std::size_t n = 0; n < m_used; ++n) {
+      if (m_slots[n].gap == gap && m_slots[n].tie == tie) {
+        return m_slots[m_last = n];
+      }
+    }
+    if (m_used == m_slots.size()) {
+      m_slots.emplace_back().weight.assign(m_size, 0.0);
+    }
     GapSlot& slot = m_slots[m_last = m_used++];
     slot.gap = gap;
     slot.tie = tie;
@@ -361,7 +393,9 @@ double exact_erased_counts(const sim::GroupTrace& g, std::size_t t, std::span<co
   double total = 0;
   for (std::size_t i = t * n; i < (t + 1) * n; ++i) {
     const float u = g.exact_u[i];
-    if (u == 0.0f) continue;
+    if (u == 0.0f) {
+      continue;
+    }
     total += 1;
     for (std::size_t f = 0; f < formats.size(); ++f) {
       const auto wq = static_cast<float>(sim::round_nearest(formats[f], static_cast<double>(g.exact_w[i])));
@@ -394,11 +428,15 @@ double margin_erased_count(const sim::MarginRows& r, const std::int64_t* block, 
     const int points = fine ? sim::kMarginSubBins : 1;
     const double even = static_cast<double>(c[points]), odd = static_cast<double>(c[points + 1]);
     double interval = 0;
-    for (int j = 0; j < points; ++j) interval += static_cast<double>(c[j]);
+    for (int j = 0; j < points; ++j) {
+      interval += static_cast<double>(c[j]);
+    }
     if (kappa + k <= -2 || (power && kappa + k <= -1)) {
       erased += interval + even + odd;
     } else if (kappa + k == -1) {  // not a power of two: the boundary row, whose points are below the threshold
-      if (!fine) throw ForecastError("analytic grid: scale " + std::to_string(lr_scale) + " needs a fine row");
+      if (!fine) {
+        throw ForecastError("analytic grid: scale " + std::to_string(lr_scale) + " needs a fine row");
+      }
       erased += even + odd;
       for (int j = 0; j < sim::kMarginSubBins; ++j) {
         const double lo = 1.0 + j / static_cast<double>(sim::kMarginSubBins), hi = lo + 1.0 / sim::kMarginSubBins;
@@ -459,18 +497,24 @@ double joint_erased_count(const sim::JointHistogramLayout& layout, std::span<con
 
 void joint_pairs(const sim::JointHistogramLayout& layout, std::span<const float> w, std::span<const float> u,
                  std::vector<std::uint64_t>& keys, std::vector<std::int64_t>& counts) {
-  if (w.size() != u.size()) throw ForecastError("joint_pairs: w and u differ in length");
+  if (w.size() != u.size()) {
+    throw ForecastError("joint_pairs: w and u differ in length");
+  }
   std::vector<std::uint64_t> all;
   all.reserve(w.size());
   for (std::size_t i = 0; i < w.size(); ++i) {
-    if (u[i] != 0.0f) all.push_back(sim::joint_key(layout.w_bits, layout.u_bits, w[i], u[i]));
+    if (u[i] != 0.0f) {
+      all.push_back(sim::joint_key(layout.w_bits, layout.u_bits, w[i], u[i]));
+    }
   }
   std::sort(all.begin(), all.end());
   keys.clear();
   counts.clear();
   for (std::size_t i = 0; i < all.size();) {
     std::size_t j = i;
-    while (j < all.size() && all[j] == all[i]) ++j;
+    while (j < all.size() && all[j] == all[i]) {
+      ++j;
+    }
     keys.push_back(all[i]);
     counts.push_back(static_cast<std::int64_t>(j - i));
     i = j;
@@ -518,10 +562,14 @@ struct GridPlan {
 
 GridPlan plan_grid(const sim::Trace& reference, const sim::GroupTrace& g, std::span<const std::string> formats,
                    std::span<const double> lr_scales, bool margin) {
-  if (formats.empty() || lr_scales.empty()) throw ForecastError("format_grid: empty format or learning-rate list");
+  if (formats.empty() || lr_scales.empty()) {
+    throw ForecastError("format_grid: empty format or learning-rate list");
+  }
   for (double s : lr_scales) {
     check_scale(s);
-    if (margin && !g.has_exact()) check_margin_scale(reference.margin.rows, s);
+    if (margin && !g.has_exact()) {
+      check_margin_scale(reference.margin.rows, s);
+    }
   }
   GridPlan plan{&reference, &g, {}, {}, {}, {}, {}};
   FormatGrid& grid = plan.grid;
@@ -542,7 +590,9 @@ GridPlan plan_grid(const sim::Trace& reference, const sim::GroupTrace& g, std::s
       const auto it = std::find(names.begin(), names.end(), formats[f]);
       if (it == names.end() && !g.has_exact()) {
         std::string known;
-        for (const auto& n : names) known += (known.empty() ? "" : ", ") + n;
+        for (const auto& n : names) {
+          known += (known.empty() ? "" : ", ") + n;
+        }
         throw ForecastError("analytic grid: format \"" + formats[f] + "\" is not in this trace's margin histogram (" +
                             known + ")");
       }
@@ -557,7 +607,9 @@ GridPlan plan_grid(const sim::Trace& reference, const sim::GroupTrace& g, std::s
   grid.lr_scales.assign(lr_scales.begin(), lr_scales.end());
   grid.steps = reference.recorded_steps;
   grid.values.assign(formats.size() * lr_scales.size() * grid.steps.size(), kNaN);
-  for (double s : lr_scales) plan.twice.push_back(2.0 * s);  // exact
+  for (double s : lr_scales) {
+    plan.twice.push_back(2.0 * s);  // exact
+  }
   return plan;
 }
 
@@ -577,21 +629,32 @@ void grid_step(GridPlan& plan, std::size_t t, const sim::GroupTrace& rows, Aggre
     std::vector<double> erased;
     const double total = exact_erased_counts(rows, 0, plan.params, grid.lr_scales, erased);
     check_total(total, "its kept coordinates hold");
-    if (total == 0) return;
-    for (std::size_t k = 0; k < erased.size(); ++k)  // k = f S + s
-      if (grid.undefined[k / S].empty()) grid.values[k * T + t] = erased[k] / total;
+    if (total == 0) {
+      return;
+    }
+    for (std::size_t k = 0; k < erased.size(); ++k) {  // k = f S + s
+      if (grid.undefined[k / S].empty()) {
+        grid.values[k * T + t] = erased[k] / total;
+      }
+    }
     return;
   }
   if (rows.has_margin()) {
     const sim::MarginRows& r = plan.header->margin.rows;
     const std::size_t block = static_cast<std::size_t>(r.block());
     for (std::size_t f = 0; f < grid.formats.size(); ++f) {
-      if (!grid.undefined[f].empty()) continue;
+      if (!grid.undefined[f].empty()) {
+        continue;
+      }
       const std::int64_t* c = rows.margin.data() + static_cast<std::size_t>(plan.margin_block[f]) * block;
       double total = 0;
-      for (std::size_t b = 0; b < block; ++b) total += static_cast<double>(c[b]);
+      for (std::size_t b = 0; b < block; ++b) {
+        total += static_cast<double>(c[b]);
+      }
       check_total(total, ("the margin histogram of " + grid.formats[f] + " holds").c_str());
-      if (total == 0) continue;
+      if (total == 0) {
+        continue;
+      }
       for (std::size_t s = 0; s < S; ++s) {
         grid.values[(f * S + s) * T + t] = margin_erased_count(r, c, grid.lr_scales[s]) / total;
       }
@@ -601,13 +664,19 @@ void grid_step(GridPlan& plan, std::size_t t, const sim::GroupTrace& rows, Aggre
   double total = 0;
   const auto bins = parse(plan.header->joint, rows.joint_keys, rows.joint_counts, total);
   check_total(total, "joint histogram holds");
-  if (total == 0) return;
+  if (total == 0) {
+    return;
+  }
   std::vector<Piece> pieces;
   std::vector<double> erased(S);
   for (std::size_t f = 0; f < grid.formats.size(); ++f) {
-    if (!grid.undefined[f].empty()) continue;
+    if (!grid.undefined[f].empty()) {
+      continue;
+    }
     aggregator.run(bins.bins, plan.rounders[f], plan.twice, pieces, erased.data());
-    for (std::size_t s = 0; s < S; ++s) grid.values[(f * S + s) * T + t] = erased[s] / total;
+    for (std::size_t s = 0; s < S; ++s) {
+      grid.values[(f * S + s) * T + t] = erased[s] / total;
+    }
   }
 }
 
@@ -623,7 +692,9 @@ void run_grid(GridPlan& plan, const RowsOf& rows_of) {
           : 1;
   const int u_bits = plan.header->joint.u_bits;
   std::vector<Aggregator> aggregators;
-  for (std::size_t w = 0; w < workers; ++w) aggregators.emplace_back(u_bits);
+  for (std::size_t w = 0; w < workers; ++w) {
+    aggregators.emplace_back(u_bits);
+  }
   std::vector<std::string> errors(workers);
   for (std::size_t first = 0; first < T; first += workers) {
     const std::size_t count = std::min(workers, T - first);
@@ -632,7 +703,9 @@ void run_grid(GridPlan& plan, const RowsOf& rows_of) {
       try {
         grid_step(plan, first + w, block[w], aggregators[w]);
       } catch (const std::exception& e) {
-        if (errors[w].empty()) errors[w] = e.what();
+        if (errors[w].empty()) {
+          errors[w] = e.what();
+        }
       }
     };
     if (count > 1) {
@@ -643,8 +716,11 @@ void run_grid(GridPlan& plan, const RowsOf& rows_of) {
     } else {
       one(0);
     }
-    for (const auto& e : errors)
-      if (!e.empty()) throw ForecastError(e);
+    for (const auto& e : errors) {
+      if (!e.empty()) {
+        throw ForecastError(e);
+      }
+    }
   }
 }
 
@@ -654,7 +730,9 @@ sim::GroupTrace rows_at(const sim::Trace& trace, const sim::GroupTrace& g, std::
   r.name = g.name;
   r.size = g.size;
   r.init_absmax = g.init_absmax;
-  if (t < g.nonzero.size()) r.nonzero = {g.nonzero[t]};
+  if (t < g.nonzero.size()) {
+    r.nonzero = {g.nonzero[t]};
+  }
   if (g.has_exact()) {
     const auto n = static_cast<std::size_t>(g.size);
     r.exact_w.assign(g.exact_w.begin() + static_cast<std::ptrdiff_t>(t * n),
@@ -690,7 +768,9 @@ FormatGrid format_grid(const sim::Trace& reference, std::string_view group, std:
   GridPlan plan = plan_grid(reference, g, formats, lr_scales, g.has_margin());
   run_grid(plan, [&](std::size_t first, std::size_t count) {
     std::vector<sim::GroupTrace> rows;
-    for (std::size_t t = first; t < first + count; ++t) rows.push_back(rows_at(reference, g, t));
+    for (std::size_t t = first; t < first + count; ++t) {
+      rows.push_back(rows_at(reference, g, t));
+    }
     return rows;
   });
   return std::move(plan.grid);
@@ -706,7 +786,9 @@ FormatGrid format_grid(const sim::TraceReader& reader, std::string_view group, s
     require_joint_histogram(header, g);  // throws the same message as for an in-memory trace
   }
   sim::GroupTrace shape = g;
-  if (reader.recorded_steps() > 0) shape = reader.read_group(index, 0, 1);
+  if (reader.recorded_steps() > 0) {
+    shape = reader.read_group(index, 0, 1);
+  }
   GridPlan plan = plan_grid(header, shape, formats, lr_scales, reader.group_has_margin(index));
   run_grid(plan, [&](std::size_t first, std::size_t count) {
     std::vector<sim::GroupTrace> rows;

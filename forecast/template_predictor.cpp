@@ -36,7 +36,9 @@ class ClassHistory {
                const std::vector<std::int64_t>& grid, const TemplateOptions& options)
       : m_grid(grid.size()) {
     for (const auto& h : history) {
-      if (h.template_class != template_class) continue;
+      if (h.template_class != template_class) {
+        continue;
+      }
       m_run_ids.push_back(h.run_id);
       try {
         m_aligned.push_back(
@@ -53,8 +55,12 @@ class ClassHistory {
     m_suffix.assign((n + 1) * m_grid, 0.0);
     m_prefix_count.assign((n + 1) * m_grid, 0);
     m_suffix_count.assign((n + 1) * m_grid, 0);
-    for (std::size_t i = 0; i < n; ++i) accumulate(m_prefix, m_prefix_count, i, i + 1, i);
-    for (std::size_t i = n; i-- > 0;) accumulate(m_suffix, m_suffix_count, i + 1, i, i);
+    for (std::size_t i = 0; i < n; ++i) {
+      accumulate(m_prefix, m_prefix_count, i, i + 1, i);
+    }
+    for (std::size_t i = n; i-- > 0;) {
+      accumulate(m_suffix, m_suffix_count, i + 1, i, i);
+    }
   }
 
   // The template leaving `exclude_run_id` out (empty or not in the class: leaving none out).
@@ -63,18 +69,24 @@ class ClassHistory {
     std::size_t j = n;  // the left-out run's position; n: none
     if (!exclude_run_id.empty()) {
       for (std::size_t i = 0; i < n; ++i) {
-        if (m_run_ids[i] == exclude_run_id) j = i;
+        if (m_run_ids[i] == exclude_run_id) {
+          j = i;
+        }
       }
     }
     for (std::size_t i = 0; i < n; ++i) {
-      if (i != j && !m_errors[i].empty()) throw ForecastError(m_errors[i]);
+      if (i != j && !m_errors[i].empty()) {
+        throw ForecastError(m_errors[i]);
+      }
     }
     used = static_cast<int>(j < n ? n - 1 : n);
     std::vector<double> mean(m_grid, kNaN);
     const std::size_t right = j < n ? j + 1 : n;
     for (std::size_t t = 0; t < m_grid; ++t) {
       const int count = m_prefix_count[j * m_grid + t] + m_suffix_count[right * m_grid + t];
-      if (count > 0) mean[t] = (m_prefix[j * m_grid + t] + m_suffix[right * m_grid + t]) / count;
+      if (count > 0) {
+        mean[t] = (m_prefix[j * m_grid + t] + m_suffix[right * m_grid + t]) / count;
+      }
     }
     return mean;
   }
@@ -86,7 +98,9 @@ class ClassHistory {
     for (std::size_t t = 0; t < m_grid; ++t) {
       sums[to * m_grid + t] = sums[from * m_grid + t];
       counts[to * m_grid + t] = counts[from * m_grid + t];
-      if (!m_errors[i].empty() || std::isnan(m_aligned[i][t])) continue;
+      if (!m_errors[i].empty() || std::isnan(m_aligned[i][t])) {
+        continue;
+      }
       sums[to * m_grid + t] += m_aligned[i][t];
       ++counts[to * m_grid + t];
     }
@@ -102,7 +116,9 @@ class ClassHistory {
 
 std::vector<double> finish(std::vector<double> mean, int used, const std::string& template_class,
                            const std::string& exclude_run_id, const TemplateOptions& options) {
-  if (used > 0) return mean;
+  if (used > 0) {
+    return mean;
+  }
   if (options.missing_class == MissingClass::error) {
     throw ForecastError(
         "template: class \"" + template_class + "\" has no history run" +
@@ -119,7 +135,9 @@ std::vector<double> template_series(const std::vector<HistoryRun>& history, cons
   check_unique(history);
   int used = 0;
   auto mean = ClassHistory(history, template_class, grid, options).series(exclude_run_id, used);
-  if (runs_used) *runs_used = used;
+  if (runs_used) {
+    *runs_used = used;
+  }
   return finish(std::move(mean), used, template_class, exclude_run_id, options);
 }
 

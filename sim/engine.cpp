@@ -108,7 +108,9 @@ Training<ExecSpace>::Training(const ExecSpace& space, const RunConfig& config)
   trace.seed = config.seed;
   trace.steps = config.steps;
   trace.config_json = to_json(config).dump();
-  if (reference) trace.margin = default_margin_layout();
+  if (reference) {
+    trace.margin = default_margin_layout();
+  }
   m_project_formats.resize(static_cast<std::size_t>(n));
   for (int t = 0; t < n; ++t) {
     GroupTrace g;
@@ -120,7 +122,9 @@ Training<ExecSpace>::Training(const ExecSpace& space, const RunConfig& config)
     const std::vector<float> init = to_host(m_model->parameter(t));
     if (reference) {
       double absmax = 0;
-      for (float v : init) absmax = std::max(absmax, std::fabs(static_cast<double>(v)));
+      for (float v : init) {
+        absmax = std::max(absmax, std::fabs(static_cast<double>(v)));
+      }
       g.init_absmax = absmax;
       m_margin_formats.push_back(margin_formats(trace.margin, absmax));
       for (const std::string& name : config.project_formats) {
@@ -132,7 +136,9 @@ Training<ExecSpace>::Training(const ExecSpace& space, const RunConfig& config)
           series.block_events.blocks = block_count(pf.blocks, pf.shape);  // block formats: no expected projections
           continue;
         }
-        for (const WritebackPolicy& policy : config.project_policies) series.expected[projection_name(policy)];
+        for (const WritebackPolicy& policy : config.project_policies) {
+          series.expected[projection_name(policy)];
+        }
       }
     } else {
       const std::string name = storage_format_of(config.target.format, config.target.group_formats, g.name);
@@ -240,7 +246,9 @@ void Training<ExecSpace>::step(const RunHooks& hooks) {
   }
   ++m_step;
   flush_rows();
-  if (record && hooks.on_recorded) hooks.on_recorded(step);
+  if (record && hooks.on_recorded) {
+    hooks.on_recorded(step);
+  }
 }
 
 template <class ExecSpace>
@@ -341,7 +349,9 @@ void Training<ExecSpace>::record_target(int t, const WritebackCounts& c, const B
 
 template <class ExecSpace>
 void Training<ExecSpace>::flush_rows() {
-  if (m_writer == nullptr) return;
+  if (m_writer == nullptr) {
+    return;
+  }
   m_writer->append(m_trace);
   m_streamed = m_writer->rows();
 }
@@ -349,7 +359,9 @@ void Training<ExecSpace>::flush_rows() {
 template <class ExecSpace>
 void Training<ExecSpace>::stream_to(TraceWriter* writer) {
   m_writer = writer;
-  if (writer != nullptr) m_streamed = writer->rows();
+  if (writer != nullptr) {
+    m_streamed = writer->rows();
+  }
 }
 
 template <class ExecSpace>
@@ -368,26 +380,35 @@ std::size_t Training<ExecSpace>::recorder_bytes() const {
   add(m_trace.validation_loss);
   add(m_trace.replay_checkpoints);
   add(m_trace.replay_start_loss);
-  for (const ReplaySeries& r : m_trace.replays) add(r.validation_loss);
+  for (const ReplaySeries& r : m_trace.replays) {
+    add(r.validation_loss);
+  }
   for (const GroupTrace& g : m_trace.groups) {
     for (const auto* v :
-         {&g.nonzero, &g.erased, &g.saturated, &g.applied, &g.zero_weight, &g.ratio_histogram, &g.margin})
+         {&g.nonzero, &g.erased, &g.saturated, &g.applied, &g.zero_weight, &g.ratio_histogram, &g.margin}) {
       add(*v);
+    }
     add(g.erased_fraction);
     add(g.exact_w);
     add(g.exact_u);
-    for (const BlockEventField& f : kBlockEventFields) add(g.block_events.*f.series);
+    for (const BlockEventField& f : kBlockEventFields) {
+      add(g.block_events.*f.series);
+    }
     for (const auto& [name, p] : g.projected) {
       add(p.erased);
       add(p.fraction);
-      for (const BlockEventField& f : kBlockEventFields) add(p.block_events.*f.series);
+      for (const BlockEventField& f : kBlockEventFields) {
+        add(p.block_events.*f.series);
+      }
       for (const auto& [policy, e] : p.expected) {
         add(e.erased);
         add(e.fraction);
       }
     }
   }
-  for (const auto& f : m_margin_formats) add(f);
+  for (const auto& f : m_margin_formats) {
+    add(f);
+  }
   return bytes;
 }
 

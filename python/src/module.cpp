@@ -419,7 +419,9 @@ py::dict project_py(py::array w, py::array u, const std::vector<py::object>& for
     h = reference_histograms(Space(), RatioHistogramLayout{d_min, bin_width, bins}, layout, margin_fmts, wd, ud,
                              static_cast<std::size_t>(n));
     for (std::int64_t i = 0; h.non_finite > 0 && first_bad < 0 && i < n; ++i) {
-      if (!std::isfinite(wd[i]) || !std::isfinite(ud[i])) first_bad = i;
+      if (!std::isfinite(wd[i]) || !std::isfinite(ud[i])) {
+        first_bad = i;
+      }
     }
     if (h.non_finite == 0) {
       for (std::size_t f = 0; f < fmts.size(); ++f) {
@@ -513,7 +515,9 @@ MarginLayout margin_layout_of(const py::dict& d) {
   if (d.contains("sub_bins") && d["sub_bins"].cast<int>() != kMarginSubBins) {
     throw py::value_error("margin layout: sub_bins must be " + std::to_string(kMarginSubBins));
   }
-  if (!m.rows.valid()) throw py::value_error("margin layout: invalid rows");
+  if (!m.rows.valid()) {
+    throw py::value_error("margin layout: invalid rows");
+  }
   return m;
 }
 
@@ -521,7 +525,9 @@ MarginLayout margin_layout_of(const py::dict& d) {
 py::dict block_events_dict(const BlockEventSeries& b) {
   py::dict d;
   d["blocks"] = b.blocks;
-  for (const BlockEventField& f : kBlockEventFields) d[f.name] = array_of(b.*f.series);
+  for (const BlockEventField& f : kBlockEventFields) {
+    d[f.name] = array_of(b.*f.series);
+  }
   return d;
 }
 
@@ -551,8 +557,12 @@ py::dict trace_to_dict(const Trace& t) {
       gd["saturated"] = array_of(g.saturated);
       gd["applied"] = array_of(g.applied);
       gd["erased_fraction"] = array_of(g.erased_fraction);
-      if (!g.block_format.empty()) gd["block_format"] = g.block_format;
-      if (!g.block_events.empty()) gd["block_events"] = block_events_dict(g.block_events);
+      if (!g.block_format.empty()) {
+        gd["block_format"] = g.block_format;
+      }
+      if (!g.block_events.empty()) {
+        gd["block_events"] = block_events_dict(g.block_events);
+      }
     } else {
       gd["zero_weight"] = array_of(g.zero_weight);
       py::array_t<std::int64_t> h(static_cast<py::ssize_t>(g.ratio_histogram.size()), g.ratio_histogram.data());
@@ -561,7 +571,9 @@ py::dict trace_to_dict(const Trace& t) {
       py::dict projected;
       for (const auto& [name, s] : g.projected) {
         py::dict pd(py::arg("erased") = array_of(s.erased), py::arg("fraction") = array_of(s.fraction));
-        if (!s.block_events.empty()) pd["block_events"] = block_events_dict(s.block_events);
+        if (!s.block_events.empty()) {
+          pd["block_events"] = block_events_dict(s.block_events);
+        }
         projected[py::str(name)] = pd;
       }
       gd["projected"] = projected;
@@ -589,7 +601,9 @@ py::dict trace_to_dict(const Trace& t) {
   if (std::any_of(t.groups.begin(), t.groups.end(), [](const GroupTrace& g) { return g.has_pairs(); })) {
     d["joint"] = py::dict(py::arg("w_bits") = t.joint.w_bits, py::arg("u_bits") = t.joint.u_bits);
   }
-  if (!t.margin.formats.empty()) d["margin"] = margin_layout_dict(t.margin);
+  if (!t.margin.formats.empty()) {
+    d["margin"] = margin_layout_dict(t.margin);
+  }
   if (!t.validation_steps.empty()) {
     d["validation_steps"] = array_of(t.validation_steps);
     d["validation_loss"] = array_of(t.validation_loss);
@@ -616,7 +630,9 @@ std::vector<T> vector_of(const py::handle& obj, const std::string& what, std::si
 Trace header_from_dict(const py::dict& d, const char* who) {
   Trace t;
   auto need = [&](const char* key) -> py::handle {
-    if (!d.contains(key)) throw py::value_error(std::string(who) + ": missing key \"" + key + "\"");
+    if (!d.contains(key)) {
+      throw py::value_error(std::string(who) + ": missing key \"" + key + "\"");
+    }
     return d[key];
   };
   t.mode = need("mode").cast<std::string>();
@@ -644,7 +660,9 @@ Trace header_from_dict(const py::dict& d, const char* who) {
     t.joint.w_bits = j["w_bits"].cast<int>();
     t.joint.u_bits = j["u_bits"].cast<int>();
   }
-  if (d.contains("margin")) t.margin = margin_layout_of(d["margin"]);
+  if (d.contains("margin")) {
+    t.margin = margin_layout_of(d["margin"]);
+  }
   const auto groups = py::reinterpret_borrow<py::dict>(need("groups"));
   for (const auto& [key, value] : groups) {
     const py::dict gd = py::reinterpret_borrow<py::dict>(value);
@@ -671,7 +689,9 @@ Trace header_from_dict(const py::dict& d, const char* who) {
 // record, optional validation) into t, whose header (group order, mode, layouts) they must match.
 void rows_from_dict(Trace& t, const py::dict& d, const char* who) {
   auto need = [&](const py::dict& from, const char* key, const std::string& w) -> py::handle {
-    if (!from.contains(key)) throw py::value_error(std::string(who) + ": missing key \"" + w + key + "\"");
+    if (!from.contains(key)) {
+      throw py::value_error(std::string(who) + ": missing key \"" + w + key + "\"");
+    }
     return from[key];
   };
   t.recorded_steps =
@@ -704,13 +724,16 @@ void rows_from_dict(Trace& t, const py::dict& d, const char* who) {
                                                 T * static_cast<std::size_t>(t.histogram.bins));
     const auto projected = py::reinterpret_borrow<py::dict>(need(gd, "projected", w));
     for (auto& [pname, series] : g.projected) {
-      if (!projected.contains(py::str(pname)))
+      if (!projected.contains(py::str(pname))) {
         throw py::value_error(std::string(who) + ": " + w + "projected." + pname + " missing");
+      }
       const py::dict pd = projected[py::str(pname)];
       series.erased = vector_of<std::int64_t>(need(pd, "erased", w + "projected."), w + "projected.erased", T);
       series.fraction = vector_of<double>(need(pd, "fraction", w + "projected."), w + "projected.fraction", T);
     }
-    if (!gd.contains("joint")) continue;
+    if (!gd.contains("joint")) {
+      continue;
+    }
     const py::dict jd = gd["joint"];
     if (jd.contains("margin")) {
       if (t.margin.formats.empty()) {
@@ -735,8 +758,9 @@ void rows_from_dict(Trace& t, const py::dict& d, const char* who) {
       }
     }
     if (jd.contains("w") || jd.contains("u")) {
-      if (!jd.contains("w") || !jd.contains("u"))
+      if (!jd.contains("w") || !jd.contains("u")) {
         throw py::value_error(std::string(who) + ": " + w + "joint needs both w and u");
+      }
       const std::size_t n = T * static_cast<std::size_t>(g.size);
       g.exact_w = vector_of<float>(jd["w"], w + "joint.w", n);  // [T, size] or flat, C order
       g.exact_u = vector_of<float>(jd["u"], w + "joint.u", n);
@@ -762,14 +786,18 @@ class PyTraceWriter {
     m_writer.emplace(path, prototype);
   }
   void append(const py::dict& rows) {
-    if (!m_writer) throw py::value_error("TraceWriter: closed");
+    if (!m_writer) {
+      throw py::value_error("TraceWriter: closed");
+    }
     Trace t = m_header;
     rows_from_dict(t, rows, "TraceWriter.append");
     py::gil_scoped_release release;
     m_writer->append(t);
   }
   void finish(std::optional<std::int64_t> steps) {
-    if (!m_writer) throw py::value_error("TraceWriter: closed");
+    if (!m_writer) {
+      throw py::value_error("TraceWriter: closed");
+    }
     {
       py::gil_scoped_release release;
       m_writer->finish(steps);

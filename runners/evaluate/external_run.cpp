@@ -185,7 +185,9 @@ ExternalComparison compare_external_runs(const fs::path& sweep_dir, const std::s
     out.burn_in_how = "given";
   } else {  // the sweep report's default: 0.5% of the shortest target run
     std::int64_t steps = -1;
-    for (const auto& [r, t] : targets) steps = steps < 0 ? t.steps : std::min(steps, t.steps);
+    for (const auto& [r, t] : targets) {
+      steps = steps < 0 ? t.steps : std::min(steps, t.steps);
+    }
     steps = std::max<std::int64_t>(steps, 0);
     options.burn_in = forecast::default_burn_in(steps);
     out.burn_in_how = "default: 0.5% (" + std::to_string(forecast::kDefaultBurnInPerMille) + " per mille) of the " +

@@ -37,10 +37,14 @@ struct ExpectedBlockKernel {
       const float wi = w(i);
       const float ui = u(i);
       if (!std::isfinite(wi) || !std::isfinite(ui)) {
-        if (s.nonfinite++ == 0) s.first_nonfinite = i;
+        if (s.nonfinite++ == 0) {
+          s.first_nonfinite = i;
+        }
         continue;
       }
-      if (ui == 0) continue;
+      if (ui == 0) {
+        continue;
+      }
       ++s.nonzero;
       const double prob = erasure_probability(p, policy, round_nearest(p, static_cast<double>(wi)), ui);
       if (policy.sr_bits > 0) {
@@ -104,7 +108,9 @@ ExpectedErasure expected_erasure(const ExecSpace& space, const FormatSpec& fmt, 
     out.nonzero += blocks(b).nonzero;
     units += blocks(b).units;
     out.expected_erased += blocks(b).sum;
-    if (blocks(b).nonfinite > 0 && first < 0) first = blocks(b).first_nonfinite;
+    if (blocks(b).nonfinite > 0 && first < 0) {
+      first = blocks(b).first_nonfinite;
+    }
     nonfinite += blocks(b).nonfinite;
   }
   if (nonfinite > 0) {
@@ -115,7 +121,9 @@ ExpectedErasure expected_erasure(const ExecSpace& space, const FormatSpec& fmt, 
                          std::to_string(first) + " (w = " + std::to_string(wh(first)) +
                          ", u = " + std::to_string(uh(first)) + ")");
   }
-  if (policy.sr_bits > 0) out.expected_erased = std::ldexp(static_cast<double>(units), -policy.sr_bits);
+  if (policy.sr_bits > 0) {
+    out.expected_erased = std::ldexp(static_cast<double>(units), -policy.sr_bits);
+  }
   return out;
 }
 

@@ -10,7 +10,9 @@ namespace wbaudit::sim {
 std::vector<std::string> margin_format_names() {
   std::vector<std::string> names;
   for (const std::string& name : known_format_names()) {
-    if (name != "fp32") names.push_back(name);
+    if (name != "fp32") {
+      names.push_back(name);
+    }
   }
   return names;
 }
@@ -92,7 +94,9 @@ int margin_bin(const MarginRows& rows, const MarginFormat& f, float w, float u) 
   bool point, even;
   if (!f.integer) {
     const double q = round_nearest(f.params, static_cast<double>(std::fabs(w)));
-    if (q == f.params.max_finite && !toward) return kMarginSaturated;
+    if (q == f.params.max_finite && !toward) {
+      return kMarginSaturated;
+    }
     int eq = q == 0 ? f.emin : std::ilogb(q);
     const bool edge = toward && q == std::ldexp(1.0, eq) && eq > f.emin;
     eq = eq < f.emin ? f.emin : eq;
@@ -105,7 +109,9 @@ int margin_bin(const MarginRows& rows, const MarginFormat& f, float w, float u) 
   } else {
     const double aw_value = std::fabs(static_cast<double>(w));
     const double q = round_nearest(f.params, aw_value);
-    if (q == f.params.max_finite && !toward && aw_value != 0) return kMarginSaturated;
+    if (q == f.params.max_finite && !toward && aw_value != 0) {
+      return kMarginSaturated;
+    }
     kappa = eu - f.e_t - (fu < f.f_t ? 1 : 0);
     point = fu == f.f_t;
     const float m = std::bit_cast<float>(fu | 0x3f800000u) * f.inv_significand_t * (fu < f.f_t ? 2.0f : 1.0f);

@@ -41,10 +41,14 @@ struct ReferenceHistogramsReduce {
     margin_item(args, begin, end, *scratch, counters.data(), counts);
   }
   void init(value_type counts) const {
-    for (size_type k = 0; k < value_count; ++k) counts[k] = 0;
+    for (size_type k = 0; k < value_count; ++k) {
+      { counts[k] = 0; }
+    }
   }
   void join(volatile value_type dst, const volatile value_type src) const {
-    for (size_type k = 0; k < value_count; ++k) dst[k] = dst[k] + src[k];
+    for (size_type k = 0; k < value_count; ++k) {
+      { dst[k] = dst[k] + src[k]; }
+    }
   }
 };
 }  // namespace detail
@@ -62,7 +66,9 @@ ReferenceHistograms reference_histograms(const ExecSpace& space, const RatioHist
                                 " margin formats for a layout of " + std::to_string(margin.formats.size()));
   }
   int nfloating = 0;
-  while (nfloating < static_cast<int>(formats.size()) && !formats[nfloating].integer) ++nfloating;
+  while (nfloating < static_cast<int>(formats.size()) && !formats[nfloating].integer) {
+    { ++nfloating; }
+  }
   const std::size_t nratio = static_cast<std::size_t>(ratio.bins) + 3;
   const std::size_t total = nratio + margin.bins();
   std::vector<std::int64_t> counts(total, 0);

@@ -29,10 +29,13 @@ void group_problems(const Trace& trace, const GroupTrace& g, std::vector<std::st
   const std::size_t T = trace.recorded_steps.size();
   const std::string where = "group " + g.name + ": ";
   auto check_length = [&](std::size_t n, const char* what) {
-    if (n != T)
+    if (n != T) {
       out.push_back(where + what + " has " + std::to_string(n) + " entries for " + std::to_string(T) + " steps");
+    }
   };
-  if (g.size < 0) out.push_back(where + "negative size");
+  if (g.size < 0) {
+    out.push_back(where + "negative size");
+  }
   check_length(g.nonzero.size(), "nonzero");
   const bool target = trace.mode == "target";
   if (target) {
@@ -45,7 +48,9 @@ void group_problems(const Trace& trace, const GroupTrace& g, std::vector<std::st
       out.push_back(at + "nonzero " + std::to_string(g.nonzero[t]) + " outside [0, size " + std::to_string(g.size) +
                     "]");
     }
-    if (!target || t >= g.erased.size() || t >= g.erased_fraction.size()) continue;
+    if (!target || t >= g.erased.size() || t >= g.erased_fraction.size()) {
+      continue;
+    }
     if (g.erased[t] < 0 || g.erased[t] > g.nonzero[t]) {
       out.push_back(at + "erased " + std::to_string(g.erased[t]) + " outside [0, nonzero " +
                     std::to_string(g.nonzero[t]) + "]");
@@ -55,11 +60,15 @@ void group_problems(const Trace& trace, const GroupTrace& g, std::vector<std::st
         g.nonzero[t] == 0
             ? std::isnan(y)
             : std::fabs(y - static_cast<double>(g.erased[t]) / static_cast<double>(g.nonzero[t])) <= 1e-12;
-    if (!consistent) out.push_back(at + "erased_fraction " + std::to_string(y) + " is not erased / nonzero");
+    if (!consistent) {
+      out.push_back(at + "erased_fraction " + std::to_string(y) + " is not erased / nonzero");
+    }
   }
   if (!g.block_events.empty()) {
     const BlockEventSeries& b = g.block_events;
-    if (!target) out.push_back(where + "block_events in a reference trace");
+    if (!target) {
+      out.push_back(where + "block_events in a reference trace");
+    }
     if (!is_block_storage_name(g.block_format)) {
       out.push_back(where + "block_events format \"" + g.block_format + "\" is not a block format");
     }
@@ -149,8 +158,12 @@ std::vector<std::string> trace_problems(const Trace& trace) {
       break;
     }
   }
-  if (trace.groups.empty()) out.push_back("no parameter group");
-  for (const auto& g : trace.groups) group_problems(trace, g, out);
+  if (trace.groups.empty()) {
+    out.push_back("no parameter group");
+  }
+  for (const auto& g : trace.groups) {
+    group_problems(trace, g, out);
+  }
   return out;
 }
 
@@ -254,7 +267,9 @@ void write_block_events(hid_t parent, const BlockEventSeries& b, const std::stri
   Handle bh = create_group(parent, "block_events", file);
   write_string_attribute(bh.get(), "format", format, file);
   write_scalar_attribute<std::int64_t>(bh.get(), "blocks", b.blocks, file);
-  for (const BlockEventField& f : kBlockEventFields) write_vector(bh.get(), f.name, b.*f.series, file);
+  for (const BlockEventField& f : kBlockEventFields) {
+    write_vector(bh.get(), f.name, b.*f.series, file);
+  }
 }
 
 void write_projected(hid_t gh, const GroupTrace& g, const std::string& file) {
@@ -263,7 +278,9 @@ void write_projected(hid_t gh, const GroupTrace& g, const std::string& file) {
     Handle fh = create_group(projected.get(), format, file);
     write_vector(fh.get(), "erased", series.erased, file);
     write_vector(fh.get(), "fraction", series.fraction, file);
-    if (!series.block_events.empty()) write_block_events(fh.get(), series.block_events, format, file);
+    if (!series.block_events.empty()) {
+      write_block_events(fh.get(), series.block_events, format, file);
+    }
     if (!series.expected.empty()) {
       Handle expected = create_group(fh.get(), "expected", file);
       for (const auto& [policy, e] : series.expected) {
@@ -299,12 +316,16 @@ void write_trace_header(hid_t root, const Trace& trace, const std::string& file,
     write_scalar_attribute<std::int64_t>(root, "joint_w_bits", trace.joint.w_bits, file);
     write_scalar_attribute<std::int64_t>(root, "joint_u_bits", trace.joint.u_bits, file);
   }
-  if (margin) write_margin_layout(root, trace.margin, file);
+  if (margin) {
+    write_margin_layout(root, trace.margin, file);
+  }
 }
 
 void write_margin_layout(hid_t root, const MarginLayout& margin, const std::string& file) {
   std::string formats;
-  for (const std::string& f : margin.formats) formats += (formats.empty() ? "" : "\n") + f;
+  for (const std::string& f : margin.formats) {
+    formats += (formats.empty() ? "" : "\n") + f;
+  }
   write_string_attribute(root, "margin_formats", formats, file);
   write_scalar_attribute<std::int64_t>(root, "margin_coarse_lo", margin.rows.coarse_lo, file);
   write_scalar_attribute<std::int64_t>(root, "margin_fine_lo", margin.rows.fine_lo, file);
@@ -336,11 +357,15 @@ void write_trace_group(hid_t groups, const Trace& trace, const GroupTrace& g, co
     write_vector(gh.get(), "applied", g.applied, file);
     write_vector(gh.get(), "erased_fraction", g.erased_fraction, file);
   }
-  if (!g.block_events.empty()) write_block_events(gh.get(), g.block_events, g.block_format, file);
+  if (!g.block_events.empty()) {
+    write_block_events(gh.get(), g.block_events, g.block_format, file);
+  }
   if (!g.zero_weight.empty() || !g.ratio_histogram.empty() || !g.projected.empty()) {
     write_vector(gh.get(), "zero_weight", g.zero_weight, file);
     write_ratio_histogram(gh.get(), trace, g, file);
-    if (g.has_joint()) write_joint(gh.get(), trace, g, file);
+    if (g.has_joint()) {
+      write_joint(gh.get(), trace, g, file);
+    }
     write_projected(gh.get(), g, file);
   }
 }
@@ -392,7 +417,9 @@ void write_trace_to(hid_t root, const Trace& trace, const std::string& file) {
                          (is_schema3(trace) && trace.mode == "reference" && !trace.margin.formats.empty()));
   write_trace_steps(root, trace, file);
   Handle groups = create_group(root, "groups", file);
-  for (const GroupTrace& g : trace.groups) write_trace_group(groups.get(), trace, g, file);
+  for (const GroupTrace& g : trace.groups) {
+    write_trace_group(groups.get(), trace, g, file);
+  }
   write_trace_tail(root, trace, file);
 }
 
@@ -417,7 +444,9 @@ std::uint64_t finished_trace_bound(const Trace& header, std::size_t steps, std::
   }
   // joint pairs (schema 2 traces rewritten): at most one pair (16 bytes) per coordinate
   std::uint64_t pairs = 0;
-  for (const GroupTrace& g : header.groups) pairs += 16 * g.joint_keys.size();
+  for (const GroupTrace& g : header.groups) {
+    pairs += 16 * g.joint_keys.size();
+  }
   const std::uint64_t raw = per_step * steps + pairs + 16 * validations + (16 + 8 * header.replays.size()) * replays +
                             header.config_json.size();
   // compression may add a little to incompressible chunks; headers and indexes of each object
@@ -440,7 +469,9 @@ void write_final_trace(const std::filesystem::path& path, std::uint64_t bound,
     Handle h5(id, H5Fclose, "create file", file);
     reserve_file_space(h5.get(), bound, file);
     fill(h5.get(), file);
-    if (h5.close() < 0) throw TraceFileError(file + ": HDF5 error: close");
+    if (h5.close() < 0) {
+      throw TraceFileError(file + ": HDF5 error: close");
+    }
     // HDF5 does not know of the reservation beyond its end of allocated space: cut the file back to that end, read
     // from the closed file (closing may release space at the end).
     haddr_t eoa = 0;

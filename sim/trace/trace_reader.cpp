@@ -20,7 +20,9 @@ std::vector<std::string> split_lines(const std::string& text) {
   std::size_t begin = 0;
   while (begin < text.size()) {
     std::size_t end = text.find('\n', begin);
-    if (end == std::string::npos) end = text.size();
+    if (end == std::string::npos) {
+      end = text.size();
+    }
     out.push_back(text.substr(begin, end - begin));
     begin = end + 1;
   }
@@ -31,7 +33,9 @@ std::vector<std::string> split_lines(const std::string& text) {
 template <class T>
 std::vector<T> read_prefix(hid_t loc, const std::string& name, const std::string& where, const std::string& file,
                            std::size_t count) {
-  if (!has_link(loc, name)) throw TraceFileError(file + ": not a wbaudit trace: missing dataset " + where + name);
+  if (!has_link(loc, name)) {
+    throw TraceFileError(file + ": not a wbaudit trace: missing dataset " + where + name);
+  }
   Handle set(H5Dopen2(loc, name.c_str(), H5P_DEFAULT), H5Dclose, "open dataset " + where + name, file);
   const RowExtent e = row_extent(set.get(), where + name, file);
   const std::size_t n = count == std::string::npos ? static_cast<std::size_t>(e.rows * e.width) : count;
@@ -99,7 +103,9 @@ void TraceReader::State::read_header(const TraceReadOptions& options) {
     t.joint.w_bits = static_cast<int>(read_scalar_attribute<std::int64_t>(root, "joint_w_bits", file));
     t.joint.u_bits = static_cast<int>(read_scalar_attribute<std::int64_t>(root, "joint_u_bits", file));
   }
-  if (H5Aexists(root, "margin_formats") > 0) t.margin = read_margin_layout(root, file);
+  if (H5Aexists(root, "margin_formats") > 0) {
+    t.margin = read_margin_layout(root, file);
+  }
   t.complete = H5Aexists(root, "complete") <= 0 || read_scalar_attribute<std::int64_t>(root, "complete", file) == 1;
   t.recorded_steps = read_prefix<std::int64_t>(root, "recorded_steps", "/", file, std::string::npos);
   steps = t.recorded_steps.size();
@@ -156,7 +162,9 @@ void TraceReader::State::read_group_header(GroupTrace& g, std::size_t index) {
     } else {
       margin[index] = 1;
     }
-    if (has_link(jh.get(), "w")) exact[index] = 1;
+    if (has_link(jh.get(), "w")) {
+      exact[index] = 1;
+    }
   }
   if (has_link(gh.get(), "projected")) {
     Handle projected = open_group(gh.get(), "projected", file);
@@ -195,7 +203,9 @@ void TraceReader::State::read_validation_and_replay() {
   if (H5Aexists(root, "optimal_validation_loss") > 0) {
     t.optimal_validation_loss = read_scalar_attribute<double>(root, "optimal_validation_loss", file);
   }
-  if (!has_link(root, "replay")) return;
+  if (!has_link(root, "replay")) {
+    return;
+  }
   Handle replay = open_group(root, "replay", file);
   t.replay_steps = read_scalar_attribute<std::int64_t>(replay.get(), "steps", file);
   t.replay_checkpoints = read_prefix<std::int64_t>(replay.get(), "checkpoints", "/replay/", file, std::string::npos);
@@ -207,7 +217,9 @@ void TraceReader::State::read_validation_and_replay() {
     r.format = read_string_attribute(rh.get(), "format", file);
     r.policy = read_string_attribute(rh.get(), "policy", file);
     r.sr_bits = static_cast<int>(read_scalar_attribute<std::int64_t>(rh.get(), "sr_bits", file));
-    if (H5Aexists(rh.get(), "sr_stream") > 0) r.sr_stream = read_string_attribute(rh.get(), "sr_stream", file);
+    if (H5Aexists(rh.get(), "sr_stream") > 0) {
+      r.sr_stream = read_string_attribute(rh.get(), "sr_stream", file);
+    }
     r.validation_loss =
         read_prefix<double>(rh.get(), "validation_loss", "/replay/" + name + "/", file, std::string::npos);
     if (t.complete && r.validation_loss.size() != t.replay_checkpoints.size()) {
@@ -221,7 +233,9 @@ void TraceReader::State::read_validation_and_replay() {
   // A partial trace: the checkpoints whose replays all finished.
   t.replay_checkpoints.resize(k);
   t.replay_start_loss.resize(k);
-  for (ReplaySeries& r : t.replays) r.validation_loss.resize(k);
+  for (ReplaySeries& r : t.replays) {
+    r.validation_loss.resize(k);
+  }
 }
 
 GroupTrace TraceReader::State::read_group(std::size_t index, std::size_t first, std::size_t count) const {
@@ -250,7 +264,9 @@ GroupTrace TraceReader::State::read_group(std::size_t index, std::size_t first, 
   };
   const auto optional_rows = [&](hid_t loc, const std::string& name, const std::string& at, auto& out,
                                  std::size_t width) {
-    if (has_link(loc, name)) rows(loc, name, at, out, width);
+    if (has_link(loc, name)) {
+      rows(loc, name, at, out, width);
+    }
   };
   rows(gh.get(), "nonzero", where, g.nonzero, 1);
   optional_rows(gh.get(), "erased", where, g.erased, 1);
@@ -258,9 +274,13 @@ GroupTrace TraceReader::State::read_group(std::size_t index, std::size_t first, 
   optional_rows(gh.get(), "applied", where, g.applied, 1);
   optional_rows(gh.get(), "erased_fraction", where, g.erased_fraction, 1);
   const auto block_rows = [&](hid_t parent, const std::string& at, BlockEventSeries& b) {
-    if (b.empty()) return;
+    if (b.empty()) {
+      return;
+    }
     Handle bh = open_group(parent, "block_events", file);
-    for (const BlockEventField& f : kBlockEventFields) rows(bh.get(), f.name, at + "block_events/", b.*f.series, 1);
+    for (const BlockEventField& f : kBlockEventFields) {
+      rows(bh.get(), f.name, at + "block_events/", b.*f.series, 1);
+    }
   };
   block_rows(gh.get(), where, g.block_events);
   optional_rows(gh.get(), "zero_weight", where, g.zero_weight, 1);
@@ -274,7 +294,9 @@ GroupTrace TraceReader::State::read_group(std::size_t index, std::size_t first, 
     if (!offsets[index].empty()) {
       const std::vector<std::int64_t>& o = offsets[index];
       const auto lo = static_cast<hsize_t>(o[first]), hi = static_cast<hsize_t>(o[first + count]);
-      for (std::size_t t = first; t <= first + count; ++t) g.joint_offsets.push_back(o[t] - o[first]);
+      for (std::size_t t = first; t <= first + count; ++t) {
+        g.joint_offsets.push_back(o[t] - o[first]);
+      }
       for (const char* name : {"keys", "counts"}) {
         Handle set(H5Dopen2(jh.get(), name, H5P_DEFAULT), H5Dclose, "open dataset " + jwhere + name, file);
         const RowExtent e = row_extent(set.get(), jwhere + name, file);
@@ -295,7 +317,9 @@ GroupTrace TraceReader::State::read_group(std::size_t index, std::size_t first, 
     }
     if (exact[index]) {
       const auto size = static_cast<std::size_t>(g.size);
-      if (size == 0) throw TraceFileError(file + ": " + jwhere + "w, u kept for a group of size 0");
+      if (size == 0) {
+        throw TraceFileError(file + ": " + jwhere + "w, u kept for a group of size 0");
+      }
       rows(jh.get(), "w", jwhere, g.exact_w, size);
       rows(jh.get(), "u", jwhere, g.exact_u, size);
     }
@@ -325,8 +349,12 @@ namespace {
 Handle open_trace_file(const std::filesystem::path& path) {
   const std::string file = path.string();
   H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
-  if (!std::filesystem::exists(path)) throw TraceFileError(file + ": no such trace file");
-  if (H5Fis_hdf5(file.c_str()) <= 0) throw TraceFileError(file + ": not an HDF5 file");
+  if (!std::filesystem::exists(path)) {
+    throw TraceFileError(file + ": no such trace file");
+  }
+  if (H5Fis_hdf5(file.c_str()) <= 0) {
+    throw TraceFileError(file + ": not an HDF5 file");
+  }
   hid_t id = H5Fopen(file.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
   if (id < 0) {
     // A SWMR reader retries a metadata read whose checksum fails (a writer may be mid-flush), doubling its sleep each
@@ -377,13 +405,17 @@ Trace TraceReader::read_step(std::size_t t) const {
   out.recorded_steps = {m->header.recorded_steps[t]};
   out.loss = {m->header.loss[t]};
   out.learning_rate = {m->header.learning_rate[t]};
-  for (std::size_t g = 0; g < out.groups.size(); ++g) out.groups[g] = m->read_group(g, t, 1);
+  for (std::size_t g = 0; g < out.groups.size(); ++g) {
+    out.groups[g] = m->read_group(g, t, 1);
+  }
   return out;
 }
 
 Trace TraceReader::read_all() const {
   Trace out = m->header;
-  for (std::size_t g = 0; g < out.groups.size(); ++g) out.groups[g] = m->read_group(g, 0, m->steps);
+  for (std::size_t g = 0; g < out.groups.size(); ++g) {
+    out.groups[g] = m->read_group(g, 0, m->steps);
+  }
   return out;
 }
 
@@ -395,7 +427,9 @@ bool TraceReader::group_has_pairs(std::size_t g) const {
 }
 std::size_t TraceReader::pair_count() const {
   std::size_t n = 0;
-  for (const auto& o : m->offsets) n += o.empty() ? 0 : static_cast<std::size_t>(o.back());
+  for (const auto& o : m->offsets) {
+    n += o.empty() ? 0 : static_cast<std::size_t>(o.back());
+  }
   return n;
 }
 

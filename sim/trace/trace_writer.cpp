@@ -31,7 +31,9 @@ void reserve_file_space(hid_t file_id, std::uint64_t bytes, const std::string& f
   haddr_t eoa = 0;  // HDF5 allocates from its end of allocated space onwards
   check(H5Fget_eoa(file_id, &eoa), "end of allocated space", file);
   int err = ::posix_fallocate(fd, static_cast<off_t>(eoa), static_cast<off_t>(bytes));
-  if (err == EINTR) err = ::posix_fallocate(fd, static_cast<off_t>(eoa), static_cast<off_t>(bytes));
+  if (err == EINTR) {
+    err = ::posix_fallocate(fd, static_cast<off_t>(eoa), static_cast<off_t>(bytes));
+  }
   if (err != 0) {
     throw TraceFileError(file + ": cannot reserve " + std::to_string(bytes) +
                          " bytes for the trace: " + std::strerror(err));
@@ -53,7 +55,9 @@ StepSize step_size(const Trace& t) {
   const bool reference = t.mode == "reference";
   for (const GroupTrace& g : t.groups) {
     std::uint64_t series = reference ? 2 : 5;  // nonzero (+ zero_weight | erased, saturated, applied, fraction)
-    if (!g.block_events.empty()) series += kBlockEventFields.size();
+    if (!g.block_events.empty()) {
+      series += kBlockEventFields.size();
+    }
     for (const auto& [name, p] : g.projected) {
       series += 2 + 2 * p.expected.size() + (p.block_events.empty() ? 0 : kBlockEventFields.size());
     }
@@ -130,7 +134,9 @@ Trace header_of(const Trace& t) {
   drop(h.validation_loss);
   drop(h.replay_checkpoints);
   drop(h.replay_start_loss);
-  for (ReplaySeries& r : h.replays) drop(r.validation_loss);
+  for (ReplaySeries& r : h.replays) {
+    drop(r.validation_loss);
+  }
   for (GroupTrace& g : h.groups) {
     drop(g.nonzero);
     drop(g.erased);
@@ -145,11 +151,15 @@ Trace header_of(const Trace& t) {
     drop(g.joint_counts);
     drop(g.exact_w);
     drop(g.exact_u);
-    for (const BlockEventField& f : kBlockEventFields) drop(g.block_events.*f.series);
+    for (const BlockEventField& f : kBlockEventFields) {
+      drop(g.block_events.*f.series);
+    }
     for (auto& [name, p] : g.projected) {
       drop(p.erased);
       drop(p.fraction);
-      for (const BlockEventField& f : kBlockEventFields) drop(p.block_events.*f.series);
+      for (const BlockEventField& f : kBlockEventFields) {
+        drop(p.block_events.*f.series);
+      }
       for (auto& [policy, e] : p.expected) {
         drop(e.erased);
         drop(e.fraction);
@@ -167,7 +177,9 @@ void clear_rows(Trace& t) {
 template <class T>
 std::optional<Handle> row_set(hid_t loc, const std::string& name, hsize_t width, hsize_t chunk_rows, bool compressed,
                               bool create, const std::string& where, const std::string& file) {
-  if (create) return create_row_dataset<T>(loc, name, width, chunk_rows, compressed, file);
+  if (create) {
+    return create_row_dataset<T>(loc, name, width, chunk_rows, compressed, file);
+  }
   return open_row_dataset(loc, name, where, file);
 }
 
@@ -201,7 +213,9 @@ void TraceWriter::State::open_sets(bool create_them) {
   validation_loss = row_set<double>(root, "validation_loss", 0, kSeriesChunk, false, c, "/", file);
   if (!header.replays.empty()) {
     Handle replay = c ? create_group(root, "replay", file) : open_group(root, "replay", file);
-    if (c) write_scalar_attribute<std::int64_t>(replay.get(), "steps", header.replay_steps, file);
+    if (c) {
+      write_scalar_attribute<std::int64_t>(replay.get(), "steps", header.replay_steps, file);
+    }
     replay_checkpoints = row_set<std::int64_t>(replay.get(), "checkpoints", 0, 16, false, c, "/replay/", file);
     replay_start_loss = row_set<double>(replay.get(), "start_validation_loss", 0, 16, false, c, "/replay/", file);
     std::string names;
@@ -213,12 +227,16 @@ void TraceWriter::State::open_sets(bool create_them) {
         write_string_attribute(rh.get(), "format", r.format, file);
         write_string_attribute(rh.get(), "policy", r.policy, file);
         write_scalar_attribute<std::int64_t>(rh.get(), "sr_bits", r.sr_bits, file);
-        if (r.sr_stream != "philox") write_string_attribute(rh.get(), "sr_stream", r.sr_stream, file);
+        if (r.sr_stream != "philox") {
+          write_string_attribute(rh.get(), "sr_stream", r.sr_stream, file);
+        }
       }
       replay_losses.push_back(
           *row_set<double>(rh.get(), "validation_loss", 0, 16, false, c, "/replay/" + name + "/", file));
     }
-    if (c) write_string_attribute(replay.get(), "order", names, file);
+    if (c) {
+      write_string_attribute(replay.get(), "order", names, file);
+    }
   }
   Handle groups_h = c ? create_group(root, "groups", file) : open_group(root, "groups", file);
   const bool reference = header.mode == "reference";
@@ -244,7 +262,9 @@ void TraceWriter::State::open_sets(bool create_them) {
       s.ratio = row_set<std::int64_t>(gh.get(), "ratio_histogram", static_cast<hsize_t>(header.histogram.bins), 1, true,
                                       c, where, file);
       Handle jh = c ? create_group(gh.get(), "joint", file) : open_group(gh.get(), "joint", file);
-      if (c) write_scalar_attribute<double>(jh.get(), "init_absmax", g.init_absmax, file);
+      if (c) {
+        write_scalar_attribute<double>(jh.get(), "init_absmax", g.init_absmax, file);
+      }
       s.margin = row_set<std::int64_t>(jh.get(), "margin", header.margin.bins(), 1, true, c, where + "joint/", file);
       if (g.size <= kJointExactMaxCoordinates && g.size > 0) {
         const auto size = static_cast<hsize_t>(g.size);
@@ -309,26 +329,44 @@ void TraceWriter::State::check_header(const Trace& t, const std::string& what) c
   const auto differ = [&](const std::string& field) {
     throw TraceFileError(file + ": " + what + ": the run's " + field + " differs from the partial trace's");
   };
-  if (t.schema != header.schema) differ("schema");
-  if (t.mode != header.mode) differ("mode");
-  if (t.format != header.format || t.policy != header.policy) differ("format or policy");
+  if (t.schema != header.schema) {
+    differ("schema");
+  }
+  if (t.mode != header.mode) {
+    differ("mode");
+  }
+  if (t.format != header.format || t.policy != header.policy) {
+    differ("format or policy");
+  }
   if (t.seed != header.seed) {
     differ("seed " + std::to_string(header.seed) + " (the file's " + std::to_string(t.seed) + ")");
   }
   if (t.steps != header.steps) {
     differ("steps " + std::to_string(header.steps) + " (the file's " + std::to_string(t.steps) + ")");
   }
-  if (t.config_json != header.config_json) differ("config_json");
-  if (!(t.margin == header.margin)) differ("margin layout");
-  if (t.histogram.bins != header.histogram.bins) differ("histogram bins");
-  if (t.groups.size() != header.groups.size()) differ("group count");
+  if (t.config_json != header.config_json) {
+    differ("config_json");
+  }
+  if (!(t.margin == header.margin)) {
+    differ("margin layout");
+  }
+  if (t.histogram.bins != header.histogram.bins) {
+    differ("histogram bins");
+  }
+  if (t.groups.size() != header.groups.size()) {
+    differ("group count");
+  }
   for (std::size_t i = 0; i < t.groups.size(); ++i) {
     const GroupTrace &a = t.groups[i], &b = header.groups[i];
-    if (a.name != b.name || a.size != b.size || a.tensor_id != b.tensor_id) differ("group " + a.name);
+    if (a.name != b.name || a.size != b.size || a.tensor_id != b.tensor_id) {
+      differ("group " + a.name);
+    }
     if (a.block_format != b.block_format || a.block_events.blocks != b.block_events.blocks) {
       differ("block format of " + a.name);
     }
-    if (a.projected.size() != b.projected.size()) differ("projected formats of " + a.name);
+    if (a.projected.size() != b.projected.size()) {
+      differ("projected formats of " + a.name);
+    }
     auto pa = a.projected.begin();
     auto pb = b.projected.begin();
     for (; pa != a.projected.end(); ++pa, ++pb) {
@@ -338,7 +376,9 @@ void TraceWriter::State::check_header(const Trace& t, const std::string& what) c
       }
     }
   }
-  if (t.replays.size() != header.replays.size()) differ("replay series");
+  if (t.replays.size() != header.replays.size()) {
+    differ("replay series");
+  }
 }
 
 TraceWriter::TraceWriter(const std::filesystem::path& path, Trace& prototype) : m(std::make_unique<State>()) {
@@ -390,15 +430,23 @@ TraceWriter TraceWriter::resume(const std::filesystem::path& path, Trace& protot
   s.rows = keep;
   // Drop what was written after the checkpoint (it is recorded again), /recorded_steps first.
   set_rows(s.recorded_steps->get(), static_cast<hsize_t>(keep.steps), "/recorded_steps", s.file);
-  for (auto* set : {&s.loss, &s.learning_rate}) set_rows((*set)->get(), static_cast<hsize_t>(keep.steps), "/", s.file);
+  for (auto* set : {&s.loss, &s.learning_rate}) {
+    set_rows((*set)->get(), static_cast<hsize_t>(keep.steps), "/", s.file);
+  }
   for (GroupSets& g : s.groups) {
     for (auto* set : {&g.nonzero, &g.erased, &g.saturated, &g.applied, &g.erased_fraction, &g.zero_weight, &g.ratio,
                       &g.margin, &g.w, &g.u}) {
-      if (*set) set_rows((*set)->get(), static_cast<hsize_t>(keep.steps), "group", s.file);
+      if (*set) {
+        set_rows((*set)->get(), static_cast<hsize_t>(keep.steps), "group", s.file);
+      }
     }
-    for (Handle& b : g.blocks) set_rows(b.get(), static_cast<hsize_t>(keep.steps), "block_events", s.file);
+    for (Handle& b : g.blocks) {
+      set_rows(b.get(), static_cast<hsize_t>(keep.steps), "block_events", s.file);
+    }
     for (ProjectedSets& p : g.projected) {
-      for (Handle& b : p.blocks) set_rows(b.get(), static_cast<hsize_t>(keep.steps), "block_events", s.file);
+      for (Handle& b : p.blocks) {
+        set_rows(b.get(), static_cast<hsize_t>(keep.steps), "block_events", s.file);
+      }
       set_rows(p.own.erased.get(), static_cast<hsize_t>(keep.steps), "projected", s.file);
       set_rows(p.own.fraction.get(), static_cast<hsize_t>(keep.steps), "projected", s.file);
       for (SeriesSets& e : p.expected) {
@@ -412,7 +460,9 @@ TraceWriter TraceWriter::resume(const std::filesystem::path& path, Trace& protot
   if (s.replay_checkpoints) {
     set_rows(s.replay_checkpoints->get(), static_cast<hsize_t>(keep.replays), "/replay", s.file);
     set_rows(s.replay_start_loss->get(), static_cast<hsize_t>(keep.replays), "/replay", s.file);
-    for (Handle& r : s.replay_losses) set_rows(r.get(), static_cast<hsize_t>(keep.replays), "/replay", s.file);
+    for (Handle& r : s.replay_losses) {
+      set_rows(r.get(), static_cast<hsize_t>(keep.replays), "/replay", s.file);
+    }
   }
   check(H5Fflush(s.h5->get(), H5F_SCOPE_GLOBAL), "flush", s.file);
   check(H5Fstart_swmr_write(s.h5->get()), "start single-writer/multiple-reader writing", s.file);
@@ -435,12 +485,16 @@ std::size_t TraceWriter::held_bytes() const {
 }
 
 void TraceWriter::append(Trace& trace) {
-  if (!m || !m->h5) throw TraceFileError("TraceWriter: append after finish");
+  if (!m || !m->h5) {
+    throw TraceFileError("TraceWriter: append after finish");
+  }
   m->append(trace);
 }
 
 void TraceWriter::finish(std::optional<std::int64_t> steps) {
-  if (!m || !m->h5) throw TraceFileError("TraceWriter: finish twice");
+  if (!m || !m->h5) {
+    throw TraceFileError("TraceWriter: finish twice");
+  }
   m->finish(steps);
 }
 
@@ -467,12 +521,16 @@ void TraceWriter::State::append(Trace& t) {
   if (t.groups.size() != header.groups.size() || t.replays.size() != header.replays.size()) {
     check_header(t, "append");
   }
-  if (T == 0 && V == 0 && K == 0 && t.validation_loss.empty()) return;
+  if (T == 0 && V == 0 && K == 0 && t.validation_loss.empty()) {
+    return;
+  }
   expect_rows(t.loss, T, "loss", file);
   expect_rows(t.learning_rate, T, "learning_rate", file);
   expect_rows(t.validation_loss, V, "validation_loss", file);
   expect_rows(t.replay_start_loss, K, "replay start_validation_loss", file);
-  for (const ReplaySeries& r : t.replays) expect_rows(r.validation_loss, K, "replay validation_loss", file);
+  for (const ReplaySeries& r : t.replays) {
+    expect_rows(r.validation_loss, K, "replay validation_loss", file);
+  }
   const bool reference = header.mode == "reference";
   const std::size_t bins = static_cast<std::size_t>(header.histogram.bins), mbins = header.margin.bins();
   for (std::size_t i = 0; i < t.groups.size(); ++i) {
@@ -481,7 +539,9 @@ void TraceWriter::State::append(Trace& t) {
     const std::string where = "group " + g.name + " ";
     expect_rows(g.nonzero, T, where + "nonzero", file);
     if (!reference) {
-      for (const auto* v : {&g.erased, &g.saturated, &g.applied}) expect_rows(*v, T, where + "counts", file);
+      for (const auto* v : {&g.erased, &g.saturated, &g.applied}) {
+        expect_rows(*v, T, where + "counts", file);
+      }
       expect_rows(g.erased_fraction, T, where + "erased_fraction", file);
       if (!s.blocks.empty()) {
         for (const BlockEventField& f : kBlockEventFields) {
@@ -496,7 +556,9 @@ void TraceWriter::State::append(Trace& t) {
         expect_rows(g.exact_w, T * static_cast<std::size_t>(g.size), where + "kept w", file);
         expect_rows(g.exact_u, T * static_cast<std::size_t>(g.size), where + "kept u", file);
       }
-      if (g.projected.size() != s.projected.size()) check_header(t, "append");
+      if (g.projected.size() != s.projected.size()) {
+        check_header(t, "append");
+      }
       std::size_t k = 0;
       for (const auto& [format, p] : g.projected) {
         expect_rows(p.erased, T, where + format + " erased", file);
@@ -566,7 +628,9 @@ void TraceWriter::State::append(Trace& t) {
   write_rows(validation_loss->get(), vat, V, t.validation_loss.data(), "/validation_loss", file);
   write_rows(validation_steps->get(), vat, V, t.validation_steps.data(), "/validation_steps", file);
   if (K > 0) {
-    if (!replay_checkpoints) throw TraceFileError(file + ": append: replay rows for a trace declared without replays");
+    if (!replay_checkpoints) {
+      throw TraceFileError(file + ": append: replay rows for a trace declared without replays");
+    }
     const auto kat = static_cast<hsize_t>(rows.replays);
     for (std::size_t r = 0; r < t.replays.size(); ++r) {
       write_rows(replay_losses[r].get(), kat, K, t.replays[r].validation_loss.data(), "/replay", file);
@@ -588,7 +652,9 @@ void TraceWriter::State::finish(std::optional<std::int64_t> steps) {
                     &replay_start_loss}) {
     set->reset();
   }
-  if (h5->close() < 0) throw TraceFileError(file + ": HDF5 error: close");
+  if (h5->close() < 0) {
+    throw TraceFileError(file + ": HDF5 error: close");
+  }
   h5.reset();
   {
     const TraceReader reader(partial, TraceReadOptions{true});
@@ -596,7 +662,9 @@ void TraceWriter::State::finish(std::optional<std::int64_t> steps) {
   }
   std::error_code ec;
   std::filesystem::remove(partial, ec);
-  if (ec) throw TraceFileError(file + ": cannot remove the partial trace after finishing: " + ec.message());
+  if (ec) {
+    throw TraceFileError(file + ": cannot remove the partial trace after finishing: " + ec.message());
+  }
 }
 
 }  // namespace wbaudit::sim
@@ -614,7 +682,9 @@ void write_trace_from_reader(const std::filesystem::path& path, const TraceReade
   }
   Trace finished = header;
   finished.complete = true;
-  if (steps) finished.steps = *steps;
+  if (steps) {
+    finished.steps = *steps;
+  }
   const std::uint64_t bound =
       finished_trace_bound(finished, T, header.validation_steps.size(), header.replay_checkpoints.size()) +
       (pairs ? 16 * static_cast<std::uint64_t>(reader.pair_count()) : 0);

@@ -36,7 +36,13 @@ class Handle {
   Handle(Handle&& other) noexcept : m_id(other.m_id), m_close(other.m_close) { other.m_id = -1; }
   Handle& operator=(Handle&& other) noexcept {
     if (this != &other) {
-      if (m_id >= 0) m_close(m_id);
+      if (m_id >= 0) {
+        {
+          {
+            { m_close(m_id); }
+          }
+        }
+      }
       m_id = other.m_id;
       m_close = other.m_close;
       other.m_id = -1;
@@ -289,7 +295,13 @@ struct RowExtent {
 inline RowExtent row_extent(hid_t set, const std::string& where, const std::string& file) {
   Handle space(H5Dget_space(set), H5Sclose, "H5Dget_space " + where, file);
   const int rank = H5Sget_simple_extent_ndims(space.get());
-  if (rank < 1 || rank > 2) throw TraceFileError(file + ": " + where + " has rank " + std::to_string(rank));
+  if (rank < 1 || rank > 2) {
+    {
+      {
+        { throw TraceFileError(file + ": " + where + " has rank " + std::to_string(rank)); }
+      }
+    }
+  }
   hsize_t dims[2] = {0, 1};
   check(H5Sget_simple_extent_dims(space.get(), dims, nullptr), "extent of " + where, file);
   return RowExtent{dims[0], rank == 2 ? dims[1] : 1};
@@ -298,7 +310,13 @@ inline RowExtent row_extent(hid_t set, const std::string& where, const std::stri
 // Reads `count` elements starting at element `first` of a dataset, viewed as flat (row-major), into out.
 template <class T>
 void read_elements(hid_t set, hsize_t first, hsize_t count, T* out, const std::string& where, const std::string& file) {
-  if (count == 0) return;
+  if (count == 0) {
+    {
+      {
+        { return; }
+      }
+    }
+  }
   Handle space(H5Dget_space(set), H5Sclose, "H5Dget_space " + where, file);
   const int rank = H5Sget_simple_extent_ndims(space.get());
   hsize_t dims[2] = {0, 1};
@@ -342,7 +360,13 @@ Handle create_row_dataset(hid_t loc, const std::string& name, hsize_t width, hsi
 
 // Opens a dataset of a partial trace for appending (no chunk cache, as created).
 inline Handle open_row_dataset(hid_t loc, const std::string& name, const std::string& where, const std::string& file) {
-  if (!has_link(loc, name)) throw TraceFileError(file + ": partial trace: missing dataset " + where + name);
+  if (!has_link(loc, name)) {
+    {
+      {
+        { throw TraceFileError(file + ": partial trace: missing dataset " + where + name); }
+      }
+    }
+  }
   Handle dapl(H5Pcreate(H5P_DATASET_ACCESS), H5Pclose, "access property list", file);
   check(H5Pset_chunk_cache(dapl.get(), 0, 0, H5D_CHUNK_CACHE_W0_DEFAULT), "chunk cache of " + where + name, file);
   return Handle(H5Dopen2(loc, name.c_str(), dapl.get()), H5Dclose, "open dataset " + where + name, file);
@@ -359,7 +383,13 @@ inline void set_rows(hid_t set, hsize_t rows, const std::string& where, const st
 template <class T>
 void write_rows(hid_t set, hsize_t at, hsize_t nrows, const T* data, const std::string& where,
                 const std::string& file) {
-  if (nrows == 0) return;
+  if (nrows == 0) {
+    {
+      {
+        { return; }
+      }
+    }
+  }
   const RowExtent e = row_extent(set, where, file);
   const hsize_t dims[2] = {at + nrows, e.width};
   check(H5Dset_extent(set, dims), "extend " + where, file);
@@ -405,7 +435,13 @@ inline void write_new_file(const std::string& file, const std::vector<unsigned c
   std::size_t done = 0;
   while (done < bytes.size()) {
     const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && errno == EINTR) {
+      {
+        {
+          { continue; }
+        }
+      }
+    }
     if (n <= 0) {
       const int err = n < 0 ? errno : ENOSPC;
       ::close(fd);

@@ -58,7 +58,9 @@ inline void margin_chunk_prepare(const MarginKernelArgs& a, std::size_t lo, int 
     b += 1 - finite;
     // d bin (ratio_bin_eighth): 8 (e_w - e_u - d_min) - ceil(8 log2(1 + fu 2^-23))
     std::int32_t ceil8 = fu != 0;
-    for (const std::uint32_t t : kEighthBinadeFraction) ceil8 += fu >= static_cast<std::int32_t>(t);
+    for (const std::uint32_t t : kEighthBinadeFraction) {
+      ceil8 += fu >= static_cast<std::int32_t>(t);
+    }
     std::int32_t bin = 8 * (ew - eu - d_min) - ceil8;
     bin = bin < 0 ? 0 : bin;
     bin = bin > bins - 1 ? bins - 1 : bin;
@@ -156,7 +158,9 @@ inline void margin_scatter(const MarginKernelArgs& a, const MarginFormat& f, std
                            const MarginScratch& s, int stride, std::uint32_t* counters) {
   int i = 0;
   const auto fix = [&](std::int32_t id, int k) -> std::int32_t {
-    if (!Ties || (id & (1 << 30)) == 0) return id;
+    if (!Ties || (id & (1 << 30)) == 0) {
+      return id;
+    }
     return margin_bin(a.rows, f, a.w[lo + k], a.u[lo + k]);
   };
   for (; i + 4 <= len; i += 4) {
@@ -165,7 +169,9 @@ inline void margin_scatter(const MarginKernelArgs& a, const MarginFormat& f, std
     ++counters[2 * stride + fix(s.idx[i + 2], i + 2)];
     ++counters[3 * stride + fix(s.idx[i + 3], i + 3)];
   }
-  for (; i < len; ++i) ++counters[fix(s.idx[i], i)];
+  for (; i < len; ++i) {
+    ++counters[fix(s.idx[i], i)];
+  }
 }
 
 // Scratch words of margin_item's 32-bit counters.
@@ -189,10 +195,14 @@ inline void margin_item(const MarginKernelArgs& a, std::size_t begin, std::size_
       ++ratio[2 * rstride + s.idx[i + 2]];
       ++ratio[3 * rstride + s.idx[i + 3]];
     }
-    for (; i < len; ++i) ++ratio[s.idx[i]];
+    for (; i < len; ++i) {
+      ++ratio[s.idx[i]];
+    }
     for (int f = 0; f < a.nformats; ++f) {
       const MarginFormat& fmt = a.formats[f];
-      if (!fmt.defined) continue;
+      if (!fmt.defined) {
+        continue;
+      }
       std::uint32_t* block_counters = counters + static_cast<std::size_t>(f) * 4 * stride;
       if (f < a.nfloating) {
         margin_chunk_floating<Isa>(a.rows, fmt, len, s);
