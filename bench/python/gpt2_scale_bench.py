@@ -19,7 +19,7 @@ step, and the optimizer step alone), medians:
   bf16-pn     the bf16 model, PersistentNative(AdamW, formats=None): the storage dtype is the format
 The plain baseline runs first and again last (drift under load shows as the difference).
 
-Memory: each of plain, ref (recording --mem-short and --mem-long steps: the recorder's memory must not grow with the
+Memory (first, before this process builds a model: ru_maxrss survives exec): each of plain, ref (recording --mem-short and --mem-long steps: the recorder's memory must not grow with the
 number of recorded steps), pn-e4m3 and bf16-pn runs in a fresh subprocess (this script with --mode X) that reports
 ru_maxrss; the trace sizes come from the same runs (bytes per recorded step from the difference of the two ref runs).
 """
@@ -137,7 +137,9 @@ def mem_mode(args):
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     nparams = sum(p.numel() for p in model.parameters())
     size = os.path.getsize(path) if path else 0
+    hwm = [int(line.split()[1]) for line in open("/proc/self/status") if line.startswith("VmHWM:")][0]
     print(json.dumps({"mode": mode, "steps": args.mem_steps, "ru_maxrss_kb": rss, "rss_at_start_kb": rss0,
+                      "vmhwm_kb": hwm,
                       "params": nparams, "trace_bytes": size}))
 
 
@@ -174,9 +176,41 @@ def main():
     print(f"command: {' '.join(sys.argv)}")
     print(f"loadavg at start: {open('/proc/loadavg').read().strip()}")
     print(f"torch {torch.__version__}, threads {torch.get_num_threads()}, cores {os.cpu_count()}")
-    nparams = sum(q.numel() for q in build(args).parameters())
+    # the parameter count without building the model here (the memory subprocesses inherit this process's ru_maxrss
+    # through exec, so they run before the parent holds a model)
+    d, L = 768, args.layers
+    nparams = VOCAB * d + CTX * d + L * (12 * d * d + 13 * d) + 2 * d
     print(f"model: {args.layers} layers, width 768, 12 heads, vocabulary {VOCAB}, context {CTX}, tied head: "
           f"{nparams:,} parameters; batch {args.batch} x {CTX}")
+    if not args.no_mem:
+        print()
+        runs = [("plain", args.mem_short), ("ref", args.mem_short), ("ref", args.mem_long),
+                ("pn-e4m3", args.mem_short), ("bf16-plain", args.mem_short), ("bf16-pn", args.mem_short)]
+        mem = []
+        for mode, steps in runs:
+            t0 = time.perf_counter()
+            m = spawn(mode, args, steps)
+            mem.append(m)
+            print(f"  {mode} x {steps}: {time.perf_counter() - t0:.1f} s", flush=True)
+        print("| process (fresh) | steps | recorded | ru_maxrss (MB) | - plain's | VmHWM (MB) | trace.h5 (bytes) |")
+        print("|---|---:|---:|---:|---:|---:|---:|")
+        plain_rss = mem[0]["ru_maxrss_kb"]
+        for m in mem:
+            recd = m["steps"] if m["mode"] in ("ref", "pn-e4m3", "bf16-pn") else 0
+            print(f"| {m['mode']} | {m['steps']} | {recd} | {m['ru_maxrss_kb'] / 1024:.0f} | "
+                  f"{(m['ru_maxrss_kb'] - plain_rss) / 1024:+.0f} | {m['vmhwm_kb'] / 1024:.0f} | {m['trace_bytes']:,} |")
+        fp32_copy = nparams * 4 / 2**20
+        print(f"(one fp32 copy of the parameters: {fp32_copy:.0f} MB)")
+        short, long_ = mem[1], mem[2]
+        per = (long_["trace_bytes"] - short["trace_bytes"]) / (long_["steps"] - short["steps"])
+        print(f"reference trace: {per:,.0f} bytes per recorded step ({short['trace_bytes']:,} for "
+              f"{short['steps']}, {long_['trace_bytes']:,} for {long_['steps']}); x50 = {50 * per / 1e6:.2f} MB "
+              f"(+ {(short['trace_bytes'] - short['steps'] * per) / 1e6:.2f} MB fixed; target <= 100 MB)")
+        tgt = mem[3]
+        print(f"target trace (pn-e4m3): {tgt['trace_bytes'] / tgt['steps']:,.0f} bytes per recorded step "
+              f"(whole file / steps)")
+        print(f"reference recorder RSS growth from {short['steps']} to {long_['steps']} recorded steps: "
+              f"{(long_['ru_maxrss_kb'] - short['ru_maxrss_kb']) / 1024:+.0f} MB")
     tmp = tempfile.mkdtemp(prefix="gpt2_bench_")
     modes = args.modes.split(",")
     res = {}
@@ -215,35 +249,6 @@ def main():
               f"{norec_over:+.3f} s: {100 * (50 * rec_over + 9950 * norec_over) / (1e4 * b_tot):+.2f}%")
     print(f"timing: {time.perf_counter() - t_start:.0f} s")
 
-    if not args.no_mem:
-        print()
-        runs = [("plain", args.mem_short), ("ref", args.mem_short), ("ref", args.mem_long),
-                ("pn-e4m3", args.mem_short), ("bf16-plain", args.mem_short), ("bf16-pn", args.mem_short)]
-        mem = []
-        for mode, steps in runs:
-            t0 = time.perf_counter()
-            m = spawn(mode, args, steps)
-            mem.append(m)
-            print(f"  {mode} x {steps}: {time.perf_counter() - t0:.1f} s", flush=True)
-        print("| process (fresh) | steps | recorded | peak RSS (MB) | - plain's | trace.h5 (bytes) |")
-        print("|---|---:|---:|---:|---:|---:|")
-        plain_rss = mem[0]["ru_maxrss_kb"]
-        for m in mem:
-            recd = m["steps"] if m["mode"] in ("ref", "pn-e4m3", "bf16-pn") else 0
-            print(f"| {m['mode']} | {m['steps']} | {recd} | {m['ru_maxrss_kb'] / 1024:.0f} | "
-                  f"{(m['ru_maxrss_kb'] - plain_rss) / 1024:+.0f} | {m['trace_bytes']:,} |")
-        fp32_copy = nparams * 4 / 2**20
-        print(f"(one fp32 copy of the parameters: {fp32_copy:.0f} MB)")
-        short, long_ = mem[1], mem[2]
-        per = (long_["trace_bytes"] - short["trace_bytes"]) / (long_["steps"] - short["steps"])
-        print(f"reference trace: {per:,.0f} bytes per recorded step ({short['trace_bytes']:,} for "
-              f"{short['steps']}, {long_['trace_bytes']:,} for {long_['steps']}); x50 = {50 * per / 1e6:.2f} MB "
-              f"(+ {(short['trace_bytes'] - short['steps'] * per) / 1e6:.2f} MB fixed; target <= 100 MB)")
-        tgt = mem[3]
-        print(f"target trace (pn-e4m3): {tgt['trace_bytes'] / tgt['steps']:,.0f} bytes per recorded step "
-              f"(whole file / steps)")
-        print(f"reference recorder RSS growth from {short['steps']} to {long_['steps']} recorded steps: "
-              f"{(long_['ru_maxrss_kb'] - short['ru_maxrss_kb']) / 1024:+.0f} MB")
     print(f"loadavg at end: {open('/proc/loadavg').read().strip()}")
 
 
