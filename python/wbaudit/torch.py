@@ -581,7 +581,11 @@ class PersistentNative(torch.optim.Optimizer):
                     p.data = p.data.float()
                     if p.grad is not None:
                         p.grad = low[s.name][1].float()
-            before = [_contiguous_clone(s.p) for s in self._slots]
+            # In place on the CPU unless a trajectory row (w, u, w_next) is wanted: a bf16 / fp16 parameter's w is its
+            # own storage (untouched by the inner step), so it needs no copy here (_writeback_in_place).
+            in_place = self._trajectory is None or not record
+            before = [None if in_place and s.name in low and s.p.device.type == "cpu" else _contiguous_clone(s.p)
+                      for s in self._slots]
         try:
             result = self.optimizer.step(closure) if closure is not None else self.optimizer.step()
         except BaseException:
@@ -596,6 +600,12 @@ class PersistentNative(torch.optim.Optimizer):
         with torch.no_grad():
             for s, w in zip(self._slots, before):
                 p, name = s.p, s.name
+                if in_place and p.device.type == "cpu" and (name in low or p.is_contiguous()):
+                    c = self._writeback_in_place(s, w, low.get(name), record)
+                    if record:
+                        groups[name] = {**{k: [c[k]] for k in ("nonzero", "erased", "saturated", "applied")},
+                                        "erased_fraction": [_fraction(c["erased"], c["nonzero"])]}
+                    continue
                 u = (p.detach() - w).contiguous()  # the optimizer's fp32 proposal
                 if name in low:
                     p.data, p.grad = low[name]
@@ -635,6 +645,30 @@ class PersistentNative(torch.optim.Optimizer):
                 self._trajectory.record(step, rows)
         self.steps_run += 1
         return result
+
+    def _writeback_in_place(self, s, w, low, record):
+        """The CPU write-back of one parameter without new fp32 arrays (the same values and counts as step's general
+        path): u = p_after - w is computed into the fp32 tensor the inner optimizer stepped on, q(w + u) into w, then
+        stored into the parameter. w: the fp32 copy of p before the step (None for a bf16 / fp16 parameter, whose
+        storage still holds it); low: (storage, grad) of a bf16 / fp16 parameter, else None."""
+        p, name = s.p, s.name
+        if low is None:
+            u = p.detach()  # contiguous fp32: its storage becomes u, then p <- w_next
+        else:
+            u = p.data  # the fp32 copy the inner optimizer stepped on
+            p.data, p.grad = low
+            w = low[0].to(torch.float32, memory_format=torch.contiguous_format)  # exact
+        torch.sub(u, w, out=u)  # the optimizer's fp32 proposal (low: the storage promoted to fp32, exact)
+        wf = _np(w).reshape(-1)
+        uf = _np(u.contiguous()).reshape(-1)
+        if record:
+            self._dist.observe(name, w, u)
+        try:
+            _, c = writeback(wf, uf, s.fmt, self.policy, self.seed, self.steps_run, s.tid, self.sr_bits, s.scale,
+                             wf, self._dist.offset(name), name, self.sr_stream)
+        finally:  # on an error w is left as it was: p holds w again, as in the general path
+            p.detach().copy_(w.view(p.shape))
+        return c
 
     def state_dict(self):
         """The inner optimizer's state_dict plus "wbaudit": the write-back's configuration and scales, the step counter
