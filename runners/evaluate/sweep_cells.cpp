@@ -1,6 +1,7 @@
 #include "runners/evaluate/sweep_cells.hpp"
 
 #include <algorithm>
+#include <unordered_map>
 
 #include "sim/precision/expected_erasure.hpp"
 
@@ -82,6 +83,10 @@ void choose_projection(SweepEvaluationCell& cell, const std::string& policy, int
 SweepEvaluationCells read_sweep_evaluation_cells(const SweepStore& store, const SweepSpec& spec, TraceCache& cache,
                                                  const std::vector<std::string>& groups) {
   SweepEvaluationCells out;
+  std::unordered_map<std::string, const SweepCell*> spec_cells;  // by name (SweepSpec::cell is a linear search)
+  for (const auto& c : spec.cells) {
+    spec_cells.emplace(c.name, &c);
+  }
   for (const auto& stored : store.cells()) {
     if (stored.role != "target") {
       continue;
@@ -102,7 +107,8 @@ SweepEvaluationCells read_sweep_evaluation_cells(const SweepStore& store, const 
       out.missing_names.push_back(stored.name);
       continue;
     }
-    const SweepCell& spec_cell = spec.cell(stored.name);
+    const auto found = spec_cells.find(stored.name);
+    const SweepCell& spec_cell = found != spec_cells.end() ? *found->second : spec.cell(stored.name);  // throws
     std::vector<std::string> names = !groups.empty() ? groups : spec.evaluation.groups;
     if (names.empty()) {
       for (auto& g : target->groups) {

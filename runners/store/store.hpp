@@ -201,6 +201,7 @@ class SweepStore {
   std::filesystem::path m_dir;
   std::vector<StoredCell> m_cells;
   std::map<std::string, std::size_t> m_index;
+  std::map<std::string, std::size_t> m_by_name;  // cell name -> position in m_cells
   std::string m_spec_sha256;
   std::string m_binary_sha256;
   std::map<std::string, std::string> m_libraries;  // bin/lib/<name> -> sha256

@@ -196,6 +196,53 @@ TEST(Bootstrap, BcaJackknifeAccelerationAndBiasCorrection) {
   EXPECT_GT(r.interval.upper, pct.upper);
 }
 
+// Above kJackknifeGroups units, BCa's jackknife leaves out groups of consecutive units (Efron & Narasimhan's grouped
+// jackknife): for the mean, group g = [floor(g n / G), floor((g + 1) n / G)) gives (sum x - sum of the group) /
+// (n - its size), and the acceleration is the same formula over those G values (computed here by hand).
+TEST(Bootstrap, BcaAboveTheGroupLimitUsesTheGroupedJackknife) {
+  int const n = 2537;  // not a multiple of 1000: groups of 2 and 3 units
+  std::vector<double> x = normal_sample(5, n);
+  for (auto& v : x) {
+    v = std::exp(v);
+  }
+  double sum = 0;
+  for (double v : x) {
+    sum += v;
+  }
+  BootstrapSpec spec;
+  spec.seed = 3;
+  spec.resamples = 400;
+  spec.method = IntervalMethod::bca;
+  auto const r = bootstrap_replicates(Kokkos::DefaultHostExecutionSpace{}, n, MeanOf{&x}, spec);
+  std::int64_t const G = kJackknifeGroups;
+  ASSERT_EQ(r.jackknife.size(), std::size_t(G));
+  std::vector<double> hand;
+  for (std::int64_t g = 0; g < G; ++g) {
+    std::int64_t const lo = g * n / G, hi = (g + 1) * n / G;
+    double group = 0;
+    for (std::int64_t i = lo; i < hi; ++i) {
+      group += x[std::size_t(i)];
+    }
+    hand.push_back((sum - group) / double(n - (hi - lo)));
+    EXPECT_NEAR(r.jackknife[std::size_t(g)], hand.back(), 1e-12) << "group " << g;
+  }
+  double mean = 0;
+  for (double v : hand) {
+    mean += v;
+  }
+  mean /= double(G);
+  double s2 = 0, s3 = 0;
+  for (double v : hand) {
+    s2 += (mean - v) * (mean - v);
+    s3 += (mean - v) * (mean - v) * (mean - v);
+  }
+  EXPECT_NEAR(r.interval.acceleration, s3 / (6 * std::pow(s2, 1.5)), 1e-9);
+  // At the limit itself the jackknife still leaves out single units.
+  std::vector<double> const y(x.begin(), x.begin() + G);
+  EXPECT_EQ(bootstrap_replicates(Kokkos::DefaultHostExecutionSpace{}, G, MeanOf{&y}, spec).jackknife.size(),
+            std::size_t(G));
+}
+
 TEST(Bootstrap, DegenerateSampleGivesAPointInterval) {
   std::vector<double> const x(10, 2.5);
   BootstrapSpec spec;
