@@ -19,6 +19,7 @@
 #include "runners/report/figure.hpp"
 #include "runners/store/store.hpp"
 #include "sim/trace/trace.hpp"
+#include "sim/trace/trace_reader.hpp"
 #include "util/csv.hpp"
 #include "util/files.hpp"
 
@@ -144,7 +145,10 @@ void run_grid(GridArgs a) {
     a.out = (fs::path(a.trace) / "grid").string();
   }
   a.trace = trace_path(a);
-  sim::Trace trace = sim::read_trace(a.trace);
+  // The header only; each group's records are read a block of recorded steps at a time (format_grid on the
+  // reader), so the memory held does not grow with the number of recorded steps.
+  const sim::TraceReader reader(a.trace);
+  const sim::Trace& trace = reader.header();
   std::vector<std::string> groups = a.groups;
   if (groups.empty()) {
     for (const auto& g : trace.groups) {
@@ -153,7 +157,11 @@ void run_grid(GridArgs a) {
   }
   for (const auto& g : groups) {
     try {
-      forecast::require_joint_histogram(trace, forecast::find_group(trace, g));
+      const sim::GroupTrace& group = forecast::find_group(trace, g);
+      const auto index = static_cast<std::size_t>(&group - trace.groups.data());
+      if (trace.mode != "reference" || !(reader.group_has_margin(index) || reader.group_has_pairs(index))) {
+        forecast::require_joint_histogram(trace, group);  // the message for a trace without a joint record
+      }
     } catch (const forecast::ForecastError& e) {
       throw std::runtime_error(a.trace + ": " + e.what());
     }
@@ -195,7 +203,7 @@ void run_grid(GridArgs a) {
   std::vector<forecast::FormatGrid> grids;
   for (const auto& group : groups) {
     try {
-      grids.push_back(forecast::format_grid(trace, group, a.formats, a.lr_scales));
+      grids.push_back(forecast::format_grid(reader, group, a.formats, a.lr_scales));
     } catch (const forecast::ForecastError& e) {
       throw std::runtime_error(a.trace + ": " + e.what());
     }
