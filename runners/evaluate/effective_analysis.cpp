@@ -11,7 +11,17 @@ namespace {
 BurnIn burn_in_of(const SweepInputs& in, const ScoredCells& sc) {
   const AnalysisSpec& analysis = in.analysis;
   if (in.store || analysis.burn_in) {
-    return crossing_burn_in(in.spec, analysis.burn_in, "declared in the analysis' [crossing]");
+    BurnIn b = crossing_burn_in(in.spec, analysis.burn_in, "declared in the analysis' [crossing]");
+    if (in.store && analysis.burn_in) {
+      // Say where this analysis' crossings part from the sweep report's (issue 31: the same runs gave two
+      // headlines, and nothing said why).
+      const BurnIn sweep = crossing_burn_in(in.spec);
+      if (sweep.steps != b.steps) {
+        b.how += "; the sweep report counts crossings from t0 = " + std::to_string(sweep.steps) + " (" + sweep.how +
+                 "), so its crossing headline differs from this one";
+      }
+    }
+    return b;
   }
   // External runs: no spec, so the shortest imported target run's length.
   std::int64_t steps = -1;

@@ -265,6 +265,13 @@ TEST_F(EvaluateTest, TheEffectiveAnalysisRecordsTheDeclaredCrossingSettings) {
   const auto again = wr::evaluate_sweep(sweep, options);
   EXPECT_EQ(again.crossing_options.tolerance, 0.3);
   EXPECT_EQ(again.effective_analysis, first.effective_analysis);
+  // The declared burn-in (3) is not the sweep report's (0.5% of 60 steps: 0): the report says so and why the two
+  // crossing headlines differ; a declared burn-in equal to the sweep's says nothing more.
+  EXPECT_NE(first.burn_in_how.find("the sweep report counts crossings from t0 = 0"), std::string::npos)
+      << first.burn_in_how;
+  options.analysis = analysis("crossing_same", basic_analysis("[crossing]\nburn_in = 0\n"));
+  const auto same = wr::evaluate_sweep(sweep, options);
+  EXPECT_EQ(same.burn_in_how, "declared in the analysis' [crossing]");
 }
 
 TEST_F(EvaluateTest, SkillByStepAndByFactorMatchPlainRecomputation) {
