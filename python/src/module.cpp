@@ -680,6 +680,20 @@ Trace header_from_dict(const py::dict& d, const char* who) {
       g.init_absmax =
           jd.contains("init_absmax") ? jd["init_absmax"].cast<double>() : std::numeric_limits<double>::quiet_NaN();
     }
+    if (gd.contains("block_format")) {  // target mode: a group held in a block format, with its block count
+      if (t.mode != "target") {
+        throw py::value_error(std::string(who) + ": group " + g.name + ": block_format is for target traces");
+      }
+      g.block_format = gd["block_format"].cast<std::string>();
+      if (!storage_format_from_name(g.block_format).block) {  // throws naming the known formats
+        throw py::value_error(std::string(who) + ": group " + g.name + ": " + g.block_format +
+                              " is not a block format");
+      }
+      if (!gd.contains("blocks") || gd["blocks"].cast<std::int64_t>() <= 0) {
+        throw py::value_error(std::string(who) + ": group " + g.name + ": block_format needs \"blocks\" > 0");
+      }
+      g.block_events.blocks = gd["blocks"].cast<std::int64_t>();
+    }
     t.groups.push_back(std::move(g));
   }
   return t;
@@ -717,6 +731,13 @@ void rows_from_dict(Trace& t, const py::dict& d, const char* who) {
       g.saturated = vector_of<std::int64_t>(need(gd, "saturated", w), w + "saturated", T);
       g.applied = vector_of<std::int64_t>(need(gd, "applied", w), w + "applied", T);
       g.erased_fraction = vector_of<double>(need(gd, "erased_fraction", w), w + "erased_fraction", T);
+      if (!g.block_events.empty()) {  // a block format's events by cause, one entry per recorded step
+        const py::dict bd = py::reinterpret_borrow<py::dict>(need(gd, "block_events", w));
+        for (const BlockEventField& f : kBlockEventFields) {
+          g.block_events.*f.series =
+              vector_of<std::int64_t>(need(bd, f.name, w + "block_events."), w + "block_events." + f.name, T);
+        }
+      }
       continue;
     }
     g.zero_weight = vector_of<std::int64_t>(need(gd, "zero_weight", w), w + "zero_weight", T);

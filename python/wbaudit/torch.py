@@ -339,12 +339,50 @@ def _format_fits(fmt, dtype, scale):
     return None
 
 
+_BLOCK_EVENTS = ("erased_grid", "erased_saturation", "erased_scale", "collateral", "flushed", "rescaled_up",
+                 "rescaled_down")
+
+
+def _block_format(fmt):
+    """The block format's description (wbaudit.block_formats()) or None for a per-tensor format."""
+    for f in _core.block_formats():
+        if f["name"] == fmt:
+            return f
+    base = fmt.split(":")[0]
+    if any(f["name"] == base for f in _core.block_formats()):  # options the list does not spell out
+        return next(f for f in _core.block_formats() if f["name"] == base)
+    return None
+
+
+def _block_count(info, shape):
+    """Blocks of a tensor of `shape` held in a block format: along the last dimension (a 0-d or 1-d tensor is one
+    row), 16 x 16 tiles for NVFP4's 2-D layout (docs/formats.md)."""
+    cols = int(shape[-1]) if len(shape) else 1
+    rows = int(np.prod(shape[:-1])) if len(shape) > 1 else 1
+    b = int(info["block_size"])
+    if info["tiles_2d"]:
+        return -(-rows // b) * -(-cols // b)
+    return rows * -(-cols // b)
+
+
 class _Slot:
-    """One written-back parameter: its name, tensor id (SR key), format and intK scale."""
-    __slots__ = ("name", "p", "tid", "fmt", "scale")
+    """One written-back parameter: its name, tensor id (SR key), format and intK scale; a block format's write-back
+    shape (the parameter's own: blocks run along its last dimension) and block count."""
+    __slots__ = ("name", "p", "tid", "fmt", "scale", "shape", "blocks")
 
     def __init__(self, name, p, tid, fmt, scale):
         self.name, self.p, self.tid, self.fmt, self.scale = name, p, tid, fmt, scale
+        info = _block_format(fmt)
+        self.shape = (tuple(p.shape) or (1,)) if info is not None else (-1,)
+        self.blocks = _block_count(info, tuple(p.shape)) if info is not None else 0
+
+    def group_row(self, c):
+        """A recorded step's trace row of this parameter from the write-back's counts."""
+        row = {**{k: [c[k]] for k in ("nonzero", "erased", "saturated", "applied")},
+               "erased_fraction": [_fraction(c["erased"], c["nonzero"])]}
+        if self.blocks:
+            row["block_events"] = {k: [c[k]] for k in _BLOCK_EVENTS}
+        return row
 
 
 def _torch_ops(name):
@@ -456,6 +494,11 @@ class PersistentNative(torch.optim.Optimizer):
             if scale is not None:
                 self.scales[name] = scale
             self._slots.append(_Slot(name, p, tids[name], fmt, scale))
+        blocks = [s.name for s in self._slots if s.blocks]
+        if trajectory is not None and blocks:  # refused before any parameter is rounded
+            raise ValueError(f"wbaudit.torch: parameter {blocks[0]} is held in the block format "
+                             f"{self.formats[blocks[0]]}: a trajectory dump is for `wbaudit audit`, which audits "
+                             f"per-tensor formats only; drop trajectory= (the trace records the block events)")
         self._round_into_formats()
         self.steps_run = 0
         self._writer = None
@@ -527,7 +570,9 @@ class PersistentNative(torch.optim.Optimizer):
                 "format": fmts.pop() if len(fmts) == 1 else "mixed", "policy": self.policy, "seed": self.seed,
                 "steps": int(steps or 0), "config_json": json.dumps(config, sort_keys=True),
                 "histogram": dict(_HIST),
-                "groups": {s.name: {"tensor_id": s.tid, "size": s.p.numel()} for s in self._slots}}
+                "groups": {s.name: {"tensor_id": s.tid, "size": s.p.numel(),
+                                    **({"block_format": s.fmt, "blocks": s.blocks} if s.blocks else {})}
+                           for s in self._slots}}
 
     def _open(self):
         """Starts the streamed trace at the first step (so that load_state_dict can continue an earlier one)."""
@@ -603,8 +648,7 @@ class PersistentNative(torch.optim.Optimizer):
                 if in_place and p.device.type == "cpu" and (name in low or p.is_contiguous()):
                     c = self._writeback_in_place(s, w, low.get(name), record)
                     if record:
-                        groups[name] = {**{k: [c[k]] for k in ("nonzero", "erased", "saturated", "applied")},
-                                        "erased_fraction": [_fraction(c["erased"], c["nonzero"])]}
+                        groups[name] = s.group_row(c)
                     continue
                 u = (p.detach() - w).contiguous()  # the optimizer's fp32 proposal
                 if name in low:
@@ -619,20 +663,19 @@ class PersistentNative(torch.optim.Optimizer):
                 elif p.dtype == torch.float32 and p.is_contiguous():
                     # p <- q(w + u), written straight into the parameter's storage
                     p.copy_(w)
-                    flat = p.detach().view(-1).numpy()
-                    _, c = writeback(flat, _np(u).reshape(-1), s.fmt, self.policy, self.seed, step, s.tid,
+                    flat = p.detach().view(s.shape).numpy()
+                    _, c = writeback(flat, _np(u).reshape(s.shape), s.fmt, self.policy, self.seed, step, s.tid,
                                      self.sr_bits, s.scale, flat, self._dist.offset(name), name, self.sr_stream)
                     w_next = None
                 else:  # another storage dtype or layout: the write-back in fp32, stored into it (exact)
-                    w_next, c = writeback(_np(w).reshape(-1), _np(u).reshape(-1), s.fmt, self.policy, self.seed,
+                    w_next, c = writeback(_np(w).reshape(s.shape), _np(u).reshape(s.shape), s.fmt, self.policy, self.seed,
                                           step, s.tid, self.sr_bits, s.scale, None, self._dist.offset(name), name,
                                           self.sr_stream)
                     w_next = torch.from_numpy(w_next)
                     p.copy_(w_next.view(p.shape))
                 if record:
                     self._dist.observe(name, w, u)
-                    groups[name] = {**{k: [c[k]] for k in ("nonzero", "erased", "saturated", "applied")},
-                                    "erased_fraction": [_fraction(c["erased"], c["nonzero"])]}
+                    groups[name] = s.group_row(c)
                     if self._trajectory is not None:
                         after = w_next if w_next is not None else p.detach()
                         rows[name] = (w.cpu(), u.cpu(), after.float().reshape(p.shape).cpu().clone())
@@ -659,8 +702,8 @@ class PersistentNative(torch.optim.Optimizer):
             p.data, p.grad = low
             w = low[0].to(torch.float32, memory_format=torch.contiguous_format)  # exact
         torch.sub(u, w, out=u)  # the optimizer's fp32 proposal (low: the storage promoted to fp32, exact)
-        wf = _np(w).reshape(-1)
-        uf = _np(u.contiguous()).reshape(-1)
+        wf = _np(w).reshape(s.shape)
+        uf = _np(u.contiguous()).reshape(s.shape)
         if record:
             self._dist.observe(name, w, u)
         try:

@@ -145,3 +145,62 @@ def test_read_trace_gives_the_block_events_the_file_holds(tmp_path, wbaudit_exe)
                             for k in fields:
                                 assert np.array_equal(p["block_events"][k], hp["block_events"][k][:]), (fmt, k)
     assert seen_target >= 6 and seen_projected >= 6  # 3 block targets x 2+ groups; 3 block formats x 2+ groups
+
+
+@pytest.mark.parametrize("fmt,policy", [("mxfp8_e4m3", "nearest"), ("mxfp4_e2m1:rceil", "stochastic"),
+                                        ("nvfp4:2d", "nearest")])
+def test_persistent_native_writes_back_blocks_along_rows_and_records_their_events(tmp_path, fmt, policy):
+    """PersistentNative with a block format: each parameter is written back with the parameter's own shape (blocks
+    along its last dimension; 40 columns are a block of 32 and a short block of 8 per row, never blocks across rows),
+    the weights equal wbaudit.writeback's on the 2-D arrays step by step, and the target trace records the block
+    events by cause with the block count the C++ write-back reports."""
+    import torch
+
+    from wbaudit.torch import PersistentNative
+
+    torch.manual_seed(0)
+    model = torch.nn.Linear(40, 24)
+    opt = PersistentNative(torch.optim.SGD(model.parameters(), lr=0.5), formats={"weight": fmt, "*": "fp32"},
+                           model=model, policy=policy, seed=5, path=tmp_path / "t" / "trace.h5")
+    w = model.weight.detach().numpy().copy()
+    assert np.array_equal(w, wbaudit.round(w, fmt))  # rounded into the format at construction, blockwise
+    expected = []
+    g = torch.Generator().manual_seed(1)
+    for step in range(4):
+        x = torch.randn(16, 40, generator=g)
+        loss = model(x).pow(2).mean()
+        opt.zero_grad()
+        loss.backward()
+        w_before = model.weight.detach().clone()
+        # the optimizer's fp32 proposal, by the same torch operations (plain SGD: p.add_(grad, alpha=-lr))
+        p_after = w_before.clone().add_(model.weight.grad, alpha=-0.5)
+        u = (p_after - w_before).numpy()
+        opt.step(loss=loss.item())
+        # the same write-back from the C++ kernel on the 2-D arrays
+        w_ref, c = wbaudit.writeback(w_before.numpy(), u, fmt, policy, seed=5, step=step, tensor_id=0)
+        assert np.array_equal(model.weight.detach().numpy(), w_ref), step
+        expected.append(c)
+    t = wbaudit.read_trace(opt.close())
+    g = t["groups"]["weight"]
+    assert g["block_format"] == fmt
+    assert g["block_events"]["blocks"] == expected[0]["blocks"]
+    per_row = 1 if fmt == "nvfp4:2d" else 2  # (32 + 8) columns per row; nvfp4:2d: 16 x 16 tiles
+    assert expected[0]["blocks"] == (2 * 3 if fmt == "nvfp4:2d" else 24 * per_row)
+    for k in ("erased_grid", "erased_saturation", "erased_scale", "collateral", "flushed", "rescaled_up",
+              "rescaled_down"):
+        assert list(g["block_events"][k]) == [c[k] for c in expected], k
+    assert list(g["erased"]) == [c["erased"] for c in expected]
+    assert "block_format" not in t["groups"]["bias"]
+
+
+def test_persistent_native_refuses_a_trajectory_of_a_block_format_before_rounding(tmp_path):
+    import torch
+
+    from wbaudit.torch import PersistentNative
+
+    model = torch.nn.Linear(8, 4)
+    before = model.weight.detach().clone()
+    with pytest.raises(ValueError, match="weight is held in the block format mxfp8_e4m3"):
+        PersistentNative(torch.optim.SGD(model.parameters(), lr=0.1), formats={"weight": "mxfp8_e4m3", "*": "fp32"},
+                         model=model, path=tmp_path / "trace.h5", trajectory=tmp_path / "traj.h5")
+    assert torch.equal(model.weight.detach(), before)
