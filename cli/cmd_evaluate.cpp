@@ -77,6 +77,9 @@ void add_evaluate_command(CLI::App& app) {
       std::cout << "\n";
     }
     std::cout << "  bootstrap units: n = " << result.resampling_units << "\n";
+    for (const auto& w : result.warnings) {
+      std::cerr << "wbaudit evaluate: warning: " << w << "\n";
+    }
     if (!result.cohort_verdict.empty()) {
       std::cout << "cohort: " << result.cohort_verdict << "\n";
     }

@@ -126,6 +126,9 @@ struct EvaluationResult {
   // cohort (the registered claim over it stays unestablished), else how the verdicts follow the gates.
   std::string cohort_verdict;
   std::size_t resampling_units = 0;  // distinct bootstrap units (target runs, or cells under unit = cell)
+  // What the user should know about how the result was obtained, one sentence each (printed by the CLI, in the report),
+  // e.g. unit = "cell" on cells that share runs.
+  std::vector<std::string> warnings;
   forecast::CrossingOptions crossing_options;
   std::string burn_in_how;                // "default: 0.5% of the 1000 steps ..." or where it was declared
   std::vector<std::int64_t> group_sizes;  // per row: coordinates of the cell's group

@@ -293,6 +293,9 @@ void statistics_section(const EvaluationResult& r, const std::vector<StatisticRo
   doc.paragraph("Intervals: " + interval_kind(boot) + ", " + std::to_string(boot.resamples) + " resamples, seed " +
                 std::to_string(boot.seed) +
                 ", resampling units = " + (r.analysis.unit == BootstrapUnit::run ? "target runs" : "cells") + ".");
+  for (const auto& w : r.warnings) {
+    doc.paragraph("Warning: " + w + ".");
+  }
   const std::string text = notes.text();
   if (!text.empty()) {
     doc.paragraph("Notes: " + text);

@@ -255,9 +255,15 @@ ScoringContext scoring_context(const AnalysisSpec& analysis, const forecast::Eva
     ctx.unit_of_cell = result.runs;
   }
   ctx.group_of_cell = result.groups;
-  result.resampling_units = analysis.unit == BootstrapUnit::run
-                                ? std::set<std::string>(result.runs.begin(), result.runs.end()).size()
-                                : result.cells.size();
+  const std::size_t runs = std::set<std::string>(result.runs.begin(), result.runs.end()).size();
+  result.resampling_units = analysis.unit == BootstrapUnit::run ? runs : result.cells.size();
+  if (analysis.unit == BootstrapUnit::cell && runs < result.cells.size()) {
+    result.warnings.push_back(
+        "bootstrap unit = \"cell\" resamples the " + std::to_string(result.cells.size()) +
+        " cells as if independent, but they come from " + std::to_string(runs) +
+        " target runs, and the parameter groups of one run share its trajectory (correlated cells): the intervals "
+        "are too narrow; unit = \"run\" resamples the runs");
+  }
   for (const auto& t : tables.predictors) {
     if (!t.missing_cells.empty()) {
       ctx.baseline_unavailable[t.name] = "template classes without history (declared inconclusive) for " +

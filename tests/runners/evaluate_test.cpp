@@ -9,6 +9,7 @@
 
 #include <cmath>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <set>
 #include <sstream>
@@ -832,6 +833,12 @@ threshold = -1.0
   options.analysis = analysis("run_level", text);
   auto result = wr::evaluate_sweep(sweep, options);
   auto dir = wr::write_evaluation_report(result, options);
+  // unit = "cell" on cells that share runs (two groups per run): warned, in the result and in the report.
+  ASSERT_EQ(result.warnings.size(), 1u);
+  EXPECT_NE(result.warnings[0].find("correlated cells"), std::string::npos) << result.warnings[0];
+  std::ifstream md(dir / "report.md");
+  const std::string report((std::istreambuf_iterator<char>(md)), std::istreambuf_iterator<char>());
+  EXPECT_NE(report.find("Warning: bootstrap unit = \"cell\""), std::string::npos);
   ASSERT_EQ(result.gates.size(), 3u);
   EXPECT_EQ(result.gates[0].result.verdict, wbaudit::stats::Verdict::fail);
   ASSERT_FALSE(result.gates[0].result.reasons.empty());
