@@ -159,6 +159,7 @@ EvaluationTables build_evaluation_tables(const std::vector<EvaluationCell>& cell
   std::vector<std::int64_t> grid = options.grid;
   if (grid.empty()) {
     std::vector<std::vector<std::int64_t>> lists;
+    lists.reserve(cells.size());
     for (const auto& c : cells) {
       lists.push_back(c.outcome.steps);
     }

@@ -4,7 +4,7 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 packages=(
-  build-essential cmake git pkg-config dpkg-dev clang-format
+  build-essential cmake git pkg-config dpkg-dev clang-format clang-tidy
   libtrilinos-kokkos-dev libopenmpi-dev openmpi-bin libeigen3-dev libboost-dev libboost-math-dev libboost-random-dev
   libgtest-dev libbenchmark-dev librandom123-dev nlohmann-json3-dev libcli11-dev libtomlplusplus-dev libssl-dev
   libhdf5-dev hdf5-tools gnuplot-nox slurmctld slurmd slurm-client munge

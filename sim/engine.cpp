@@ -92,6 +92,7 @@ Training<ExecSpace>::Training(const ExecSpace& space, const RunConfig& config)
   const bool reference = config.mode == RunMode::reference;
   const int n = m_model->tensor_count();
   std::vector<std::int64_t> sizes;
+  sizes.reserve(static_cast<std::size_t>(n));
   for (int t = 0; t < n; ++t) {
     sizes.push_back(static_cast<std::int64_t>(m_model->parameter(t).extent(0)));
   }

@@ -218,7 +218,7 @@ py::list formats() {
   return out;
 }
 
-py::array_t<float> round_values(py::array x, const std::string& fmt_name, const std::string& policy_name_,
+py::array_t<float> round_values(const py::array& x, const std::string& fmt_name, const std::string& policy_name_,
                                 std::uint64_t seed, int sr_bits, std::uint64_t step, std::uint32_t tensor_id,
                                 std::optional<double> scale, const std::string& sr_stream) {
   ensure_kokkos();

@@ -15,6 +15,7 @@ namespace wbaudit::runners {
 
 inline constexpr const char* kExternalSchema = "wbaudit.external/1";
 
+// NOLINTNEXTLINE(bugprone-exception-escape): its implicit move of nlohmann::json (not noexcept in the check's view)
 struct ExternalRun {
   std::string name;
   std::filesystem::path dir;  // DIR/external/<name>

@@ -42,6 +42,7 @@ void choose_analysis(SweepInputs& in, const EvaluateOptions& options) {
   auto regs = registrations(in.sweep_dir, in.store.get());
   if (regs.size() > 1) {
     std::vector<std::string> list;
+    list.reserve(regs.size());
     for (auto& r : regs) {
       list.push_back(r.frozen.string());
     }

@@ -256,6 +256,7 @@ std::vector<PolicyContrast> contrasts(const ConditionLosses& cond, const stats::
     pairs.push_back({1, 0});
   }
   std::vector<PolicyContrast> out;
+  out.reserve(pairs.size());
   for (const auto& [i, j] : pairs) {
     out.push_back(contrast(rec[i], rec[j], spec));
   }
@@ -268,6 +269,7 @@ std::optional<ConditionLosses> condition_losses(const std::string& name, const s
   ConditionLosses cond;
   cond.condition = name;
   std::vector<std::string> seeds;
+  seeds.reserve(runs.size());
   for (const auto& [seed, r] : runs) {
     seeds.push_back(seed);
   }

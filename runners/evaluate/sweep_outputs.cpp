@@ -22,8 +22,6 @@
 namespace wbaudit::runners {
 namespace {
 
-using util::csv_number;
-
 // The skill reports already written into DIR/evaluations/ (by name), for the crossing report's links.
 std::vector<std::string> fs_list_evaluations(const std::filesystem::path& dir) {
   std::vector<std::string> names;

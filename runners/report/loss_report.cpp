@@ -43,7 +43,7 @@ std::string policy_colour(const std::string& policy, std::map<std::string, std::
   if (it != assigned.end()) {
     return it->second;
   }
-  const std::string colour = kPolicyColours[assigned.size() % 7];
+  std::string colour = kPolicyColours[assigned.size() % 7];
   assigned[policy] = colour;
   return colour;
 }

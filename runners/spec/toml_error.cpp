@@ -5,7 +5,7 @@
 namespace wbaudit::runners {
 
 std::string toml_error_description(const toml::parse_error& e, std::string_view text) {
-  const std::string description(e.description());
+  std::string description(e.description());
   constexpr std::string_view kRedefine = "cannot redefine existing ";
   const std::size_t at = description.find(kRedefine);
   const std::size_t quote = description.find('\'', at);

@@ -23,6 +23,7 @@ class StoreError : public std::runtime_error {
 };
 
 // One cell as stored in sweep.json. `id` is filled by SweepStore::create from the configuration (cell_id).
+// NOLINTNEXTLINE(bugprone-exception-escape): its implicit move of nlohmann::json (not noexcept in the check's view)
 struct StoredCell {
   std::string id;
   std::string name;       // unique in the sweep
@@ -89,6 +90,7 @@ class Attempt {
 
 struct SigningState;  // the sweep's key and the journal's index (runners/store/journal.hpp), shared by copies
 
+// NOLINTNEXTLINE(bugprone-exception-escape): the implicit move constructor's std::map members are not noexcept
 class SweepStore {
  public:
   // Creates DIR (refused when it exists, unless options.resume) with spec.toml, bin/wbaudit, journal.jsonl and

@@ -332,7 +332,7 @@ double DecoderModel<ExecSpace, Scalar>::forward(const ExecSpace& space, Tokens t
     Scalar* n2 = m_n2.data() + l * TD;
     Scalar* rstd1 = m_rstd1.data() + std::ptrdiff_t(l) * T;
     Scalar* rstd2 = m_rstd2.data() + std::ptrdiff_t(l) * T;
-    Scalar* qkv = m_qkv.data() + 3 * l * TD;
+    Scalar* qkv = m_qkv.data() + std::ptrdiff_t(3) * l * TD;
     Scalar* probs = m_probs.data() + std::ptrdiff_t(l) * B * H * SS;
     Scalar* attn = m_attn.data() + l * TD;
     Scalar* gate = m_gate.data() + l * TF;
@@ -503,7 +503,7 @@ void DecoderModel<ExecSpace, Scalar>::backward(const ExecSpace& space, Tokens to
     const Scalar* n2 = m_n2.data() + l * TD;
     const Scalar* rstd1 = m_rstd1.data() + std::ptrdiff_t(l) * T;
     const Scalar* rstd2 = m_rstd2.data() + std::ptrdiff_t(l) * T;
-    const Scalar* qkv = m_qkv.data() + 3 * l * TD;
+    const Scalar* qkv = m_qkv.data() + std::ptrdiff_t(3) * l * TD;
     const Scalar* probs = m_probs.data() + std::ptrdiff_t(l) * B * H * SS;
     const Scalar* attn = m_attn.data() + l * TD;
     const Scalar* gate = m_gate.data() + l * TF;
@@ -564,7 +564,7 @@ void DecoderModel<ExecSpace, Scalar>::backward(const ExecSpace& space, Tokens to
         "wbaudit::sim::DecoderModel::backward::attention",
         Kokkos::RangePolicy<ExecSpace, Kokkos::Schedule<Kokkos::Dynamic>>(space, 0, B * H), [=](const int bh) {
           const int b = bh / H, h = bh % H;
-          const std::ptrdiff_t base = std::ptrdiff_t(b) * S * 3 * D + h * hd;
+          const std::ptrdiff_t base = std::ptrdiff_t(b) * S * 3 * D + std::ptrdiff_t(h) * hd;
           const Scalar* q = qkv + base;
           const Scalar* k = q + D;
           const Scalar* v = q + 2 * D;

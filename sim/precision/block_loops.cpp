@@ -486,6 +486,8 @@ template <bool Master, bool HasU>
 }
 
 // ---- The three compilations ----
+// TARGET is a function attribute (target("avx512f,...")) and NS a namespace name: neither can be parenthesized.
+// NOLINTBEGIN(bugprone-macro-parentheses)
 #define WBAUDIT_BLOCK_LOOPS(NS, TARGET)                                                                           \
   namespace NS {                                                                                                  \
   TARGET void scan(const float* w, const float* u, std::int64_t len, BlockScan& s) {                              \
@@ -539,6 +541,7 @@ template <bool Master, bool HasU>
     nvfp4_span_body<Mode, RBits>(cfg, sb, w, u, words, flags, blocks, c);                                         \
   }                                                                                                               \
   }
+// NOLINTEND(bugprone-macro-parentheses)
 
 WBAUDIT_BLOCK_LOOPS(portable, )
 WBAUDIT_BLOCK_LOOPS(v3, __attribute__((target("arch=x86-64-v3"))))

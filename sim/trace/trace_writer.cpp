@@ -193,6 +193,7 @@ std::vector<Handle> block_event_sets(hid_t parent, const BlockEventSeries& b, co
     write_scalar_attribute<std::int64_t>(bh.get(), "blocks", b.blocks, file);
   }
   std::vector<Handle> sets;
+  sets.reserve(kBlockEventFields.size());
   for (const BlockEventField& f : kBlockEventFields) {
     sets.push_back(
         *row_set<std::int64_t>(bh.get(), f.name, 0, chunk_rows, false, create, where + "block_events/", file));
