@@ -114,6 +114,7 @@ struct TraceWriter::State {
   void open_sets(bool create_them);
   void check_header(const Trace& t, const std::string& what) const;
   void append(Trace& t);
+  void check_group_rows(const Trace& t, std::size_t T);  // every group series holds T steps' rows
   void finish(std::optional<std::int64_t> steps);
 };
 
@@ -515,23 +516,7 @@ void expect_rows(const V& v, std::size_t want, const std::string& what, const st
 
 }  // namespace
 
-void TraceWriter::State::append(Trace& t) {
-  const std::size_t T = t.recorded_steps.size();
-  const std::size_t V = t.validation_steps.size();
-  const std::size_t K = t.replay_checkpoints.size();
-  if (t.groups.size() != header.groups.size() || t.replays.size() != header.replays.size()) {
-    check_header(t, "append");
-  }
-  if (T == 0 && V == 0 && K == 0 && t.validation_loss.empty()) {
-    return;
-  }
-  expect_rows(t.loss, T, "loss", file);
-  expect_rows(t.learning_rate, T, "learning_rate", file);
-  expect_rows(t.validation_loss, V, "validation_loss", file);
-  expect_rows(t.replay_start_loss, K, "replay start_validation_loss", file);
-  for (const ReplaySeries& r : t.replays) {
-    expect_rows(r.validation_loss, K, "replay validation_loss", file);
-  }
+void TraceWriter::State::check_group_rows(const Trace& t, std::size_t T) {
   const bool reference = header.mode == "reference";
   const std::size_t bins = static_cast<std::size_t>(header.histogram.bins), mbins = header.margin.bins();
   for (std::size_t i = 0; i < t.groups.size(); ++i) {
@@ -576,6 +561,27 @@ void TraceWriter::State::append(Trace& t) {
       }
     }
   }
+}
+
+void TraceWriter::State::append(Trace& t) {
+  const std::size_t T = t.recorded_steps.size();
+  const std::size_t V = t.validation_steps.size();
+  const std::size_t K = t.replay_checkpoints.size();
+  if (t.groups.size() != header.groups.size() || t.replays.size() != header.replays.size()) {
+    check_header(t, "append");
+  }
+  if (T == 0 && V == 0 && K == 0 && t.validation_loss.empty()) {
+    return;
+  }
+  expect_rows(t.loss, T, "loss", file);
+  expect_rows(t.learning_rate, T, "learning_rate", file);
+  expect_rows(t.validation_loss, V, "validation_loss", file);
+  expect_rows(t.replay_start_loss, K, "replay start_validation_loss", file);
+  for (const ReplaySeries& r : t.replays) {
+    expect_rows(r.validation_loss, K, "replay validation_loss", file);
+  }
+  check_group_rows(t, T);
+  const bool reference = header.mode == "reference";
   // HDF5 writes only into space reserved now (it holds nothing unwritten since the last flush).
   reserve_file_space(
       h5->get(), T * step.bytes + 16 * V + (16 + 8 * header.replays.size()) * K + metadata_slack(step.datasets), file);
