@@ -255,7 +255,7 @@ StepBins parse(const sim::JointHistogramLayout& layout, std::span<const std::uin
   for (std::size_t k = 0; k < out.bins.size(); ++k) {
     for (int d = 0; d < 2; ++d) {
       const Entries& e = out.entries[d];
-      const std::size_t from = ranges[k][std::size_t(2 * d)], n = ranges[k][std::size_t(2 * d + 1)] - from;
+      const std::size_t from = ranges[k][2 * std::size_t(d)], n = ranges[k][2 * std::size_t(d) + 1] - from;
       out.bins[k].dir[d] =
           UEntries{std::span<const double>(e.lo).subspan(from, n), std::span<const double>(e.hi).subspan(from, n),
                    std::span<const double>(e.count).subspan(from, n), std::span<const char>(e.point).subspan(from, n),

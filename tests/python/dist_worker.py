@@ -8,6 +8,7 @@ current weights with the same code as the one-process run (a sharded rank first 
 slice, so the shards' values are those of the one-process run bit for bit and only the recording is distributed.
 """
 import datetime
+import gc
 import json
 import os
 import sys
@@ -160,6 +161,13 @@ def main():
         np.savez(os.path.join(out, f"weights{rank}.npz"), **weights)
     with open(os.path.join(out, f"result{rank}.json"), "w") as f:
         json.dump({"error": error}, f)
+    # Leave without the interpreter's teardown: after a rank raised mid-run, gloo's threads may still be waiting on
+    # the other rank, and destroying them at exit aborts ("terminate called without an active exception"). Every
+    # result is on disk by now, and the recorders' files were closed when their frames were released.
+    gc.collect()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":
