@@ -28,9 +28,7 @@ BurnIn burn_in_of(const SweepInputs& in, const ScoredCells& sc) {
   for (const auto& c : sc.cells) {
     steps = steps < 0 ? c.target_trace->steps : std::min(steps, c.target_trace->steps);
   }
-  return {forecast::default_burn_in(steps), "default: 0.5% (" + std::to_string(forecast::kDefaultBurnInPerMille) +
-                                                " per mille) of the " + std::to_string(steps) +
-                                                " steps of the shortest external target run"};
+  return default_crossing_burn_in(steps, "external target run");
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 #include "forecast/alignment.hpp"
 #include "forecast/source.hpp"
 #include "runners/evaluate/sweep_cells.hpp"
+#include "runners/spec/sweep_spec.hpp"
 #include "runners/store/identity.hpp"
 #include "runners/store/store.hpp"
 #include "sim/trace/trace.hpp"
@@ -189,9 +190,9 @@ ExternalComparison compare_external_runs(const fs::path& sweep_dir, const std::s
       steps = steps < 0 ? t.steps : std::min(steps, t.steps);
     }
     steps = std::max<std::int64_t>(steps, 0);
-    options.burn_in = forecast::default_burn_in(steps);
-    out.burn_in_how = "default: 0.5% (" + std::to_string(forecast::kDefaultBurnInPerMille) + " per mille) of the " +
-                      std::to_string(steps) + " steps of the shortest target run";
+    const BurnIn burn_in = default_crossing_burn_in(steps);
+    options.burn_in = burn_in.steps;
+    out.burn_in_how = burn_in.how;
   }
   std::vector<forecast::CellCrossing> crossings;
   for (const auto& [run, t] : targets) {

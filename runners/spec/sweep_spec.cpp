@@ -684,9 +684,13 @@ BurnIn crossing_burn_in(const SweepSpec& spec, std::optional<std::int64_t> decla
   if (steps < 0) {
     steps = 0;
   }
-  return {forecast::default_burn_in(steps), "default: 0.5% (" + std::to_string(forecast::kDefaultBurnInPerMille) +
-                                                " per mille) of the " + std::to_string(steps) +
-                                                " steps of the shortest target run"};
+  return default_crossing_burn_in(steps);
+}
+
+BurnIn default_crossing_burn_in(std::int64_t shortest_steps, const std::string& runs) {
+  return {forecast::default_burn_in(shortest_steps),
+          "default: 0.5% (" + std::to_string(forecast::kDefaultBurnInPerMille) + " per mille) of the " +
+              std::to_string(shortest_steps) + " steps of the shortest " + runs};
 }
 
 }  // namespace wbaudit::runners

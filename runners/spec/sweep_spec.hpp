@@ -49,6 +49,9 @@ struct BurnIn {
 };
 BurnIn crossing_burn_in(const SweepSpec& spec, std::optional<std::int64_t> declared = {},
                         const std::string& declared_where = "declared in the analysis");
+// The default burn-in for runs whose shortest has `shortest_steps` steps (forecast::default_burn_in), saying so:
+// {.., "default: 0.5% (5 per mille) of the S steps of the shortest <runs>"}.
+BurnIn default_crossing_burn_in(std::int64_t shortest_steps, const std::string& runs = "target run");
 
 struct SweepSpec {
   std::filesystem::path path;
