@@ -51,6 +51,12 @@ class ClassHistory {
       }
     }
     const std::size_t n = m_run_ids.size();
+    for (std::size_t i = 0; i < n; ++i) {
+      m_position.emplace(m_run_ids[i], i);
+      if (!m_errors[i].empty()) {
+        m_unaligned.push_back(i);
+      }
+    }
     m_prefix.assign((n + 1) * m_grid, 0.0);
     m_suffix.assign((n + 1) * m_grid, 0.0);
     m_prefix_count.assign((n + 1) * m_grid, 0);
@@ -67,15 +73,11 @@ class ClassHistory {
   std::vector<double> series(const std::string& exclude_run_id, int& used) const {
     const std::size_t n = m_run_ids.size();
     std::size_t j = n;  // the left-out run's position; n: none
-    if (!exclude_run_id.empty()) {
-      for (std::size_t i = 0; i < n; ++i) {
-        if (m_run_ids[i] == exclude_run_id) {
-          j = i;
-        }
-      }
+    if (const auto it = m_position.find(exclude_run_id); !exclude_run_id.empty() && it != m_position.end()) {
+      j = it->second;
     }
-    for (std::size_t i = 0; i < n; ++i) {
-      if (i != j && !m_errors[i].empty()) {
+    for (const std::size_t i : m_unaligned) {  // the first run that could not be aligned and is used
+      if (i != j) {
         throw ForecastError(m_errors[i]);
       }
     }
@@ -107,7 +109,9 @@ class ClassHistory {
   }
 
   std::size_t m_grid;
-  std::vector<std::string> m_run_ids;  // history order
+  std::vector<std::string> m_run_ids;             // history order
+  std::map<std::string, std::size_t> m_position;  // run id -> its position in m_run_ids (a lookup per scored row)
+  std::vector<std::size_t> m_unaligned;           // positions of the runs with an error, in history order
   std::vector<std::vector<double>> m_aligned;
   std::vector<std::string> m_errors;  // per run: why it could not be aligned (empty: aligned)
   std::vector<double> m_prefix, m_suffix;
