@@ -11,6 +11,7 @@
 
 #include "sim/checkpoint.hpp"
 #include "sim/model_registry.hpp"
+#include "sim/numeric_identity.hpp"
 #include "sim/precision/block_writeback.hpp"
 #include "sim/precision/format.hpp"
 #include "sim/precision/policy.hpp"
@@ -109,6 +110,7 @@ Training<ExecSpace>::Training(const ExecSpace& space, const RunConfig& config)
   trace.seed = config.seed;
   trace.steps = config.steps;
   trace.config_json = to_json(config).dump();
+  trace.numeric_contract = numeric_identity().contract();
   if (reference) {
     trace.margin = default_margin_layout();
   }

@@ -541,6 +541,7 @@ py::dict trace_to_dict(const Trace& t) {
   d["seed"] = t.seed;
   d["steps"] = t.steps;
   d["config_json"] = t.config_json;
+  d["numeric_contract"] = t.numeric_contract;  // "" when not recorded (traces of the Python module, older traces)
   d["recorded_steps"] = array_of(t.recorded_steps);
   d["loss"] = array_of(t.loss);
   d["learning_rate"] = array_of(t.learning_rate);

@@ -309,6 +309,9 @@ void write_trace_header(hid_t root, const Trace& trace, const std::string& file,
   write_scalar_attribute<std::uint64_t>(root, "seed", trace.seed, file);
   write_scalar_attribute<std::int64_t>(root, "steps", trace.steps, file);
   write_string_attribute(root, "config_json", trace.config_json, file);
+  if (!trace.numeric_contract.empty()) {
+    write_string_attribute(root, "numeric_contract", trace.numeric_contract, file);
+  }
   write_scalar_attribute<double>(root, "histogram_d_min", trace.histogram.d_min, file);
   write_scalar_attribute<double>(root, "histogram_bin_width", trace.histogram.bin_width, file);
   write_scalar_attribute<std::int64_t>(root, "histogram_bins", trace.histogram.bins, file);

@@ -130,8 +130,13 @@ struct Trace {
   std::string format;  // target format name ("fp32" for a reference)
   std::string policy;  // write-back policy name
   std::uint64_t seed = 0;
-  std::int64_t steps = 0;                    // optimizer steps run
-  std::string config_json;                   // the run's configuration, canonical JSON
+  std::int64_t steps = 0;   // optimizer steps run
+  std::string config_json;  // the run's configuration, canonical JSON
+  // The numeric contract the trace was computed under (sim::NumericIdentity::contract(): the GEMM's summation contract
+  // and the C library's maths; docs/contracts.md "Numeric identity"): the root attribute `numeric_contract`, written by
+  // the simulator's engine. Empty: not recorded (a trace written before issue 30, or by the Python module, whose model
+  // arithmetic is PyTorch's). The ISA paths are not part of it: every path computes the same bits.
+  std::string numeric_contract;
   std::vector<std::int64_t> recorded_steps;  // [T] step index t at which events of w[t] -> w[t+1] were recorded
   std::vector<double> loss;                  // [T] training loss at w[t]
   std::vector<double> learning_rate;         // [T] scheduled learning rate at step t

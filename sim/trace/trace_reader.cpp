@@ -96,6 +96,9 @@ void TraceReader::State::read_header(const TraceReadOptions& options) {
   t.seed = read_scalar_attribute<std::uint64_t>(root, "seed", file);
   t.steps = read_scalar_attribute<std::int64_t>(root, "steps", file);
   t.config_json = read_string_attribute(root, "config_json", file);
+  if (H5Aexists(root, "numeric_contract") > 0) {
+    t.numeric_contract = read_string_attribute(root, "numeric_contract", file);
+  }
   t.histogram.d_min = read_scalar_attribute<double>(root, "histogram_d_min", file);
   t.histogram.bin_width = read_scalar_attribute<double>(root, "histogram_bin_width", file);
   t.histogram.bins = static_cast<int>(read_scalar_attribute<std::int64_t>(root, "histogram_bins", file));

@@ -349,6 +349,9 @@ void TraceWriter::State::check_header(const Trace& t, const std::string& what) c
   if (t.config_json != header.config_json) {
     differ("config_json");
   }
+  if (t.numeric_contract != header.numeric_contract) {  // a resume on a machine that computes other bits
+    differ("numeric contract \"" + header.numeric_contract + "\" (the file's \"" + t.numeric_contract + "\")");
+  }
   if (!(t.margin == header.margin)) {
     differ("margin layout");
   }

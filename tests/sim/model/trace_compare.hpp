@@ -22,6 +22,7 @@ inline void expect_same_trace(const sim::Trace& a, const sim::Trace& b) {
   EXPECT_EQ(a.seed, b.seed);
   EXPECT_EQ(a.steps, b.steps);
   EXPECT_EQ(a.config_json, b.config_json);
+  EXPECT_EQ(a.numeric_contract, b.numeric_contract);
   EXPECT_EQ(a.recorded_steps, b.recorded_steps);
   expect_same_doubles(a.loss, b.loss, "loss");
   expect_same_doubles(a.learning_rate, b.learning_rate, "learning_rate");
