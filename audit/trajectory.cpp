@@ -79,6 +79,36 @@ std::string read_string_attribute(hid_t loc, const char* name, const std::string
   return out;
 }
 
+// An integer array attribute (a tensor's shape), at most 32 entries.
+std::vector<std::int64_t> read_int64_array_attribute(hid_t loc, const char* name, const std::string& where) {
+  H5 attr(H5Aopen(loc, name, H5P_DEFAULT), H5Aclose, where + ": cannot open attribute " + name);
+  H5 type(H5Aget_type(attr.get()), H5Tclose, where + ": attribute " + name + ": no type");
+  H5 space(H5Aget_space(attr.get()), H5Sclose, where + ": attribute " + name + ": no dataspace");
+  const hssize_t count = H5Sget_simple_extent_npoints(space.get());
+  if (H5Tget_class(type.get()) != H5T_INTEGER || count < 1 || count > 32) {
+    throw TrajectoryError(where + ": attribute " + name + " must be 1 to 32 integers");
+  }
+  std::vector<std::int64_t> out(static_cast<std::size_t>(count));
+  if (H5Aread(attr.get(), H5T_NATIVE_INT64, out.data()) < 0) {
+    throw TrajectoryError(where + ": cannot read attribute " + name);
+  }
+  return out;
+}
+
+// A tensor's declared shape must be positive extents whose product is its size.
+void check_tensor_shape(const TrajectoryTensor& info, const std::string& where) {
+  std::int64_t product = 1;
+  std::string text;
+  for (const std::int64_t d : info.shape) {
+    text += (text.empty() ? "" : ", ") + std::to_string(d);
+    product = d > 0 && product <= info.size ? product * d : -1;
+  }
+  if (!info.shape.empty() && product != info.size) {
+    throw TrajectoryError(where + ": shape [" + text + "] does not hold its " + std::to_string(info.size) +
+                          " coordinates");
+  }
+}
+
 template <class T>
 T read_scalar_attribute(hid_t loc, const char* name, hid_t mem_type, const std::string& where) {
   H5 attr(H5Aopen(loc, name, H5P_DEFAULT), H5Aclose, where + ": cannot open attribute " + name);
@@ -245,6 +275,9 @@ class Hdf5Trajectory final : public TrajectorySource {
     if (has_attribute(g.get(), "scale")) {
       info.scale = read_scalar_attribute<double>(g.get(), "scale", H5T_NATIVE_DOUBLE, where);
     }
+    if (has_attribute(g.get(), "shape")) {
+      info.shape = read_int64_array_attribute(g.get(), "shape", where);
+    }
     info.has_w_next = H5Lexists(g.get(), "w_next", H5P_DEFAULT) > 0;
     H5 w = open_float(g.get(), name, "w", f);
     H5 u = open_float(g.get(), name, "u", f);
@@ -254,6 +287,7 @@ class Hdf5Trajectory final : public TrajectorySource {
                             std::to_string(wd.size()) + ", u rank " + std::to_string(ud.size()) + ")");
     }
     info.size = static_cast<std::int64_t>(ud[1]);
+    check_tensor_shape(info, where);
     H5 w_next;
     std::vector<hsize_t> nd;
     if (info.has_w_next) {
@@ -568,6 +602,9 @@ class NpyTrajectory final : public TrajectorySource {
         if (j.contains("scale")) {
           info.scale = j["scale"].get<double>();
         }
+        if (j.contains("shape")) {
+          info.shape = j["shape"].get<std::vector<std::int64_t>>();
+        }
       }
       const std::string where = d + ": tensor " + info.name;
       Files files;
@@ -578,6 +615,7 @@ class NpyTrajectory final : public TrajectorySource {
         files.w_next = open_float(dir, info.name, "w_next");
       }
       info.size = files.u.shape[1];
+      check_tensor_shape(info, where);
       check_row_shapes(where, steps, files.w.shape[0], files.w.shape[1], files.u.shape[0], files.u.shape[1],
                        info.has_w_next, info.has_w_next ? files.w_next.shape[0] : 0,
                        info.has_w_next ? files.w_next.shape[1] : 0);

@@ -31,6 +31,9 @@ struct TrajectoryTensor {
   std::int64_t size = 0;        // coordinates
   std::optional<double> scale;  // intK formats: the per-tensor scale
   bool has_w_next = false;      // false: w has T + 1 rows and w[t+1] is row k + 1 (consecutive steps)
+  // The tensor's shape (attribute "shape" of /tensors/<name>, or "shape" in trajectory.json's tensors), its product
+  // the size; empty when not given. Block formats need it: their blocks run along the last dimension.
+  std::vector<std::int64_t> shape;
 };
 
 class TrajectorySource {

@@ -12,7 +12,9 @@
 #include <span>
 #include <stdexcept>
 
+#include "audit/block_audit.hpp"
 #include "sim/precision/audit.hpp"
+#include "sim/precision/block_format.hpp"
 #include "sim/precision/format.hpp"
 #include "sim/precision/rounding.hpp"
 #include "sim/precision/writeback.hpp"
@@ -29,6 +31,7 @@ AuditCounts& AuditCounts::operator+=(const AuditCounts& o) {
   sr_truncated += o.sr_truncated;
   replay_mismatched += o.replay_mismatched;
   chain_breaks += o.chain_breaks;
+  block += o.block;
   return *this;
 }
 
@@ -109,11 +112,13 @@ std::vector<std::vector<std::size_t>> set_up_groups(const TrajectorySource& sour
                                                     const TrajectoryAuditOptions& options,
                                                     std::vector<sim::FormatSpec>& formats, TrajectoryAudit& audit) {
   const std::string file = source.path.string();
+  const bool block_format = sim::is_block_format_name(options.format);
   std::map<std::string, std::size_t> index_of;
   std::uint32_t next_id = 0;
   for (std::size_t t = 0; t < source.tensors.size(); ++t) {
     const TrajectoryTensor& info = source.tensors[t];
-    formats.push_back(tensor_format(options.format, info, file));
+    // Block formats are audited per tensor by audit_block_tensor, which reads its format itself.
+    formats.push_back(block_format ? sim::FormatSpec{} : tensor_format(options.format, info, file));
     audit.groups.push_back(info.name);
     audit.tensor_ids.push_back(info.tensor_id);
     audit.sizes.push_back(info.size);
@@ -421,7 +426,11 @@ TrajectoryAudit audit_trajectory(TrajectorySource& source, const TrajectoryAudit
   audit.counts.assign(audit.groups.size(), std::vector<AuditCounts>(T));
   ChunkReader reader(source, options.chunk);
   const auto start = Clock::now();
-  for (std::size_t t = 0; t < n_tensors; ++t) {
+  const bool block_format = sim::is_block_format_name(options.format);
+  for (std::size_t t = 0; block_format && t < n_tensors; ++t) {
+    audit_block_tensor(source, options, t, audit);
+  }
+  for (std::size_t t = 0; !block_format && t < n_tensors; ++t) {
     const TrajectoryTensor& info = source.tensors[t];
     // Without w_next, w[t+1] is row k + 1 of w itself: once the fast path has found row k + 1 equal, coordinate by
     // coordinate, to the write-back's output (a stored value of the format by construction), that row needs no
@@ -502,6 +511,19 @@ sim::Trace audit_as_trace(const TrajectoryAudit& audit, const std::string& sourc
       group.applied.push_back(c.applied);
       group.erased_fraction.push_back(c.nonzero == 0 ? nan
                                                      : static_cast<double>(c.erased) / static_cast<double>(c.nonzero));
+    }
+    if (sim::is_block_format_name(audit.format)) {  // the causes by step, as a block target's trace holds them
+      group.block_format = audit.format;
+      group.block_events.blocks = audit.counts[g].empty() ? 0 : audit.counts[g].front().block.blocks;
+      for (const AuditCounts& c : audit.counts[g]) {
+        group.block_events.erased_grid.push_back(c.block.erased_grid);
+        group.block_events.erased_saturation.push_back(c.block.erased_saturation);
+        group.block_events.erased_scale.push_back(c.block.erased_scale);
+        group.block_events.collateral.push_back(c.block.collateral);
+        group.block_events.flushed.push_back(c.block.flushed);
+        group.block_events.rescaled_up.push_back(c.block.rescaled_up);
+        group.block_events.rescaled_down.push_back(c.block.rescaled_down);
+      }
     }
     trace.groups.push_back(std::move(group));
   }

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "audit/trajectory.hpp"
+#include "sim/precision/block_writeback.hpp"
 #include "sim/precision/policy.hpp"
 #include "sim/trace/trace.hpp"
 
@@ -42,6 +43,8 @@ struct AuditCounts {
   // recorded at t + 1 (the trajectory does not chain).
   std::int64_t replay_mismatched = 0;
   std::int64_t chain_breaks = 0;
+  // Block formats (audit/block_audit.hpp): the recomputed write-back's counts (causes, collateral, flushed, blocks).
+  sim::BlockWritebackCounts block;
   AuditCounts& operator+=(const AuditCounts& o);
   friend bool operator==(const AuditCounts&, const AuditCounts&) = default;
 };

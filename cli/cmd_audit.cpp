@@ -20,6 +20,7 @@
 #include "audit/trajectory.hpp"
 #include "audit/trajectory_audit.hpp"
 #include "cli/commands.hpp"
+#include "sim/precision/block_format.hpp"
 #include "sim/precision/policy.hpp"
 #include "sim/trace/trace.hpp"
 #include "util/csv.hpp"
@@ -86,15 +87,25 @@ std::vector<std::pair<std::string, std::vector<std::string>>> parse_groups(const
 void write_audit_outputs(const wa::TrajectoryAudit& audit, const std::string& trajectory,
                          const std::filesystem::path& dir) {
   std::ostringstream counts;
+  const bool block = sim::is_block_format_name(audit.format);
   counts << "group,step,nonzero,erased,saturated,applied,inconsistent,nearest_erased,sr_truncated,erased_fraction,"
-            "replay_mismatched,chain_breaks\n";
+            "replay_mismatched,chain_breaks"
+         << (block ? ",erased_grid,erased_saturation,erased_scale,collateral,flushed,rescaled_up,rescaled_down,blocks"
+                   : "")
+         << '\n';
   for (std::size_t g = 0; g < audit.groups.size(); ++g) {
     for (std::size_t k = 0; k < audit.steps.size(); ++k) {
       const wa::AuditCounts& c = audit.counts[g][k];
       counts << util::csv_field(audit.groups[g]) << ',' << audit.steps[k] << ',' << c.nonzero << ',' << c.erased << ','
              << c.saturated << ',' << c.applied << ',' << c.inconsistent << ',' << c.nearest_erased << ','
              << c.sr_truncated << ',' << fraction_text(c.erased, c.nonzero) << ',' << c.replay_mismatched << ','
-             << c.chain_breaks << '\n';
+             << c.chain_breaks;
+      if (block) {  // the block write-back's causes (audit/block_audit.hpp)
+        const sim::BlockWritebackCounts& b = c.block;
+        counts << ',' << b.erased_grid << ',' << b.erased_saturation << ',' << b.erased_scale << ',' << b.collateral
+               << ',' << b.flushed << ',' << b.rescaled_up << ',' << b.rescaled_down << ',' << b.blocks;
+      }
+      counts << '\n';
     }
   }
   util::write_atomic(dir / "counts.csv", counts.str(), /*durable=*/false);
@@ -179,6 +190,12 @@ void run_audit(const Args& a) {
     std::cout << ", r-bit dead zone " << total.sr_truncated;
   }
   std::cout << "\n";
+  if (sim::is_block_format_name(audit.format)) {
+    const sim::BlockWritebackCounts& b = total.block;
+    std::cout << "  block causes: erased by the grid " << b.erased_grid << ", by saturation " << b.erased_saturation
+              << ", by a scale change " << b.erased_scale << "; collateral moves " << b.collateral << " (flushed to 0 "
+              << b.flushed << "); blocks rescaled up " << b.rescaled_up << ", down " << b.rescaled_down << "\n";
+  }
   const bool sr = audit.policy.policy == sim::Policy::stochastic || audit.policy.policy == sim::Policy::deadzone_sr;
   if (sr) {
     std::cout << "  SR draws: "
@@ -271,6 +288,9 @@ void add_audit_command(CLI::App& app) {
       "the two neighbours of w + u (the value itself on the grid; r-bit SR: the toward-zero one in its dead zone);\n"
       "deadzone-sr: nearest unless nearest erases a nonzero u. Stored values not representable in the format are\n"
       "inconsistent. NaN/inf is an error naming tensor, step and coordinate.\n"
+      "Block formats (mxfp8_e4m3, mxfp4_e2m1:rceil, nvfp4, ...): each tensor's step is recomputed whole with the\n"
+      "block write-back and w[t+1] must equal it; the tensor's shape attribute is required and SR needs the seed;\n"
+      "counts.csv adds the causes (erased by grid / saturation / scale, collateral, flushed, rescaled blocks).\n"
       "Memory: the trajectory streams through in chunks; at most 24 bytes x --chunk (48 MiB by default) of data,\n"
       "plus the counts (7 integers per group and step) and the listed coordinates.\n"
       "Exit status: 0 consistent, 2 inconsistent coordinates found, 1 error.");

@@ -494,11 +494,6 @@ class PersistentNative(torch.optim.Optimizer):
             if scale is not None:
                 self.scales[name] = scale
             self._slots.append(_Slot(name, p, tids[name], fmt, scale))
-        blocks = [s.name for s in self._slots if s.blocks]
-        if trajectory is not None and blocks:  # refused before any parameter is rounded
-            raise ValueError(f"wbaudit.torch: parameter {blocks[0]} is held in the block format "
-                             f"{self.formats[blocks[0]]}: a trajectory dump is for `wbaudit audit`, which audits "
-                             f"per-tensor formats only; drop trajectory= (the trace records the block events)")
         self._round_into_formats()
         self.steps_run = 0
         self._writer = None
@@ -510,7 +505,8 @@ class PersistentNative(torch.optim.Optimizer):
             self._trajectory = TrajectoryWriter(trajectory, format=self._single_format(), policy=policy,
                                                 sr_bits=self.sr_bits, seed=self.seed, scales=self.scales,
                                                 tensor_ids={s.name: s.tid for s in self._slots},
-                                                sr_stream=self.sr_stream)
+                                                sr_stream=self.sr_stream,
+                                                shapes={s.name: tuple(s.p.shape) or (1,) for s in self._slots})
 
     # The inner optimizer's param_groups, defaults and state (before it exists: torch's setup's placeholders).
     def _inner_attr(name):  # noqa: N805

@@ -25,7 +25,10 @@ def _float32_row(name, what, a):
 class TrajectoryWriter:
     """Appends rows (w[t], u[t], w[t+1]) per tensor and recorded step to an HDF5 trajectory."""
 
-    def __init__(self, path, format, policy, sr_bits=0, seed=None, scales=None, tensor_ids=None, sr_stream="philox"):
+    def __init__(self, path, format, policy, sr_bits=0, seed=None, scales=None, tensor_ids=None, sr_stream="philox",
+                 shapes=None):
+        """shapes: {tensor name: shape} written as the tensor's attribute `shape` (block formats need it: their
+        blocks run along the last dimension); scales: intK per-tensor scales; tensor_ids: SR stream keys."""
         import h5py
 
         if sr_stream not in ("philox", "philox-packed"):
@@ -52,6 +55,7 @@ class TrajectoryWriter:
         self._order = []
         self._scales = dict(scales or {})
         self._ids = dict(tensor_ids or {})
+        self._shapes = dict(shapes or {})
         self._sets = {}
 
     def record(self, step, rows):
@@ -73,6 +77,12 @@ class TrajectoryWriter:
                 g.attrs["tensor_id"] = np.uint32(self._ids.get(name, len(self._order)))
                 if name in self._scales:
                     g.attrs["scale"] = float(self._scales[name])
+                if name in self._shapes:
+                    shape = np.asarray(self._shapes[name], dtype=np.int64).reshape(-1)
+                    if int(np.prod(shape)) != w.size:
+                        raise ValueError(f"trajectory: tensor {name}: shape {tuple(shape)} does not hold its {w.size} "
+                                         f"coordinates")
+                    g.attrs["shape"] = shape
                 self._sets[name] = [g.create_dataset(d, shape=(0, w.size), maxshape=(None, w.size), dtype=np.float32,
                                                      chunks=(1, min(w.size, 1 << 18)) if w.size else None)
                                     for d in ("w", "u", "w_next")]

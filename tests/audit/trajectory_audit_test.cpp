@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
 #include <tuple>
@@ -89,9 +90,10 @@ Captured capture(const sim::RunConfig& cfg) {
   return cap;
 }
 
-// Writes the captured rows at `steps` as a .npy trajectory directory; consecutive: w has T + 1 rows.
+// Writes the captured rows at `steps` as a .npy trajectory directory; consecutive: w has T + 1 rows; shapes: each
+// tensor's shape in trajectory.json (block formats need them).
 fs::path write_trajectory(const Captured& cap, const std::vector<std::int64_t>& steps, bool consecutive,
-                          const std::string& name) {
+                          const std::string& name, const std::vector<std::vector<std::int64_t>>& shapes = {}) {
   const fs::path dir = fs::temp_directory_path() / ("wbaudit_traj_" + name + "_" + std::to_string(::getpid()));
   fs::remove_all(dir);
   fs::create_directories(dir);
@@ -121,7 +123,11 @@ fs::path write_trajectory(const Captured& cap, const std::vector<std::int64_t>& 
   std::ofstream meta(dir / "trajectory.json");
   meta << "{\"tensors\": [";
   for (int t = 0; t < sim::kTwoLayerTensors; ++t) {
-    meta << (t ? "," : "") << "{\"name\": \"" << sim::kTwoLayerTensorNames[t] << "\", \"tensor_id\": " << t << "}";
+    meta << (t ? "," : "") << "{\"name\": \"" << sim::kTwoLayerTensorNames[t] << "\", \"tensor_id\": " << t;
+    if (!shapes.empty()) {
+      meta << ", \"shape\": " << nlohmann::json(shapes[static_cast<std::size_t>(t)]).dump();
+    }
+    meta << "}";
   }
   meta << "]}";
   return dir;
@@ -364,5 +370,168 @@ TEST(Chaining, ABreakBetweenConsecutiveRecordedStepsIsFound) {
   EXPECT_EQ(a.chain_checked, static_cast<std::int64_t>(steps.size() - 1) * (6 * 10 + 10 + 10 * 3 + 3));
   fs::remove_all(dir);
 }
+
+// ---- Block-scaled formats (audit/block_audit.hpp; issue 29) ----
+
+wa::TrajectoryAudit audit_block(const fs::path& dir, const std::string& format, const std::string& policy,
+                                std::optional<std::uint64_t> seed = std::nullopt) {
+  auto source = wa::open_trajectory(dir);
+  wa::TrajectoryAuditOptions o;
+  o.format = format;
+  o.policy = sim::make_policy(policy);
+  o.seed = seed;
+  return wa::audit_trajectory(*source, o);
+}
+
+// One tensor "m" of shape [1, 32] (one MX block) at steps 0 and 1, w / w_next layout.
+fs::path write_block_trajectory(const std::string& name, const std::vector<float>& w, const std::vector<float>& u,
+                                const std::vector<float>& w_next, const std::string& shape_json) {
+  const fs::path dir = fs::temp_directory_path() / ("wbaudit_btraj_" + name + "_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  write_npy(dir / "steps.npy", "<i8", {2}, std::vector<std::int64_t>{0, 1});
+  write_npy(dir / "m.w.npy", "<f4", {2, 32}, w);
+  write_npy(dir / "m.u.npy", "<f4", {2, 32}, u);
+  write_npy(dir / "m.w_next.npy", "<f4", {2, 32}, w_next);
+  std::ofstream(dir / "trajectory.json") << "{\"tensors\": [{\"name\": \"m\"" << shape_json << "}]}";
+  return dir;
+}
+
+// The issue's worked example (b), by hand, floor MX E2M1: w = [3.0, 0.25 x 31] has X = 2^(floor(log2 3) - 2) = 0.5
+// (3.0 / 0.5 = 6, the largest element; 0.25 / 0.5 = 0.5 exact). Step 0: u_0 = 0.9, v_0 = 3.9 keeps X = 0.5 and
+// 7.8 saturates to 6: w_0 stays 3.0, erased by saturation, nothing else moves. Step 1: u_0 = 1.0, v_0 = 4.0 raises X to
+// 1: w_0 -> 4.0, and each 0.25 / 1 is the tie between 0 and 0.5, rounded to the even 0: 31 collateral flushes.
+struct HandBlockExample {
+  std::vector<float> w, u, w_next;
+  HandBlockExample() {
+    std::vector<float> w0(32, 0.25f);
+    w0[0] = 3.0f;
+    std::vector<float> after(32, 0.0f);
+    after[0] = 4.0f;
+    w = w0;
+    w.insert(w.end(), w0.begin(), w0.end());
+    u.assign(64, 0.0f);
+    u[0] = 0.9f;
+    u[32] = 1.0f;
+    w_next = w0;
+    w_next.insert(w_next.end(), after.begin(), after.end());
+  }
+};
+
+TEST(BlockTrajectory, TheWorkedExampleIsConsistentWithItsCausesByHand) {
+  const HandBlockExample ex;
+  const fs::path dir = write_block_trajectory("hand", ex.w, ex.u, ex.w_next, ", \"shape\": [1, 32]");
+  const wa::TrajectoryAudit a = audit_block(dir, "mxfp4_e2m1", "nearest");
+  EXPECT_TRUE(a.consistent()) << (a.listed.empty() ? "" : a.listed[0].reason);
+  const wa::AuditCounts& s0 = a.counts[0][0];
+  EXPECT_EQ(s0.nonzero, 1);
+  EXPECT_EQ(s0.erased, 1);
+  EXPECT_EQ(s0.applied, 0);
+  EXPECT_EQ(s0.block.erased_saturation, 1);
+  EXPECT_EQ(s0.block.erased_grid + s0.block.erased_scale + s0.block.collateral + s0.block.rescaled_up, 0);
+  const wa::AuditCounts& s1 = a.counts[0][1];
+  EXPECT_EQ(s1.nonzero, 1);
+  EXPECT_EQ(s1.erased, 0);
+  EXPECT_EQ(s1.applied, 1);
+  EXPECT_EQ(s1.block.collateral, 31);
+  EXPECT_EQ(s1.block.flushed, 31);
+  EXPECT_EQ(s1.block.rescaled_up, 1);
+  EXPECT_EQ(s1.block.blocks, 1);
+  EXPECT_EQ(a.chain_checked, 32);  // step 0's w[t+1] against the w recorded at step 1
+  const sim::Trace tr = wa::audit_as_trace(a, dir.string());
+  EXPECT_EQ(tr.groups[0].block_format, "mxfp4_e2m1");
+  EXPECT_EQ(tr.groups[0].block_events.flushed, (std::vector<std::int64_t>{0, 31}));
+  EXPECT_EQ(tr.groups[0].block_events.erased_saturation, (std::vector<std::int64_t>{1, 0}));
+  fs::remove_all(dir);
+}
+
+TEST(BlockTrajectory, APlantedValueAndBadInputAreNamed) {
+  HandBlockExample ex;
+  ex.w_next[32 + 5] = 0.25f;  // the collateral flush did not happen at coordinate 5 of step 1
+  fs::path dir = write_block_trajectory("planted", ex.w, ex.u, ex.w_next, ", \"shape\": [1, 32]");
+  const wa::TrajectoryAudit a = audit_block(dir, "mxfp4_e2m1", "nearest");
+  EXPECT_EQ(a.inconsistent, 1);
+  ASSERT_EQ(a.listed.size(), 1u);
+  EXPECT_EQ(a.listed[0].step, 1);
+  EXPECT_EQ(a.listed[0].index, 5);
+  EXPECT_EQ(a.listed[0].expected_low, 0.0f);
+  EXPECT_NE(a.listed[0].reason.find("block write-back"), std::string::npos) << a.listed[0].reason;
+  // SR in a block format is audited by replaying the run's draws: no seed, no audit
+  EXPECT_THROW(audit_block(dir, "mxfp4_e2m1", "stochastic"), std::invalid_argument);
+  fs::remove_all(dir);
+  const HandBlockExample ok;
+  dir = write_block_trajectory("noshape", ok.w, ok.u, ok.w_next, "");
+  try {
+    audit_block(dir, "mxfp4_e2m1", "nearest");
+    ADD_FAILURE() << "a block audit without the tensor's shape";
+  } catch (const wa::TrajectoryError& e) {
+    EXPECT_NE(std::string(e.what()).find("needs the tensor's shape"), std::string::npos) << e.what();
+  }
+  fs::remove_all(dir);
+  dir = write_block_trajectory("badshape", ok.w, ok.u, ok.w_next, ", \"shape\": [2, 32]");
+  try {
+    (void)wa::open_trajectory(dir);
+    ADD_FAILURE() << "a shape that does not hold the tensor was accepted";
+  } catch (const wa::TrajectoryError& e) {
+    EXPECT_NE(std::string(e.what()).find("shape [2, 32] does not hold its 32 coordinates"), std::string::npos)
+        << e.what();
+  }
+  fs::remove_all(dir);
+}
+
+// The simulator's own block-format runs (two-layer 6-10-3: rows of 6 and 10 coordinates, so every MX block is a short
+// one), dumped through the observation hook: consistent (SR replayed from the run's seed) and with the trace's counts
+// and causes, step by step.
+class SimulatorBlockTrajectory : public ::testing::TestWithParam<std::tuple<std::string, std::string>> {};
+
+TEST_P(SimulatorBlockTrajectory, IsConsistentAndCountsEqualTheTrace) {
+  const auto& [format, policy] = GetParam();
+  sim::RunConfig c = config(policy, sim::RecordKind::every);
+  c.target.format = format;
+  c.optimizer.lr = 0.02;  // erased, applied and collateral events in each format
+  const Captured cap = capture(c);
+  const auto& steps = cap.trace.recorded_steps;
+  const fs::path dir = write_trajectory(cap, steps, /*consecutive=*/true, "block", {{10, 6}, {10}, {3, 10}, {3}});
+  const wa::TrajectoryAudit a = audit_block(dir, format, policy, std::uint64_t{11});
+  EXPECT_TRUE(a.consistent()) << (a.listed.empty() ? "" : a.listed[0].reason);
+  std::int64_t erased = 0, applied = 0;
+  for (int t = 0; t < sim::kTwoLayerTensors; ++t) {
+    const sim::GroupTrace& g = cap.trace.groups[static_cast<std::size_t>(t)];
+    ASSERT_EQ(g.block_format, format);
+    for (std::size_t k = 0; k < steps.size(); ++k) {
+      const wa::AuditCounts& ac = a.counts[static_cast<std::size_t>(t)][k];
+      const std::string at = g.name + " step " + std::to_string(steps[k]);
+      EXPECT_EQ(ac.nonzero, g.nonzero[k]) << at;
+      EXPECT_EQ(ac.erased, g.erased[k]) << at;
+      EXPECT_EQ(ac.applied, g.applied[k]) << at;
+      EXPECT_EQ(ac.block.erased_grid, g.block_events.erased_grid[k]) << at;
+      EXPECT_EQ(ac.block.erased_saturation, g.block_events.erased_saturation[k]) << at;
+      EXPECT_EQ(ac.block.erased_scale, g.block_events.erased_scale[k]) << at;
+      EXPECT_EQ(ac.block.collateral, g.block_events.collateral[k]) << at;
+      EXPECT_EQ(ac.block.flushed, g.block_events.flushed[k]) << at;
+      EXPECT_EQ(ac.block.rescaled_up, g.block_events.rescaled_up[k]) << at;
+      EXPECT_EQ(ac.block.rescaled_down, g.block_events.rescaled_down[k]) << at;
+      erased += ac.erased;
+      applied += ac.applied;
+    }
+  }
+  EXPECT_GT(erased, 0);
+  EXPECT_GT(applied, 0);
+  if (policy == "stochastic") {  // another seed replays other draws: the trajectory is not that run's
+    EXPECT_FALSE(audit_block(dir, format, policy, std::uint64_t{12}).consistent());
+  }
+  fs::remove_all(dir);
+}
+
+INSTANTIATE_TEST_SUITE_P(FormatsAndPolicies, SimulatorBlockTrajectory,
+                         ::testing::Combine(::testing::Values("mxfp4_e2m1", "mxfp4_e2m1:rceil", "mxfp8_e4m3", "nvfp4"),
+                                            ::testing::Values("nearest", "stochastic")),
+                         [](const auto& info) {
+                           std::string name = std::get<0>(info.param) + "_" + std::get<1>(info.param);
+                           for (char& ch : name) {
+                             ch = std::isalnum(static_cast<unsigned char>(ch)) ? ch : '_';
+                           }
+                           return name;
+                         });
 
 }  // namespace
