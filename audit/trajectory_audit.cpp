@@ -14,9 +14,9 @@
 
 #include "audit/block_audit.hpp"
 #include "sim/precision/audit.hpp"
-#include "sim/precision/block_format.hpp"
 #include "sim/precision/format.hpp"
 #include "sim/precision/rounding.hpp"
+#include "sim/precision/storage_format.hpp"
 #include "sim/precision/writeback.hpp"
 
 namespace wbaudit::audit {
@@ -112,7 +112,7 @@ std::vector<std::vector<std::size_t>> set_up_groups(const TrajectorySource& sour
                                                     const TrajectoryAuditOptions& options,
                                                     std::vector<sim::FormatSpec>& formats, TrajectoryAudit& audit) {
   const std::string file = source.path.string();
-  const bool block_format = sim::is_block_format_name(options.format);
+  const bool block_format = sim::is_block_storage_name(options.format);
   std::map<std::string, std::size_t> index_of;
   std::uint32_t next_id = 0;
   for (std::size_t t = 0; t < source.tensors.size(); ++t) {
@@ -426,7 +426,7 @@ TrajectoryAudit audit_trajectory(TrajectorySource& source, const TrajectoryAudit
   audit.counts.assign(audit.groups.size(), std::vector<AuditCounts>(T));
   ChunkReader reader(source, options.chunk);
   const auto start = Clock::now();
-  const bool block_format = sim::is_block_format_name(options.format);
+  const bool block_format = sim::is_block_storage_name(options.format);
   for (std::size_t t = 0; block_format && t < n_tensors; ++t) {
     audit_block_tensor(source, options, t, audit);
   }
@@ -512,7 +512,7 @@ sim::Trace audit_as_trace(const TrajectoryAudit& audit, const std::string& sourc
       group.erased_fraction.push_back(c.nonzero == 0 ? nan
                                                      : static_cast<double>(c.erased) / static_cast<double>(c.nonzero));
     }
-    if (sim::is_block_format_name(audit.format)) {  // the causes by step, as a block target's trace holds them
+    if (sim::is_block_storage_name(audit.format)) {  // the causes by step, as a block target's trace holds them
       group.block_format = audit.format;
       group.block_events.blocks = audit.counts[g].empty() ? 0 : audit.counts[g].front().block.blocks;
       for (const AuditCounts& c : audit.counts[g]) {

@@ -20,8 +20,8 @@
 #include "audit/trajectory.hpp"
 #include "audit/trajectory_audit.hpp"
 #include "cli/commands.hpp"
-#include "sim/precision/block_format.hpp"
 #include "sim/precision/policy.hpp"
+#include "sim/precision/storage_format.hpp"
 #include "sim/trace/trace.hpp"
 #include "util/csv.hpp"
 #include "util/files.hpp"
@@ -87,7 +87,7 @@ std::vector<std::pair<std::string, std::vector<std::string>>> parse_groups(const
 void write_audit_outputs(const wa::TrajectoryAudit& audit, const std::string& trajectory,
                          const std::filesystem::path& dir) {
   std::ostringstream counts;
-  const bool block = sim::is_block_format_name(audit.format);
+  const bool block = sim::is_block_storage_name(audit.format);
   counts << "group,step,nonzero,erased,saturated,applied,inconsistent,nearest_erased,sr_truncated,erased_fraction,"
             "replay_mismatched,chain_breaks"
          << (block ? ",erased_grid,erased_saturation,erased_scale,collateral,flushed,rescaled_up,rescaled_down,blocks"
@@ -190,7 +190,7 @@ void run_audit(const Args& a) {
     std::cout << ", r-bit dead zone " << total.sr_truncated;
   }
   std::cout << "\n";
-  if (sim::is_block_format_name(audit.format)) {
+  if (sim::is_block_storage_name(audit.format)) {
     const sim::BlockWritebackCounts& b = total.block;
     std::cout << "  block causes: erased by the grid " << b.erased_grid << ", by saturation " << b.erased_saturation
               << ", by a scale change " << b.erased_scale << "; collateral moves " << b.collateral << " (flushed to 0 "

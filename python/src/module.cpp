@@ -13,10 +13,12 @@
 #include <cstring>
 #include <limits>
 #include <optional>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "audit/block_audit.hpp"
 #include "sim/precision/audit.hpp"
 #include "sim/precision/block_writeback.hpp"
 #include "sim/precision/format.hpp"
@@ -451,11 +453,69 @@ py::dict project_py(py::array w, py::array u, const std::vector<py::object>& for
   return out;
 }
 
+// audit() of a write-back in a block format (audit/block_audit.hpp): w_next against the block write-back of (w, u)
+// with the arrays' shape (blocks along the last dimension); SR is replayed from the seed, which it needs.
+py::dict audit_block_py(py::array w, py::array u, py::array w_next, const StorageFormat& sf,
+                        const WritebackPolicy& policy, std::optional<std::uint64_t> seed, std::uint64_t step,
+                        std::uint32_t tensor_id, const std::string& tensor) {
+  if (policy.policy == Policy::master) {
+    throw py::value_error("audit: policy master cannot be audited from w and u alone (the fp32 master copy)");
+  }
+  if (policy.policy != Policy::nearest && !seed) {
+    throw py::value_error(where(tensor, step) + "audit: policy " + policy_name(policy.policy) + " in block format " +
+                          sf.name + " is audited by replaying the run's draws: give seed=");
+  }
+  same_shape(w, u, "w", "u");
+  same_shape(w, w_next, "w", "w_next");
+  const auto n = static_cast<std::size_t>(w.size());
+  const std::span<const float> ws(float32_data<const float>(w, "w", sf.name), n),
+      us(float32_data<const float>(u, "u", sf.name), n), ns(float32_data<const float>(w_next, "w_next", sf.name), n);
+  const RowMajorShape shape = block_shape(w);
+  wbaudit::audit::BlockStepAudit r;
+  {
+    py::gil_scoped_release release;
+    try {
+      r = wbaudit::audit::audit_block_step(sf, policy, RngKey{seed.value_or(0), step, tensor_id}, shape, ws, us, ns);
+    } catch (const std::exception& e) {
+      py::gil_scoped_acquire acquire;
+      throw py::value_error(where(tensor, step) + e.what());
+    }
+  }
+  py::dict out = block_counts_dict(r.counts.block);  // the causes of the recomputed write-back
+  out["nonzero"] = r.counts.nonzero;                 // the arrays' own events
+  out["erased"] = r.counts.erased;
+  out["applied"] = r.counts.applied;
+  out["nearest_erased"] = r.counts.nearest_erased;
+  out["consistent"] = r.differing.empty();
+  py::list bad;
+  for (const std::int64_t i : r.differing) {
+    const auto j = static_cast<std::size_t>(i);
+    py::dict d;
+    d["index"] = i;
+    d["w"] = ws[j];
+    d["u"] = us[j];
+    d["w_next"] = ns[j];
+    d["expected_low"] = r.expected[j];
+    d["expected_high"] = r.expected[j];
+    d["reason"] = std::string("the ") + policy_name(policy.policy) + " block write-back gives another value";
+    bad.append(d);
+  }
+  out["inconsistent"] = bad;
+  return out;
+}
+
 py::dict audit_py(py::array w, py::array u, py::array w_next, const std::string& fmt_name,
                   const std::string& policy_name_, int sr_bits, std::optional<std::uint64_t> seed, std::uint64_t step,
                   std::uint32_t tensor_id, std::optional<double> scale, const std::string& tensor,
                   const std::string& sr_stream) {
   ensure_kokkos();
+  if (is_block_storage_name(fmt_name)) {
+    if (scale) {
+      throw py::value_error("scale applies only to intK formats; " + fmt_name + " computes its scales from w + u");
+    }
+    return audit_block_py(w, u, w_next, storage_format_from_name(fmt_name),
+                          make_policy(policy_name_, sr_bits, sr_stream), seed, step, tensor_id, tensor);
+  }
   const FormatSpec fmt = make_format(fmt_name, scale);
   const WritebackPolicy policy = make_policy(policy_name_, sr_bits, sr_stream);
   same_shape(w, u, "w", "u");
@@ -921,7 +981,10 @@ PYBIND11_MODULE(_core, m) {
         "inconsistent: a list of dicts (index, w, u, w_next, expected_low, expected_high, reason). With seed, SR "
         "outcomes must equal the replayed draws of (seed, step, tensor_id) from the SR stream sr_stream ('philox', the "
         "default, or 'philox-packed': sr_bits 0 or 1..16; the stream the run wrote with). Raises "
-        "ValueError for an unknown sr_stream or one the policy and sr_bits do not allow.");
+        "ValueError for an unknown sr_stream or one the policy and sr_bits do not allow. Block formats (MX, NVFP4): "
+        "w_next is compared with the block write-back of (w, u) with the arrays' shape (blocks along the last "
+        "dimension), the counts add the causes (erased_grid, erased_saturation, erased_scale, collateral, flushed, "
+        "rescaled_up, rescaled_down, blocks); SR needs seed (its draws are replayed).");
   m.def(
       "read_trace",
       [](const std::string& path, bool allow_incomplete) {

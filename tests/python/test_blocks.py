@@ -38,6 +38,33 @@ def test_scale_flush_example_b():
     assert (c["erased"], c["erased_saturation"], c["collateral"], c["rescaled_up"]) == (1, 1, 0, 0)
 
 
+def test_audit_of_a_block_write_back_by_hand():
+    """wbaudit.audit with a block format: example (b)'s realized step (w_next written here by hand) is consistent
+    with its causes; the same step without the flush of coordinate 5 is inconsistent there, expecting 0; SR is
+    audited only with the seed, and a write-back of seed 3 is consistent with seed 3 and not with seed 4."""
+    w = f32([3.0] + [0.25] * 31)
+    u = f32([1.0] + [0.0] * 31)
+    w_next = f32([4.0] + [0.0] * 31)
+    a = wbaudit.audit(w, u, w_next, "mxfp4_e2m1")
+    assert a["consistent"] and a["inconsistent"] == []
+    assert (a["nonzero"], a["applied"], a["erased"], a["collateral"], a["flushed"], a["rescaled_up"]) == \
+        (1, 1, 0, 31, 31, 1)
+    planted = w_next.copy()
+    planted[5] = 0.25
+    a = wbaudit.audit(w, u, planted, "mxfp4_e2m1")
+    assert not a["consistent"]
+    assert [(b["index"], b["w_next"], b["expected_low"]) for b in a["inconsistent"]] == [(5, 0.25, 0.0)]
+    rng = np.random.default_rng(2)
+    W = wbaudit.round(f32(rng.standard_normal((4, 48))), "mxfp8_e4m3")
+    U = f32(rng.standard_normal((4, 48)) * 0.05)
+    with pytest.raises(ValueError, match="replaying the run's draws"):
+        wbaudit.audit(W, U, W, "mxfp8_e4m3", "stochastic")
+    after, _ = wbaudit.writeback(W, U, "mxfp8_e4m3", "stochastic", seed=3, step=7, tensor_id=2)
+    ok = wbaudit.audit(W, U, after, "mxfp8_e4m3", "stochastic", seed=3, step=7, tensor_id=2)
+    assert ok["consistent"] and ok["sr_applied"] > 0
+    assert not wbaudit.audit(W, U, after, "mxfp8_e4m3", "stochastic", seed=4, step=7, tensor_id=2)["consistent"]
+
+
 @pytest.mark.parametrize("u0", [0.01, 0.5, 1.0])
 def test_saturation_example_a(u0):
     # w = [6, 1.5 x 31] at X = 1: v_0 < 8 keeps X, v_0 > 6 saturates back to 6.
