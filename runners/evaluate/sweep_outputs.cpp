@@ -13,6 +13,7 @@
 #include "forecast/source.hpp"
 #include "runners/evaluate/loss_study.hpp"
 #include "runners/evaluate/sweep_cells.hpp"
+#include "runners/report/block_report.hpp"
 #include "runners/report/crossing_report.hpp"
 #include "runners/report/loss_report.hpp"
 #include "sim/trace/trace.hpp"
@@ -293,10 +294,16 @@ void print_outputs(std::ostream& out, const SweepOutputs& outputs) {
   if (!outputs.loss_headline.empty()) {
     out << outputs.loss_headline << "\n";
   }
+  if (!outputs.blocks_headline.empty()) {
+    out << outputs.blocks_headline << "\n";
+  }
   out << "summary:   " << outputs.summary_csv.string() << "\n"
       << "report:    " << outputs.report_html.string() << "\n";
   if (!outputs.loss_html.empty()) {
     out << "losses:    " << outputs.loss_html.string() << "\n";
+  }
+  if (!outputs.blocks_html.empty()) {
+    out << "blocks:    " << outputs.blocks_html.string() << "\n";
   }
 }
 
@@ -333,6 +340,14 @@ SweepOutputs write_sweep_outputs(const SweepStore& store, const SweepSpec& spec)
     outputs.loss_html = files.html;
     outputs.loss_headline = report::loss_headline(losses);
     rep.links.push_back({"loss report (studies 2, 5, 6)", "loss.html"});
+  }
+  // Block-scaled formats (study 7): written when some target run holds a group in a block format.
+  const report::BlockStudy blocks = report::analyze_blocks(runs, loss_bootstrap_spec());
+  if (!blocks.empty()) {
+    const auto files = report::write_block_report(blocks, spec.name, store.dir(), store.dir() / "report");
+    outputs.blocks_html = files.html;
+    outputs.blocks_headline = report::block_headline(blocks);
+    rep.links.push_back({"block-scaled formats (study 7)", "blocks.html"});
   }
   outputs.report_html = report::write_crossing_report(rep, store.dir() / "report");
   store.record_outputs();  // their hashes, signed: status names an edited summary.csv or report

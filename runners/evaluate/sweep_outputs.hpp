@@ -16,9 +16,11 @@ struct SweepOutputs {
   std::filesystem::path summary_csv;
   std::filesystem::path trajectories_csv;
   std::filesystem::path report_html;
-  std::filesystem::path loss_html;  // report/loss.html when any run has validation losses (studies 2, 5, 6)
-  std::string loss_headline;        // the loss studies' headline lines (empty without them)
-  std::string crossing_summary;     // one line, e.g. "55/72 both cross, 52/55 within 15%, ..."
+  std::filesystem::path loss_html;    // report/loss.html when any run has validation losses (studies 2, 5, 6)
+  std::string loss_headline;          // the loss studies' headline lines (empty without them)
+  std::filesystem::path blocks_html;  // report/blocks.html when a target run holds a block format (study 7)
+  std::string blocks_headline;        // the erased fraction by cause per format and policy (empty without it)
+  std::string crossing_summary;       // one line, e.g. "55/72 both cross, 52/55 within 15%, ..."
   std::size_t evaluation_cells = 0;
   std::size_t missing_targets = 0;  // target runs without a canonical complete attempt (left out, listed in report)
 };

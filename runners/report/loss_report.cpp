@@ -278,11 +278,20 @@ void erased_figure(const ConditionLosses& c, int index, Canvas& canvas, Document
       if (it == t.groups.end()) {
         continue;
       }
+      if (std::none_of(it->erased_fraction.begin(), it->erased_fraction.end(),
+                       [](double y) { return std::isfinite(y); })) {
+        continue;  // no step with a nonzero proposal (e.g. every weight flushed to zero): nothing to draw
+      }
       std::vector<double> x(t.recorded_steps.begin(), t.recorded_steps.end());
       ef.series.push_back(
           {run->policy + " " + groups[gi]->name, x, it->erased_fraction,
            std::string("lines lw 2 dt ") + kDash[gi] + " lc rgb '" + policy_colour(run->policy, canvas.colours) + "'"});
     }
+  }
+  if (ef.series.empty()) {
+    doc.paragraph("No erased-fraction figure for seed " + seed +
+                  ": no recorded step of these groups has a nonzero proposal (erased fraction undefined).");
+    return;
   }
   const std::string stem = "loss-erased-" + std::to_string(index);
   render(ef, canvas.figures, stem);

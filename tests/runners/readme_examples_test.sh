@@ -73,6 +73,7 @@ declare -A how=(
   ["examples/study4.sh runs/study4"]="not run here: runners.study_scripts runs examples/study4.sh end to end at STUDY_STEPS=40"
   ["build/release/cli/wbaudit run examples/decoder_policy_contrast.toml"]="not run: about 2 minutes of decoder training (study 5)"
   ["build/release/cli/wbaudit run examples/decoder_replay_int3.toml"]="not run: 36 s of decoder training and replays (study 6)"
+  ["examples/study7.sh runs/study7"]="not run here: runners.study7 runs examples/study7.sh end to end on a tiny decoder (20 steps, 2 seeds)"
   ["PYTHONPATH=build/release/python /usr/bin/python3 examples/pytorch/train_gpt.py --out runs/pytorch"]="not run: 75 s of PyTorch training; tests/python run ReferenceRecorder, PersistentNative, audit, import and evaluate on smaller models"
 )
 
