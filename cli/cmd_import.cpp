@@ -159,7 +159,7 @@ void add_import_command(CLI::App& app) {
       "imported, the SHA-256 of the trace, and canonical = false with the reason. Nothing under cells/ or\n"
       "sweep.json is touched, so canonical cells and registered analyses are unaffected; a name that exists is\n"
       "refused (never overwritten).\n"
-      "Examples (the target trace that `wbaudit audit examples/trajectory_tiny --out runs/audit-tiny` wrote):\n"
+      "Examples (runs/audit-tiny/trace.h5: the target trace that audit's example wrote):\n"
       "  wbaudit import runs/imported runs/audit-tiny/trace.h5 --name audited-e4m3 --note \"audit example\"\n"
       "  wbaudit import runs/imported --list");
   cmd->callback([args] { run_import(*args); });

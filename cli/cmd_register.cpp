@@ -27,8 +27,7 @@ void add_register_command(CLI::App& app) {
       "The outcome cells are the analysis' required_cells (names or patterns like \"target/*format=e4m3\"), or\n"
       "every target cell when it declares none. Registration is refused when any of them already has a\n"
       "completed attempt, unless --retrospective.\n"
-      "Example (on the sweep that `wbaudit submit examples/tiny.toml --out runs/tiny-slurm` queued, before its cells "
-      "run):\n"
+      "Example (on runs/tiny-slurm, the sweep that submit's first example queued, before its cells run):\n"
       "  wbaudit register examples/two_layer_analysis.toml --sweep runs/tiny-slurm");
   cmd->callback([args] {
     const auto store = runners::SweepStore::open(args->sweep);
