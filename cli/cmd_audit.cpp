@@ -293,7 +293,9 @@ void add_audit_command(CLI::App& app) {
       "counts.csv adds the causes (erased by grid / saturation / scale, collateral, flushed, rescaled blocks).\n"
       "Memory: the trajectory streams through in chunks; at most 24 bytes x --chunk (48 MiB by default) of data,\n"
       "plus the counts (7 integers per group and step) and the listed coordinates.\n"
-      "Exit status: 0 consistent, 2 inconsistent coordinates found, 1 error.");
+      "Exit status: 0 consistent, 2 inconsistent coordinates found, 1 error.\n"
+      "Example (examples/trajectory_tiny: one tensor, two e4m3 nearest steps, as .npy files):\n"
+      "  wbaudit audit examples/trajectory_tiny --out runs/audit-tiny");
   cmd->callback([args] { run_audit(*args); });
 }
 

@@ -66,7 +66,10 @@ void add_formats_command(CLI::App& app) {
       "Block-scaled formats (second table) hold blocks of elements sharing a scale recomputed at every write-back;\n"
       "options: MX :floor (default, OCP) or :rceil (NVIDIA); nvfp4:2d (16x16 tiles); any block format\n"
       ":skip_unchanged_blocks (blocks whose update is all zero are not re-quantized).\n"
-      "See docs/formats.md.");
+      "See docs/formats.md.\n"
+      "Examples:\n"
+      "  wbaudit formats\n"
+      "  wbaudit formats --json");
   cmd->callback([json] {
     std::ostringstream out;
     nlohmann::json rows = nlohmann::json::array();

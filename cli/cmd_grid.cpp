@@ -306,8 +306,7 @@ void add_grid_command(CLI::App& app) {
   cmd->add_option("-o,--out", args->out, "Output directory (default: grid/ beside the trace)");
   cmd->add_flag("--no-figure", args->no_figure, "Skip the gnuplot heat maps");
   cmd->footer(
-      "Example:\n"
-      "  wbaudit run examples/tiny.toml -o runs/tiny\n"
+      "Example (on the sweep of `wbaudit run examples/tiny.toml --out runs/tiny`):\n"
       "  wbaudit grid runs/tiny --cell target/lr_scale=0.5/format=e4m3 --formats bf16,e4m3,int4 -o runs/tiny/grid\n"
       "TRACE may also be a reference trace.h5 itself (then without --cell).\n"
       "Writes DIR/grid.csv (group, format, lr_scale, step, erased_fraction), DIR/grid_summary.csv (mean, max and\n"

@@ -158,7 +158,10 @@ void add_import_command(CLI::App& app) {
       "(script and its SHA-256, torch version, host, time, as wbaudit.torch records them), where and when it was\n"
       "imported, the SHA-256 of the trace, and canonical = false with the reason. Nothing under cells/ or\n"
       "sweep.json is touched, so canonical cells and registered analyses are unaffected; a name that exists is\n"
-      "refused (never overwritten).");
+      "refused (never overwritten).\n"
+      "Examples (runs/audit-tiny/trace.h5: the target trace that audit's example wrote):\n"
+      "  wbaudit import runs/imported runs/audit-tiny/trace.h5 --name audited-e4m3 --note \"audit example\"\n"
+      "  wbaudit import runs/imported --list");
   cmd->callback([args] { run_import(*args); });
 }
 

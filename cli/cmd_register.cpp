@@ -27,7 +27,8 @@ void add_register_command(CLI::App& app) {
       "The outcome cells are the analysis' required_cells (names or patterns like \"target/*format=e4m3\"), or\n"
       "every target cell when it declares none. Registration is refused when any of them already has a\n"
       "completed attempt, unless --retrospective.\n"
-      "Example: wbaudit register examples/two_layer_analysis.toml --sweep runs/tiny");
+      "Example (on runs/tiny-slurm, the sweep that submit's first example queued, before its cells run):\n"
+      "  wbaudit register examples/two_layer_analysis.toml --sweep runs/tiny-slurm");
   cmd->callback([args] {
     const auto store = runners::SweepStore::open(args->sweep);
     const auto r = runners::register_analysis(store, args->analysis, args->retrospective, args->who);

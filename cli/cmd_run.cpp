@@ -48,6 +48,7 @@ void add_run_command(CLI::App& app) {
     std::string spec;
     std::string out;
     bool resume = false;
+    bool extend = false;
     bool no_report = false;
     bool quiet = false;
     bool create_only = false;
@@ -65,6 +66,10 @@ void add_run_command(CLI::App& app) {
   cmd->add_option("--out,-o", args->out, "Sweep directory to create (default: runs/<sweep name>)");
   cmd->add_flag("--resume", args->resume,
                 "Reopen an existing sweep directory and run only cells without a canonical complete attempt");
+  cmd->add_flag("--extend", args->extend,
+                "Extend an existing sweep directory by the cells a changed spec adds (more seeds, grid values or "
+                "formats), journaled and signed; every existing cell keeps its identity and attempts, a spec that "
+                "changes one is refused naming what changed; then run what needs running (docs/contracts.md)");
   cmd->add_option("--jobs,-j", args->jobs,
                   "Run N cells at a time, each in a worker process of this executable with max(1, T/N) of the T "
                   "Kokkos threads (default: N = T); 1: one cell after another in this process with all T threads. "
@@ -92,8 +97,9 @@ void add_run_command(CLI::App& app) {
   cmd->add_flag("--quiet,-q", args->quiet, "No progress output");
   cmd->footer(
       "Examples:\n  wbaudit run examples/tiny.toml --out runs/tiny --threads 2\n"
-      "  wbaudit run examples/tiny.toml --out runs/tiny --threads 2 --jobs 1\n"
-      "  mpirun -n 2 --bind-to none wbaudit run examples/tiny.toml --out runs/tiny --threads 1\n"
+      "  wbaudit run examples/tiny.toml --out runs/tiny-serial --threads 2 --jobs 1   # one cell at a time\n"
+      "  mpirun -n 2 --bind-to none wbaudit run examples/tiny.toml --out runs/tiny-mpi --threads 1\n"
+      "  wbaudit run examples/tiny_more_seeds.toml --out runs/tiny-serial --extend   # one more seed\n"
       "(examples/tiny.toml is a 4-target smoke test; the studies' specs are listed in the README)\n"
       "Threads: --threads T (or OMP_NUM_THREADS). Traces are bitwise identical for any T, N and rank count.");
   cmd->callback([args, cmd] {
@@ -101,6 +107,7 @@ void add_run_command(CLI::App& app) {
     runners::RunOptions options;
     options.out = args->out.empty() ? std::filesystem::path("runs") / spec.name : std::filesystem::path(args->out);
     options.resume = args->resume;
+    options.extend = args->extend;
     options.progress = !args->quiet;
     options.only = args->cells;
     options.create_only = args->create_only;

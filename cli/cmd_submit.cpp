@@ -96,6 +96,11 @@ void add_slurm_options(CLI::App* cmd, SubmitArgs& args) {
       ->capture_default_str();
   cmd->add_option("--mpi-ranks", o.mpi_ranks, "Run the whole sweep as one MPI job with this many ranks instead")
       ->check(CLI::PositiveNumber);
+  cmd->add_option("--launcher", o.launcher,
+                  "With --mpi-ranks: how the job starts its ranks, mpirun (Open MPI) or srun (Slurm; its MPI plugin "
+                  "is the cluster's MpiDefault, or SLURM_MPI_TYPE in the submitting environment, e.g. pmix)")
+      ->check(CLI::IsMember({"mpirun", "srun"}))
+      ->capture_default_str();
   cmd->add_option("--signal-seconds", o.signal_seconds,
                   "Seconds before the time limit at which a task stops and requeues itself (USR1)")
       ->check(CLI::PositiveNumber);
@@ -158,7 +163,43 @@ void warn_before_submitting(const SubmitArgs& args, const std::filesystem::path&
   }
 }
 
+// What was there before this submit: a sweep (reopened with --resume), or at least the directory.
+struct Before {
+  bool sweep = false;
+  bool directory = false;
+};
+
+// Submits; when that fails before sbatch accepted any job, a sweep this invocation created is removed again with its
+// key (a retry then needs no --resume), and one that existed before is left as it was; either way the error says so.
+// A cells job that sbatch accepted (PartlySubmitted) keeps everything.
+runners::slurm::Submission submit_or_roll_back(runners::LockedSweep& locked, const SubmitArgs& args,
+                                               const Before& before) {
+  try {
+    return runners::slurm::submit(locked.store, args.slurm);
+  } catch (const runners::slurm::PartlySubmitted&) {
+    throw;
+  } catch (const std::exception& e) {
+    const std::string dir = locked.store.dir().string();
+    if (before.sweep) {
+      throw std::runtime_error(std::string(e.what()) + "\nnothing was submitted; the sweep " + dir +
+                               " existed before this submit and is left as it was: fix the problem and run the same "
+                               "command again (with --resume)");
+    }
+    std::string removed;
+    for (const auto& path : runners::remove_created_sweep(locked, before.directory)) {
+      removed += "\n  " + path;
+    }
+    throw std::runtime_error(std::string(e.what()) +
+                             "\nnothing was submitted; this submit created the sweep and removed what it made:" +
+                             removed + "\nfix the problem and run the same command again (no --resume needed)");
+  }
+}
+
 void submit_sweep(SubmitArgs& args) {
+  if (args.slurm.launcher != "mpirun" && args.slurm.mpi_ranks == 0) {
+    throw std::invalid_argument("--launcher " + args.slurm.launcher +
+                                " needs --mpi-ranks N (an array task runs one process, started by sbatch itself)");
+  }
   args.slurm.cells_per_task = args.cells_per_task == "auto" ? 0 : std::stoi(args.cells_per_task);
   const runners::SweepSpec spec = runners::load_sweep_spec(args.spec);
   const std::filesystem::path out =
@@ -173,8 +214,10 @@ void submit_sweep(SubmitArgs& args) {
     print_dry_run(args, out, cells);
     return;
   }
-  const auto locked = runners::create_locked(spec, out, args.resume);
-  const auto s = runners::slurm::submit(locked.store, args.slurm);
+  const Before before{std::filesystem::exists(out / "sweep.json"),
+                      std::filesystem::exists(std::filesystem::symlink_status(out))};
+  auto locked = runners::create_locked(spec, out, args.resume);
+  const auto s = submit_or_roll_back(locked, args, before);
   if (s.cells_job_id.empty()) {
     std::cout << "nothing to run: every cell is canonical and complete\n";
   } else {
@@ -206,12 +249,14 @@ void add_submit_command(CLI::App& app) {
   cmd->add_flag("--dry-run", args->dry_run, "Print the scripts; write and submit nothing");
   add_slurm_options(cmd, *args);
   cmd->footer(
-      "Examples:\n  wbaudit submit examples/tiny.toml --out runs/tiny --partition short "
+      "Examples:\n  wbaudit submit examples/tiny.toml --out runs/tiny-slurm --partition short "
       "--time 00:30:00 --cells-per-task 4\n"
-      "  wbaudit submit examples/tiny.toml --out runs/tiny --time 01:00:00 --array-throttle 8 --dry-run   # auto "
+      "  wbaudit submit examples/tiny.toml --out runs/tiny-auto --time 01:00:00 --array-throttle 8 --dry-run   # auto "
       "packing\n"
-      "  wbaudit submit examples/tiny.toml --out runs/tiny --resume   # rerun what is missing\n"
-      "  wbaudit submit examples/tiny.toml --out runs/tiny --mpi-ranks 8 --dry-run");
+      "  wbaudit submit examples/tiny.toml --out runs/tiny-slurm --resume   # rerun what is missing\n"
+      "  wbaudit submit examples/tiny.toml --out runs/tiny-mpi8 --mpi-ranks 8 --dry-run\n"
+      "  wbaudit submit examples/tiny.toml --out runs/tiny-mpi8 --mpi-ranks 8 --launcher srun --dry-run\n"
+      "A submit that fails before sbatch accepted a job removes the sweep directory (and key) it created.");
   cmd->callback([args] { submit_sweep(*args); });
 }
 

@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "forecast/crossing.hpp"
+#include "runners/store/extend.hpp"
 #include "runners/store/identity.hpp"
 #include "runners/store/lock.hpp"
 #include "sim/run.hpp"
@@ -104,9 +105,17 @@ std::vector<StoredCell> stored_cells(const SweepSpec& spec) {
   return cells;
 }
 
-void check_sweep_directory(const std::filesystem::path& dir, const SweepSpec& spec, bool resume) {
+void check_sweep_directory(const std::filesystem::path& dir, const SweepSpec& spec, bool resume, bool extend) {
   namespace fs = std::filesystem;
   std::error_code ec;
+  if (extend) {
+    if (!fs::exists(dir / "sweep.json", ec)) {
+      throw StoreError("--extend: " + dir.string() +
+                       " is not a sweep (no sweep.json); run without --extend to create it");
+    }
+    (void)SweepStore::open(dir);
+    return;
+  }
   if (!fs::exists(dir, ec)) {
     return;
   }
@@ -132,7 +141,8 @@ void check_sweep_directory(const std::filesystem::path& dir, const SweepSpec& sp
                      " was created by another spec (the spec changed since: its frozen " + store.spec_path().string() +
                      " has hash " + store.spec_sha256() + ", " + spec.path.string() + " has hash " + hash +
                      "); choose a new --out for this spec (--resume continues a sweep only "
-                     "with the spec that created it)");
+                     "with the spec that created it; --extend adds the cells of a spec that only adds cells: more "
+                     "seeds, grid values or formats)");
   }
   if (!resume) {
     throw StoreError("sweep directory " + dir.string() + " already exists for this spec; use --resume to continue it");
@@ -181,8 +191,45 @@ void check_cells_fit(const SweepSpec& spec, int beside, int threads, double phys
   }
 }
 
-LockedSweep create_locked(const SweepSpec& spec, const std::filesystem::path& out, bool resume) {
-  check_sweep_directory(out, spec, resume);
+namespace {
+
+// --extend with the lock held: the sweep extended by the cells the spec adds, saying what was added and kept.
+std::vector<std::string> extend_sweep(const SweepSpec& spec, const std::filesystem::path& out) {
+  const SweepStore store = SweepStore::open(out);
+  if (store.spec_sha256() == sha256_hex(spec.text)) {
+    return {"--extend: " + out.string() + " already has this spec; running what it lacks, as --resume"};
+  }
+  ExtensionPlan plan = plan_extension(store.cells(), stored_cells(spec));
+  if (plan.added.empty()) {
+    throw StoreError("--extend: " + spec.path.string() + " adds no cells to " + out.string() +
+                     " (every cell it names is already there); an extension only adds cells, so a spec that "
+                     "changes nothing else cannot be frozen in its place");
+  }
+  store.extend(spec.text, plan.added, plan.renamed);
+  std::size_t targets = 0;
+  for (const auto& cell : plan.added) {
+    targets += cell.role == "target" ? 1 : 0;
+  }
+  std::vector<std::string> notes{"extended " + out.string() + " by " + std::to_string(plan.added.size()) + " cells (" +
+                                 std::to_string(targets) + " targets, " + std::to_string(plan.added.size() - targets) +
+                                 " references); the " + std::to_string(store.cells().size()) +
+                                 " existing cells are kept as they are; the extension is in the journal"};
+  notes.insert(notes.end(), plan.notes.begin(), plan.notes.end());
+  return notes;
+}
+
+}  // namespace
+
+LockedSweep create_locked(const SweepSpec& spec, const std::filesystem::path& out, bool resume, bool extend) {
+  check_sweep_directory(out, spec, resume, extend);
+  if (extend) {
+    SweepLock lock = SweepLock::acquire(out);
+    std::vector<std::string> notes = extend_sweep(spec, out);
+    CreateOptions create;
+    create.resume = true;
+    SweepStore store = SweepStore::create(out, spec.text, stored_cells(spec), create);
+    return LockedSweep{std::move(lock), std::move(store), std::move(notes)};
+  }
   // The lock before anything is written: two runs into one new directory must not both create a sweep (and a key
   // and a journal) there. The directory is made for the lock; a creation that fails removes it again.
   std::error_code ec;
@@ -196,13 +243,43 @@ LockedSweep create_locked(const SweepSpec& spec, const std::filesystem::path& ou
     CreateOptions create;
     create.resume = resume;
     SweepStore store = SweepStore::create(out, spec.text, stored_cells(spec), create);
-    return LockedSweep{std::move(lock), std::move(store)};
+    return LockedSweep{std::move(lock), std::move(store), {}};
   } catch (...) {
     if (made) {
       remove_if_only_lock(out);
     }
     throw;
   }
+}
+
+std::vector<std::string> remove_created_sweep(LockedSweep& locked, bool keep_directory) {
+  namespace fs = std::filesystem;
+  const fs::path dir = locked.store.dir();
+  const fs::path key = locked.store.key_path();
+  std::vector<fs::path> targets;
+  if (keep_directory) {
+    std::error_code ec;
+    for (const auto& entry : fs::directory_iterator(dir, ec)) {
+      targets.push_back(entry.path());
+    }
+    std::sort(targets.begin(), targets.end());
+  } else {
+    targets.push_back(dir);
+  }
+  if (!key.empty()) {
+    targets.push_back(key);
+    targets.emplace_back(key.string() + ".heads");
+  }
+  std::vector<std::string> removed;
+  for (const auto& target : targets) {
+    std::error_code ec;
+    if (!fs::exists(fs::symlink_status(target, ec))) {
+      continue;
+    }
+    fs::remove_all(target, ec);  // links inside are removed, never followed
+    removed.push_back(ec ? target.string() + " (not removed: " + ec.message() + ")" : target.string());
+  }
+  return removed;
 }
 
 namespace {
@@ -253,12 +330,13 @@ std::optional<SweepLock> create_sweep(const SweepSpec& spec, const RunOptions& o
   std::optional<SweepLock> lock;
   if (rank == 0) {
     try {
-      LockedSweep locked = create_locked(spec, options.out, options.resume);
+      LockedSweep locked = create_locked(spec, options.out, options.resume, options.extend);
       lock.emplace(std::move(locked.lock));
       const SweepStore& created = locked.store;
       // With the lock held: attempt directories the journal never heard of are moved aside (DIR/foreign/), so
       // they cannot sit beside canonical attempts; repairs of the frozen inputs are said.
-      std::vector<std::string> notes = created.repairs();
+      std::vector<std::string> notes = locked.notes;
+      notes.insert(notes.end(), created.repairs().begin(), created.repairs().end());
       for (auto& moved : created.set_aside_foreign()) {
         notes.push_back(std::move(moved));
       }

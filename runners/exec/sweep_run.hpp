@@ -21,6 +21,9 @@ namespace wbaudit::runners {
 struct RunOptions {
   std::filesystem::path out;  // sweep directory
   bool resume = false;
+  // Extend the existing sweep by the cells the spec adds (runners/store/extend.hpp), then run what needs running; with
+  // the sweep's own spec the same as resume.
+  bool extend = false;
   bool progress = true;  // progress lines on stderr
   // Local runs (comm null): cells at a time, each in a worker process of this executable (`wbaudit worker`) with
   // worker_threads Kokkos threads; 1 runs every cell in this process. Ignored under MPI.
@@ -39,8 +42,9 @@ std::vector<StoredCell> stored_cells(const SweepSpec& spec);
 // Refuses an output directory this spec cannot write before anything is written, saying why and what to do: one made
 // by another spec (--resume continues a sweep only with the spec that created it), one of this spec without
 // resume, a non-empty directory that is no sweep. Throws StoreError; returns for a new or an empty directory, and
-// for this spec's own sweep with resume.
-void check_sweep_directory(const std::filesystem::path& dir, const SweepSpec& spec, bool resume);
+// for this spec's own sweep with resume. With extend: an existing sweep of any spec (plan_extension decides), no
+// directory or one without a sweep is refused.
+void check_sweep_directory(const std::filesystem::path& dir, const SweepSpec& spec, bool resume, bool extend = false);
 
 // Refuses (SpecError) before anything runs a cell whose estimated memory, sim::estimate_cell_bytes (training) plus
 // sim::estimate_recording_bytes for `threads` threads (recording and writing its trace), times `beside` cells running
@@ -51,11 +55,21 @@ void check_cells_fit(const SweepSpec& spec, int beside, int threads, double phys
 // Takes the sweep's lock (making the directory for it when it does not exist), then creates the sweep directory, or
 // with resume reopens and checks it (SweepStore::create), all before any other process can write there; a creation
 // that fails leaves no directory behind that it made. The lock is held until the returned value is destroyed.
+// With extend: the existing sweep extended by the cells the spec adds (SweepStore::extend) before it is reopened as
+// with resume; notes says what was added and kept.
 struct LockedSweep {
   SweepLock lock;
   SweepStore store;
+  std::vector<std::string> notes;
 };
-LockedSweep create_locked(const SweepSpec& spec, const std::filesystem::path& out, bool resume);
+LockedSweep create_locked(const SweepSpec& spec, const std::filesystem::path& out, bool resume, bool extend = false);
+
+// Undoes what create_locked made for a new sweep (not one reopened with resume) when what followed failed before
+// anything ran or was submitted (`wbaudit submit` when sbatch fails): removes the sweep directory, its signing key
+// (created fresh for it: never one that existed before) and the key's journal heads; with keep_directory (it existed,
+// empty, before) only what is inside it. Returns the paths removed, in that order, for the message; one that cannot
+// be removed is named with the reason.
+std::vector<std::string> remove_created_sweep(LockedSweep& locked, bool keep_directory);
 
 // The CellFn that runs one cell with the simulator and writes DIR/trace.h5 (atomically).
 CellFn simulator_cell_fn();

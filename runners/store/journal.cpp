@@ -429,6 +429,11 @@ void journal_read_more(const fs::path& journal, const SweepKey& key, JournalInde
         problem(where + ": a second creation record");
       }
       index.sweep_json = text("sweep_sha256");
+    } else if (event == "extend") {  // the sweep extended by cells: sweep.json rewritten (runners/store/extend.hpp)
+      if (seq == 0) {
+        problem(where + ": an extension before the sweep's creation record");
+      }
+      index.sweep_json = text("sweep_sha256");
     } else if (event == "begin" || event == "finish") {
       const auto id = std::make_pair(text("cell"), text("attempt"));
       if (event == "begin") {

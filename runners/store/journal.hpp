@@ -21,7 +21,8 @@
 //
 // Journal: one JSON object per line, canonical JSON (runners/store/identity.hpp), fields seq (0, 1, ...), prev (SHA-256
 // of the previous line's text, 64 zeros for the first), event ("sweep": the creation record with the SHA-256 of
-// sweep.json; "begin": an attempt's uuid reserved before its directory exists; "finish": the SHA-256 of the
+// sweep.json; "extend": the sweep extended by cells, with the SHA-256 of its rewritten sweep.json, which it signs from
+// then on; "begin": an attempt's uuid reserved before its directory exists; "finish": the SHA-256 of the
 // attempt's signed final manifest), time, and hmac (over the entry without hmac). Appends take an exclusive flock
 // on the journal, drop a torn last line (a writer killed mid-append: a line without its newline, which nobody can
 // have relied on), and write each line with one write(2) on an O_APPEND descriptor.
@@ -86,7 +87,7 @@ struct JournalIndex {
   std::size_t entries = 0;                // complete lines
   bool torn_tail = false;                 // a last line without its newline (a writer killed mid-append)
   std::vector<std::string> problems;      // edited, removed or forged entries; empty when intact
-  std::optional<std::string> sweep_json;  // SHA-256 of sweep.json signed by the creation entry
+  std::optional<std::string> sweep_json;  // SHA-256 of sweep.json signed by the creation entry or the last extension
   // Signed entries by (cell id, attempt uuid): the begin entries' seq and the finish entries' manifest hashes.
   std::map<std::pair<std::string, std::string>, std::size_t> begun;
   std::map<std::pair<std::string, std::string>, std::vector<std::string>> finished;

@@ -225,7 +225,8 @@ void SweepStore::check_resumable(const std::string& spec_sha256) const {
   if (m_spec_sha256 != spec_sha256) {
     throw StoreError("the spec changed since the sweep " + m_dir.string() + " was created (frozen spec.toml has hash " +
                      m_spec_sha256 + ", this spec " + spec_sha256 +
-                     "); start a new sweep directory for a changed spec");
+                     "); start a new sweep directory for a changed spec, or, when it only adds cells (more seeds, "
+                     "grid values or formats), extend this one with --extend");
   }
   require_key("resume");
   require_no_links("resume");
@@ -410,6 +411,88 @@ SweepStore SweepStore::create(const fs::path& dir, const std::string& spec_text,
   return open(dir);
 }
 
+namespace {
+
+// Renames cells of a sweep record (and the references of targets that name them).
+void rename_cells(nlohmann::json& sweep, const std::vector<std::pair<std::string, std::string>>& renamed) {
+  std::map<std::string, std::string> by_old_name;
+  for (auto& cell : sweep["cells"]) {
+    for (const auto& [id, name] : renamed) {
+      if (cell["id"] == id) {
+        by_old_name[cell["name"].get<std::string>()] = name;
+        cell["name"] = name;
+      }
+    }
+  }
+  for (auto& cell : sweep["cells"]) {
+    if (const auto it = by_old_name.find(cell["reference"].get<std::string>()); it != by_old_name.end()) {
+      cell["reference"] = it->second;
+    }
+  }
+}
+
+}  // namespace
+
+void SweepStore::extend(const std::string& spec_text, const std::vector<StoredCell>& added,
+                        const std::vector<std::pair<std::string, std::string>>& renamed) const {
+  require_key("extend");
+  require_no_links("extend");
+  auto refuse = [this](const std::string& why, const std::vector<std::string>& problems) {
+    throw StoreError("cannot extend " + m_dir.string() + ": " + why + ":\n  " + [&problems] {
+      std::string list;
+      for (const auto& p : problems) {
+        list += (list.empty() ? "" : "\n  ") + p;
+      }
+      return list;
+    }());
+  };
+  if (const auto problems = check_record(); !problems.empty()) {
+    refuse("its signed record was edited, so its attempts cannot be trusted", problems);
+  }
+  if (const auto problems = check_frozen_inputs(); !problems.empty()) {
+    refuse("its frozen inputs changed (resume it with the spec that made it, which repairs them, then extend)",
+           problems);
+  }
+  if (!renamed.empty() && (fs::exists(m_dir / "registry") || fs::exists(m_dir / "deviations.jsonl"))) {
+    throw StoreError("cannot extend " + m_dir.string() + ": the new spec renames its existing cells (" +
+                     cell(renamed[0].first).name + " would be " + renamed[0].second +
+                     ", e.g. a seed moved into [grid]), and its registered analyses or deviations name cells by "
+                     "their names; keep the existing cells' names in the new spec");
+  }
+  const std::string spec_sha256 = sha256_hex(spec_text);
+  std::error_code ec;
+  fs::create_directories(m_dir / "specs", ec);
+  if (ec) {
+    throw StoreError("cannot create " + (m_dir / "specs").string() + ": " + ec.message());
+  }
+  write_file_atomic(m_dir / "specs" / (m_spec_sha256 + ".toml"), read_regular_file(spec_path()));
+  nlohmann::json sweep = nlohmann::json::parse(read_regular_file(m_dir / "sweep.json"));
+  rename_cells(sweep, renamed);
+  nlohmann::json ids = nlohmann::json::array();
+  for (const auto& cell : added) {
+    sweep["cells"].push_back({{"id", cell.id},
+                              {"name", cell.name},
+                              {"role", cell.role},
+                              {"reference", cell.reference},
+                              {"config", cell.config}});
+    ids.push_back(cell.id);
+  }
+  nlohmann::json extension = {
+      {"time", utc_now()}, {"previous_spec_sha256", m_spec_sha256}, {"spec_sha256", spec_sha256}, {"cells_added", ids}};
+  if (!sweep.contains("extensions")) {
+    sweep["extensions"] = nlohmann::json::array();
+  }
+  sweep["extensions"].push_back(extension);
+  sweep["spec_sha256"] = spec_sha256;
+  const std::string text = sweep.dump(1) + "\n";
+  extension["event"] = "extend";
+  extension["sweep_sha256"] = sha256_hex(text);
+  extension.erase("time");
+  journal_record(extension);  // signed first: sweep.json is then the record the journal names last
+  write_file_atomic(m_dir / "sweep.json", text);
+  write_file_atomic(spec_path(), spec_text);
+}
+
 SweepStore SweepStore::open(const fs::path& dir) {
   const fs::path file = dir / "sweep.json";
   if (!fs::exists(file)) {
@@ -434,6 +517,9 @@ SweepStore SweepStore::open(const fs::path& dir) {
     store.m_sweep_uuid = sweep.value("sweep_uuid", std::string());
     if (sweep.contains("numeric")) {
       store.m_numeric = sweep["numeric"];
+    }
+    for (const auto& extension : sweep.value("extensions", nlohmann::json::array())) {
+      store.m_previous_specs.push_back(extension.at("previous_spec_sha256").get<std::string>());
     }
     if (sweep.contains("libraries")) {
       store.m_has_libraries = true;
@@ -1157,7 +1243,9 @@ void SweepStore::check_manifest_identity(AttemptRecord& record, const std::strin
     record.reasons.push_back("manifest uuid " + m.value("uuid", std::string("(none)")) +
                              " does not match its directory " + record.uuid);
   }
-  if (m.value("spec_sha256", std::string()) != m_spec_sha256) {
+  const std::string spec = m.value("spec_sha256", std::string());
+  if (spec != m_spec_sha256 &&
+      std::find(m_previous_specs.begin(), m_previous_specs.end(), spec) == m_previous_specs.end()) {
     record.reasons.push_back("run under another spec (spec hash " + m.value("spec_sha256", std::string("(none)")) +
                              ", registered " + m_spec_sha256 + ")");
   }

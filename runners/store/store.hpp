@@ -178,6 +178,18 @@ class SweepStore {
   // Moves attempt directories the journal never heard of to DIR/foreign/<cell id>/<name>; returns one line per
   // directory moved. Call with the sweep lock held.
   std::vector<std::string> set_aside_foreign() const;
+  // Extends the sweep by cells a changed spec adds (runners/store/extend.hpp plan_extension): refused without the key,
+  // with links inside, with an edited record or changed frozen inputs. Keeps the previous spec as
+  // DIR/specs/<its SHA-256>.toml, appends a signed "extend" entry to the journal (the new sweep.json's SHA-256, both
+  // spec hashes, the added cell ids), then rewrites sweep.json (the cells appended, "spec_sha256" the new spec's,
+  // "extensions" listing each extension) and spec.toml. Attempts that ran under a previous spec stay canonical. This
+  // object is not updated: open the sweep again.
+  // `renamed`: (cell id, new name) of existing cells the new spec names otherwise, refused when registered analyses or
+  // deviations (which name cells) exist.
+  void extend(const std::string& spec_text, const std::vector<StoredCell>& added,
+              const std::vector<std::pair<std::string, std::string>>& renamed) const;
+  // The SHA-256 of the specs before each extension, oldest first (empty for a sweep never extended).
+  const std::vector<std::string>& previous_specs() const { return m_previous_specs; }
   // What create(resume) repaired (one line each).
   const std::vector<std::string>& repairs() const { return m_repairs; }
 
@@ -205,6 +217,7 @@ class SweepStore {
   std::map<std::string, std::size_t> m_index;
   std::map<std::string, std::size_t> m_by_name;  // cell name -> position in m_cells
   std::string m_spec_sha256;
+  std::vector<std::string> m_previous_specs;  // sweep.json "extensions"[*].previous_spec_sha256
   std::string m_binary_sha256;
   std::map<std::string, std::string> m_libraries;  // bin/lib/<name> -> sha256
   bool m_has_libraries = false;                    // sweep.json lists its libraries (possibly none)

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# Every example printed by `wbaudit <subcommand> --help` runs and exits 0 (issue 16: help examples named absent
-# files and cell names that `run` never produces). Each example runs in a fresh directory holding examples/; one that
-# works on an existing sweep (status, evaluate, report, deviate, --resume) gets a copy of the sweep the first `run`
-# example made, `register` a copy of a sweep that was submitted but has not run. Slurm is replaced by stand-ins on
-# PATH that accept the job (sbatch prints a job id), so submit examples exercise wbaudit's side only.
+# Every example printed by `wbaudit <subcommand> --help` works when followed in order, as a newcomer on a fresh clone
+# would (issues 16 and 31): one fresh directory holding only examples/, the subcommands in the order `wbaudit --help`
+# lists them and each one's examples in the order printed, every one exiting 0 and printing something. Every listed
+# subcommand has at least one example. Slurm is replaced by stand-ins on PATH that accept the jobs (sbatch prints a
+# job id, nothing runs), so submit examples exercise wbaudit's side only, and a submitted sweep stays without outcomes.
 #   help_examples_test.sh WBAUDIT SOURCE_DIR
 set -euo pipefail
 wbaudit=$(realpath "$1")
@@ -12,6 +12,9 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+# The sweeps' signing keys go to this test's own config directory, not the user's.
+export XDG_CONFIG_HOME="$work/config"
+unset WBAUDIT_KEY_FILE
 
 mkdir "$work/bin"
 ln -s "$wbaudit" "$work/bin/wbaudit"
@@ -25,41 +28,26 @@ cp "$work/bin/squeue" "$work/bin/sacct"
 chmod +x "$work/bin/sbatch" "$work/bin/scontrol" "$work/bin/squeue" "$work/bin/sacct"
 export PATH="$work/bin:$PATH"
 
-# The examples: lines of each help text from its "Example:"/"Examples:" line on that call wbaudit.
+# The examples: lines of each help text from its "Example..:" line on that call wbaudit, in the order printed.
 subcommands=$("$wbaudit" --help | awk '/^Subcommands:/ { on = 1; next } on && /^  [a-z]/ { print $1 }')
+[ "$(echo "$subcommands" | wc -w)" -ge 12 ] || fail "fewer than 12 subcommands listed: $subcommands"
 : > "$work/examples"
 for c in $subcommands; do
-  "$wbaudit" "$c" --help | awk '/^Examples?:/ { on = 1 } on { sub(/^Examples?: */, ""); sub(/^ +/, ""); if ($0 ~ /wbaudit /) print }' \
-    | sed 's/  *# .*$//' >> "$work/examples"
+  "$wbaudit" "$c" --help | awk '/^Examples?( \(.*\))?:/ { on = 1 } on { sub(/^Examples?( \(.*\))?: */, ""); sub(/^ +/, ""); if ($0 ~ /wbaudit /) print }' \
+    | sed 's/  *# .*$//' > "$work/examples.$c"
+  [ -s "$work/examples.$c" ] || fail "wbaudit $c --help has no example"
+  cat "$work/examples.$c" >> "$work/examples"
 done
-[ "$(grep -c . "$work/examples")" -ge 10 ] || { cat "$work/examples"; fail "fewer than 10 examples found"; }
 
-sandbox() {  # a fresh directory with examples/
-  local d
-  d=$(mktemp -d "$work/example.XXXXXX")
-  ln -s "$src/examples" "$d/examples"
-  echo "$d"
-}
-done_sweep="" submitted_sweep=""
-# Examples that make the sweeps the others need run first.
-first_run=$(grep -m1 '^wbaudit run ' "$work/examples")
-first_submit=$(grep '^wbaudit submit ' "$work/examples" | grep -v -- '--resume\|--dry-run' | head -1)
-{ echo "$first_run"; echo "$first_submit"; grep -vxF -e "$first_run" -e "$first_submit" "$work/examples"; } > "$work/ordered"
+# A fresh clone's working directory: examples/ and nothing else (no runs/).
+fresh="$work/clone"
+mkdir "$fresh"
+ln -s "$src/examples" "$fresh/examples"
+n=0
 while IFS= read -r example; do
-  dir=$(sandbox)
-  command=$(echo "$example" | sed 's/.*wbaudit \([a-z-]*\).*/\1/')
-  case "$command" in
-    status | evaluate | report | deviate | grid) needs=done ;;
-    register) needs=submitted ;;
-    *) needs="" ;;
-  esac
-  if echo "$example" | grep -q -- '--resume'; then needs=done; fi
-  if [ "$needs" = done ]; then cp -a "$done_sweep" "$dir/runs"; fi
-  if [ "$needs" = submitted ]; then cp -a "$submitted_sweep" "$dir/runs"; fi
-  (cd "$dir" && bash -c "$example") > "$work/out" 2>&1 < /dev/null || { cat "$work/out"; fail "example failed: $example"; }
+  (cd "$fresh" && bash -c "$example") > "$work/out" 2>&1 < /dev/null || { cat "$work/out"; fail "example $((n + 1)) failed: $example"; }
   [ -s "$work/out" ] || fail "example printed nothing: $example"
+  n=$((n + 1))
   echo "ok: $example"
-  if [ "$example" = "$first_run" ]; then done_sweep="$dir/runs"; fi
-  if [ "$example" = "$first_submit" ]; then submitted_sweep="$dir/runs"; fi
-done < "$work/ordered"
-echo "PASS ($(grep -c . "$work/ordered") examples)"
+done < "$work/examples"
+echo "PASS ($n examples of $(echo "$subcommands" | wc -w) subcommands, in order, in one fresh directory)"

@@ -75,6 +75,28 @@ TEST(SlurmScript, MpiScriptMatchesGoldenAndQuotesPaths) {
   EXPECT_EQ(sl::render_mpi_script(paths, o), golden("cells_mpi.sbatch"));
 }
 
+// --launcher srun: Slurm starts the ranks (one per task of the allocation, with its CPUs) and hands them the job's
+// environment with the sweep's key named explicitly, as mpirun's -x does; everything else as the mpirun script.
+TEST(SlurmScript, SrunMpiScriptMatchesGolden) {
+  sl::SlurmOptions o = full_options();
+  o.mpi_ranks = 4;
+  o.launcher = "srun";
+  EXPECT_EQ(sl::render_mpi_script(kPaths, o), golden("cells_mpi_srun.sbatch"));
+  // Without a key nothing names it; an unknown launcher is refused, naming it.
+  sl::ScriptPaths keyless = kPaths;
+  keyless.key_file.clear();
+  const std::string plain = sl::render_mpi_script(keyless, o);
+  EXPECT_NE(plain.find("--cpu-bind=none --export=ALL \"$sweep/bin/wbaudit\" run-cells"), std::string::npos) << plain;
+  EXPECT_EQ(plain.find("WBAUDIT_KEY_FILE"), std::string::npos) << plain;
+  o.launcher = "mpiexec";
+  try {
+    (void)sl::render_mpi_script(kPaths, o);
+    ADD_FAILURE() << "launcher mpiexec accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("\"mpiexec\" is neither mpirun nor srun"), std::string::npos) << e.what();
+  }
+}
+
 TEST(SlurmScript, ReportScriptMatchesGolden) {
   EXPECT_EQ(sl::render_report_script(kPaths, full_options()), golden("report.sbatch"));
 }

@@ -8,7 +8,8 @@
 #     with exactly one attempt each;
 #  4. a drained node (a node that never starts the job): status shows the scheduler's PENDING view while content
 #     says pending; after scancel, --resume completes the sweep;
-#  5. --mpi-ranks 2: the whole sweep as one MPI job, the sweep's signing key exported to both ranks;
+#  5. --mpi-ranks 2: the whole sweep as one MPI job, the sweep's signing key exported to both ranks; the same with
+#     --launcher srun (ranks started by Slurm with PMIx);
 #  6. cells longer than --time: each task is stopped at its limit, requeued once (--max-requeues 1), stopped again
 #     and gives up; status reports both cells failed, naming SLURM_RESTART_COUNT and the cap.
 #   slurm_submit_test.sh WBAUDIT SOURCE_DIR
@@ -199,6 +200,22 @@ grep -q "export WBAUDIT_KEY_FILE=.*wbaudit/keys/" "$sweep5/slurm/submit-1/cells.
 grep -q "mpirun .* -x WBAUDIT_KEY_FILE " "$sweep5/slurm/submit-1/cells.sbatch" || fail "the key is not passed to the MPI ranks"
 [ "$(grep -c '"event":"finish"' "$sweep5/journal.jsonl")" -eq 8 ] || fail "the journal lacks the ranks' finish entries"
 
+# 5b. The same MPI job with its ranks started by srun (--launcher srun; the cluster's MpiDefault is none, so PMIx is
+#     chosen through SLURM_MPI_TYPE in the submitting environment, which sbatch copies into the job). Ranks that came
+#     up without PMI would each be a whole MPI job and run every cell: exactly one attempt per cell, from two processes,
+#     shows that the two ranks shared the cells.
+sweep5b="$work/sweep5b"
+SLURM_MPI_TYPE=pmix "$wbaudit" submit "$here/tiny_sweep.toml" --out "$sweep5b" --mpi-ranks 2 --launcher srun \
+  --report-command status > "$work/submit5b.txt" 2>&1 || { cat "$work/submit5b.txt"; fail "submit --launcher srun"; }
+grep -q '^srun --ntasks="$SLURM_NTASKS" .* --export=ALL,WBAUDIT_KEY_FILE ' "$sweep5b/slurm/submit-1/cells.sbatch" \
+  || fail "the srun script does not launch the ranks with the key"
+job5b=$(awk '/^cells job/ {print $3}' "$work/submit5b.txt")
+rep5b=$(awk '/^report job/ {print $3}' "$work/submit5b.txt")
+wait_jobs "$job5b,$rep5b"
+"$wbaudit" status "$sweep5b" --check --no-scheduler > /dev/null || { cat "$sweep5b"/slurm/submit-1/logs/*; fail "srun job left cells undone"; }
+[ "$(ls -d "$sweep5b"/cells/*/attempts/* | wc -l)" -eq 8 ] || { cat "$sweep5b"/slurm/submit-1/logs/*; fail "srun ranks did not share the cells (one attempt per cell)"; }
+[ "$(grep -h '"pid"' "$sweep5b"/cells/*/attempts/*/manifest.json | sort -u | wc -l)" -eq 2 ] || fail "srun job did not use 2 ranks"
+
 # 6. Cells longer than --time (20M steps, about 20 min each): USR1 50 s before the 1-minute limit stops each task
 #    and requeues it once; stopped again, it gives up. Slurm delays a requeued job's start by about 2 minutes
 #    (BeginTime); the test moves that start to 3 s from now, once per task, which changes nothing else. Not to now:
@@ -241,4 +258,4 @@ for c in s["cells"]:
 PY
 grep -q "requeueing .* (requeue 1 of at most 1)" "$sweep6"/slurm/submit-1/logs/*_0.err || fail "no requeue before the cap"
 grep -q "gives up" "$sweep6"/slurm/submit-1/logs/*_0.err || fail "the task did not give up at the cap"
-echo "PASS: Slurm array, cancelled task resumed alone, afterany report job, drained node recovered, one MPI job, requeue cap"
+echo "PASS: Slurm array, cancelled task resumed alone, afterany report job, drained node recovered, one MPI job (mpirun and srun), requeue cap"

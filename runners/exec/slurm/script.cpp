@@ -75,6 +75,9 @@ void check_options(const SlurmOptions& o) {
   if (o.max_requeues < 0) {
     throw std::invalid_argument("--max-requeues must be >= 0, not " + std::to_string(o.max_requeues));
   }
+  if (o.launcher != "mpirun" && o.launcher != "srun") {
+    throw std::invalid_argument("--launcher \"" + o.launcher + "\" is neither mpirun nor srun");
+  }
   if (o.signal_seconds < 1) {
     throw std::invalid_argument("the requeue signal lead time must be >= 1 s");
   }
@@ -375,6 +378,19 @@ std::string render_array_script(const ScriptPaths& p, std::size_t task_count, co
   return s.str();
 }
 
+// The launcher of the MPI job's ranks, up to the program, giving every rank the sweep's key (WBAUDIT_KEY_FILE): Open
+// MPI's mpirun passes it with -x; srun starts the ranks itself (one per task of the allocation, each with its CPUs)
+// and passes the job's environment, the key named explicitly.
+static std::string mpi_launch(const ScriptPaths& p, const SlurmOptions& o) {
+  if (o.launcher == "srun") {
+    return std::string(
+               "srun --ntasks=\"$SLURM_NTASKS\" --cpus-per-task=\"${SLURM_CPUS_PER_TASK:-1}\" --cpu-bind=none ") +
+           (p.key_file.empty() ? "--export=ALL " : "--export=ALL,WBAUDIT_KEY_FILE ");
+  }
+  return std::string("mpirun -n \"$SLURM_NTASKS\" --bind-to none ") +
+         (p.key_file.empty() ? "" : "-x WBAUDIT_KEY_FILE ");
+}
+
 std::string render_mpi_script(const ScriptPaths& p, const SlurmOptions& o) {
   check_options(o);
   if (o.mpi_ranks < 1) {
@@ -400,8 +416,7 @@ std::string render_mpi_script(const ScriptPaths& p, const SlurmOptions& o) {
     << "tasks=" << shell_quote(p.tasks_file.string()) << "\n"
     << "job=\"$SLURM_JOB_ID\"\n"
     << "export OMP_PROC_BIND=false OMP_NUM_THREADS=\"${SLURM_CPUS_PER_TASK:-1}\"\n"
-    << verify_frozen(p) << key_export(p) << requeue_handler(o, "") << "mpirun -n \"$SLURM_NTASKS\" --bind-to none "
-    << (p.key_file.empty() ? "" : "-x WBAUDIT_KEY_FILE ")
+    << verify_frozen(p) << key_export(p) << requeue_handler(o, "") << mpi_launch(p, o)
     << "\"$sweep/bin/wbaudit\" run-cells \"$sweep\" --tasks \"$tasks\" "
        "--kokkos-threads=\"${SLURM_CPUS_PER_TASK:-1}\" &\n"
     << "child=$!\n"

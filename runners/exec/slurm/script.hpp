@@ -32,6 +32,9 @@ struct SlurmOptions {
   double task_minutes = kDefaultTaskMinutes;  // auto: the estimated run time to fill each array task with
   int max_requeues = kDefaultMaxRequeues;     // requeues at the time limit before a task gives up (SLURM_RESTART_COUNT)
   int mpi_ranks = 0;                          // >0: one MPI job with this many ranks instead of an array
+  // How the MPI job starts its ranks: "mpirun" (Open MPI's, -x WBAUDIT_KEY_FILE) or "srun" (Slurm's own launcher,
+  // --export=ALL,WBAUDIT_KEY_FILE; the MPI plugin is the cluster's MpiDefault or SLURM_MPI_TYPE, e.g. pmix).
+  std::string launcher = "mpirun";
   int signal_seconds = 120;  // USR1 this long before the time limit: stop, requeue; the requeued task resumes
   std::string report_command = "evaluate";  // wbaudit subcommand the report job runs on the sweep directory
   // Further sbatch options for the cells job(s), one "#SBATCH" line each, e.g. "--gres=gpu:1", "--constraint=avx2",

@@ -58,6 +58,19 @@ std::string sbatch(const std::vector<std::string>& extra, const fs::path& script
   return id;
 }
 
+// The first sbatch of a submission: when sbatch refuses it nothing was submitted, so the submission's directory
+// (scripts and logs/ that no job will use) is removed before the error goes on.
+std::string sbatch_or_discard(const std::vector<std::string>& extra, const fs::path& script, const fs::path& dir) {
+  try {
+    return sbatch(extra, script);
+  } catch (const SlurmError&) {
+    std::error_code ignored;
+    fs::remove_all(dir, ignored);
+    fs::remove(dir.parent_path(), ignored);  // DIR/slurm, when this was its only submission
+    throw;
+  }
+}
+
 }  // namespace
 
 double estimate_cell_seconds(const nlohmann::json& cell_config) {
@@ -275,13 +288,21 @@ Submission submit(const SweepStore& store, const SlurmOptions& options) {
     s.cells_script = options.mpi_ranks > 0 ? render_mpi_script(paths, options)
                                            : render_array_script(paths, s.plan.tasks.size(), options);
     write_file_atomic(s.dir / "cells.sbatch", s.cells_script);
-    s.cells_job_id = sbatch({}, s.dir / "cells.sbatch");
+    s.cells_job_id = sbatch_or_discard({}, s.dir / "cells.sbatch", s.dir);
     jobs["cells_job_id"] = s.cells_job_id;
     jobs["kind"] = options.mpi_ranks > 0 ? "mpi" : "array";
     write_file_atomic(s.dir / "jobs.json", jobs.dump(1) + "\n");  // recorded before the report job: never lost
-    s.report_job_id = sbatch({"--dependency=afterany:" + s.cells_job_id}, s.dir / "report.sbatch");
+    try {
+      s.report_job_id = sbatch({"--dependency=afterany:" + s.cells_job_id}, s.dir / "report.sbatch");
+    } catch (const SlurmError& e) {
+      throw PartlySubmitted(std::string(e.what()) + "; the cells job " + s.cells_job_id + " was submitted (" +
+                                (s.dir / "jobs.json").string() + ") and runs without a report job: after it ends, " +
+                                "run `wbaudit report " + store.dir().string() + "` and `wbaudit " +
+                                options.report_command + " " + store.dir().string() + "`",
+                            s.cells_job_id, s.dir);
+    }
   } else {
-    s.report_job_id = sbatch({}, s.dir / "report.sbatch");
+    s.report_job_id = sbatch_or_discard({}, s.dir / "report.sbatch", s.dir);
   }
   jobs["report_job_id"] = s.report_job_id;
   write_file_atomic(s.dir / "jobs.json", jobs.dump(1) + "\n");

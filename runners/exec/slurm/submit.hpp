@@ -84,9 +84,21 @@ Submission plan_submission(const std::filesystem::path& sweep_dir, const std::ve
 TaskPlan plan_for(const std::vector<std::string>& cell_ids, const std::vector<nlohmann::json>& configs,
                   const SlurmOptions& options, std::optional<long> max_array_size);
 
+// A submission that failed after sbatch accepted its cells job (the report job was refused): the job is queued and
+// recorded in submission_dir/jobs.json, so nothing may be rolled back.
+class PartlySubmitted : public SlurmError {
+ public:
+  PartlySubmitted(const std::string& what, std::string cells_job, std::filesystem::path submission_dir)
+      : SlurmError(what), cells_job_id(std::move(cells_job)), dir(std::move(submission_dir)) {}
+  std::string cells_job_id;
+  std::filesystem::path dir;
+};
+
 // Writes the submission files and submits them with sbatch (cells first, then the report job with
 // --dependency=afterany:<cells job>). Only cells without a canonical complete attempt are submitted; when there
-// are none, only the report job is submitted. Throws SlurmError with sbatch's message.
+// are none, only the report job is submitted. Throws SlurmError with sbatch's message; when sbatch refused the first
+// job, nothing was submitted and DIR/slurm/submit-<n> is removed again; PartlySubmitted when it accepted the cells
+// job but refused the report job.
 Submission submit(const SweepStore& store, const SlurmOptions& options);
 
 // Scheduler view of the sweep's submissions: per job id, the squeue state (and reason), or the sacct state when
