@@ -3,6 +3,7 @@
 // legend entry ("source = matched-reference"); the primary predictor (the first scored forecast) is drawn last, on
 // top, so that no series hides it. Each predictor keeps its registry colour (forecast/predictor_registry.hpp).
 #include <algorithm>
+#include <cmath>
 #include <optional>
 
 #include "forecast/predictor_registry.hpp"
@@ -262,6 +263,9 @@ std::optional<ReportFigure> skill_by_step_figure(const EvaluationResult& r, cons
       }
     }
     band.columns = "1:3:4";
+    if (std::none_of(line.y.begin(), line.y.end(), [](double y) { return std::isfinite(y); })) {
+      continue;  // no step with a defined RMSE (every cell of the predictor dropped or undefined): nothing to draw
+    }
     if (!band.x.empty()) {
       fig.series.push_back(band);
     }
