@@ -18,6 +18,7 @@
 #include "sim/precision/storage_format.hpp"
 #include "sim/precision/writeback.hpp"
 #include "sim/trace/expected_projection.hpp"
+#include "sim/trace/margin_readout.hpp"
 #include "sim/trace/reference_histograms.hpp"
 
 namespace wbaudit::sim {
@@ -300,9 +301,14 @@ void Training<ExecSpace>::record_reference(int t, Kokkos::View<const float*, mem
       e.rescaled_down.push_back(b.rescaled_down);
       continue;
     }
-    const WritebackCounts c = project_erasure(space, pf.scalar, Kokkos::View<const float*, memory_space>(w), u);
-    series.erased.push_back(c.erased);
-    series.fraction.push_back(fraction(c.erased, c.nonzero));
+    // A format the margin histogram recorded with the same rounding: its erased count at s = 1 is whole counters of
+    // the histogram (margin_readout.hpp); any other, an explicit projection pass.
+    const int block = margin_block_of(m_trace.margin, m_margin_formats[t], pf.scalar);
+    const std::int64_t erased =
+        block >= 0 ? margin_erased_at_unit_scale(m_trace.margin, h.margin, static_cast<std::size_t>(block))
+                   : project_erasure(space, pf.scalar, Kokkos::View<const float*, memory_space>(w), u).erased;
+    series.erased.push_back(erased);
+    series.fraction.push_back(fraction(erased, h.nonzero));  // u != 0: every coordinate is finite here
     // The expected erased fraction of each declared stochastic policy (expected_projection.hpp).
     record_expected_projections(space, pf.scalar, config.project_policies, Kokkos::View<const float*, memory_space>(w),
                                 u, series);

@@ -26,6 +26,7 @@
 #include "sim/precision/rounding.hpp"
 #include "sim/precision/storage_format.hpp"
 #include "sim/precision/writeback.hpp"
+#include "sim/trace/margin_readout.hpp"
 #include "sim/trace/ratio_histogram.hpp"
 #include "sim/trace/record_schedule.hpp"
 #include "sim/trace/reference_histograms.hpp"
@@ -427,7 +428,10 @@ py::dict project_py(py::array w, py::array u, const std::vector<py::object>& for
     }
     if (h.non_finite == 0) {
       for (std::size_t f = 0; f < fmts.size(); ++f) {
-        erased[f] = project_erasure(Space(), fmts[f], wv, uv).erased;
+        // A format the margin histogram recorded with the same rounding: whole counters of it (margin_readout.hpp).
+        const int block = joint ? margin_block_of(layout, margin_fmts, fmts[f]) : -1;
+        erased[f] = block >= 0 ? margin_erased_at_unit_scale(layout, h.margin, static_cast<std::size_t>(block))
+                               : project_erasure(Space(), fmts[f], wv, uv).erased;
       }
     }
   }

@@ -202,6 +202,29 @@ def test_project_equals_recount(fmt):
     assert np.array_equal(r["ratio_histogram"], hist)
 
 
+@pytest.mark.parametrize("fmt", FLOATING)
+def test_project_read_from_the_margin_histogram_equals_recount(fmt):
+    # with joint=True the erased counts at s = 1 are read from the margin histogram (sim/trace/margin_readout.hpp):
+    # against exact fractions on ties at both neighbours' midpoints (and one ulp off), max finite with u outward and
+    # inward, zeros and subnormals; and equal to the explicit pass (joint=False)
+    t = Table(fmt)
+    rng = np.random.default_rng(5)
+    grid = adversarial(t, rng, n=300)
+    w = np.concatenate([np.repeat(grid, 6), f32(rng.standard_normal(3000))])
+    gaps = [float(t.values[i + 1] - t.values[i]) for i in rng.choice(len(t.values) - 1, 100)]
+    halves = f32([g / 2 for g in gaps] + [g for g in gaps])
+    u = np.concatenate([np.tile(np.concatenate([halves, -halves, np.nextafter(halves, np.float32(0))]),
+                                len(w) // (3 * len(halves)) + 1)[:len(grid) * 6],
+                        f32(rng.standard_normal(3000) * 2.0 ** rng.uniform(-14, -2, 3000))])
+    u[::37] = 0
+    q = {float(wi): t.nearest(Fraction(float(wi))) for wi in np.unique(w)}
+    erased = sum(1 for wi, ui in zip(w, u) if ui != 0 and t.nearest(q[float(wi)] + Fraction(float(ui))) == q[float(wi)])
+    r = wbaudit.project(w, u, [fmt], joint=True, init_absmax=1.0)
+    assert 0 < erased < int(np.sum(u != 0))
+    assert r["erased"][fmt] == erased
+    assert wbaudit.project(w, u, [fmt])["erased"][fmt] == erased
+
+
 def test_int_format_projection_uses_the_scale():
     w = f32([0.3, -0.7, 0.0, 1.0])
     u = f32([0.01, 0.2, 0.1, -0.5])
@@ -216,6 +239,9 @@ def test_int_format_projection_uses_the_scale():
 
     expected = sum(1 for wi, ui in zip(w, u) if ui != 0 and q(q(float(wi)) + Fraction(float(ui))) == q(float(wi)))
     assert r["erased"]["int4"] == expected
+    # the same scale as the margin histogram's intK (init_absmax 1.0): read from the histogram, the same count
+    joint = wbaudit.project(w, u, [("int4", scale)], histogram=False, joint=True, init_absmax=1.0)
+    assert joint["erased"]["int4"] == expected
 
 
 def test_python_and_cpp_writebacks_agree_bitwise_under_sr(wbaudit_exe, tmp_path):
