@@ -4,6 +4,7 @@
 // chosen like sim/precision's write-back loops (best_block_isa / force_block_isa in writeback_blocks.hpp).
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "sim/trace/margin_histogram.hpp"
 
@@ -20,6 +21,11 @@ struct MarginScratch {
   alignas(64) std::int32_t fu[kMarginChunk];
   alignas(64) std::int32_t valid[kMarginChunk];  // 1: a finite proposal u != 0
   alignas(64) std::int32_t idx[kMarginChunk];
+  alignas(64) std::int32_t mom[kMarginChunk];  // the sub-bin of the moments (fine row x kMarginSubBins + sub-bin)
+  alignas(64) std::int32_t pos[kMarginChunk];  // the position p in it (kMarginMomentBits bits)
+  // The moments' 64-bit counters (margin_moment_words(a)): per format 4 copies of one word per fine sub-bin (+ trash),
+  // sum p in the low 24 bits and sum p^2 above (at most 2^16 coordinates: < 2^24 and < 2^32). Sized by margin_item.
+  std::vector<std::uint64_t> moments;
 };
 
 struct MarginKernelArgs {
@@ -41,8 +47,14 @@ inline std::size_t margin_counter_words(const MarginKernelArgs& a) {
          4 * static_cast<std::size_t>(a.ratio_bins + 1);
 }
 
+// Words of MarginScratch::moments.
+inline std::size_t margin_moment_words(const MarginKernelArgs& a) {
+  return static_cast<std::size_t>(a.nformats) * 4 * static_cast<std::size_t>(a.rows.moments() / 2 + 1);
+}
+
 // The counts of coordinates [begin, end) (end - begin <= kMarginItem) added to `counts` ([0, ratio_bins) the d
-// histogram, then proposals, zero weights and non-finite coordinates, then the margin blocks) by the implementation
+// histogram, then proposals, zero weights and non-finite coordinates, then the margin histogram: every format's
+// counter block, then every format's moment block, MarginLayout::bins() entries) by the implementation
 // of the active ISA; `counters`: margin_counter_words(a) words of scratch.
 void margin_item(const MarginKernelArgs& a, std::size_t begin, std::size_t end, MarginScratch& s,
                  std::uint32_t* counters, std::int64_t* counts);
