@@ -411,14 +411,14 @@ double exact_erased_counts(const sim::GroupTrace& g, std::size_t t, std::span<co
 }
 
 // The share of a fine sub-bin's `count` proposals whose position x in it (m = lo + x / kMarginSubBins) is below t in
-// (0, 1), from the moments of p = floor(2^8 x) (schema 4): x taken as p + 1/2 plus a uniform quantum's spread, then a
+// (0, 1), from the moments of p = floor(2^7 x) (schema 4): x taken as p + 1/2 plus a uniform quantum's spread, then a
 // Beta law with x's mean mu and variance v (alpha + beta = mu (1 - mu) / v - 1). A point mass (v = the quantum's) is a
 // narrow Beta around it, so a threshold outside its quantum counts it whole or not at all; a uniform sub-bin gives
 // Beta(1, 1), t itself; where the variance leaves no Beta (all mass at the two ends), the two-point law 1 - mu.
 double moment_share(std::int64_t count, std::int64_t sum_p, std::int64_t sum_p2, double t) {
-  const double n = static_cast<double>(count), q = 0x1p8;
+  const double n = static_cast<double>(count), q = 0x1p7;
   const double mean_p = static_cast<double>(sum_p) / n;
-  const double var_p = std::max(0.0, static_cast<double>(sum_p2) / n - mean_p * mean_p);  // p < 2^8: error ~1e-11
+  const double var_p = std::max(0.0, static_cast<double>(sum_p2) / n - mean_p * mean_p);  // p < 2^7: error ~1e-11
   const double mu = (mean_p + 0.5) / q, var = (var_p + 1.0 / 12) / (q * q);
   const double nu = mu * (1 - mu) / var - 1;
   if (!(nu > 1e-9)) {

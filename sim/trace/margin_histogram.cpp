@@ -111,7 +111,7 @@ int margin_bin(const MarginRows& rows, const MarginFormat& f, float w, float u, 
     kappa = eu - c;
     point = fu == 0u;
     sub = static_cast<int>(fu >> (23 - 5));
-    position = static_cast<int>((fu >> kMarginMomentShift) & 0xffu);
+    position = static_cast<int>((fu >> kMarginMomentShift) & 0x7fu);
     const double level = q / std::ldexp(1.0, eq - f.man_bits);  // an integer below 2^(M + 1)
     even = std::fmod(level, 2.0) == 0;
   } else {
@@ -128,7 +128,7 @@ int margin_bin(const MarginRows& rows, const MarginFormat& f, float w, float u, 
     // m's fraction bits, clamped into [1, 2) as sub is
     const std::int32_t bits = std::bit_cast<std::int32_t>(m) - 0x3f800000;
     const std::int32_t clamped = bits < 0 ? 0 : (bits > 0x7fffff ? 0x7fffff : bits);
-    position = static_cast<int>((clamped >> kMarginMomentShift) & 0xff);
+    position = static_cast<int>((clamped >> kMarginMomentShift) & 0x7f);
     even = std::fmod(q / static_cast<double>(f.params.scale), 2.0) == 0;
   }
   const bool fine = rows.fine(kappa);

@@ -17,7 +17,7 @@
 // count erased at any power of two s = 2^k, -coarse_hi <= k <= -coarse_lo, is exact, and for other s in
 // [2^(-fine_hi-1), 2^(-fine_lo)) only the bin of m holding the threshold is interpolated. Schema 4 also records, per
 // fine row and sub-bin, the first two moments of the proposals' position inside it (x = the sub-bin's share of m
-// below m, in kMarginMomentBits-bit fixed point p = floor(2^8 x): the sums of p and p^2, exact integers that add
+// below m, in kMarginMomentBits-bit fixed point p = floor(2^7 x): the sums of p and p^2, exact integers that add
 // over work items, threads and shards), from which the grid interpolates by a Beta law with that mean and variance
 // (a point mass, e.g. Adam's first step, is then placed, not spread over the bin); schema 3's traces have no moments
 // (uniform in m). The size does not depend on the tensor's size: MarginLayout::bins() int64 entries per tensor and
@@ -39,8 +39,8 @@ inline constexpr int kMarginSubBins = 32;   // linear bins of m in [1, 2) in a f
 inline constexpr int kMarginSaturated = 0;  // counter 0 of a block: u points away from q_F(w) = max finite
 inline constexpr int kMarginMaxRows = 64;   // MarginRows::rows() at most
 // A proposal's position in its sub-bin for the moments: p = the kMarginMomentBits bits of m's fraction below the
-// sub-bin's (p < 256, so p and p^2 of 2^16 coordinates fit the kernel's 32-bit counters).
-inline constexpr int kMarginMomentBits = 8;
+// sub-bin's (p < 128: a count, sum p and sum p^2 of 2^14 coordinates share one 64-bit counter in the kernel).
+inline constexpr int kMarginMomentBits = 7;
 inline constexpr int kMarginMomentShift = 23 - 5 - kMarginMomentBits;  // p = (fraction bits >> shift) & 255
 
 // Which counters a format's block holds, and where (plain data, usable inside kernels). A block is: [0] proposals

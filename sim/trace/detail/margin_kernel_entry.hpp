@@ -12,8 +12,9 @@ namespace wbaudit::sim::detail {
 
 inline constexpr int kMarginChunk = 2048;
 
-// The per-work-item state: scratch arrays of one chunk and the 32-bit counters of every format (4 copies each) and
-// of the d histogram. Counters hold at most kMarginItem coordinates, so they never overflow.
+// The per-work-item state: scratch arrays of one chunk and the 64-bit counters of every format (4 copies each; the
+// d histogram's 32-bit counters are margin_item's `counters`). Counters hold at most kMarginItem coordinates, so they
+// never overflow.
 struct MarginScratch {
   alignas(64) std::int32_t aw[kMarginChunk];    // |w| bits (0 where the coordinate is not a finite proposal)
   alignas(64) std::int32_t away[kMarginChunk];  // 1: u points away from zero or w == 0
@@ -21,11 +22,11 @@ struct MarginScratch {
   alignas(64) std::int32_t fu[kMarginChunk];
   alignas(64) std::int32_t valid[kMarginChunk];  // 1: a finite proposal u != 0
   alignas(64) std::int32_t idx[kMarginChunk];
-  alignas(64) std::int32_t mom[kMarginChunk];  // the sub-bin of the moments (fine row x kMarginSubBins + sub-bin)
-  alignas(64) std::int32_t pos[kMarginChunk];  // the position p in it (kMarginMomentBits bits)
-  // The moments' 64-bit counters (margin_moment_words(a)): per format 4 copies of one word per fine sub-bin (+ trash),
-  // sum p in the low 24 bits and sum p^2 above (at most 2^16 coordinates: < 2^24 and < 2^32). Sized by margin_item.
-  std::vector<std::uint64_t> moments;
+  alignas(64) std::uint64_t inc[kMarginChunk];  // what a coordinate adds to its counter (margin_counter_increment)
+  // The formats' counters (margin_format_words(a), sized by margin_item): per format 4 copies of block + 1 (the last
+  // the trash) 64-bit words, each [count : 15 | sum p : 21 | sum p^2 : 28] (margin_counter_increment) over the at
+  // most 2^14 + 3 coordinates a copy gets from a work item (p < 2^7: sum p < 2^21, sum p^2 < 2^28).
+  std::vector<std::uint64_t> words;
 };
 
 struct MarginKernelArgs {
@@ -42,14 +43,22 @@ struct MarginKernelArgs {
 
 inline constexpr std::size_t kMarginItem = std::size_t{1} << 16;  // coordinates per work item
 
+static_assert(kMarginItem <= (std::size_t{1} << 16), "a copy of a counter holds at most 2^14 + 3 coordinates");
+
+// 32-bit words of the d histogram's counters (margin_item's `counters`).
 inline std::size_t margin_counter_words(const MarginKernelArgs& a) {
-  return static_cast<std::size_t>(a.nformats) * 4 * static_cast<std::size_t>(a.rows.block() + 1) +
-         4 * static_cast<std::size_t>(a.ratio_bins + 1);
+  return 4 * static_cast<std::size_t>(a.ratio_bins + 1);
 }
 
-// Words of MarginScratch::moments.
-inline std::size_t margin_moment_words(const MarginKernelArgs& a) {
-  return static_cast<std::size_t>(a.nformats) * 4 * static_cast<std::size_t>(a.rows.moments() / 2 + 1);
+// 64-bit words of MarginScratch::words.
+inline std::size_t margin_format_words(const MarginKernelArgs& a) {
+  return static_cast<std::size_t>(a.nformats) * 4 * static_cast<std::size_t>(a.rows.block() + 1);
+}
+
+// The increment of a counter by one coordinate at position p (0 <= p < 2^7) in its sub-bin: the count in bits
+// 0..14, p in bits 15..35, p^2 in bits 36..63.
+inline std::uint64_t margin_counter_increment(std::uint32_t p) {
+  return (static_cast<std::uint64_t>(p * p) << 36) + (static_cast<std::uint64_t>(p) << 15) + 1;  // p^2 < 2^14
 }
 
 // The counts of coordinates [begin, end) (end - begin <= kMarginItem) added to `counts` ([0, ratio_bins) the d

@@ -46,7 +46,7 @@ struct Brute {
 };
 
 // (counter, whether the sub-bin is exact) of one coordinate, or -1 for saturation; `moment` the offset of its moments
-// in the format's moment block (-1: none, a point, a coarse row or saturation) and `position` its p = floor(2^8 x),
+// in the format's moment block (-1: none, a point, a coarse row or saturation) and `position` its p = floor(2^7 x),
 // x its position in the sub-bin (schema 4; docs/trace-format.md).
 int brute_counter(const Brute& b, const MarginRows& r, float w, float u, bool& sub_exact, int& moment, int& position) {
   moment = -1;
@@ -70,7 +70,7 @@ int brute_counter(const Brute& b, const MarginRows& r, float w, float u, bool& s
   sub_exact = !b.integer;  // floating: m is u's own significand; intK's m is computed in fp32
   if (!point && kappa >= r.fine_lo && kappa <= r.fine_hi) {
     moment = 2 * ((kappa - r.fine_lo) * kMarginSubBins + sub);
-    position = static_cast<int>(std::floor(frac * kMarginSubBins * 256)) - 256 * sub;  // frac * 2^13: exact
+    position = static_cast<int>(std::floor(frac * kMarginSubBins * 128)) - 128 * sub;  // frac * 2^12: exact
   }
   return expected_counter(r, kappa, sub, point, even);
 }
