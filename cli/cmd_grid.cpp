@@ -287,8 +287,9 @@ void add_grid_command(CLI::App& app) {
   auto args = std::make_shared<GridArgs>();
   auto* cmd = app.add_subcommand(
       "grid", "The analytic grid of an fp32 reference trace: projected erased fraction over formats x lr scales");
-  cmd->add_option("trace", args->trace,
-                  "Reference trace.h5 (schema wbaudit.trace/3 or /2, mode reference), or a sweep directory with --cell")
+  cmd->add_option(
+         "trace", args->trace,
+         "Reference trace.h5 (schema wbaudit.trace/4, /3 or /2, mode reference), or a sweep directory with --cell")
       ->required()
       ->check(CLI::ExistingPath);
   cmd->add_option("--cell", args->cell,

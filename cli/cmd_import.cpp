@@ -137,8 +137,9 @@ void add_import_command(CLI::App& app) {
                                  "as non-canonical external runs with their provenance");
   cmd->add_option("dir", args->dir, "Sweep directory (created when absent); runs go to DIR/external/<name>/")
       ->required();
-  cmd->add_option("traces", args->traces,
-                  "trace.h5 files (schema wbaudit.trace/3, /2 or /1; a partial trace of an unfinished run is refused)");
+  cmd->add_option(
+      "traces", args->traces,
+      "trace.h5 files (schema wbaudit.trace/4, /3, /2 or /1; a partial trace of an unfinished run is refused)");
   cmd->add_option("--name", args->names, "Run name per trace, in order (default <role>-<format>-<policy>-<sha8>)");
   cmd->add_option("--note", args->note, "Free text recorded in each manifest");
   cmd->add_flag("--list", args->list, "List the external runs of DIR and whether each is intact");

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <array>
 #include <bit>
+#include <boost/math/special_functions/beta.hpp>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -409,12 +410,31 @@ double exact_erased_counts(const sim::GroupTrace& g, std::size_t t, std::span<co
   return total;
 }
 
+// The share of a fine sub-bin's `count` proposals whose position x in it (m = lo + x / kMarginSubBins) is below t in
+// (0, 1), from the moments of p = floor(2^7 x) (schema 4): x taken as p + 1/2 plus a uniform quantum's spread, then a
+// Beta law with x's mean mu and variance v (alpha + beta = mu (1 - mu) / v - 1). A point mass (v = the quantum's) is a
+// narrow Beta around it, so a threshold outside its quantum counts it whole or not at all; a uniform sub-bin gives
+// Beta(1, 1), t itself; where the variance leaves no Beta (all mass at the two ends), the two-point law 1 - mu.
+double moment_share(std::int64_t count, std::int64_t sum_p, std::int64_t sum_p2, double t) {
+  const double n = static_cast<double>(count), q = 0x1p7;
+  const double mean_p = static_cast<double>(sum_p) / n;
+  const double var_p = std::max(0.0, static_cast<double>(sum_p2) / n - mean_p * mean_p);  // p < 2^7: error ~1e-11
+  const double mu = (mean_p + 0.5) / q, var = (var_p + 1.0 / 12) / (q * q);
+  const double nu = mu * (1 - mu) / var - 1;
+  if (!(nu > 1e-9)) {
+    return 1 - mu;
+  }
+  return boost::math::ibeta(mu * nu, (1 - mu) * nu, t);
+}
+
 // The count erased at learning-rate scale s from one format's block of the margin histogram
 // (sim/trace/margin_histogram.hpp): a proposal in row kappa with m in [1, 2) is erased iff kappa + log2 m + log2 s < 0,
 // a point (m = 1) at equality iff q(w)'s level is even, and a saturating proposal always. For s = 2^k every row is
 // decided whole (exact); otherwise the row kappa = -floor(log2 s) - 1 is decided by m < 2^(1 - frac(log2 s)), its
-// sub-bins counted whole or, for the one holding the threshold, by the share (uniform in m) below it.
-double margin_erased_count(const sim::MarginRows& r, const std::int64_t* block, double lr_scale) {
+// sub-bins counted whole or, for the one holding the threshold, by the share below it: from the sub-bin's moments
+// (`moments`, the format's moment block, schema 4: moment_share) or uniform in m (nullptr: schema 3).
+double margin_erased_count(const sim::MarginRows& r, const std::int64_t* block, const std::int64_t* moments,
+                           double lr_scale) {
   int e = 0;
   const double mantissa = std::frexp(lr_scale, &e);  // s = mantissa 2^e, mantissa in [0.5, 1)
   const bool power = mantissa == 0.5;
@@ -440,7 +460,11 @@ double margin_erased_count(const sim::MarginRows& r, const std::int64_t* block, 
       erased += even + odd;
       for (int j = 0; j < sim::kMarginSubBins; ++j) {
         const double lo = 1.0 + j / static_cast<double>(sim::kMarginSubBins), hi = lo + 1.0 / sim::kMarginSubBins;
-        const double share = tau >= hi ? 1.0 : (tau <= lo ? 0.0 : (tau - lo) * sim::kMarginSubBins);
+        double share = tau >= hi ? 1.0 : (tau <= lo ? 0.0 : (tau - lo) * sim::kMarginSubBins);
+        if (moments != nullptr && share > 0 && share < 1 && c[j] > 0) {
+          const std::int64_t* m = moments + r.moment_offset(kappa, j);
+          share = moment_share(c[j], m[0], m[1], share);
+        }
         erased += share * static_cast<double>(c[j]);
       }
     } else if (power && kappa + k == 0) {
@@ -655,8 +679,13 @@ void grid_step(GridPlan& plan, std::size_t t, const sim::GroupTrace& rows, Aggre
       if (total == 0) {
         continue;
       }
+      const sim::MarginLayout& layout = plan.header->margin;
+      const std::int64_t* moments =
+          layout.moments ? rows.margin.data() + layout.moments_begin() +
+                               static_cast<std::size_t>(plan.margin_block[f]) * static_cast<std::size_t>(r.moments())
+                         : nullptr;
       for (std::size_t s = 0; s < S; ++s) {
-        grid.values[(f * S + s) * T + t] = margin_erased_count(r, c, grid.lr_scales[s]) / total;
+        grid.values[(f * S + s) * T + t] = margin_erased_count(r, c, moments, grid.lr_scales[s]) / total;
       }
     }
     return;

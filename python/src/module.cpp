@@ -566,7 +566,7 @@ py::dict margin_layout_dict(const MarginLayout& m) {
   return py::dict(py::arg("formats") = m.formats, py::arg("coarse_lo") = m.rows.coarse_lo,
                   py::arg("fine_lo") = m.rows.fine_lo, py::arg("fine_hi") = m.rows.fine_hi,
                   py::arg("coarse_hi") = m.rows.coarse_hi, py::arg("sub_bins") = kMarginSubBins,
-                  py::arg("bins") = m.bins());
+                  py::arg("moment_bits") = m.moments ? kMarginMomentBits : 0, py::arg("bins") = m.bins());
 }
 
 MarginLayout margin_layout_of(const py::dict& d) {
@@ -578,6 +578,11 @@ MarginLayout margin_layout_of(const py::dict& d) {
   m.rows.coarse_hi = d["coarse_hi"].cast<int>();
   if (d.contains("sub_bins") && d["sub_bins"].cast<int>() != kMarginSubBins) {
     throw py::value_error("margin layout: sub_bins must be " + std::to_string(kMarginSubBins));
+  }
+  // schema 4's moments (absent: a schema-3 layout; header_from_dict checks it against the schema)
+  m.moments = d.contains("moment_bits") && d["moment_bits"].cast<int>() != 0;
+  if (m.moments && d["moment_bits"].cast<int>() != kMarginMomentBits) {
+    throw py::value_error("margin layout: moment_bits must be " + std::to_string(kMarginMomentBits) + " or 0");
   }
   if (!m.rows.valid()) {
     throw py::value_error("margin layout: invalid rows");
@@ -705,9 +710,10 @@ Trace header_from_dict(const py::dict& d, const char* who) {
     throw py::value_error(std::string(who) + ": mode must be reference or target, got " + t.mode);
   }
   t.schema = d.contains("schema") ? d["schema"].cast<std::string>() : trace_schema_for_mode(t.mode);
-  if (t.schema != kTraceSchema && t.schema != kTraceSchemaV2 && t.schema != kTraceSchemaV1) {
+  if (t.schema != kTraceSchema && t.schema != kTraceSchemaV3 && t.schema != kTraceSchemaV2 &&
+      t.schema != kTraceSchemaV1) {
     throw py::value_error(std::string(who) + ": schema " + t.schema + " is not " + kTraceSchema + ", " +
-                          kTraceSchemaV2 + " or " + kTraceSchemaV1);
+                          kTraceSchemaV3 + ", " + kTraceSchemaV2 + " or " + kTraceSchemaV1);
   }
   t.format = need("format").cast<std::string>();
   t.policy = need("policy").cast<std::string>();
@@ -727,6 +733,11 @@ Trace header_from_dict(const py::dict& d, const char* who) {
   }
   if (d.contains("margin")) {
     t.margin = margin_layout_of(d["margin"]);
+    if (t.margin.moments != (t.schema == kTraceSchema)) {
+      throw py::value_error(std::string(who) + ": a margin layout " + (t.margin.moments ? "with" : "without") +
+                            " moment_bits in a trace of schema " + t.schema + " (moments: schema " + kTraceSchema +
+                            " only)");
+    }
   }
   const auto groups = py::reinterpret_borrow<py::dict>(need("groups"));
   for (const auto& [key, value] : groups) {
@@ -971,7 +982,8 @@ PYBIND11_MODULE(_core, m) {
         "or (name, scale) pairs for intK), erased[F] = #{u != 0 and q_F(q_F(w) + u) == q_F(w)} under nearest; "
         "nonzero = #{u != 0}; zero_weight = #{u != 0, w == 0}; ratio_histogram: int64 counts of d = "
         "floor(log2|w|) - log2|u| over u != 0, w != 0 in the trace's bins (docs/trace-format.md); with joint, "
-        "margin (int64, margin_layout()['bins'] counters): the margin histogram of the analytic grid over u != 0, as "
+        "margin (int64, margin_layout()['bins'] entries: every format's counters, then every format's moments): the "
+        "margin histogram of the analytic grid over u != 0, as "
         "the simulator records it (docs/trace-format.md), its intK formats scaled from init_absmax (the tensor's max "
         "|w| at initialization; NaN: not recorded).");
   m.def("audit", &audit_py, py::arg("w"), py::arg("u"), py::arg("w_next"), py::arg("fmt"),

@@ -83,6 +83,13 @@ std::vector<MarginFormat> margin_formats(const MarginLayout& layout, double init
 }
 
 int margin_bin(const MarginRows& rows, const MarginFormat& f, float w, float u) {
+  int moment = 0, position = 0;
+  return margin_bin(rows, f, w, u, moment, position);
+}
+
+int margin_bin(const MarginRows& rows, const MarginFormat& f, float w, float u, int& moment, int& position) {
+  moment = -1;
+  position = 0;
   const std::uint32_t wb = std::bit_cast<std::uint32_t>(w), ub = std::bit_cast<std::uint32_t>(u);
   const std::uint32_t aw = wb & 0x7fffffffu;
   const bool toward = aw != 0u && ((wb ^ ub) >> 31) != 0u;
@@ -104,6 +111,7 @@ int margin_bin(const MarginRows& rows, const MarginFormat& f, float w, float u) 
     kappa = eu - c;
     point = fu == 0u;
     sub = static_cast<int>(fu >> (23 - 5));
+    position = static_cast<int>((fu >> kMarginMomentShift) & 0x7fu);
     const double level = q / std::ldexp(1.0, eq - f.man_bits);  // an integer below 2^(M + 1)
     even = std::fmod(level, 2.0) == 0;
   } else {
@@ -117,9 +125,16 @@ int margin_bin(const MarginRows& rows, const MarginFormat& f, float w, float u) 
     const float m = std::bit_cast<float>(fu | 0x3f800000u) * f.inv_significand_t * (fu < f.f_t ? 2.0f : 1.0f);
     const int j = static_cast<int>((m - 1.0f) * static_cast<float>(kMarginSubBins));
     sub = j < 0 ? 0 : (j > kMarginSubBins - 1 ? kMarginSubBins - 1 : j);
+    // m's fraction bits, clamped into [1, 2) as sub is
+    const std::int32_t bits = std::bit_cast<std::int32_t>(m) - 0x3f800000;
+    const std::int32_t clamped = bits < 0 ? 0 : (bits > 0x7fffff ? 0x7fffff : bits);
+    position = static_cast<int>((clamped >> kMarginMomentShift) & 0x7f);
     even = std::fmod(q / static_cast<double>(f.params.scale), 2.0) == 0;
   }
   const bool fine = rows.fine(kappa);
+  if (fine && !point) {
+    moment = rows.moment_offset(kappa, sub);
+  }
   const int column = point ? (fine ? kMarginSubBins : 1) + (even ? 0 : 1) : (fine ? sub : 0);
   return rows.row_offset(rows.row(kappa)) + column;
 }

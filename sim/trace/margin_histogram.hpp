@@ -15,9 +15,14 @@
 // below) to coarse_hi + 1 (every kappa above), the point m == 1 split by the parity of q_F(w)'s level and the rest
 // counted once (coarse rows) or in kMarginSubBins linear bins of m (fine rows, fine_lo <= kappa <= fine_hi). So the
 // count erased at any power of two s = 2^k, -coarse_hi <= k <= -coarse_lo, is exact, and for other s in
-// [2^(-fine_hi-1), 2^(-fine_lo)) only the bin of m holding the threshold is interpolated (uniform in m). The size does
-// not depend on the tensor's size: MarginLayout::bins() counters per tensor and step (6118 for the 14 formats and
-// the default rows, 437 each: 48,944 bytes as int64 before compression).
+// [2^(-fine_hi-1), 2^(-fine_lo)) only the bin of m holding the threshold is interpolated. Schema 4 also records, per
+// fine row and sub-bin, the first two moments of the proposals' position inside it (x = the sub-bin's share of m
+// below m, in kMarginMomentBits-bit fixed point p = floor(2^7 x): the sums of p and p^2, exact integers that add
+// over work items, threads and shards), from which the grid interpolates by a Beta law with that mean and variance
+// (a point mass, e.g. Adam's first step, is then placed, not spread over the bin); schema 3's traces have no moments
+// (uniform in m). The size does not depend on the tensor's size: MarginLayout::bins() int64 entries per tensor and
+// step (14 formats x (437 counters + 640 moments) = 15,078 for the default rows: 120,624 bytes before compression;
+// schema 3: 6,118, 48,944 bytes).
 #include <Kokkos_Core.hpp>
 #include <bit>
 #include <cmath>
@@ -33,6 +38,10 @@ namespace wbaudit::sim {
 inline constexpr int kMarginSubBins = 32;   // linear bins of m in [1, 2) in a fine row
 inline constexpr int kMarginSaturated = 0;  // counter 0 of a block: u points away from q_F(w) = max finite
 inline constexpr int kMarginMaxRows = 64;   // MarginRows::rows() at most
+// A proposal's position in its sub-bin for the moments: p = the kMarginMomentBits bits of m's fraction below the
+// sub-bin's (p < 128: a count, sum p and sum p^2 of 2^14 coordinates share one 64-bit counter in the kernel).
+inline constexpr int kMarginMomentBits = 7;
+inline constexpr int kMarginMomentShift = 23 - 5 - kMarginMomentBits;  // p = (fraction bits >> shift) & 255
 
 // Which counters a format's block holds, and where (plain data, usable inside kernels). A block is: [0] proposals
 // that saturate; then the rows r = 0 .. rows() - 1 for kappa = coarse_lo - 1 + r (row 0: every kappa below coarse_lo,
@@ -56,6 +65,12 @@ struct MarginRows {
     return 1 + 3 * (r - before) + (kMarginSubBins + 2) * before;
   }
   KOKKOS_INLINE_FUNCTION int block() const { return row_offset(rows()); }
+  // Schema 4: a format's moments, [sum of p, sum of p^2] per fine row and sub-bin (fine rows in order).
+  KOKKOS_INLINE_FUNCTION int moments() const { return 2 * fine_rows() * kMarginSubBins; }
+  // The first of sub-bin j's two moments in fine row kappa (fine(kappa)).
+  KOKKOS_INLINE_FUNCTION int moment_offset(int kappa, int j) const {
+    return 2 * ((kappa - fine_lo) * kMarginSubBins + j);
+  }
   // Valid: coarse_lo <= fine_lo <= fine_hi <= coarse_hi, at most kMarginMaxRows rows.
   bool valid() const {
     return coarse_lo <= fine_lo && fine_lo <= fine_hi && fine_hi <= coarse_hi && rows() <= kMarginMaxRows &&
@@ -64,10 +79,18 @@ struct MarginRows {
   bool operator==(const MarginRows&) const = default;
 };
 
+// A step's record: the counter blocks of every format (format f's at f * rows.block()), then, with moments (schema
+// 4), the moment blocks of every format (format f's at moments_begin() + f * rows.moments()).
 struct MarginLayout {
   std::vector<std::string> formats;  // block order: floating formats, then intK (margin_format_names() by default)
   MarginRows rows;
-  std::size_t bins() const { return formats.size() * static_cast<std::size_t>(rows.block()); }
+  bool moments = true;  // schema 4; false for a schema-3 trace's layout (counters only)
+  std::size_t counters() const { return formats.size() * static_cast<std::size_t>(rows.block()); }
+  std::size_t moments_begin() const { return counters(); }
+  // int64 entries per tensor and step.
+  std::size_t bins() const {
+    return counters() + (moments ? formats.size() * static_cast<std::size_t>(rows.moments()) : 0);
+  }
   bool operator==(const MarginLayout&) const = default;
 };
 
@@ -112,7 +135,10 @@ KOKKOS_INLINE_FUNCTION void margin_exponent_fraction(std::uint32_t abs_bits, int
 }  // namespace detail
 
 // The counter of one coordinate in format f's block: the definition the recording kernel (detail/margin_kernel.hpp)
-// vectorizes, written plainly. w, u finite, u != 0; for intK f.defined.
+// vectorizes, written plainly. w, u finite, u != 0; for intK f.defined. With `moment` and `position`: the offset of
+// its moments in the format's moment block (rows.moment_offset; -1 where none: saturated, a point m == 1 or a
+// coarse row) and its position p.
 int margin_bin(const MarginRows& rows, const MarginFormat& f, float w, float u);
+int margin_bin(const MarginRows& rows, const MarginFormat& f, float w, float u, int& moment, int& position);
 
 }  // namespace wbaudit::sim

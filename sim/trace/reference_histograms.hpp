@@ -21,7 +21,7 @@ namespace wbaudit::sim {
 struct ReferenceHistograms {
   std::vector<std::int64_t> ratio;  // [bins] the d histogram
   std::int64_t nonzero = 0, zero_weight = 0, non_finite = 0;
-  std::vector<std::int64_t> margin;  // [layout.bins()]
+  std::vector<std::int64_t> margin;  // [layout.bins()]: the counter blocks, then the moment blocks
 };
 
 namespace detail {
@@ -64,6 +64,11 @@ ReferenceHistograms reference_histograms(const ExecSpace& space, const RatioHist
   if (formats.size() != margin.formats.size()) {
     throw std::invalid_argument("reference_histograms: " + std::to_string(formats.size()) +
                                 " margin formats for a layout of " + std::to_string(margin.formats.size()));
+  }
+  if (!margin.moments && !margin.formats.empty()) {
+    throw std::invalid_argument(
+        "reference_histograms: the kernel records schema 4's moments; a layout without them "
+        "(a schema-3 trace's) cannot be recorded");
   }
   int nfloating = 0;
   while (nfloating < static_cast<int>(formats.size()) && !formats[nfloating].integer) {

@@ -190,8 +190,9 @@ namespace detail {
 
 namespace {
 
+// Schema 3 or 4: the margin histogram and the compressed d histogram.
 bool is_schema3(const Trace& trace) {
-  return trace.schema == kTraceSchema;
+  return trace.schema == kTraceSchema || trace.schema == kTraceSchemaV3;
 }
 
 void check_group_name(const std::string& name, const std::string& file) {
@@ -239,7 +240,8 @@ void write_joint(hid_t gh, const Trace& trace, const GroupTrace& g, const std::s
                          trace.schema);
   }
   if (g.has_margin() && !is_schema3(trace)) {
-    throw TraceFileError(file + ": group " + g.name + ": a margin histogram needs schema " + kTraceSchema);
+    throw TraceFileError(file + ": group " + g.name + ": a margin histogram needs schema " + kTraceSchema + " or " +
+                         kTraceSchemaV3);
   }
   Handle jh = create_group(gh, "joint", file);
   write_scalar_attribute<double>(jh.get(), "init_absmax", g.init_absmax, file);
@@ -299,7 +301,8 @@ void write_projected(hid_t gh, const GroupTrace& g, const std::string& file) {
 }  // namespace
 
 void write_trace_header(hid_t root, const Trace& trace, const std::string& file, bool pairs, bool margin) {
-  if (trace.schema != kTraceSchema && trace.schema != kTraceSchemaV2 && trace.schema != kTraceSchemaV1) {
+  if (trace.schema != kTraceSchema && trace.schema != kTraceSchemaV3 && trace.schema != kTraceSchemaV2 &&
+      trace.schema != kTraceSchemaV1) {
     throw TraceFileError(file + ": unknown trace schema \"" + trace.schema + "\"");
   }
   write_string_attribute(root, "schema", trace.schema, file);
@@ -320,6 +323,11 @@ void write_trace_header(hid_t root, const Trace& trace, const std::string& file,
     write_scalar_attribute<std::int64_t>(root, "joint_u_bits", trace.joint.u_bits, file);
   }
   if (margin) {
+    if (trace.margin.moments != (trace.schema == kTraceSchema)) {
+      throw TraceFileError(file + ": a margin histogram " + (trace.margin.moments ? "with" : "without") +
+                           " moments in a trace of schema " + trace.schema + " (moments: schema " + kTraceSchema +
+                           " only)");
+    }
     write_margin_layout(root, trace.margin, file);
   }
 }
@@ -335,6 +343,9 @@ void write_margin_layout(hid_t root, const MarginLayout& margin, const std::stri
   write_scalar_attribute<std::int64_t>(root, "margin_fine_hi", margin.rows.fine_hi, file);
   write_scalar_attribute<std::int64_t>(root, "margin_coarse_hi", margin.rows.coarse_hi, file);
   write_scalar_attribute<std::int64_t>(root, "margin_sub_bins", kMarginSubBins, file);
+  if (margin.moments) {
+    write_scalar_attribute<std::int64_t>(root, "margin_moment_bits", kMarginMomentBits, file);
+  }
 }
 
 void write_trace_steps(hid_t root, const Trace& trace, const std::string& file) {

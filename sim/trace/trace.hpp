@@ -16,11 +16,15 @@
 
 namespace wbaudit::sim {
 
-// Schema 3 (reference traces) replaces schema 2's joint (|w|, |u|) pairs, whose number grows with the tensor, by the
-// bounded margin histogram (margin_histogram.hpp), stores the d histogram compressed, and marks a finished file
-// `complete`. Target traces are unchanged and still written as schema 2, byte for byte. Schema 2 added the joint
-// pairs to reference traces; schema-1 and schema-2 files are still read.
-inline constexpr const char* kTraceSchema = "wbaudit.trace/3";
+// Schema 4 (reference traces) adds to each step's margin histogram the moments of the proposals' position inside its
+// fine sub-bins (margin_histogram.hpp), so that the analytic grid places a point mass (Adam's first step) instead of
+// spreading it over the sub-bin; the rest is schema 3's. Schema 3 replaced schema 2's joint (|w|, |u|) pairs, whose
+// number grows with the tensor, by the bounded margin histogram, stores the d histogram compressed, and marks a
+// finished file `complete`. Target traces are unchanged and still written as schema 2, byte for byte. Schema 2 added
+// the joint pairs to reference traces; schema-1, -2 and -3 files are still read (schema 3's margin histograms
+// without moments: MarginLayout::moments false).
+inline constexpr const char* kTraceSchema = "wbaudit.trace/4";
+inline constexpr const char* kTraceSchemaV3 = "wbaudit.trace/3";
 inline constexpr const char* kTraceSchemaV2 = "wbaudit.trace/2";
 inline constexpr const char* kTraceSchemaV1 = "wbaudit.trace/1";
 // The schema a trace of this mode is written with: reference kTraceSchema, target kTraceSchemaV2.

@@ -48,8 +48,18 @@ std::vector<T> read_prefix(hid_t loc, const std::string& name, const std::string
   return out;
 }
 
-MarginLayout read_margin_layout(hid_t root, const std::string& file) {
+// Schema 3's layout has no moments; schema 4's has them, of kMarginMomentBits bits.
+MarginLayout read_margin_layout(hid_t root, const std::string& schema, const std::string& file) {
   MarginLayout m;
+  m.moments = schema != kTraceSchemaV3;
+  const std::int64_t bits = H5Aexists(root, "margin_moment_bits") > 0
+                                ? read_scalar_attribute<std::int64_t>(root, "margin_moment_bits", file)
+                                : 0;
+  if (bits != (m.moments ? kMarginMomentBits : 0)) {
+    throw TraceFileError(file + ": margin histogram moments of " + std::to_string(bits) +
+                         " bits in a trace of schema " + schema + " (expected " +
+                         std::to_string(m.moments ? kMarginMomentBits : 0) + ")");
+  }
   m.formats = split_lines(read_string_attribute(root, "margin_formats", file));
   m.rows.coarse_lo = static_cast<int>(read_scalar_attribute<std::int64_t>(root, "margin_coarse_lo", file));
   m.rows.fine_lo = static_cast<int>(read_scalar_attribute<std::int64_t>(root, "margin_fine_lo", file));
@@ -86,9 +96,10 @@ void TraceReader::State::read_header(const TraceReadOptions& options) {
   histograms = options.histograms;
   Trace& t = header;
   t.schema = read_string_attribute(root, "schema", file);
-  if (t.schema != kTraceSchema && t.schema != kTraceSchemaV2 && t.schema != kTraceSchemaV1) {
+  if (t.schema != kTraceSchema && t.schema != kTraceSchemaV3 && t.schema != kTraceSchemaV2 &&
+      t.schema != kTraceSchemaV1) {
     throw TraceFileError(file + ": unsupported trace schema \"" + t.schema + "\" (expected " + kTraceSchema + ", " +
-                         kTraceSchemaV2 + " or " + kTraceSchemaV1 + ")");
+                         kTraceSchemaV3 + ", " + kTraceSchemaV2 + " or " + kTraceSchemaV1 + ")");
   }
   t.mode = read_string_attribute(root, "mode", file);
   t.format = read_string_attribute(root, "format", file);
@@ -107,7 +118,7 @@ void TraceReader::State::read_header(const TraceReadOptions& options) {
     t.joint.u_bits = static_cast<int>(read_scalar_attribute<std::int64_t>(root, "joint_u_bits", file));
   }
   if (H5Aexists(root, "margin_formats") > 0) {
-    t.margin = read_margin_layout(root, file);
+    t.margin = read_margin_layout(root, t.schema, file);
   }
   t.complete = H5Aexists(root, "complete") <= 0 || read_scalar_attribute<std::int64_t>(root, "complete", file) == 1;
   t.recorded_steps = read_prefix<std::int64_t>(root, "recorded_steps", "/", file, std::string::npos);

@@ -78,7 +78,9 @@ def test_reference_recorder_counts_equal_brute_force(tmp_path):
             widths = [32 + 2 if flo <= lo - 1 + r <= fhi else 3 for r in range(rows)]
             block = 1 + sum(widths)
             margin = g["joint"]["margin"][k]
-            assert margin.shape == (len(layout["formats"]) * block,)
+            # every format's counter block, then every format's moments (schema 4: sum p, sum p^2 per fine sub-bin)
+            assert layout["moment_bits"] == 7
+            assert margin.shape == (len(layout["formats"]) * (block + 2 * 32 * (fhi - flo + 1)),) == (layout["bins"],)
             for f, vals in tables.items():
                 b = margin[layout["formats"].index(f) * block:(layout["formats"].index(f) + 1) * block]
                 assert b.sum() == g["nonzero"][k], (name, k, f)

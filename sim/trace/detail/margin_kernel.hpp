@@ -1,14 +1,16 @@
 #pragma once
 // The recording kernel of a reference step's histograms (sim/trace/reference_histograms.hpp): for a chunk of
 // coordinates, the d-histogram bin (ratio_histogram.hpp) and the margin-histogram counter of every format
-// (margin_histogram.hpp: margin_bin is the definition written plainly), counted into 32-bit per-work-item counters.
+// (margin_histogram.hpp: margin_bin is the definition written plainly), counted into 64-bit per-work-item counters.
 //
 // Written for the compiler to vectorize: each pass is a loop without data-dependent branches over
 // structure-of-arrays scratch (a coordinate's subnormality in F, direction and row are random, and a mispredicted
 // branch per coordinate and format cost ten times the arithmetic); every coordinate that is not a finite proposal
 // goes to a trash counter instead of being skipped. The counts are then scattered one format at a time into four
 // interleaved copies (consecutive coordinates often share a counter; one copy would chain their increments through
-// memory). The only scalar fix-up is intK's exact tie |u| = t 2^kappa, whose parity needs sim/precision's rounding.
+// memory); each counter is a 64-bit word holding the count and the sums of p and p^2, p the proposal's position in
+// its fine sub-bin (MarginScratch::words), so the moments cost no extra memory operation. The
+// only scalar fix-up is intK's exact tie |u| = t 2^kappa, whose parity needs sim/precision's rounding.
 //
 // This header is compiled three times (margin_kernel.cpp, _avx2.cpp, _avx512.cpp) with different target ISAs; the
 // operations are the same integer and IEEE single-precision operations in the same order (no contraction), so every
@@ -53,6 +55,8 @@ inline void margin_chunk_prepare(const MarginKernelArgs& a, std::size_t lo, int 
     s.eu[i] = eu;
     s.fu[i] = fu;
     s.valid[i] = valid;
+    // a floating format's counter increment: p = u's fraction bits below the sub-bin's (the same in every format)
+    s.inc[i] = margin_counter_increment(static_cast<std::uint32_t>((fu >> kMarginMomentShift) & 0x7f));
     p += valid;
     z += valid & (aw == 0);
     b += 1 - finite;
@@ -147,15 +151,21 @@ inline bool margin_chunk_integer(const MarginRows& r, const MarginFormat& f, int
     const std::int32_t saturated = s.away[i] & (std::bit_cast<float>(s.aw[i]) > saturates_above);
     s.idx[i] = s.valid[i] ? (saturated ? kMarginSaturated : id) : trash;
     ties += point;
+    // the counter increment: p = m's fraction bits below the sub-bin's, m clamped into [1, 2) as j is
+    std::int32_t bits = std::bit_cast<std::int32_t>(m) - 0x3f800000;
+    bits = bits < 0 ? 0 : bits;
+    bits = bits > 0x7fffff ? 0x7fffff : bits;
+    s.inc[i] = margin_counter_increment(static_cast<std::uint32_t>((bits >> kMarginMomentShift) & 0x7f));
   }
   return ties != 0;
 }
 
-// Adds idx[0, len) to the four interleaved copies of a block's counters (stride block + 1, the last one the trash);
-// with Ties, a marked tie (bit 30) gets its point column from margin_bin.
+// Adds inc[i] to counter idx[i] for i in [0, len), over the four interleaved copies of a block's counters (stride
+// block + 1, the last one the trash); with Ties, a marked tie (bit 30) gets its point column from margin_bin. Only a
+// fine row's sub-bin counters keep their moments (margin_item); the other counters' upper fields are ignored.
 template <class Isa, bool Ties>
 inline void margin_scatter(const MarginKernelArgs& a, const MarginFormat& f, std::size_t lo, int len,
-                           const MarginScratch& s, int stride, std::uint32_t* counters) {
+                           const MarginScratch& s, int stride, std::uint64_t* counters) {
   int i = 0;
   const auto fix = [&](std::int32_t id, int k) -> std::int32_t {
     if (!Ties || (id & (1 << 30)) == 0) {
@@ -164,26 +174,48 @@ inline void margin_scatter(const MarginKernelArgs& a, const MarginFormat& f, std
     return margin_bin(a.rows, f, a.w[lo + k], a.u[lo + k]);
   };
   for (; i + 4 <= len; i += 4) {
-    ++counters[fix(s.idx[i], i)];
-    ++counters[stride + fix(s.idx[i + 1], i + 1)];
-    ++counters[2 * stride + fix(s.idx[i + 2], i + 2)];
-    ++counters[3 * stride + fix(s.idx[i + 3], i + 3)];
+    counters[fix(s.idx[i], i)] += s.inc[i];
+    counters[stride + fix(s.idx[i + 1], i + 1)] += s.inc[i + 1];
+    counters[2 * stride + fix(s.idx[i + 2], i + 2)] += s.inc[i + 2];
+    counters[3 * stride + fix(s.idx[i + 3], i + 3)] += s.inc[i + 3];
   }
   for (; i < len; ++i) {
-    ++counters[fix(s.idx[i], i)];
+    counters[fix(s.idx[i], i)] += s.inc[i];
   }
 }
 
-// Scratch words of margin_item's 32-bit counters.
+// Adds the four copies of one format's 64-bit counters `c` (stride) to its counter block `out` and, for a fine row's
+// sub-bins, their sums of p and p^2 to its moment block `moments` (MarginLayout: [sum p, sum p^2] per sub-bin).
+inline void margin_fold_format(const MarginRows& r, const std::uint64_t* c, int stride, std::int64_t* out,
+                               std::int64_t* moments) {
+  for (int b = 0; b < r.block(); ++b) {
+    for (int k = 0; k < 4; ++k) {
+      out[b] += static_cast<std::int64_t>(c[k * stride + b] & 0x7fffu);
+    }
+  }
+  for (int kappa = r.fine_lo; kappa <= r.fine_hi; ++kappa) {
+    const int first = r.row_offset(r.row(kappa));
+    for (int j = 0; j < kMarginSubBins; ++j) {
+      std::int64_t* m = moments + r.moment_offset(kappa, j);
+      for (int k = 0; k < 4; ++k) {
+        const std::uint64_t word = c[k * stride + first + j];
+        m[0] += static_cast<std::int64_t>((word >> 15) & 0x1fffffu);
+        m[1] += static_cast<std::int64_t>(word >> 36);
+      }
+    }
+  }
+}
+
 // The counts of coordinates [begin, end) (end - begin <= kMarginItem) added to `counts`: [0, ratio_bins) the d
-// histogram, then proposals, zero weights, non-finite coordinates, then the margin blocks. `counters`: scratch of
-// margin_counter_words(a) words.
+// histogram, then proposals, zero weights, non-finite coordinates, then the margin histogram (every format's counter
+// block, then every format's moment block). `counters`: scratch of margin_counter_words(a) words.
 template <class Isa>
 inline void margin_item(const MarginKernelArgs& a, std::size_t begin, std::size_t end, MarginScratch& s,
                         std::uint32_t* counters, std::int64_t* counts) {
   const int stride = a.rows.block() + 1, rstride = a.ratio_bins + 1;
-  std::uint32_t* ratio = counters + static_cast<std::size_t>(a.nformats) * 4 * static_cast<std::size_t>(stride);
+  std::uint32_t* ratio = counters;
   std::memset(counters, 0, margin_counter_words(a) * sizeof(std::uint32_t));
+  s.words.assign(margin_format_words(a), 0);
   std::int64_t proposals = 0, zero_weight = 0, bad = 0;
   for (std::size_t lo = begin; lo < end; lo += kMarginChunk) {
     const int len = end - lo < static_cast<std::size_t>(kMarginChunk) ? static_cast<int>(end - lo) : kMarginChunk;
@@ -203,8 +235,8 @@ inline void margin_item(const MarginKernelArgs& a, std::size_t begin, std::size_
       if (!fmt.defined) {
         continue;
       }
-      std::uint32_t* block_counters = counters + static_cast<std::size_t>(f) * 4 * stride;
-      if (f < a.nfloating) {
+      std::uint64_t* block_counters = s.words.data() + static_cast<std::size_t>(f) * 4 * stride;
+      if (f < a.nfloating) {  // s.inc from margin_chunk_prepare (the floating formats come first)
         margin_chunk_floating<Isa>(a.rows, fmt, len, s);
         margin_scatter<Isa, false>(a, fmt, lo, len, s, stride, block_counters);
       } else if (margin_chunk_integer<Isa>(a.rows, fmt, len, s)) {
@@ -222,13 +254,10 @@ inline void margin_item(const MarginKernelArgs& a, std::size_t begin, std::size_
   counts[a.ratio_bins + 1] += zero_weight;
   counts[a.ratio_bins + 2] += bad;
   std::int64_t* margin = counts + a.ratio_bins + 3;
-  const int block = a.rows.block();
-  for (int f = 0; f < a.nformats; ++f) {
-    const std::uint32_t* c = counters + static_cast<std::size_t>(f) * 4 * stride;
-    std::int64_t* out = margin + static_cast<std::size_t>(f) * block;
-    for (int b = 0; b < block; ++b) {
-      out[b] += static_cast<std::int64_t>(c[b]) + c[stride + b] + c[2 * stride + b] + c[3 * stride + b];
-    }
+  const std::size_t block = static_cast<std::size_t>(a.rows.block()), nf = static_cast<std::size_t>(a.nformats);
+  for (std::size_t f = 0; f < nf; ++f) {
+    margin_fold_format(a.rows, s.words.data() + f * 4 * static_cast<std::size_t>(stride), stride, margin + f * block,
+                       margin + nf * block + f * static_cast<std::size_t>(a.rows.moments()));
   }
 }
 

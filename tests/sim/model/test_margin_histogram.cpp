@@ -45,8 +45,12 @@ struct Brute {
   bool integer = false;
 };
 
-// (counter, whether the sub-bin is exact) of one coordinate, or -1 for saturation.
-int brute_counter(const Brute& b, const MarginRows& r, float w, float u, bool& sub_exact) {
+// (counter, whether the sub-bin is exact) of one coordinate, or -1 for saturation; `moment` the offset of its moments
+// in the format's moment block (-1: none, a point, a coarse row or saturation) and `position` its p = floor(2^7 x),
+// x its position in the sub-bin (schema 4; docs/trace-format.md).
+int brute_counter(const Brute& b, const MarginRows& r, float w, float u, bool& sub_exact, int& moment, int& position) {
+  moment = -1;
+  position = 0;
   const double aw = std::fabs(static_cast<double>(w)), au = std::fabs(static_cast<double>(u));
   const double q = wbaudit::test::ref_nearest_search(b.table, aw);
   const auto it =
@@ -64,6 +68,10 @@ int brute_counter(const Brute& b, const MarginRows& r, float w, float u, bool& s
   int sub = static_cast<int>(std::floor(frac * kMarginSubBins));
   sub = std::min(sub, kMarginSubBins - 1);
   sub_exact = !b.integer;  // floating: m is u's own significand; intK's m is computed in fp32
+  if (!point && kappa >= r.fine_lo && kappa <= r.fine_hi) {
+    moment = 2 * ((kappa - r.fine_lo) * kMarginSubBins + sub);
+    position = static_cast<int>(std::floor(frac * kMarginSubBins * 128)) - 128 * sub;  // frac * 2^12: exact
+  }
   return expected_counter(r, kappa, sub, point, even);
 }
 
@@ -136,13 +144,22 @@ TEST(MarginHistogram, EveryCounterIsTheBruteForceOneOnEveryIsa) {
   const Sample s = sample(20261206, static_cast<double>(int_scale_for_absmax(4, init_absmax)));
   // brute force: counts per counter; intK also per row (sub-bins summed), its m being computed in fp32
   std::vector<std::int64_t> want(layout.bins(), 0);
+  const std::size_t moments = layout.moments_begin(), mblock = static_cast<std::size_t>(layout.rows.moments());
   std::int64_t nonzero = 0;
   for (std::size_t i = 0; i < s.w.size(); ++i) {
     if (s.u[i] == 0) continue;
     ++nonzero;
     for (std::size_t f = 0; f < brutes.size(); ++f) {
       bool exact = true;
-      ++want[f * block + brute_counter(brutes[f], layout.rows, s.w[i], s.u[i], exact)];
+      int moment = -1, p = 0;
+      ++want[f * block + brute_counter(brutes[f], layout.rows, s.w[i], s.u[i], exact, moment, p)];
+      if (brutes[f].integer) {  // intK's m is computed in fp32: its moments from the plain definition (margin_bin)
+        (void)margin_bin(layout.rows, formats[f], s.w[i], s.u[i], moment, p);
+      }
+      if (moment >= 0) {
+        want[moments + f * mblock + moment] += p;
+        want[moments + f * mblock + moment + 1] += p * p;
+      }
     }
   }
   const auto row_sums = [&](const std::vector<std::int64_t>& c, std::size_t f) {
@@ -180,6 +197,10 @@ TEST(MarginHistogram, EveryCounterIsTheBruteForceOneOnEveryIsa) {
       } else {
         EXPECT_EQ(row_sums(h.margin, f), row_sums(want, f)) << where << " " << layout.formats[f];
       }
+      for (std::size_t k = 0; k < mblock; ++k) {
+        EXPECT_EQ(h.margin[moments + f * mblock + k], want[moments + f * mblock + k])
+            << where << " " << layout.formats[f] << " moment " << k;
+      }
     }
   }
   detail::force_block_isa(detail::best_block_isa());
@@ -209,21 +230,28 @@ TEST(MarginHistogram, TheKernelsDHistogramIsTheLog2Rule) {
   detail::force_block_isa(detail::best_block_isa());
 }
 
-// The record's size is the layout's: 14 formats x 437 counters, whatever the tensor's size; intK of a tensor without a
-// per-tensor scale is all zeros.
+// The record's size is the layout's: 14 formats x (437 counters + 640 moments), whatever the tensor's size; intK of a
+// tensor without a per-tensor scale is all zeros.
 TEST(MarginHistogram, SizeIsBoundedAndIndependentOfTheTensor) {
   const MarginLayout layout = default_margin_layout();
   EXPECT_EQ(layout.formats.size(), 14u);
-  EXPECT_EQ(layout.rows.block(), 437);  // 1 + 10 fine rows x 34 + 32 coarse rows x 3
-  EXPECT_EQ(layout.bins(), 6118u);
+  EXPECT_EQ(layout.rows.block(), 437);    // 1 + 10 fine rows x 34 + 32 coarse rows x 3
+  EXPECT_EQ(layout.rows.moments(), 640);  // 10 fine rows x 32 sub-bins x (sum p, sum p^2)
+  EXPECT_EQ(layout.bins(), 14u * (437 + 640));
+  MarginLayout schema3 = layout;
+  schema3.moments = false;
+  EXPECT_EQ(schema3.bins(), 6118u);
   for (const std::size_t n : {std::size_t{10}, std::size_t{100000}, std::size_t{1} << 21}) {
     std::vector<float> w(n, 0.01f), u(n, 1e-4f);
     const auto h = reference_histograms(Kokkos::DefaultHostExecutionSpace(), RatioHistogramLayout{}, layout,
                                         margin_formats(layout, 0.0), w.data(), u.data(), n);
     EXPECT_EQ(h.margin.size(), layout.bins()) << n;
     EXPECT_EQ(h.nonzero, static_cast<std::int64_t>(n));
-    for (std::size_t f = 7; f < 14; ++f)
+    for (std::size_t f = 7; f < 14; ++f) {
       for (int k = 0; k < layout.rows.block(); ++k) EXPECT_EQ(h.margin[f * layout.rows.block() + k], 0);
+      for (int k = 0; k < layout.rows.moments(); ++k)
+        EXPECT_EQ(h.margin[layout.moments_begin() + f * layout.rows.moments() + k], 0);
+    }
   }
 }
 
