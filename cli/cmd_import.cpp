@@ -12,8 +12,30 @@
 #include "runners/evaluate/external_run.hpp"
 #include "runners/spec/sweep_spec.hpp"
 #include "sim/trace/trace.hpp"
+#include "sim/trace/trace_reader.hpp"
 
 namespace wbaudit::cli {
+
+namespace {
+
+// What is wrong with a trace to import (sim::trace_problems), read in bounded memory: its series without the
+// histograms, then every group's rows (histograms included) one recorded step at a time, so that an unreadable
+// histogram is still found and memory does not grow with the recorded steps. Reading throws TraceFileError naming
+// the file and what is missing.
+std::vector<std::string> import_problems(const std::string& path) {
+  sim::TraceReadOptions counts_only;
+  counts_only.histograms = false;
+  std::vector<std::string> problems = sim::trace_problems(sim::read_trace(path, counts_only));
+  const sim::TraceReader reader(path);
+  for (std::size_t t = 0; t < reader.recorded_steps(); ++t) {
+    for (std::size_t g = 0; g < reader.group_count(); ++g) {
+      (void)reader.read_group(g, t, 1);
+    }
+  }
+  return problems;
+}
+
+}  // namespace
 namespace {
 
 struct Args {
@@ -77,7 +99,7 @@ void run_import(const Args& a) {
   // Validate every trace and name before importing any, so that a bad one leaves the directory as it was: the trace
   // parses, and its content is a record of a run (sim::trace_problems), as `audit` requires of what it reads.
   for (const auto& t : a.traces) {
-    const auto problems = sim::trace_problems(sim::read_trace(t));  // read_trace names the file and what is missing
+    const auto problems = import_problems(t);
     if (!problems.empty()) {
       std::string list;
       for (const auto& p : problems) {

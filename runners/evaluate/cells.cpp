@@ -43,8 +43,8 @@ void read_cells(const SweepInputs& in, const EvaluateOptions& options, ScoredCel
     throw AnalysisError(analysis.path.string() + ": analysis.scored_runs, source.sweep and source.overrides " +
                         "need a sweep; " + in.sweep_dir.string() + " holds only external runs");
   }
-  sc.external = std::make_unique<ExternalEvaluationCells>(
-      read_external_evaluation_cells(in.sweep_dir, analysis.groups, options.external_reference));
+  sc.external = std::make_unique<ExternalEvaluationCells>(read_external_evaluation_cells(
+      in.sweep_dir, analysis.groups, options.external_reference, needs_histograms(analysis)));
   sc.read = std::move(sc.external->cells);
   result.standing = "exploratory: external runs (wbaudit import), never canonical";
   for (const auto& p : sc.external->provenance) {

@@ -16,6 +16,7 @@
 #include "runners/store/identity.hpp"
 #include "runners/store/store.hpp"
 #include "sim/trace/trace.hpp"
+#include "sim/trace/trace_reader.hpp"
 #include "util/files.hpp"
 
 namespace wbaudit::runners {
@@ -32,7 +33,9 @@ bool valid_name(const std::string& name) {
 }  // namespace
 
 ExternalRun import_external_run(const fs::path& sweep_dir, const fs::path& trace_path, const ImportOptions& options) {
-  const sim::Trace trace = sim::read_trace(trace_path);  // throws naming the file for anything but a trace
+  // The header only (its rows were checked by the caller, a step at a time): throws naming the file for anything but
+  // a trace.
+  const sim::Trace trace = sim::TraceReader(trace_path).header();
   const std::string sha = sha256_file(trace_path);
   const std::string role = trace.mode == "reference" ? "reference" : "target";
   const std::string name =
@@ -170,7 +173,9 @@ ExternalComparison compare_external_runs(const fs::path& sweep_dir, const std::s
     throw StoreError("import --report: " + std::to_string(refs.size()) + " intact external reference runs in " +
                      sweep_dir.string() + (refs.empty() ? "" : " (" + list + ")") + "; choose one with --reference");
   }
-  const sim::Trace ref_trace = sim::read_trace(ref->dir / "trace.h5");
+  sim::TraceReadOptions counts_only;  // the crossing analysis reads erased fractions and projections, no histogram
+  counts_only.histograms = false;
+  const sim::Trace ref_trace = sim::read_trace(ref->dir / "trace.h5", counts_only);
   std::vector<std::pair<const ExternalRun*, sim::Trace>> targets;
   for (const auto& r : runs) {
     if (r.manifest.value("role", std::string()) != "target") {
@@ -180,7 +185,7 @@ ExternalComparison compare_external_runs(const fs::path& sweep_dir, const std::s
       out.skipped.push_back(r.name + " (" + r.problem + ")");
       continue;
     }
-    targets.emplace_back(&r, sim::read_trace(r.dir / "trace.h5"));
+    targets.emplace_back(&r, sim::read_trace(r.dir / "trace.h5", counts_only));
   }
   if (options.burn_in) {
     out.burn_in_how = "given";
@@ -288,7 +293,9 @@ fs::path write_external_report(const fs::path& sweep_dir, const ExternalComparis
 namespace wbaudit::runners {
 
 ExternalEvaluationCells read_external_evaluation_cells(const fs::path& dir, const std::vector<std::string>& groups,
-                                                       const std::string& reference) {
+                                                       const std::string& reference, bool histograms) {
+  sim::TraceReadOptions read_options;
+  read_options.histograms = histograms;
   ExternalEvaluationCells out;
   const std::vector<ExternalRun> runs = external_runs(dir);
   std::vector<const ExternalRun*> refs;
@@ -328,7 +335,7 @@ ExternalEvaluationCells read_external_evaluation_cells(const fs::path& dir, cons
   };
   const ExternalRun& ref = *refs.front();
   out.reference = ref.name;
-  auto ref_trace = std::make_shared<const sim::Trace>(sim::read_trace(ref.dir / "trace.h5"));
+  auto ref_trace = std::make_shared<const sim::Trace>(sim::read_trace(ref.dir / "trace.h5", read_options));
   const StoredCell* ref_cell = stored(ref, *ref_trace, "reference", "");
   for (const auto& r : runs) {
     if (r.manifest.value("role", std::string()) != "target") {
@@ -339,7 +346,7 @@ ExternalEvaluationCells read_external_evaluation_cells(const fs::path& dir, cons
       out.cells.missing_names.push_back("external/" + r.name);
       continue;
     }
-    auto trace = std::make_shared<const sim::Trace>(sim::read_trace(r.dir / "trace.h5"));
+    auto trace = std::make_shared<const sim::Trace>(sim::read_trace(r.dir / "trace.h5", read_options));
     const StoredCell* target = stored(r, *trace, "target", ref_cell->name);
     std::vector<std::string> names = groups;
     if (names.empty()) {
