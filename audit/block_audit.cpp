@@ -5,7 +5,6 @@
 #include "audit/block_audit.hpp"
 
 #include <cmath>
-#include <cstdio>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -13,16 +12,11 @@
 
 #include "sim/precision/block_writeback.hpp"
 #include "sim/precision/storage_format.hpp"
+#include "util/text.hpp"
 
 namespace wbaudit::audit {
 
 namespace {
-
-std::string value_text(float v) {
-  char buf[48];
-  std::snprintf(buf, sizeof buf, "%.9g", static_cast<double>(v));
-  return buf;
-}
 
 // Rows and columns of a tensor for its blocks: the last dimension is a row, the others are flattened into rows.
 sim::RowMajorShape block_shape(const TrajectoryTensor& info, const std::string& format, const std::string& file) {
@@ -68,8 +62,8 @@ void check_block_chain(TrajectorySource& source, const StepCheck& check, std::si
       audit.listed.push_back(
           {check.info.name, check.step, static_cast<std::int64_t>(i), w_next[i], 0.0f, w_next[i], next_w[i], next_w[i],
            "the trajectory does not chain: w[t+1] recorded after step " + std::to_string(check.step) + " is " +
-               value_text(w_next[i]) + ", the w recorded at step " + std::to_string(check.step + 1) + " is " +
-               value_text(next_w[i])});
+               util::float_text(w_next[i]) + ", the w recorded at step " + std::to_string(check.step + 1) + " is " +
+               util::float_text(next_w[i])});
     }
   }
 }
@@ -139,8 +133,9 @@ void audit_block_tensor(TrajectorySource& source, const TrajectoryAuditOptions& 
       }
       const auto j = static_cast<std::size_t>(i);
       const float e = step_audit.expected[j];
-      audit.listed.push_back({info.name, step, i, w[j], u[j], w_next[j], e, e,
-                              reason + " gives " + value_text(e) + ", the trajectory holds " + value_text(w_next[j])});
+      audit.listed.push_back(
+          {info.name, step, i, w[j], u[j], w_next[j], e, e,
+           reason + " gives " + util::float_text(e) + ", the trajectory holds " + util::float_text(w_next[j])});
     }
     const bool chains = info.has_w_next && k + 1 < T && source.steps[k + 1] == step + 1;
     if (info.has_w_next && k + 1 < T && !chains) {

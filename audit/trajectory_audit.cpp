@@ -3,7 +3,6 @@
 #include <Kokkos_Core.hpp>
 #include <chrono>
 #include <cmath>
-#include <cstdio>
 #include <exception>
 #include <functional>
 #include <limits>
@@ -18,6 +17,7 @@
 #include "sim/precision/rounding.hpp"
 #include "sim/precision/storage_format.hpp"
 #include "sim/precision/writeback.hpp"
+#include "util/text.hpp"
 
 namespace wbaudit::audit {
 
@@ -39,12 +39,6 @@ namespace {
 
 // Slices are a fixed number of coordinates, so the work split (and every result) is independent of the thread count.
 constexpr std::int64_t kSlice = 1 << 15;
-
-std::string text(float v) {
-  char buf[48];
-  std::snprintf(buf, sizeof buf, "%.9g", static_cast<double>(v));
-  return buf;
-}
 
 sim::FormatSpec tensor_format(const std::string& name, const TrajectoryTensor& t, const std::string& file) {
   sim::FormatSpec fmt = sim::format_from_name(name);
@@ -271,10 +265,10 @@ void check_replay(const ChunkContext& ctx, const sim::FormatParams& params, std:
     ++r.counts.inconsistent;
     ++r.counts.replay_mismatched;
     if (r.listed.size() < room) {
-      r.listed.push_back({ctx.info.name, ctx.step, static_cast<std::int64_t>(coordinate), ws[i], us[i], ns[i], drawn,
-                          drawn,
-                          "replay mismatch: w[t+1] = " + text(ns[i]) + " is an SR neighbour, but the draw of seed " +
-                              std::to_string(*ctx.options.seed) + " (step, tensor, coordinate) gives " + text(drawn)});
+      r.listed.push_back(
+          {ctx.info.name, ctx.step, static_cast<std::int64_t>(coordinate), ws[i], us[i], ns[i], drawn, drawn,
+           "replay mismatch: w[t+1] = " + util::float_text(ns[i]) + " is an SR neighbour, but the draw of seed " +
+               std::to_string(*ctx.options.seed) + " (step, tensor, coordinate) gives " + util::float_text(drawn)});
     }
   }
 }
@@ -294,7 +288,8 @@ SliceResult audit_slice(const ChunkContext& ctx, const sim::FormatParams& params
       if (!std::isfinite(ws[i]) || !std::isfinite(us[i]) || !std::isfinite(ns[i])) {
         r.error = ctx.source.path.string() + ": tensor " + ctx.info.name + ", step " + std::to_string(ctx.step) +
                   ", coordinate " + std::to_string(ctx.begin + static_cast<std::int64_t>(lo + i)) +
-                  ": non-finite value (w = " + text(ws[i]) + ", u = " + text(us[i]) + ", w_next = " + text(ns[i]) +
+                  ": non-finite value (w = " + util::float_text(ws[i]) + ", u = " + util::float_text(us[i]) +
+                  ", w_next = " + util::float_text(ns[i]) +
                   "); NaN/inf proposals or weights are an error, not an event";
         break;
       }
@@ -332,7 +327,7 @@ SliceResult audit_slice(const ChunkContext& ctx, const sim::FormatParams& params
         c.reason = bad->reason;
       }
       if (!w_ok) {
-        c.reason = "w[t] = " + text(ws[i]) + " is not representable in " + ctx.options.format +
+        c.reason = "w[t] = " + util::float_text(ws[i]) + " is not representable in " + ctx.options.format +
                    (c.reason.empty() ? "" : "; " + c.reason);
       }
       r.listed.push_back(std::move(c));
@@ -398,8 +393,8 @@ void check_chain(TrajectorySource& source, const ChunkContext& ctx, std::size_t 
       audit.listed.push_back({ctx.info.name, ctx.step, ctx.begin + static_cast<std::int64_t>(i), w_next[i], 0.0f,
                               w_next[i], next_w[i], next_w[i],
                               "the trajectory does not chain: w[t+1] recorded after step " + std::to_string(ctx.step) +
-                                  " is " + text(w_next[i]) + ", the w recorded at step " +
-                                  std::to_string(ctx.step + 1) + " is " + text(next_w[i])});
+                                  " is " + util::float_text(w_next[i]) + ", the w recorded at step " +
+                                  std::to_string(ctx.step + 1) + " is " + util::float_text(next_w[i])});
     }
   }
 }

@@ -4,6 +4,7 @@
 #include <cctype>
 #include <charconv>
 #include <cmath>
+#include <cstdio>
 #include <iomanip>
 #include <sstream>
 
@@ -39,6 +40,12 @@ std::string shortest_number(double x) {
   char buffer[32];
   const auto [end, error] = std::to_chars(buffer, buffer + sizeof buffer, x);
   return error == std::errc() ? std::string(buffer, end) : number_text(x);
+}
+
+std::string float_text(float x) {
+  char buffer[48];
+  std::snprintf(buffer, sizeof buffer, "%.9g", static_cast<double>(x));
+  return buffer;
 }
 
 std::string shown_number(double x, int precision) {

@@ -14,6 +14,10 @@ std::string join(const std::vector<std::string>& items, std::string_view sep = "
 // by pandas and by std::strtod).
 std::string number_text(double x, int precision = 17);
 
+// A float in a message about it (an audit's inconsistent coordinate): 9 significant digits, which read back as the
+// same float; NaN and infinities as printf writes them ("nan", "-inf"), since the value is the point of the message.
+std::string float_text(float x);
+
 // The shortest text that reads back as the same double ("0.3", "0.95", "1e-30"; number_text(0.3) is
 // "0.29999999999999999"): for values a person typed and reads back (learning-rate scales, confidences), as
 // number_text for NaN and infinities.

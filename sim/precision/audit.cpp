@@ -2,22 +2,16 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 #include <stdexcept>
 #include <string>
 
 #include "sim/precision/rounding.hpp"
 #include "sim/precision/writeback.hpp"
 #include "sim/precision/writeback_blocks.hpp"
+#include "util/text.hpp"
 
 namespace wbaudit::sim {
 namespace {
-
-std::string text(float v) {
-  char buf[48];
-  std::snprintf(buf, sizeof buf, "%.9g", static_cast<double>(v));
-  return buf;
-}
 
 bool representable(const FormatParams& p, float v) {
   const double d = v;
@@ -44,8 +38,8 @@ AuditReport audit_writeback(const FormatSpec& fmt, const WritebackPolicy& policy
     const float wi = w[i], ui = u[i], ni = w_next[i];
     if (!std::isfinite(wi) || !std::isfinite(ui) || !std::isfinite(ni)) {
       throw NonFiniteError("audit_writeback (tensor " + std::to_string(tensor_id) + ", step " + std::to_string(step) +
-                           "): non-finite value at coordinate " + std::to_string(i) + ": w = " + text(wi) +
-                           ", u = " + text(ui) + ", w_next = " + text(ni));
+                           "): non-finite value at coordinate " + std::to_string(i) + ": w = " + util::float_text(wi) +
+                           ", u = " + util::float_text(ui) + ", w_next = " + util::float_text(ni));
     }
     const Bracket b = bracket_of(p, exact_sum(wi, ui));
     const auto nearest = static_cast<float>(nearest_of(b));
@@ -82,13 +76,14 @@ AuditReport audit_writeback(const FormatSpec& fmt, const WritebackPolicy& policy
     }
     std::string reason;
     if (!representable(p, ni)) {
-      reason = "w[t+1] = " + text(ni) + " is not representable in " + fmt.name;
+      reason = "w[t+1] = " + util::float_text(ni) + " is not representable in " + fmt.name;
     } else if (ni != low && ni != high) {
       if (low == high) {
-        reason = "expected " + text(low) + " under " + policy_name(policy.policy) + (replay && sr ? " (replayed)" : "");
+        reason = "expected " + util::float_text(low) + " under " + policy_name(policy.policy) +
+                 (replay && sr ? " (replayed)" : "");
       } else {
-        reason =
-            "expected one of the neighbours " + text(low) + ", " + text(high) + " under " + policy_name(policy.policy);
+        reason = "expected one of the neighbours " + util::float_text(low) + ", " + util::float_text(high) + " under " +
+                 policy_name(policy.policy);
       }
     }
     if (!reason.empty()) {
