@@ -8,6 +8,7 @@
 //   ratio_of_means = (sum a_i) / (sum b_i), with a bootstrap interval only (no t interval exists for it)
 // Every bootstrap interval resamples the pairs (units), keeping a_i and b_i together.
 #include <Kokkos_Core.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -48,6 +49,17 @@ void check_pairs(std::vector<std::string> const& units, std::vector<double> cons
 double mean_of(std::vector<double> const& v, std::span<std::int64_t const> idx);
 double ratio_of_sums(std::vector<double> const& a, std::vector<double> const& b, std::span<std::int64_t const> idx);
 }  // namespace detail
+
+// The bootstrap interval of the mean of `values`, each value one unit (e.g. one seed's), resampling the units; nullopt
+// for fewer than two values.
+inline std::optional<Interval> bootstrap_mean(std::vector<double> const& values, BootstrapSpec const& spec) {
+  if (values.size() < 2) {
+    return std::nullopt;
+  }
+  return bootstrap(
+      std::int64_t(values.size()), [&](std::span<std::int64_t const> idx) { return detail::mean_of(values, idx); },
+      spec);
+}
 
 // Throws StatsError on mismatched lengths, fewer than 2 pairs, repeated unit labels or non-finite values.
 template <class ExecSpace>

@@ -26,15 +26,6 @@ namespace {
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
-std::optional<stats::Interval> mean_interval(const std::vector<double>& values, const stats::BootstrapSpec& spec) {
-  if (values.size() < 2) {
-    return std::nullopt;
-  }
-  return stats::bootstrap(
-      static_cast<std::int64_t>(values.size()),
-      [&](std::span<std::int64_t const> idx) { return stats::detail::mean_of(values, idx); }, spec);
-}
-
 // Seeds in numeric order when they are numbers, else lexicographic.
 bool seed_less(const std::string& a, const std::string& b) {
   char* ea = nullptr;
@@ -200,8 +191,8 @@ PolicyRecovery policy_recovery(const std::string& policy, ConditionLosses& cond,
       rec.values.push_back(r);
     }
   }
-  cond.final_loss[policy] = mean_interval(losses, spec);
-  rec.mean = mean_interval(rec.values, spec);
+  cond.final_loss[policy] = stats::bootstrap_mean(losses, spec);
+  rec.mean = stats::bootstrap_mean(rec.values, spec);
   if (!rec.mean) {
     rec.note = "defined for " + std::to_string(rec.values.size()) + " seed(s); an interval needs at least 2";
   }
@@ -300,9 +291,9 @@ std::optional<ConditionLosses> condition_losses(const std::string& name, const s
     fp32.push_back(s.fp32);
     nearest.push_back(s.nearest);
   }
-  cond.gap = mean_interval(gaps, spec);
-  cond.final_loss["fp32"] = mean_interval(fp32, spec);
-  cond.final_loss["nearest"] = mean_interval(nearest, spec);
+  cond.gap = stats::bootstrap_mean(gaps, spec);
+  cond.final_loss["fp32"] = stats::bootstrap_mean(fp32, spec);
+  cond.final_loss["nearest"] = stats::bootstrap_mean(nearest, spec);
   for (const auto& policy : policy_names) {
     cond.recoveries.push_back(policy_recovery(policy, cond, spec));
   }

@@ -9,6 +9,7 @@
 
 #include "runners/report/document.hpp"
 #include "runners/report/figure.hpp"
+#include "runners/report/interval_text.hpp"
 #include "stats/paired.hpp"
 #include "util/csv.hpp"
 #include "util/files.hpp"
@@ -19,26 +20,6 @@ namespace {
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 using Rows = std::vector<std::vector<std::string>>;
-
-std::string fixed(double x, int digits = 4) {
-  return util::fixed_number(x, digits);
-}
-
-std::string with_interval(const std::optional<stats::Interval>& i, int digits = 4) {
-  if (!i) {
-    return "—";
-  }
-  return fixed(i->estimate, digits) + " [" + fixed(i->lower, digits) + ", " + fixed(i->upper, digits) + "]";
-}
-
-std::optional<stats::Interval> mean_interval(const std::vector<double>& values, const stats::BootstrapSpec& spec) {
-  if (values.size() < 2) {
-    return std::nullopt;
-  }
-  return stats::bootstrap(
-      static_cast<std::int64_t>(values.size()),
-      [&](std::span<std::int64_t const> idx) { return stats::detail::mean_of(values, idx); }, spec);
-}
 
 bool is_studied(const std::vector<std::string>& groups, const std::string& name) {
   return std::binary_search(groups.begin(), groups.end(), name);
@@ -111,7 +92,7 @@ void row_means(BlockRow& row, const stats::BootstrapSpec& spec) {
                                                   &row.collateral, &row.flushed, &row.rescaled};
   for (std::size_t i = 0; i < kValues; ++i) {
     if (row.block || i == 0) {
-      *out[i] = mean_interval(columns[i], spec);
+      *out[i] = stats::bootstrap_mean(columns[i], spec);
     }
   }
 }

@@ -7,6 +7,7 @@
 
 #include "runners/report/document.hpp"
 #include "runners/report/figure.hpp"
+#include "runners/report/interval_text.hpp"
 #include "util/csv.hpp"
 #include "util/files.hpp"
 #include "util/text.hpp"
@@ -16,17 +17,6 @@ namespace {
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 using Rows = std::vector<std::vector<std::string>>;
-
-std::string fixed(double x, int digits = 4) {
-  return util::fixed_number(x, digits);
-}
-
-std::string with_interval(const std::optional<stats::Interval>& i, int digits = 4) {
-  if (!i) {
-    return "—";
-  }
-  return fixed(i->estimate, digits) + " [" + fixed(i->lower, digits) + ", " + fixed(i->upper, digits) + "]";
-}
 
 double at_or_nan(const std::vector<double>& v, std::size_t k) {
   return k < v.size() ? v[k] : kNaN;
