@@ -323,6 +323,7 @@ template <int Mode, bool RBits>
   constexpr std::int64_t B = 16;
   Lanes<B> lanes;
   for (std::int64_t b = 0; b < blocks; ++b) {
+    prefetch_ahead(w + b * B, u + b * B, kSpanElements, B);  // the next span (the write pass's first reads)
     if (!sb.active[b]) {
       continue;
     }
@@ -442,6 +443,7 @@ template <bool Master, bool HasU>
                                                     std::int64_t blocks) {
   std::uint32_t bad[32] = {};
   for (std::int64_t b = 0; b < blocks; ++b) {
+    prefetch_ahead(w + b * 32, u + b * 32, kSpanElements, 32);  // the next span (the write pass's first reads)
     const auto inv = static_cast<float>(sb.inv_X[b]), X = static_cast<float>(sb.X[b]);
     const float keep = sb.active[b] ? 1.0f : 0.0f;
     for (std::int64_t k = 0; k < 32; ++k) {
