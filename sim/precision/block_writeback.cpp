@@ -3,11 +3,13 @@
 //
 // Every operation is two passes over the tensor. The check pass (a reduction) refuses NaN/inf input and computes the
 // tensor's maxima (NVFP4's tensor scales; the range check of MX blocks, run only where some |w + u| reaches 2^127),
-// so that bad input is refused before anything is written. The write pass handles one block at a time: the
-// vectorized scan and rounding loops of block_loops.cpp, then detail::round_element for the elements they flag
-// (or the whole block when a sum is not exact in double). 1-D blocks are taken a span of up to 1024 columns of a
-// row at a time (the SR words of a span come from one vectorized Philox batch); nvfp4:2d tiles are gathered into
-// local arrays and scattered back.
+// so that bad input is refused before anything is written. block_writeback on 1-D blocks checks span by span with the
+// scan loops themselves (ScanCheckKernel) and hands each block's maxima to the write pass, so that w and u are read
+// from memory twice in all, and the scan's arithmetic overlaps the check pass's memory traffic. The write pass
+// handles one block at a time: the vectorized scan and rounding loops of block_loops.cpp, then
+// detail::round_element for the elements they flag (or the whole block when a sum is not exact in double). 1-D blocks
+// are taken a span of up to 1024 columns of a row at a time (the SR words of a span come from one vectorized Philox
+// batch); nvfp4:2d tiles are gathered into local arrays and scattered back.
 #include "sim/precision/block_writeback.hpp"
 
 #include <algorithm>
