@@ -178,7 +178,10 @@ inline BlockPlan plan_block(const Launch& L, std::uint32_t amax_w_bits, std::uin
   plan.news.s_enc = L.s_new;
   plan.olds.s_b = detail::e4m3_nearest_saturating(amax_w * L.k_old);  // nvfp4_block_scale
   plan.news.s_b = detail::e4m3_nearest_saturating(float_of_bits(amax_v32_bits) * L.k_new);
-  plan.order = detail::scale_order(L.p, plan.olds, plan.news);
+  // detail::scale_order without branches (rescales come and go from block to block: a branch mispredicts)
+  const double lhs = static_cast<double>(plan.news.s_b) * static_cast<double>(L.s_old);
+  const double rhs = static_cast<double>(plan.olds.s_b) * static_cast<double>(L.s_new);
+  plan.order = static_cast<int>(lhs > rhs) - static_cast<int>(lhs < rhs);
   plan.top_old = nvfp4_decode(6.0f, plan.olds.s_b, L.s_old);
   return plan;
 }
@@ -389,7 +392,9 @@ void process_span_mx(const Launch& L, float* w, const float* u, std::uint64_t fi
     const int old_exp = mx_exponent_fp32(L.p, float_of_bits(scan.amax_w_bits[b]), unused);  // exact: w is fp32
     const int new_exp = mx_new_exponent(L, float_of_bits(scan.amax_v32_bits[b]), w + b * B, u + b * B, B);
     sb.active[b] = 1;
-    sb.changed[b] = new_exp > old_exp ? 1 : (new_exp < old_exp ? 2 : 0);  // 1 up, 2 down (then 0/1 below)
+    // 1 up, 2 down (then 0/1 below); no branches: rescales come and go from block to block
+    sb.changed[b] =
+        static_cast<std::uint64_t>(new_exp > old_exp) | (static_cast<std::uint64_t>(new_exp < old_exp) << 1);
     sb.X[b] = detail::pow2(new_exp);
     sb.inv_X[b] = detail::pow2(-new_exp);
     sb.top_old[b] = L.p.max_elem * detail::pow2(old_exp);
