@@ -31,6 +31,21 @@ inline double double_of(std::uint64_t b) {
   return n > y ? n - 1.0 : n;
 }
 
+// Prefetches `len` floats of w and u from w + ahead, u + ahead, one per cache line. The loops run one span after
+// another through memory, and the hardware prefetchers do not run far enough ahead of a loop that computes between
+// its loads (docs/performance.md, "Write-back kernel"); prefetches never fault, past the arrays' ends included. A loop
+// the compiler vectorizes cannot hold them itself: callers issue them before each block.
+[[gnu::always_inline]] inline void prefetch_ahead(const float* w, const float* u, std::int64_t ahead,
+                                                  std::int64_t len) {
+  constexpr std::int64_t kLine = 64 / sizeof(float);
+  for (std::int64_t k = 0; k < len; k += kLine) {
+    __builtin_prefetch(w + ahead + k);
+    if (u != nullptr) {
+      __builtin_prefetch(u + ahead + k);
+    }
+  }
+}
+
 // ---- The scan: maxima (as bit patterns of non-negative values, which order like unsigned integers) and exactness --
 [[gnu::always_inline]] inline void scan_body(const float* __restrict w, const float* __restrict u, std::int64_t len,
                                              BlockScan& scan) {
@@ -308,6 +323,7 @@ template <int Mode, bool RBits>
   constexpr std::int64_t B = 16;
   Lanes<B> lanes;
   for (std::int64_t b = 0; b < blocks; ++b) {
+    prefetch_ahead(w + b * B, u + b * B, kSpanElements, B);  // the next span (the write pass's first reads)
     if (!sb.active[b]) {
       continue;
     }
@@ -350,6 +366,7 @@ template <int B>
 [[gnu::always_inline]] inline void span_scan_body(const float* __restrict w, const float* __restrict u,
                                                   std::int64_t blocks, SpanScan& s) {
   for (std::int64_t b = 0; b < blocks; ++b) {
+    prefetch_ahead(w + b * B, u + b * B, kSpanElements, B);  // the next span
     BlockScan one;
     scan_body(w + b * B, u + b * B, B, one);
     s.amax_w_bits[b] = one.amax_w_bits;
@@ -368,6 +385,10 @@ template <int B>
     }
   }
 }
+
+// The check pass runs over a chunk in steps of kCheckStep coordinates, each prefetching kCheckAhead coordinates ahead
+// (the next chunk of the pass).
+constexpr std::int64_t kCheckStep = 128, kCheckAhead = 1024;
 
 // The check pass's chunk: integer tests of the exponent fields and unsigned maxima of the magnitudes' bits. u may be
 // null (all zero: quantization).
@@ -401,6 +422,7 @@ template <bool Master, bool HasU>
 [[gnu::always_inline]] inline void mx_scan_body(const float* __restrict w, const float* __restrict u,
                                                 std::int64_t blocks, SpanScan& s) {
   for (std::int64_t b = 0; b < blocks; ++b) {
+    prefetch_ahead(w + b * 32, u + b * 32, kSpanElements, 32);  // the next span
     std::uint32_t amax_w = 0, amax_v = 0, nonzero = 0;
     for (std::int64_t k = b * 32; k < b * 32 + 32; ++k) {
       const std::uint32_t bw = std::bit_cast<std::uint32_t>(w[k]) & 0x7fffffffu;
@@ -421,6 +443,7 @@ template <bool Master, bool HasU>
                                                     std::int64_t blocks) {
   std::uint32_t bad[32] = {};
   for (std::int64_t b = 0; b < blocks; ++b) {
+    prefetch_ahead(w + b * 32, u + b * 32, kSpanElements, 32);  // the next span (the write pass's first reads)
     const auto inv = static_cast<float>(sb.inv_X[b]), X = static_cast<float>(sb.X[b]);
     const float keep = sb.active[b] ? 1.0f : 0.0f;
     for (std::int64_t k = 0; k < 32; ++k) {
@@ -512,12 +535,17 @@ template <bool Master, bool HasU>
     grids_body(s_b, blocks, s_enc, grid);                                                                         \
   }                                                                                                               \
   TARGET void check(const float* w, const float* u, const float* m, std::int64_t len, CheckChunk& out) {          \
-    if (m) {                                                                                                      \
-      check_body<true, true>(w, u, m, len, out);                                                                  \
-    } else if (u) {                                                                                               \
-      check_body<false, true>(w, u, m, len, out);                                                                 \
-    } else {                                                                                                      \
-      check_body<false, false>(w, u, m, len, out);                                                                \
+    for (std::int64_t o = 0; o < len; o += kCheckStep) {                                                          \
+      const std::int64_t n = len - o < kCheckStep ? len - o : kCheckStep;                                         \
+      prefetch_ahead(w + o, u ? u + o : nullptr, kCheckAhead, kCheckStep);                                        \
+      if (m) {                                                                                                    \
+        prefetch_ahead(m + o, nullptr, kCheckAhead, kCheckStep);                                                  \
+        check_body<true, true>(w + o, u + o, m + o, n, out);                                                      \
+      } else if (u) {                                                                                             \
+        check_body<false, true>(w + o, u + o, m, n, out);                                                         \
+      } else {                                                                                                    \
+        check_body<false, false>(w + o, u, m, n, out);                                                            \
+      }                                                                                                           \
     }                                                                                                             \
   }                                                                                                               \
   template <bool Integer, int Mode, bool RBits>                                                                   \

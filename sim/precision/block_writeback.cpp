@@ -3,11 +3,13 @@
 //
 // Every operation is two passes over the tensor. The check pass (a reduction) refuses NaN/inf input and computes the
 // tensor's maxima (NVFP4's tensor scales; the range check of MX blocks, run only where some |w + u| reaches 2^127),
-// so that bad input is refused before anything is written. The write pass handles one block at a time: the
-// vectorized scan and rounding loops of block_loops.cpp, then detail::round_element for the elements they flag
-// (or the whole block when a sum is not exact in double). 1-D blocks are taken a span of up to 1024 columns of a
-// row at a time (the SR words of a span come from one vectorized Philox batch); nvfp4:2d tiles are gathered into
-// local arrays and scattered back.
+// so that bad input is refused before anything is written. block_writeback on 1-D blocks checks span by span with the
+// scan loops themselves (ScanCheckKernel) and hands each block's maxima to the write pass, so that w and u are read
+// from memory twice in all, and the scan's arithmetic overlaps the check pass's memory traffic. The write pass
+// handles one block at a time: the vectorized scan and rounding loops of block_loops.cpp, then
+// detail::round_element for the elements they flag (or the whole block when a sum is not exact in double). 1-D blocks
+// are taken a span of up to 1024 columns of a row at a time (the SR words of a span come from one vectorized Philox
+// batch); nvfp4:2d tiles are gathered into local arrays and scattered back.
 #include "sim/precision/block_writeback.hpp"
 
 #include <algorithm>
@@ -176,7 +178,10 @@ inline BlockPlan plan_block(const Launch& L, std::uint32_t amax_w_bits, std::uin
   plan.news.s_enc = L.s_new;
   plan.olds.s_b = detail::e4m3_nearest_saturating(amax_w * L.k_old);  // nvfp4_block_scale
   plan.news.s_b = detail::e4m3_nearest_saturating(float_of_bits(amax_v32_bits) * L.k_new);
-  plan.order = detail::scale_order(L.p, plan.olds, plan.news);
+  // detail::scale_order without branches (rescales come and go from block to block: a branch mispredicts)
+  const double lhs = static_cast<double>(plan.news.s_b) * static_cast<double>(L.s_old);
+  const double rhs = static_cast<double>(plan.olds.s_b) * static_cast<double>(L.s_new);
+  plan.order = static_cast<int>(lhs > rhs) - static_cast<int>(lhs < rhs);
   plan.top_old = nvfp4_decode(6.0f, plan.olds.s_b, L.s_old);
   return plan;
 }
@@ -232,13 +237,38 @@ void process_block(const Launch& L, float* w, const float* u, const std::uint32_
   }
 }
 
+// One block's scan as the check pass keeps it for the write pass (8 bytes): the fp32 bits of max |w| with "some
+// u != 0" in bit 31, and of max |fl32(w + u)| with "w + u exact in double" in bit 31 (magnitudes leave bit 31 clear).
+// MX scans (mx_scan) do not compute exactness; their bit is unused. amax_v_bits is not kept: only the MX scan path of
+// process_block reads it.
+inline std::uint64_t pack_scan(const detail::SpanScan& s, std::int64_t b, bool mx) {
+  const std::uint32_t lo = s.amax_w_bits[b] | (static_cast<std::uint32_t>(s.nonzero[b] != 0) << 31);
+  const std::uint32_t hi = s.amax_v32_bits[b] | (static_cast<std::uint32_t>(!mx && s.exact[b] != 0) << 31);
+  return (static_cast<std::uint64_t>(hi) << 32) | lo;
+}
+inline void unpack_scans(const std::uint64_t* scans, std::int64_t blocks, detail::SpanScan& s) {
+  for (std::int64_t b = 0; b < blocks; ++b) {
+    const auto lo = static_cast<std::uint32_t>(scans[b]);
+    const auto hi = static_cast<std::uint32_t>(scans[b] >> 32);
+    s.amax_w_bits[b] = lo & 0x7fffffffu;
+    s.nonzero[b] = static_cast<std::uint8_t>(lo >> 31);
+    s.amax_v32_bits[b] = hi & 0x7fffffffu;
+    s.exact[b] = static_cast<std::uint8_t>(hi >> 31);
+    s.amax_v_bits[b] = 0;
+  }
+}
+
 // A span of whole blocks of one row, in place (blocks <= kMaxSpanBlocks): one scan and one rounding loop for all of
 // them; blocks with an inexact sum go to the exact path, skipped blocks are left.
 void process_span(const Launch& L, float* w, const float* u, const std::uint32_t* words, std::uint64_t first,
-                  std::int64_t blocks, BlockWritebackCounts& c) {
+                  std::int64_t blocks, const std::uint64_t* scans, BlockWritebackCounts& c) {
   const std::int64_t B = L.p.block_size;
   detail::SpanScan scan;
-  L.loops.span_scan(w, u, blocks, scan);
+  if (scans != nullptr) {
+    unpack_scans(scans, blocks, scan);
+  } else {
+    L.loops.span_scan(w, u, blocks, scan);
+  }
   detail::SpanBlocks sb;
   float s_b_new[detail::kMaxSpanBlocks];
   int exp_new[detail::kMaxSpanBlocks];
@@ -342,10 +372,14 @@ int mx_new_exponent(const Launch& L, float amax32, const float* w, const float* 
 // call of the per-tensor write-back loops for the span, then scaled back with the block events. Blocks whose scaling
 // is not exact in fp32 take the exact path.
 void process_span_mx(const Launch& L, float* w, const float* u, std::uint64_t first, std::int64_t blocks,
-                     BlockWritebackCounts& c) {
+                     const std::uint64_t* scans, BlockWritebackCounts& c) {
   constexpr std::int64_t B = 32;
   detail::SpanScan scan;
-  L.loops.mx_scan(w, u, blocks, scan);
+  if (scans != nullptr) {
+    unpack_scans(scans, blocks, scan);
+  } else {
+    L.loops.mx_scan(w, u, blocks, scan);
+  }
   detail::SpanBlocks sb;
   for (std::int64_t b = 0; b < blocks; ++b) {
     sb.active[b] = 0;
@@ -358,7 +392,9 @@ void process_span_mx(const Launch& L, float* w, const float* u, std::uint64_t fi
     const int old_exp = mx_exponent_fp32(L.p, float_of_bits(scan.amax_w_bits[b]), unused);  // exact: w is fp32
     const int new_exp = mx_new_exponent(L, float_of_bits(scan.amax_v32_bits[b]), w + b * B, u + b * B, B);
     sb.active[b] = 1;
-    sb.changed[b] = new_exp > old_exp ? 1 : (new_exp < old_exp ? 2 : 0);  // 1 up, 2 down (then 0/1 below)
+    // 1 up, 2 down (then 0/1 below); no branches: rescales come and go from block to block
+    sb.changed[b] =
+        static_cast<std::uint64_t>(new_exp > old_exp) | (static_cast<std::uint64_t>(new_exp < old_exp) << 1);
     sb.X[b] = detail::pow2(new_exp);
     sb.inv_X[b] = detail::pow2(-new_exp);
     sb.top_old[b] = L.p.max_elem * detail::pow2(old_exp);
@@ -405,9 +441,9 @@ void process_span_mx(const Launch& L, float* w, const float* u, std::uint64_t fi
 }
 
 // A row segment of len elements starting at a block boundary (len <= kSpanElements), in place: its whole blocks as a
-// span, a short last block alone.
+// span, a short last block alone. scans: the scan of the whole blocks from the check pass (pack_scan), or null.
 void process_segment(const Launch& L, float* w, const float* u, std::uint64_t first, std::int64_t len,
-                     BlockWritebackCounts& c) {
+                     BlockWritebackCounts& c, const std::uint64_t* scans = nullptr) {
   const std::int64_t B = L.p.block_size;
   const std::int64_t whole = len / B;
   const bool mx = L.p.family == BlockFamily::mx;
@@ -420,9 +456,9 @@ void process_segment(const Launch& L, float* w, const float* u, std::uint64_t fi
   }
   if (whole > 0) {
     if (mx) {
-      process_span_mx(L, w, u, first, whole, c);
+      process_span_mx(L, w, u, first, whole, scans, c);
     } else {
-      process_span(L, w, u, words, first, whole, c);
+      process_span(L, w, u, words, first, whole, scans, c);
     }
   }
   if (whole * B < len) {  // the row's short last block
@@ -442,6 +478,34 @@ struct CheckValue {
   std::uint32_t amax_v_bits = 0;  // fp32 bits of max |fl32(w + u)| or |fl32(master + u)|
 };
 
+inline std::uint32_t abs_bits(float x) {
+  return std::bit_cast<std::uint32_t>(x) & 0x7fffffffu;
+}
+
+// The check of coordinates begin .. end - 1 into v (up: null for an empty u, all zero; mp: null but in the master
+// variant).
+inline void check_range(detail::CheckFn check, const float* wp, const float* up, const float* mp, std::int64_t begin,
+                        std::int64_t end, CheckValue& v) {
+  detail::CheckChunk cc;
+  check(wp + begin, up ? up + begin : nullptr, mp ? mp + begin : nullptr, end - begin, cc);
+  if (cc.bad > 0 || cc.amax_v_bits >= 0x7f800000u) {  // where: rare, scalar
+    for (std::int64_t i = begin; i < end; ++i) {
+      const float ui = up ? up[i] : 0.0f;
+      const bool input_bad = abs_bits(wp[i]) >= 0x7f800000u || abs_bits(ui) >= 0x7f800000u ||
+                             (mp && (abs_bits(mp[i]) >= 0x7f800000u || abs_bits(mp[i] + ui) >= 0x7f800000u));
+      if (input_bad && i < v.first_bad) {
+        v.first_bad = i;
+      }
+      if (!input_bad && abs_bits(wp[i] + ui) >= 0x7f800000u && i < v.first_inf) {
+        v.first_inf = i;
+      }
+    }
+  }
+  v.bad += cc.bad;
+  v.amax_w_bits = cc.amax_w_bits > v.amax_w_bits ? cc.amax_w_bits : v.amax_w_bits;
+  v.amax_v_bits = cc.amax_v_bits > v.amax_v_bits ? cc.amax_v_bits : v.amax_v_bits;
+}
+
 // Over chunks of kCheckChunk coordinates: w, u and (master variant) master must be finite; the values to round are
 // fl32(w + u), or fl32(master + u) which must be finite too.
 template <class MS>
@@ -458,31 +522,63 @@ struct CheckKernel {
     a.amax_w_bits = b.amax_w_bits > a.amax_w_bits ? b.amax_w_bits : a.amax_w_bits;
     a.amax_v_bits = b.amax_v_bits > a.amax_v_bits ? b.amax_v_bits : a.amax_v_bits;
   }
-  static std::uint32_t abs_bits(float x) { return std::bit_cast<std::uint32_t>(x) & 0x7fffffffu; }
   KOKKOS_INLINE_FUNCTION void operator()(std::int64_t chunk, value_type& v) const {
     const std::int64_t begin = chunk * kCheckChunk;
-    const std::int64_t end = std::min(n, begin + kCheckChunk);
+    check_range(check, w.data(), u.extent(0) > 0 ? u.data() : nullptr, master.extent(0) > 0 ? master.data() : nullptr,
+                begin, std::min(n, begin + kCheckChunk), v);
+  }
+};
+
+// The check pass of block_writeback on 1-D blocks, over the write pass's work items (spans of a row): the scan loops
+// of the span's whole blocks, whose maxima also find NaN/inf (a NaN or inf w or u makes max |w| or max |fl32(w + u)|
+// reach 0x7f800000; such a span and a short last block go through check_range), keep each block's scan in `scans`
+// for the write pass, which then reads w and u once: the scan's arithmetic runs while the pass waits on memory.
+template <class MS>
+struct ScanCheckKernel {
+  using value_type = CheckValue;
+  ConstFloatView<MS> w, u;
+  Kokkos::View<std::uint64_t*, MS> scans;  // kSpanCols / B per work item
+  Launch L;
+  std::int64_t spans_per_row = 1;
+  KOKKOS_INLINE_FUNCTION void init(value_type& v) const { v = value_type{}; }
+  KOKKOS_INLINE_FUNCTION void join(volatile value_type& a, const volatile value_type& b) const {
+    a.bad = a.bad + b.bad;
+    a.first_bad = b.first_bad < a.first_bad ? b.first_bad : a.first_bad;
+    a.first_inf = b.first_inf < a.first_inf ? b.first_inf : a.first_inf;
+    a.amax_w_bits = b.amax_w_bits > a.amax_w_bits ? b.amax_w_bits : a.amax_w_bits;
+    a.amax_v_bits = b.amax_v_bits > a.amax_v_bits ? b.amax_v_bits : a.amax_v_bits;
+  }
+  KOKKOS_INLINE_FUNCTION void operator()(std::int64_t span, value_type& v) const {
+    const std::int64_t cols = L.shape.cols;
+    const std::int64_t B = L.p.block_size;
+    const std::int64_t col0 = (span % spans_per_row) * kSpanCols;
+    const std::int64_t base = (span / spans_per_row) * cols + col0;
+    const std::int64_t len = std::min(kSpanCols, cols - col0);
+    const std::int64_t whole = len / B;
     const float* wp = w.data();
-    const float* up = u.extent(0) > 0 ? u.data() : nullptr;  // empty: all zero
-    const float* mp = master.extent(0) > 0 ? master.data() : nullptr;
-    detail::CheckChunk cc;
-    check(wp + begin, up ? up + begin : nullptr, mp ? mp + begin : nullptr, end - begin, cc);
-    if (cc.bad > 0 || cc.amax_v_bits >= 0x7f800000u) {  // where: rare, scalar
-      for (std::int64_t i = begin; i < end; ++i) {
-        const float ui = up ? up[i] : 0.0f;
-        const bool input_bad = abs_bits(wp[i]) >= 0x7f800000u || abs_bits(ui) >= 0x7f800000u ||
-                               (mp && (abs_bits(mp[i]) >= 0x7f800000u || abs_bits(mp[i] + ui) >= 0x7f800000u));
-        if (input_bad && i < v.first_bad) {
-          v.first_bad = i;
-        }
-        if (!input_bad && abs_bits(wp[i] + ui) >= 0x7f800000u && i < v.first_inf) {
-          v.first_inf = i;
-        }
+    const float* up = u.data();
+    const bool mx = L.p.family == BlockFamily::mx;
+    std::uint32_t amax_w = 0, amax_v = 0;
+    if (whole > 0) {
+      detail::SpanScan s;
+      if (mx) {
+        L.loops.mx_scan(wp + base, up + base, whole, s);
+      } else {
+        L.loops.span_scan(wp + base, up + base, whole, s);
+      }
+      std::uint64_t* out = scans.data() + span * (kSpanCols / B);
+      for (std::int64_t b = 0; b < whole; ++b) {
+        out[b] = pack_scan(s, b, mx);
+        amax_w = s.amax_w_bits[b] > amax_w ? s.amax_w_bits[b] : amax_w;
+        amax_v = s.amax_v32_bits[b] > amax_v ? s.amax_v32_bits[b] : amax_v;
       }
     }
-    v.bad += cc.bad;
-    v.amax_w_bits = cc.amax_w_bits > v.amax_w_bits ? cc.amax_w_bits : v.amax_w_bits;
-    v.amax_v_bits = cc.amax_v_bits > v.amax_v_bits ? cc.amax_v_bits : v.amax_v_bits;
+    if (whole * B < len || amax_w >= 0x7f800000u || amax_v >= 0x7f800000u) {
+      check_range(L.loops.check, wp, up, nullptr, base, base + len, v);  // the short last block, or non-finite values
+      return;
+    }
+    v.amax_w_bits = amax_w > v.amax_w_bits ? amax_w : v.amax_w_bits;
+    v.amax_v_bits = amax_v > v.amax_v_bits ? amax_v : v.amax_v_bits;
   }
 };
 
@@ -536,15 +632,11 @@ float host_value(const ConstFloatView<MS>& v, std::int64_t i) {
 // The check pass: throws NonFiniteError / BlockScaleError as the reference does and, with range_and_scales, checks
 // the MX blocks' range and sets the NVFP4 tensor scales.
 template <class ExecSpace>
-void check_pass(const ExecSpace& space, const BlockFormatSpec& fmt, const std::string& context, Launch& L,
-                ConstFloatView<typename ExecSpace::memory_space> w, ConstFloatView<typename ExecSpace::memory_space> u,
-                ConstFloatView<typename ExecSpace::memory_space> master, bool range_and_scales = true) {
+void finish_check(const ExecSpace& space, const BlockFormatSpec& fmt, const std::string& context, Launch& L,
+                  const CheckValue& cv, ConstFloatView<typename ExecSpace::memory_space> w,
+                  ConstFloatView<typename ExecSpace::memory_space> u,
+                  ConstFloatView<typename ExecSpace::memory_space> master, bool range_and_scales) {
   using MS = typename ExecSpace::memory_space;
-  const std::int64_t n = L.shape.size();
-  CheckValue cv;
-  Kokkos::parallel_reduce("wbaudit::sim::precision::block_writeback::check",
-                          Kokkos::RangePolicy<ExecSpace>(space, 0, (n + kCheckChunk - 1) / kCheckChunk),
-                          CheckKernel<MS>{w, u, master, n, L.loops.check}, cv);
   if (cv.bad > 0) {
     const std::int64_t i = cv.first_bad;
     std::string values;
@@ -588,6 +680,39 @@ void check_pass(const ExecSpace& space, const BlockFormatSpec& fmt, const std::s
   }
 }
 
+template <class ExecSpace>
+void check_pass(const ExecSpace& space, const BlockFormatSpec& fmt, const std::string& context, Launch& L,
+                ConstFloatView<typename ExecSpace::memory_space> w, ConstFloatView<typename ExecSpace::memory_space> u,
+                ConstFloatView<typename ExecSpace::memory_space> master, bool range_and_scales = true) {
+  using MS = typename ExecSpace::memory_space;
+  const std::int64_t n = L.shape.size();
+  CheckValue cv;
+  Kokkos::parallel_reduce("wbaudit::sim::precision::block_writeback::check",
+                          Kokkos::RangePolicy<ExecSpace>(space, 0, (n + kCheckChunk - 1) / kCheckChunk),
+                          CheckKernel<MS>{w, u, master, n, L.loops.check}, cv);
+  finish_check(space, fmt, context, L, cv, w, u, master, range_and_scales);
+}
+
+// The check pass of block_writeback on 1-D blocks (ScanCheckKernel): as check_pass, and each whole block's scan in
+// the returned view (indexed as the write pass's spans).
+template <class ExecSpace>
+Kokkos::View<std::uint64_t*, typename ExecSpace::memory_space> scan_check_pass(
+    const ExecSpace& space, const BlockFormatSpec& fmt, const std::string& context, Launch& L,
+    ConstFloatView<typename ExecSpace::memory_space> w, ConstFloatView<typename ExecSpace::memory_space> u) {
+  using MS = typename ExecSpace::memory_space;
+  const std::int64_t spans_per_row = std::max<std::int64_t>(1, (L.shape.cols + kSpanCols - 1) / kSpanCols);
+  const std::int64_t items = L.shape.rows * spans_per_row;
+  Kokkos::View<std::uint64_t*, MS> scans(
+      Kokkos::view_alloc(space, Kokkos::WithoutInitializing, "wbaudit::sim::precision::block_writeback::scans"),
+      items * (kSpanCols / L.p.block_size));
+  CheckValue cv;
+  Kokkos::parallel_reduce("wbaudit::sim::precision::block_writeback::scan_check",
+                          Kokkos::RangePolicy<ExecSpace>(space, 0, items),
+                          ScanCheckKernel<MS>{w, u, scans, L, spans_per_row}, cv);
+  finish_check(space, fmt, context, L, cv, w, u, ConstFloatView<MS>(), true);
+  return scans;
+}
+
 // ---- The write pass ----
 
 // 1-D blocks: one span of up to kSpanCols columns of a row per work item.
@@ -597,6 +722,7 @@ struct RowSpanKernel : CountsReducer {
   ConstFloatView<MS> u;
   Launch L;
   std::int64_t spans_per_row = 1;
+  const std::uint64_t* scans = nullptr;  // scan_check_pass's, or null (the write pass scans)
   KOKKOS_INLINE_FUNCTION void operator()(std::int64_t span, value_type& c) const {
     const std::int64_t cols = L.shape.cols;
     const std::int64_t row = span / spans_per_row;
@@ -604,7 +730,8 @@ struct RowSpanKernel : CountsReducer {
     const std::int64_t base = row * cols + col0;
     static constexpr float kZeros[kSpanCols] = {};  // an empty u: all zero (quantization)
     process_segment(L, w.data() + base, u.extent(0) > 0 ? u.data() + base : kZeros,
-                    L.first_coordinate + static_cast<std::uint64_t>(base), std::min(kSpanCols, cols - col0), c);
+                    L.first_coordinate + static_cast<std::uint64_t>(base), std::min(kSpanCols, cols - col0), c,
+                    scans ? scans + span * (kSpanCols / L.p.block_size) : nullptr);
   }
 };
 
@@ -809,7 +936,8 @@ std::int64_t work_items(const BlockFormatSpec& fmt, const RowMajorShape& shape, 
 template <class ExecSpace>
 BlockWritebackCounts write_pass(const ExecSpace& space, const BlockFormatSpec& fmt, const Launch& L,
                                 FloatView<typename ExecSpace::memory_space> w,
-                                ConstFloatView<typename ExecSpace::memory_space> u) {
+                                ConstFloatView<typename ExecSpace::memory_space> u,
+                                const std::uint64_t* scans = nullptr) {
   using MS = typename ExecSpace::memory_space;
   BlockWritebackCounts counts;
   std::int64_t spans_per_row = 1;
@@ -820,7 +948,7 @@ BlockWritebackCounts write_pass(const ExecSpace& space, const BlockFormatSpec& f
   } else {
     Kokkos::parallel_reduce("wbaudit::sim::precision::block_writeback::spans",
                             Kokkos::RangePolicy<ExecSpace>(space, 0, items),
-                            RowSpanKernel<MS>{{}, w, u, L, spans_per_row}, counts);
+                            RowSpanKernel<MS>{{}, w, u, L, spans_per_row, scans}, counts);
   }
   counts.blocks = block_count(fmt, L.shape);
   return counts;
@@ -841,9 +969,13 @@ BlockWritebackCounts block_writeback(const ExecSpace& space, const BlockFormatSp
     return BlockWritebackCounts{};
   }
   Launch L = make_launch(fmt, policy, key, shape, options);
-  check_pass(space, fmt, detail::block_context("block_writeback", key, fmt), L, ConstFloatView<MS>(w), u,
-             ConstFloatView<MS>());
-  return write_pass(space, fmt, L, w, u);
+  const std::string context = detail::block_context("block_writeback", key, fmt);
+  if (fmt.tiles_2d) {
+    check_pass(space, fmt, context, L, ConstFloatView<MS>(w), u, ConstFloatView<MS>());
+    return write_pass(space, fmt, L, w, u);
+  }
+  const auto scans = scan_check_pass(space, fmt, context, L, ConstFloatView<MS>(w), u);
+  return write_pass(space, fmt, L, w, u, scans.data());
 }
 
 template <class ExecSpace>
