@@ -146,7 +146,7 @@ def test_grid_matches_brute_force_on_a_gpt_reference(tmp_path, wbaudit_exe, opti
         v = row["erased_fraction"]
         grid[(row["group"], int(row["step"]), row["format"], float(row["lr_scale"]))] = float(v) if v else math.nan
     histogram_groups = [n for n, p in params if p.numel() > wbaudit._core.JOINT_EXACT_MAX]
-    assert len(histogram_groups) >= 4  # wte, c_attn, c_fc, mlp_proj: the margin histogram's path is exercised
+    assert len(histogram_groups) == 5  # wte and the four weight matrices: the margin histogram's path is exercised
     sizes = {n: p.numel() for n, p in params}
     worst = {}
     for (name, step, f), fractions in exact.items():
