@@ -259,7 +259,13 @@ BlockWritebackCounts project_block_sample(const BlockFormatSpec& fmt, const Bloc
   for (std::size_t i = 0; i < n; ++i) {
     us[i] = static_cast<float>(lr_scale * static_cast<double>(sample.u[t * n + i]));
   }
+  // A sample is at most kBlockSampleElements: a serial launch beats a team's barriers there (and the bits are the
+  // same on every space).
+#ifdef KOKKOS_ENABLE_SERIAL
+  using Space = Kokkos::Serial;
+#else
   using Space = Kokkos::DefaultHostExecutionSpace;
+#endif
   using Unmanaged = Kokkos::View<const float*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>;
   const RowMajorShape shape{sample.rows, sample.cols};
   const std::int64_t full_rows = fmt.tiles_2d ? fmt.block_size : 1;

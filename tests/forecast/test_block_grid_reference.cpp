@@ -92,7 +92,7 @@ double exact_fraction(const std::string& format, const sim::RowMajorShape& shape
   }
   using Unmanaged = Kokkos::View<const float*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>;
   const sim::BlockWritebackCounts c =
-      sim::block_project(Kokkos::DefaultHostExecutionSpace(), f.blocks, sim::RngKey{}, shape,
+      sim::block_project(Kokkos::Serial(), f.blocks, sim::RngKey{}, shape,
                          Kokkos::View<const float*, Kokkos::HostSpace>(Unmanaged(w.data(), w.size())),
                          Kokkos::View<const float*, Kokkos::HostSpace>(Unmanaged(us.data(), us.size())));
   return c.nonzero == 0 ? std::nan("") : static_cast<double>(c.erased) / static_cast<double>(c.nonzero);
