@@ -23,8 +23,10 @@
 #include <filesystem>
 
 #include "sim/engine.hpp"
+#include "sim/precision/block_writeback.hpp"
 #include "sim/precision/writeback_blocks.hpp"
 #include "sim/run.hpp"
+#include "sim/trace/block_sample.hpp"
 #include "sim/trace/reference_histograms.hpp"
 #include "sim/trace/trace_writer.hpp"
 
@@ -185,7 +187,53 @@ void DecoderRatiosMillionShape(benchmark::State& state) {
   ratios(state, Shape::million);
 }
 
+// The block sample's cost in a recorded step (docs/forecasting.md, "Block formats at any learning-rate scale"): on a
+// 1024 x 1024 tensor, the block projection the engine records at each recorded step (block_project) alone (Arg 0:
+// mxfp8_e4m3, 2: nvfp4) and followed by the block sample as the engine records it (Arg 1, 3: the sampled blocks' w and
+// u; NVFP4 also q(w) of the whole tensor and its tensor row).
+void BlockSampleRecording(benchmark::State& state) {
+  const bool nvfp4 = state.range(0) >= 2;
+  const bool sample = state.range(0) % 2 == 1;
+  const BlockFormatSpec fmt = block_format_from_name(nvfp4 ? "nvfp4" : "mxfp8_e4m3");
+  const RowMajorShape shape{1024, 1024};
+  const auto n = static_cast<std::size_t>(shape.size());
+  Kokkos::View<float*> w("wbaudit::bench::BlockSampleRecording::w", n);
+  Kokkos::View<float*> u("wbaudit::bench::BlockSampleRecording::u", n);
+  std::mt19937 gen(3);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (std::size_t i = 0; i < n; ++i) {
+    w(i) = 0.05f * normal(gen);
+    u(i) = 1e-3f * normal(gen);
+  }
+  for (auto _ : state) {
+    const BlockWritebackCounts c = block_project(fmt, RngKey{}, shape, w, u);
+    benchmark::DoNotOptimize(c);
+    if (sample) {
+      BlockSample s = block_sample_header(fmt, shape);
+      std::vector<float> q;
+      if (nvfp4) {
+        Kokkos::View<float*> scratch(Kokkos::view_alloc(Kokkos::WithoutInitializing, "wbaudit::bench::q"), n);
+        Kokkos::deep_copy(scratch, w);
+        block_quantize(fmt, shape, scratch);
+        Kokkos::fence();
+        q.assign(scratch.data(), scratch.data() + n);
+      }
+      append_block_sample(fmt, s, std::span<const float>(w.data(), n), std::span<const float>(u.data(), n), q);
+      benchmark::DoNotOptimize(s.w.data());
+    }
+  }
+  state.counters["coordinates"] = static_cast<double>(n);
+}
+
 BENCHMARK(DecoderRatios)->Unit(benchmark::kMillisecond)->Iterations(5);
+BENCHMARK(BlockSampleRecording)
+    ->Arg(0)
+    ->Arg(1)
+    ->Arg(2)
+    ->Arg(3)
+    ->Unit(benchmark::kMillisecond)
+    ->Iterations(10)
+    ->UseRealTime();
 BENCHMARK(DecoderRatiosMillionShape)->Unit(benchmark::kMillisecond)->Iterations(5);
 
 // The recording kernel alone (reference_histograms: the d histogram and the margin histogram of the 14 formats) on

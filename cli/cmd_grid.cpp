@@ -2,6 +2,8 @@
 // projected round-to-nearest erased fraction over formats x learning-rate scales, per group: a table on stdout,
 // DIR/grid.csv (every selected step) and DIR/grid_summary.csv, and a gnuplot heat map per group.
 #include <unistd.h>
+
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -18,6 +20,8 @@
 #include "forecast/joint_grid.hpp"
 #include "runners/report/figure.hpp"
 #include "runners/store/store.hpp"
+#include "sim/precision/block_format.hpp"
+#include "sim/precision/storage_format.hpp"
 #include "sim/trace/trace.hpp"
 #include "sim/trace/trace_reader.hpp"
 #include "util/csv.hpp"
@@ -224,8 +228,14 @@ void run_grid(GridArgs a) {
 void write_grids(const GridArgs& a, const sim::Trace& trace, const std::vector<std::string>& groups,
                  const std::vector<forecast::FormatGrid>& grids, const std::vector<std::size_t>& selected,
                  const fs::path& dir) {
-  std::ostringstream csv, summary;
+  std::ostringstream csv, summary, causes;
   csv << "group,format,lr_scale,step,erased_fraction\n";
+  causes << "group,format,lr_scale,step,erased_fraction,erased_grid,erased_saturation,erased_scale\n";
+  bool any_block = false;
+  int width = 6;
+  for (const auto& f : a.formats) {
+    width = std::max(width, static_cast<int>(f.size()));
+  }
   summary << "group,format,lr_scale,first_step,last_step,mean,max,final\n";
   const bool all = a.step == "all";
   std::printf(
@@ -235,13 +245,15 @@ void write_grids(const GridArgs& a, const sim::Trace& trace, const std::vector<s
     const std::string& group = groups[g];
     const forecast::FormatGrid& grid = grids[g];
     std::vector<double> shown(a.formats.size() * a.lr_scales.size());
-    std::printf("\n%s\n  %-6s", group.c_str(), "format");
+    std::printf("\n%s\n  %-*s", group.c_str(), width, "format");
     for (double s : a.lr_scales) {
       std::printf(" %9s", ("s=" + util::shortest_number(s)).c_str());
     }
     std::printf("\n");
     for (std::size_t f = 0; f < a.formats.size(); ++f) {
-      std::printf("  %-6s", a.formats[f].c_str());
+      std::printf("  %-*s", width, a.formats[f].c_str());
+      const bool block = sim::is_block_storage_name(a.formats[f]);
+      any_block = any_block || block;
       for (std::size_t s = 0; s < a.lr_scales.size(); ++s) {
         double sum = 0, mx = -1, last = std::nan("");
         long n = 0;
@@ -249,6 +261,12 @@ void write_grids(const GridArgs& a, const sim::Trace& trace, const std::vector<s
           const double v = grid.at(f, s, t);
           csv << csv_field(group) << "," << csv_field(a.formats[f]) << "," << csv_number(a.lr_scales[s]) << ","
               << grid.steps[t] << "," << csv_number(v) << "\n";
+          if (block) {
+            const auto& c = grid.causes[(f * a.lr_scales.size() + s) * grid.steps.size() + t];
+            causes << csv_field(group) << "," << csv_field(a.formats[f]) << "," << csv_number(a.lr_scales[s]) << ","
+                   << grid.steps[t] << "," << csv_number(v) << "," << csv_number(c[0]) << "," << csv_number(c[1]) << ","
+                   << csv_number(c[2]) << "\n";
+          }
           if (std::isnan(v)) {
             continue;
           }
@@ -277,6 +295,13 @@ void write_grids(const GridArgs& a, const sim::Trace& trace, const std::vector<s
   }
   util::write_atomic(dir / "grid.csv", csv.str());
   util::write_atomic(dir / "grid_summary.csv", summary.str());
+  if (any_block) {
+    util::write_atomic(dir / "grid_causes.csv", causes.str());
+    std::printf(
+        "\nBlock formats: projected on the reference's block sample (docs/forecasting.md); their erased\n"
+        "fraction by cause (grid, saturation, scale change) is in %s\n",
+        (dir / "grid_causes.csv").c_str());
+  }
   std::printf("\nWrote %s, %s%s\n", (dir / "grid.csv").c_str(), (dir / "grid_summary.csv").c_str(),
               a.no_figure ? "" : (" and " + (dir / "grid_<group>.{svg,png}").string()).c_str());
 }
@@ -295,9 +320,16 @@ void add_grid_command(CLI::App& app) {
   cmd->add_option("--cell", args->cell,
                   "TRACE a sweep directory: the reference cell whose canonical trace is read (a target names its "
                   "declared reference)");
+  std::string block_names;
+  for (const auto& n : sim::known_block_format_names()) {
+    block_names += (block_names.empty() ? "" : ", ") + n;
+  }
   cmd->add_option("--formats", args->formats,
-                  "Formats (comma-separated; any of `wbaudit formats`; intK takes the "
-                  "group's scale from its absmax at initialization)")
+                  "Formats (comma-separated; any of `wbaudit formats`; intK takes the group's scale from its absmax at "
+                  "initialization). Block-scaled formats (" +
+                      block_names +
+                      ") are projected from the block sample a reference records for each block format in its "
+                      "[reference] project_formats, at any scale (nvfp4: 0.125 .. 8)")
       ->delimiter(',');
   cmd->add_option("--lr-scales", args->lr_scales,
                   "Learning-rate scales s (comma-separated, > 0): the target's lr over the reference's")

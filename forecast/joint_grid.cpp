@@ -9,10 +9,13 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <optional>
 
 #include "forecast/error.hpp"
 #include "sim/precision/rounding.hpp"
+#include "sim/precision/storage_format.hpp"
 #include "sim/precision/writeback.hpp"
+#include "sim/trace/block_sample.hpp"
 #include "sim/trace/joint_histogram.hpp"
 
 namespace wbaudit::forecast {
@@ -789,10 +792,137 @@ sim::GroupTrace rows_at(const sim::Trace& trace, const sim::GroupTrace& g, std::
   return r;
 }
 
-}  // namespace
+// ---- Block-scaled formats: the reference's block sample projected at each scale (sim/trace/block_sample.hpp) ----
 
-FormatGrid format_grid(const sim::Trace& reference, std::string_view group, std::span<const std::string> formats,
-                       std::span<const double> lr_scales) {
+// The block formats among `formats`, with their positions.
+struct BlockFormats {
+  std::vector<std::size_t> at;  // index into the grid's formats
+  std::vector<sim::BlockFormatSpec> specs;
+  std::vector<std::string> names;
+  std::vector<std::string> others;  // the per-tensor formats, in order
+};
+
+BlockFormats split_formats(std::span<const std::string> formats) {
+  BlockFormats b;
+  for (std::size_t f = 0; f < formats.size(); ++f) {
+    if (!sim::is_block_storage_name(formats[f])) {
+      b.others.push_back(formats[f]);
+      continue;
+    }
+    const sim::StorageFormat storage = sim::storage_format_from_name(formats[f]);
+    b.at.push_back(f);
+    b.specs.push_back(storage.blocks);
+    b.names.push_back(formats[f]);
+  }
+  return b;
+}
+
+// Throws ForecastError when `g` has no block sample for `format`, or a scale the sample cannot decide.
+void require_block_sample(const sim::Trace& reference, const sim::GroupTrace& g, const std::string& format,
+                          const sim::BlockFormatSpec& spec, std::span<const double> lr_scales) {
+  if (reference.mode != "reference") {
+    throw ForecastError("analytic grid: the trace is a \"" + reference.mode +
+                        "\" trace; the grid needs an fp32 reference trace (mode = \"reference\")");
+  }
+  const auto it = g.projected.find(format);
+  if (it == g.projected.end() || it->second.block_sample.empty()) {
+    throw ForecastError(
+        "analytic grid: this reference has no block sample for " + format + " (group \"" + g.name + "\"): " +
+        (it == g.projected.end() ? std::string("the reference does not project ") + format
+                                 : std::string("the trace was written before block samples (wbaudit issue 29)")) +
+        "; block formats are forecast from the sample a reference records for each block format it declares: re-run "
+        "the reference with this wbaudit and " +
+        format + " in [reference] project_formats");
+  }
+  for (const double s : lr_scales) {
+    check_scale(s);
+    if (spec.family == sim::BlockFamily::nvfp4 && !(s >= sim::kBlockSampleScaleMin && s <= sim::kBlockSampleScaleMax)) {
+      throw ForecastError("analytic grid: learning-rate scale " + stats::value_text(s) + " for " + format +
+                          ": an NVFP4 block sample decides scales in [" + stats::value_text(sim::kBlockSampleScaleMin) +
+                          ", " + stats::value_text(sim::kBlockSampleScaleMax) +
+                          "] (its tensor scale follows the whole tensor's max |q(w) + s u|)");
+    }
+  }
+}
+
+// The block formats' values at recorded steps [first, first + count) from `rows` (a GroupTrace holding exactly those
+// steps' rows), written into `grid` (all formats) at the formats' positions.
+void block_grid_steps(const BlockFormats& b, const sim::GroupTrace& rows, std::size_t first, std::size_t count,
+                      FormatGrid& grid) {
+  const std::size_t T = grid.steps.size(), S = grid.lr_scales.size();
+  for (std::size_t k = 0; k < b.at.size(); ++k) {
+    const sim::ProjectedSeries& series = rows.projected.at(b.names[k]);
+    const sim::BlockSample& sample = series.block_sample;
+    const sim::BlockEventSeries& recorded = series.block_events;
+    const auto project = [&](std::size_t t, double scale) {
+      try {
+        return sim::project_block_sample(b.specs[k], sample, t, scale);
+      } catch (const std::exception& e) {
+        throw ForecastError("analytic grid: group \"" + rows.name + "\" format " + b.names[k] + " step " +
+                            std::to_string(grid.steps[first + t]) + " scale " + stats::value_text(scale) + ": " +
+                            e.what());
+      }
+    };
+    for (std::size_t t = 0; t < count; ++t) {
+      // The difference estimator: the sample's fractions at s plus what the sample misses at s = 1, where the
+      // tensor's exact projection is recorded (erased and its causes over every block). Zero for a tensor sampled
+      // whole (the sample is the tensor); for a sampled one it removes the sampling error the scales share.
+      std::array<double, 4> shift{0, 0, 0, 0};
+      const sim::BlockWritebackCounts one = project(t, 1.0);
+      if (one.nonzero > 0 && t < rows.nonzero.size() && rows.nonzero[t] > 0 && t < series.erased.size() &&
+          t < recorded.erased_grid.size() && t < recorded.erased_saturation.size() &&
+          t < recorded.erased_scale.size()) {
+        const auto N = static_cast<double>(rows.nonzero[t]), n1 = static_cast<double>(one.nonzero);
+        shift = {
+            static_cast<double>(series.erased[t]) / N - static_cast<double>(one.erased) / n1,
+            static_cast<double>(recorded.erased_grid[t]) / N - static_cast<double>(one.erased_grid) / n1,
+            static_cast<double>(recorded.erased_saturation[t]) / N - static_cast<double>(one.erased_saturation) / n1,
+            static_cast<double>(recorded.erased_scale[t]) / N - static_cast<double>(one.erased_scale) / n1};
+      }
+      const auto share = [](double x) { return std::clamp(x, 0.0, 1.0); };
+      for (std::size_t s = 0; s < S; ++s) {
+        const sim::BlockWritebackCounts c = grid.lr_scales[s] == 1.0 ? one : project(t, grid.lr_scales[s]);
+        const std::size_t i = (b.at[k] * S + s) * T + first + t;
+        if (c.nonzero == 0) {
+          continue;
+        }
+        const auto n = static_cast<double>(c.nonzero);
+        grid.values[i] = share(static_cast<double>(c.erased) / n + shift[0]);
+        grid.causes[i] = {share(static_cast<double>(c.erased_grid) / n + shift[1]),
+                          share(static_cast<double>(c.erased_saturation) / n + shift[2]),
+                          share(static_cast<double>(c.erased_scale) / n + shift[3])};
+      }
+    }
+  }
+}
+
+// The grid of every format: the per-tensor ones from `scalar` (the grid of b.others), the block ones NaN for now.
+FormatGrid merged_grid(const sim::Trace& reference, const sim::GroupTrace& g, std::span<const std::string> formats,
+                       std::span<const double> lr_scales, const BlockFormats& b, const FormatGrid* scalar) {
+  FormatGrid grid;
+  grid.group = g.name;
+  grid.formats.assign(formats.begin(), formats.end());
+  grid.lr_scales.assign(lr_scales.begin(), lr_scales.end());
+  grid.steps = reference.recorded_steps;
+  const std::size_t T = grid.steps.size(), S = lr_scales.size();
+  grid.values.assign(formats.size() * S * T, kNaN);
+  grid.undefined.assign(formats.size(), std::string());
+  grid.causes.assign(formats.size() * S * T, {kNaN, kNaN, kNaN});
+  std::size_t other = 0;
+  for (std::size_t f = 0; f < formats.size(); ++f) {
+    if (std::find(b.at.begin(), b.at.end(), f) != b.at.end()) {
+      continue;
+    }
+    grid.undefined[f] = scalar->undefined[other];
+    std::copy_n(scalar->values.begin() + static_cast<std::ptrdiff_t>(other * S * T), S * T,
+                grid.values.begin() + static_cast<std::ptrdiff_t>(f * S * T));
+    ++other;
+  }
+  return grid;
+}
+
+FormatGrid scalar_format_grid(const sim::Trace& reference, std::string_view group, std::span<const std::string> formats,
+                              std::span<const double> lr_scales) {
   const sim::GroupTrace& g = find_group(reference, group);
   require_joint_histogram(reference, g);
   GridPlan plan = plan_grid(reference, g, formats, lr_scales, g.has_margin());
@@ -806,8 +936,8 @@ FormatGrid format_grid(const sim::Trace& reference, std::string_view group, std:
   return std::move(plan.grid);
 }
 
-FormatGrid format_grid(const sim::TraceReader& reader, std::string_view group, std::span<const std::string> formats,
-                       std::span<const double> lr_scales) {
+FormatGrid scalar_format_grid(const sim::TraceReader& reader, std::string_view group,
+                              std::span<const std::string> formats, std::span<const double> lr_scales) {
   const sim::Trace& header = reader.header();
   const sim::GroupTrace& g = find_group(header, group);
   const std::size_t index = static_cast<std::size_t>(&g - header.groups.data());
@@ -840,6 +970,64 @@ FormatGrid format_grid(const sim::TraceReader& reader, std::string_view group, s
     return rows;
   });
   return std::move(plan.grid);
+}
+
+}  // namespace
+
+FormatGrid format_grid(const sim::Trace& reference, std::string_view group, std::span<const std::string> formats,
+                       std::span<const double> lr_scales) {
+  const BlockFormats b = split_formats(formats);
+  if (b.at.empty()) {
+    FormatGrid grid = scalar_format_grid(reference, group, formats, lr_scales);
+    grid.causes.assign(grid.values.size(), {kNaN, kNaN, kNaN});
+    return grid;
+  }
+  if (formats.empty() || lr_scales.empty()) {
+    throw ForecastError("format_grid: empty format or learning-rate list");
+  }
+  const sim::GroupTrace& g = find_group(reference, group);
+  for (std::size_t k = 0; k < b.at.size(); ++k) {
+    require_block_sample(reference, g, b.names[k], b.specs[k], lr_scales);
+  }
+  std::optional<FormatGrid> scalar;
+  if (!b.others.empty()) {
+    scalar = scalar_format_grid(reference, group, b.others, lr_scales);
+  }
+  FormatGrid grid = merged_grid(reference, g, formats, lr_scales, b, scalar ? &*scalar : nullptr);
+  block_grid_steps(b, g, 0, grid.steps.size(), grid);
+  return grid;
+}
+
+FormatGrid format_grid(const sim::TraceReader& reader, std::string_view group, std::span<const std::string> formats,
+                       std::span<const double> lr_scales) {
+  const BlockFormats b = split_formats(formats);
+  if (b.at.empty()) {
+    FormatGrid grid = scalar_format_grid(reader, group, formats, lr_scales);
+    grid.causes.assign(grid.values.size(), {kNaN, kNaN, kNaN});
+    return grid;
+  }
+  if (formats.empty() || lr_scales.empty()) {
+    throw ForecastError("format_grid: empty format or learning-rate list");
+  }
+  const sim::Trace& header = reader.header();
+  const sim::GroupTrace& g = find_group(header, group);
+  const std::size_t index = static_cast<std::size_t>(&g - header.groups.data());
+  for (std::size_t k = 0; k < b.at.size(); ++k) {
+    require_block_sample(header, g, b.names[k], b.specs[k], lr_scales);
+  }
+  std::optional<FormatGrid> scalar;
+  if (!b.others.empty()) {
+    scalar = scalar_format_grid(reader, group, b.others, lr_scales);
+  }
+  FormatGrid grid = merged_grid(header, g, formats, lr_scales, b, scalar ? &*scalar : nullptr);
+  // A block of recorded steps at a time: the memory held does not grow with the number of recorded steps.
+  constexpr std::size_t kBlockReadSteps = 16;
+  const std::size_t T = reader.recorded_steps();
+  for (std::size_t first = 0; first < T; first += kBlockReadSteps) {
+    const std::size_t count = std::min(kBlockReadSteps, T - first);
+    block_grid_steps(b, reader.read_group(index, first, count), first, count, grid);
+  }
+  return grid;
 }
 
 Series analytic_series(const sim::Trace& reference, std::string_view group, std::string_view format, double lr_scale) {

@@ -15,6 +15,7 @@
 // bin's bounds; where the bin holds several q(w) values the share rounding to each special value (0, a power of two,
 // max finite) is taken as uniform in w and the rest shares the binade's gap (ties then weighted 1/2). Per u bin, the
 // share below the threshold is taken as uniform in |u|. No per-coordinate rounding happens here.
+#include <array>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -60,12 +61,19 @@ struct FormatGrid {
   // Per format: why its values are all NaN (intK for a group that was all zeros at initialization, which has no
   // per-tensor scale); empty where the format is defined.
   std::vector<std::string> undefined;
+  // Block formats: the shares of proposals erased inside the grid, by saturation and by a scale change, [format][scale]
+  // [step] like values (their sum is the value); NaN for per-tensor formats and where nothing was proposed.
+  std::vector<std::array<double, 3>> causes;
   double at(std::size_t f, std::size_t s, std::size_t t) const {
     return values[(f * lr_scales.size() + s) * steps.size() + t];
   }
 };
 
-// Every (format, scale) at every recorded step of one group, reading each step's record once. An intK format for a
+// Every (format, scale) at every recorded step of one group, reading each step's record once. A block-scaled format
+// (sim::is_block_storage_name: mxfp8_e4m3, mxfp4_e2m1:rceil, nvfp4, ...) is projected from the reference's block
+// sample (sim/trace/block_sample.hpp): the exact block write-back of q(w) + fl32(s u) on the sampled blocks, exact for
+// a tensor whose blocks are all sampled; a reference without a sample for it is a ForecastError saying how to record
+// one, and NVFP4 decides scales in [sim::kBlockSampleScaleMin, sim::kBlockSampleScaleMax] only. An intK format for a
 // group without a per-tensor scale is not an error here: its values are NaN and FormatGrid::undefined says why. A
 // margin histogram resolves scales within its rows (powers of two 2^-19 .. 2^20, other scales in [2^-5, 2^5) by
 // default); another scale, or a format it does not record, is a ForecastError naming it.

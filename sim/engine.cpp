@@ -17,6 +17,7 @@
 #include "sim/precision/policy.hpp"
 #include "sim/precision/storage_format.hpp"
 #include "sim/precision/writeback.hpp"
+#include "sim/trace/block_sample.hpp"
 #include "sim/trace/expected_projection.hpp"
 #include "sim/trace/margin_readout.hpp"
 #include "sim/trace/reference_histograms.hpp"
@@ -138,6 +139,7 @@ Training<ExecSpace>::Training(const ExecSpace& space, const RunConfig& config)
         const TargetFormat& pf = m_project_formats[t].back();
         if (pf.block) {
           series.block_events.blocks = block_count(pf.blocks, pf.shape);  // block formats: no expected projections
+          series.block_sample = block_sample_header(pf.blocks, pf.shape);
           continue;
         }
         for (const WritebackPolicy& policy : config.project_policies) {
@@ -299,6 +301,19 @@ void Training<ExecSpace>::record_reference(int t, Kokkos::View<const float*, mem
       e.flushed.push_back(b.flushed);
       e.rescaled_up.push_back(b.rescaled_up);
       e.rescaled_down.push_back(b.rescaled_down);
+      // What the grid needs at other learning-rate scales (block_sample.hpp); NVFP4 also q(w) of the whole tensor.
+      const auto n = static_cast<std::size_t>(w.extent(0));
+      std::vector<float> q;
+      if (pf.blocks.family == BlockFamily::nvfp4) {
+        Kokkos::View<float*, memory_space> scratch(
+            Kokkos::view_alloc(space, Kokkos::WithoutInitializing, "wbaudit::sim::Training::block_sample_q"), n);
+        Kokkos::deep_copy(space, scratch, w);
+        block_quantize(space, pf.blocks, pf.shape, scratch);
+        space.fence();
+        q.assign(scratch.data(), scratch.data() + n);
+      }
+      append_block_sample(pf.blocks, series.block_sample, std::span<const float>(w.data(), n),
+                          std::span<const float>(u.data(), n), q);
       continue;
     }
     // A format the margin histogram recorded with the same rounding: its erased count at s = 1 is whole counters of
@@ -409,6 +424,9 @@ std::size_t Training<ExecSpace>::recorder_bytes() const {
       for (const BlockEventField& f : kBlockEventFields) {
         add(p.block_events.*f.series);
       }
+      add(p.block_sample.w);
+      add(p.block_sample.u);
+      add(p.block_sample.tensor);
       for (const auto& [policy, e] : p.expected) {
         add(e.erased);
         add(e.fraction);

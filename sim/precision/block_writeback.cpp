@@ -1002,11 +1002,14 @@ BlockWritebackCounts block_writeback_master(const ExecSpace& space, const BlockF
   return counts;
 }
 
+namespace {
+
 template <class ExecSpace>
-BlockWritebackCounts block_project(const ExecSpace& space, const BlockFormatSpec& fmt, const RngKey& key,
-                                   const RowMajorShape& shape,
-                                   Kokkos::View<const float*, typename ExecSpace::memory_space> w,
-                                   Kokkos::View<const float*, typename ExecSpace::memory_space> u) {
+BlockWritebackCounts project_impl(const ExecSpace& space, const BlockFormatSpec& fmt, const RngKey& key,
+                                  const RowMajorShape& shape,
+                                  Kokkos::View<const float*, typename ExecSpace::memory_space> w,
+                                  Kokkos::View<const float*, typename ExecSpace::memory_space> u,
+                                  const BlockTensorMaxima* maxima) {
   using MS = typename ExecSpace::memory_space;
   detail::check_block_shape("block_project", shape, w.extent(0), u.extent(0));
   if (shape.size() == 0) {
@@ -1018,6 +1021,10 @@ BlockWritebackCounts block_project(const ExecSpace& space, const BlockFormatSpec
   check_pass(space, fmt, context, L, w, u, ConstFloatView<MS>(), false);  // w and u finite
   // q(w): w in range, and its tensor scales (NVFP4)
   check_pass(space, fmt, context, Lq, w, ConstFloatView<MS>(), ConstFloatView<MS>());
+  const bool given = maxima != nullptr && L.p.family == BlockFamily::nvfp4;
+  if (given) {  // q(w) at the larger tensor's encode scale
+    Lq.set_tensor_scales(nvfp4_tensor_scale(maxima->w), nvfp4_tensor_scale(maxima->w));
+  }
   std::int64_t spans_per_row = 1;
   const std::int64_t items = work_items<ExecSpace>(fmt, shape, spans_per_row);
   // q(w) + u: its tensor scales (NVFP4) and its range; for MX only where some |w| or |w + u| reaches 2^125 (|q(w)|
@@ -1044,6 +1051,9 @@ BlockWritebackCounts block_project(const ExecSpace& space, const BlockFormatSpec
     L.set_tensor_scales(nvfp4_tensor_scale(float_of_bits(pv.amax_q_bits)),
                         nvfp4_tensor_scale(float_of_bits(pv.amax_v_bits)));
   }
+  if (given) {
+    L.set_tensor_scales(nvfp4_tensor_scale(maxima->q), nvfp4_tensor_scale(maxima->v));
+  }
   BlockWritebackCounts counts;
   ProjectCounts<MS> kernel;
   static_cast<ProjectKernel<MS>&>(kernel) = ProjectKernel<MS>{w, u, L, Lq, fmt, spans_per_row};
@@ -1051,6 +1061,25 @@ BlockWritebackCounts block_project(const ExecSpace& space, const BlockFormatSpec
                           Kokkos::RangePolicy<ExecSpace>(space, 0, items), kernel, counts);
   counts.blocks = block_count(fmt, shape);
   return counts;
+}
+
+}  // namespace
+
+template <class ExecSpace>
+BlockWritebackCounts block_project(const ExecSpace& space, const BlockFormatSpec& fmt, const RngKey& key,
+                                   const RowMajorShape& shape,
+                                   Kokkos::View<const float*, typename ExecSpace::memory_space> w,
+                                   Kokkos::View<const float*, typename ExecSpace::memory_space> u) {
+  return project_impl(space, fmt, key, shape, w, u, nullptr);
+}
+
+template <class ExecSpace>
+BlockWritebackCounts block_project(const ExecSpace& space, const BlockFormatSpec& fmt, const RngKey& key,
+                                   const RowMajorShape& shape,
+                                   Kokkos::View<const float*, typename ExecSpace::memory_space> w,
+                                   Kokkos::View<const float*, typename ExecSpace::memory_space> u,
+                                   const BlockTensorMaxima& maxima) {
+  return project_impl(space, fmt, key, shape, w, u, &maxima);
 }
 
 template <class ExecSpace>
@@ -1079,6 +1108,10 @@ void block_quantize(const ExecSpace& space, const BlockFormatSpec& fmt, const Ro
   template BlockWritebackCounts block_project<SPACE>(                                                    \
       const SPACE&, const BlockFormatSpec&, const RngKey&, const RowMajorShape&,                         \
       Kokkos::View<const float*, SPACE::memory_space>, Kokkos::View<const float*, SPACE::memory_space>); \
+  template BlockWritebackCounts block_project<SPACE>(                                                    \
+      const SPACE&, const BlockFormatSpec&, const RngKey&, const RowMajorShape&,                         \
+      Kokkos::View<const float*, SPACE::memory_space>, Kokkos::View<const float*, SPACE::memory_space>,  \
+      const BlockTensorMaxima&);                                                                         \
   template void block_quantize<SPACE>(const SPACE&, const BlockFormatSpec&, const RowMajorShape&,        \
                                       Kokkos::View<float*, SPACE::memory_space>);
 

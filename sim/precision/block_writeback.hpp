@@ -107,6 +107,21 @@ BlockWritebackCounts block_project(const ExecSpace& space, const BlockFormatSpec
                                    Kokkos::View<const float*, typename ExecSpace::memory_space> w,
                                    Kokkos::View<const float*, typename ExecSpace::memory_space> u);
 
+// NVFP4's tensor-level inputs, for a projection whose w and u are some of a larger tensor's blocks (the grid's block
+// sample, sim/trace/block_sample.hpp): the larger tensor's fp32 max |w| (the encode scale of q(w)), max |q(w)| (the old
+// scale) and max |fl32(q(w) + u)| (the new scale). MX formats have no tensor scale and ignore them.
+struct BlockTensorMaxima {
+  float w = 0, q = 0, v = 0;
+};
+// block_project with the NVFP4 tensor scales taken from `maxima` instead of from w and u themselves; the blocks of
+// `shape` are projected exactly as the same blocks inside the larger tensor.
+template <class ExecSpace>
+BlockWritebackCounts block_project(const ExecSpace& space, const BlockFormatSpec& fmt, const RngKey& key,
+                                   const RowMajorShape& shape,
+                                   Kokkos::View<const float*, typename ExecSpace::memory_space> w,
+                                   Kokkos::View<const float*, typename ExecSpace::memory_space> u,
+                                   const BlockTensorMaxima& maxima);
+
 // Quantizes x blockwise under nearest (scales from x itself); used to initialize persistent-native weights.
 template <class ExecSpace>
 void block_quantize(const ExecSpace& space, const BlockFormatSpec& fmt, const RowMajorShape& shape,

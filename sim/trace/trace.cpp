@@ -4,6 +4,7 @@
 #include "sim/precision/format.hpp"
 #include "sim/precision/policy.hpp"
 #include "sim/precision/storage_format.hpp"
+#include "sim/trace/block_sample.hpp"
 #include "sim/trace/detail/h5.hpp"
 #include "sim/trace/detail/trace_file.hpp"
 #include "sim/trace/trace_reader.hpp"
@@ -274,7 +275,32 @@ void write_block_events(hid_t parent, const BlockEventSeries& b, const std::stri
   }
 }
 
-void write_projected(hid_t gh, const GroupTrace& g, const std::string& file) {
+// <format>/block_sample (a block format of a reference, block_sample.hpp): attributes rows, cols and elements, the
+// sampled block indices, the [T x elements] rows of w and u, and NVFP4's [T x kBlockSampleTensorWidth] tensor rows.
+void write_block_sample(hid_t parent, const BlockSample& b, const std::string& format, std::size_t steps,
+                        const std::string& where, const std::string& file) {
+  const bool nvfp4 = block_sample_has_tensor_rows(format);
+  const auto elements = static_cast<std::size_t>(b.elements);
+  if (b.w.size() != steps * elements || b.u.size() != steps * elements ||
+      b.tensor.size() != (nvfp4 ? steps * kBlockSampleTensorWidth : 0)) {
+    throw TraceFileError(file + ": " + where + "block_sample holds " + std::to_string(b.w.size()) + " w, " +
+                         std::to_string(b.u.size()) + " u and " + std::to_string(b.tensor.size()) +
+                         " tensor values for " + std::to_string(steps) + " recorded steps of " +
+                         std::to_string(elements) + " elements");
+  }
+  Handle bh = create_group(parent, "block_sample", file);
+  write_scalar_attribute<std::int64_t>(bh.get(), "rows", b.rows, file);
+  write_scalar_attribute<std::int64_t>(bh.get(), "cols", b.cols, file);
+  write_scalar_attribute<std::int64_t>(bh.get(), "elements", b.elements, file);
+  write_vector(bh.get(), "blocks", b.blocks, file);
+  write_compressed_rows(bh.get(), "w", b.w, steps, elements, file);
+  write_compressed_rows(bh.get(), "u", b.u, steps, elements, file);
+  if (nvfp4) {
+    write_compressed_rows(bh.get(), "tensor", b.tensor, steps, kBlockSampleTensorWidth, file);
+  }
+}
+
+void write_projected(hid_t gh, const GroupTrace& g, std::size_t steps, const std::string& file) {
   Handle projected = create_group(gh, "projected", file);
   for (const auto& [format, series] : g.projected) {
     Handle fh = create_group(projected.get(), format, file);
@@ -282,6 +308,10 @@ void write_projected(hid_t gh, const GroupTrace& g, const std::string& file) {
     write_vector(fh.get(), "fraction", series.fraction, file);
     if (!series.block_events.empty()) {
       write_block_events(fh.get(), series.block_events, format, file);
+    }
+    if (!series.block_sample.empty()) {
+      write_block_sample(fh.get(), series.block_sample, format, steps,
+                         "/groups/" + g.name + "/projected/" + format + "/", file);
     }
     if (!series.expected.empty()) {
       Handle expected = create_group(fh.get(), "expected", file);
@@ -380,7 +410,7 @@ void write_trace_group(hid_t groups, const Trace& trace, const GroupTrace& g, co
     if (g.has_joint()) {
       write_joint(gh.get(), trace, g, file);
     }
-    write_projected(gh.get(), g, file);
+    write_projected(gh.get(), g, trace.recorded_steps.size(), file);
   }
 }
 
@@ -450,10 +480,12 @@ std::uint64_t finished_trace_bound(const Trace& header, std::size_t steps, std::
   std::uint64_t per_step = 24;
   for (const GroupTrace& g : header.groups) {
     std::uint64_t series = 6 + (g.block_events.empty() ? 0 : kBlockEventFields.size());
+    std::uint64_t sample = 0;
     for (const auto& [name, p] : g.projected) {
       series += 2 + 2 * p.expected.size() + (p.block_events.empty() ? 0 : kBlockEventFields.size());
+      sample += block_sample_step_bytes(p.block_sample, name);
     }
-    per_step += 8 * series + 8 * static_cast<std::uint64_t>(header.histogram.bins) + 8 * header.margin.bins() +
+    per_step += sample + 8 * series + 8 * static_cast<std::uint64_t>(header.histogram.bins) + 8 * header.margin.bins() +
                 8 * static_cast<std::uint64_t>(g.size <= kJointExactMaxCoordinates ? g.size : 0);
   }
   // joint pairs (schema 2 traces rewritten): at most one pair (16 bytes) per coordinate

@@ -74,6 +74,22 @@ inline constexpr std::array<BlockEventField, 7> kBlockEventFields{{
     {"rescaled_down", &BlockEventSeries::rescaled_down},
 }};
 
+// Block-scaled formats, reference mode (docs/forecasting.md, "Block formats at any learning-rate scale"): what `wbaudit
+// grid` needs to project a block format at any learning-rate scale s (sim/trace/block_sample.hpp). Per recorded step,
+// the fp32 w and u of a fixed, deterministic sample of the format's blocks (every block when the tensor has at most
+// kBlockSampleElements / block elements of them, else that many chosen by a fixed stride over the block index), and for
+// NVFP4 the tensor-level inputs the sample cannot see (the tensor's max |w|, max |q(w)| and the lines (q(w_i), u_i)
+// that can attain max_i |q(w_i) + s u_i| for s in [kBlockSampleScaleMin, kBlockSampleScaleMax]). Stored at
+// /groups/<g>/projected/<format>/block_sample; absent from traces written before it (the grid then refuses the format).
+struct BlockSample {
+  std::int64_t rows = 0, cols = 0;   // the tensor's shape as the block layout sees it (sim::RowMajorShape)
+  std::vector<std::int64_t> blocks;  // the sampled block indices, increasing (header: the same at every step)
+  std::int64_t elements = 0;         // values per step: the sampled blocks' sizes summed
+  std::vector<float> w, u;           // [T * elements] block by block, each block's elements row by row
+  std::vector<float> tensor;         // NVFP4 only: [T * kBlockSampleTensorWidth] (block_sample.hpp)
+  bool empty() const { return blocks.empty(); }
+};
+
 struct ProjectedSeries {             // reference mode, one declared target format
   std::vector<std::int64_t> erased;  // [T] u != 0 and q_F(q_F(w) + u) == q_F(w), nearest
   std::vector<double> fraction;      // [T] erased / nonzero (NaN when nonzero == 0)
@@ -81,6 +97,7 @@ struct ProjectedSeries {             // reference mode, one declared target form
   // policies the run's configuration declares (project_policies). Optional in the file: older traces have none.
   std::map<std::string, ExpectedSeries> expected;
   BlockEventSeries block_events;  // block formats only: the projected events by cause (nearest)
+  BlockSample block_sample;       // block formats only: what the grid needs at any learning-rate scale
 };
 
 struct GroupTrace {

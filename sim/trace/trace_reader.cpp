@@ -7,6 +7,7 @@
 #include <cmath>
 #include <limits>
 
+#include "sim/trace/block_sample.hpp"
 #include "sim/trace/detail/h5.hpp"
 
 namespace wbaudit::sim {
@@ -189,6 +190,20 @@ void TraceReader::State::read_group_header(GroupTrace& g, std::size_t index) {
         Handle bh = open_group(fh.get(), "block_events", file);
         series.block_events.blocks = read_scalar_attribute<std::int64_t>(bh.get(), "blocks", file);
       }
+      if (has_link(fh.get(), "block_sample")) {  // what the grid needs at any learning-rate scale
+        Handle sh = open_group(fh.get(), "block_sample", file);
+        BlockSample& b = series.block_sample;
+        b.rows = read_scalar_attribute<std::int64_t>(sh.get(), "rows", file);
+        b.cols = read_scalar_attribute<std::int64_t>(sh.get(), "cols", file);
+        b.elements = read_scalar_attribute<std::int64_t>(sh.get(), "elements", file);
+        b.blocks = read_prefix<std::int64_t>(sh.get(), "blocks", where + "projected/" + name + "/block_sample/", file,
+                                             std::string::npos);
+        if (b.rows < 0 || b.cols < 0 || b.elements <= 0 || b.blocks.empty()) {
+          throw TraceFileError(file + ": " + where + "projected/" + name + "/block_sample: empty or negative (rows " +
+                               std::to_string(b.rows) + ", cols " + std::to_string(b.cols) + ", elements " +
+                               std::to_string(b.elements) + ", " + std::to_string(b.blocks.size()) + " blocks)");
+        }
+      }
       if (has_link(fh.get(), "expected")) {
         Handle expected = open_group(fh.get(), "expected", file);
         for (const std::string& policy : link_names(expected.get(), where + "projected/" + name + "/expected", file)) {
@@ -345,6 +360,16 @@ GroupTrace TraceReader::State::read_group(std::size_t index, std::size_t first, 
     rows(fh.get(), "erased", fwhere, series.erased, 1);
     rows(fh.get(), "fraction", fwhere, series.fraction, 1);
     block_rows(fh.get(), fwhere, series.block_events);
+    if (histograms && !series.block_sample.empty()) {
+      Handle sh = open_group(fh.get(), "block_sample", file);
+      BlockSample& b = series.block_sample;
+      const auto width = static_cast<std::size_t>(b.elements);
+      rows(sh.get(), "w", fwhere + "block_sample/", b.w, width);
+      rows(sh.get(), "u", fwhere + "block_sample/", b.u, width);
+      if (has_link(sh.get(), "tensor")) {
+        rows(sh.get(), "tensor", fwhere + "block_sample/", b.tensor, kBlockSampleTensorWidth);
+      }
+    }
     for (auto& [policy, e] : series.expected) {
       Handle expected = open_group(fh.get(), "expected", file);
       Handle ph = open_group(expected.get(), policy, file);

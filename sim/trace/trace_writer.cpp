@@ -10,6 +10,7 @@
 #include <cstring>
 #include <optional>
 
+#include "sim/trace/block_sample.hpp"
 #include "sim/trace/detail/h5.hpp"
 #include "sim/trace/detail/trace_file.hpp"
 #include "sim/trace/trace_reader.hpp"
@@ -60,6 +61,8 @@ StepSize step_size(const Trace& t) {
     }
     for (const auto& [name, p] : g.projected) {
       series += 2 + 2 * p.expected.size() + (p.block_events.empty() ? 0 : kBlockEventFields.size());
+      s.bytes += block_sample_step_bytes(p.block_sample, name);
+      s.datasets += p.block_sample.empty() ? 0 : 3;
     }
     s.bytes += 8 * series;
     s.datasets += series;
@@ -88,6 +91,7 @@ struct ProjectedSets {
   SeriesSets own;
   std::vector<SeriesSets> expected;  // in the order of ProjectedSeries::expected
   std::vector<Handle> blocks;        // block formats: block_events, in the order of kBlockEventFields
+  std::optional<Handle> sample_w, sample_u, sample_tensor;  // block formats of a reference: block_sample
 };
 
 struct GroupSets {
@@ -166,6 +170,9 @@ void for_each_row_series(Trace& t, F&& f) {
         f(e.erased);
         f(e.fraction);
       }
+      drop(p.block_sample.w);
+      drop(p.block_sample.u);
+      drop(p.block_sample.tensor);
     }
   }
 }
@@ -288,9 +295,29 @@ void TraceWriter::State::open_sets(bool create_them) {
         ProjectedSets p{{*row_set<std::int64_t>(fh.get(), "erased", 0, kSeriesChunk, false, c, fwhere, file),
                          *row_set<double>(fh.get(), "fraction", 0, kSeriesChunk, false, c, fwhere, file)},
                         {},
+                        {},
+                        {},
+                        {},
                         {}};
         if (!series.block_events.empty()) {
           p.blocks = block_event_sets(fh.get(), series.block_events, format, kSeriesChunk, c, fwhere, file);
+        }
+        if (!series.block_sample.empty()) {
+          const BlockSample& b = series.block_sample;
+          const std::string swhere = fwhere + "block_sample/";
+          Handle sh = c ? create_group(fh.get(), "block_sample", file) : open_group(fh.get(), "block_sample", file);
+          if (c) {
+            write_scalar_attribute<std::int64_t>(sh.get(), "rows", b.rows, file);
+            write_scalar_attribute<std::int64_t>(sh.get(), "cols", b.cols, file);
+            write_scalar_attribute<std::int64_t>(sh.get(), "elements", b.elements, file);
+            write_vector(sh.get(), "blocks", b.blocks, file);
+          }
+          const auto width = static_cast<hsize_t>(b.elements);
+          p.sample_w = row_set<float>(sh.get(), "w", width, 1, true, c, swhere, file);
+          p.sample_u = row_set<float>(sh.get(), "u", width, 1, true, c, swhere, file);
+          if (block_sample_has_tensor_rows(format)) {
+            p.sample_tensor = row_set<float>(sh.get(), "tensor", kBlockSampleTensorWidth, 1, true, c, swhere, file);
+          }
         }
         if (!series.expected.empty()) {
           Handle eh = c ? create_group(fh.get(), "expected", file) : open_group(fh.get(), "expected", file);
@@ -384,7 +411,8 @@ void TraceWriter::State::check_header(const Trace& t, const std::string& what) c
     auto pb = b.projected.begin();
     for (; pa != a.projected.end(); ++pa, ++pb) {
       if (pa->first != pb->first || pa->second.expected.size() != pb->second.expected.size() ||
-          pa->second.block_events.blocks != pb->second.block_events.blocks) {
+          pa->second.block_events.blocks != pb->second.block_events.blocks ||
+          pa->second.block_sample.blocks != pb->second.block_sample.blocks) {
         differ("projected formats of " + a.name);
       }
     }
@@ -459,6 +487,11 @@ TraceWriter TraceWriter::resume(const std::filesystem::path& path, Trace& protot
     for (ProjectedSets& p : g.projected) {
       for (Handle& b : p.blocks) {
         set_rows(b.get(), static_cast<hsize_t>(keep.steps), "block_events", s.file);
+      }
+      for (auto* set : {&p.sample_w, &p.sample_u, &p.sample_tensor}) {
+        if (*set) {
+          set_rows((*set)->get(), static_cast<hsize_t>(keep.steps), "block_sample", s.file);
+        }
       }
       set_rows(p.own.erased.get(), static_cast<hsize_t>(keep.steps), "projected", s.file);
       set_rows(p.own.fraction.get(), static_cast<hsize_t>(keep.steps), "projected", s.file);
@@ -560,10 +593,20 @@ void TraceWriter::State::check_group_rows(const Trace& t, std::size_t T) {
       for (const auto& [format, p] : g.projected) {
         expect_rows(p.erased, T, where + format + " erased", file);
         expect_rows(p.fraction, T, where + format + " fraction", file);
-        if (!s.projected[k++].blocks.empty()) {
+        const ProjectedSets& ps = s.projected[k++];
+        if (!ps.blocks.empty()) {
           for (const BlockEventField& f : kBlockEventFields) {
             expect_rows(p.block_events.*f.series, T, where + format + " block_events " + f.name, file);
           }
+        }
+        if (ps.sample_w) {
+          const auto width = static_cast<std::size_t>(p.block_sample.elements);
+          expect_rows(p.block_sample.w, T * width, where + format + " block_sample w", file);
+          expect_rows(p.block_sample.u, T * width, where + format + " block_sample u", file);
+        }
+        if (ps.sample_tensor) {
+          expect_rows(p.block_sample.tensor, T * kBlockSampleTensorWidth, where + format + " block_sample tensor",
+                      file);
         }
         for (const auto& [policy, e] : p.expected) {
           expect_rows(e.erased, T, where + format + " " + policy, file);
@@ -630,6 +673,14 @@ void TraceWriter::State::append(Trace& t) {
         const BlockEventField& f = kBlockEventFields[b];
         write_rows(ps.blocks[b].get(), at, n, (p.block_events.*f.series).data(),
                    where + "projected/" + format + "/block_events/" + f.name, file);
+      }
+      if (ps.sample_w) {
+        const std::string swhere = where + "projected/" + format + "/block_sample/";
+        write_rows(ps.sample_w->get(), at, n, p.block_sample.w.data(), swhere + "w", file);
+        write_rows(ps.sample_u->get(), at, n, p.block_sample.u.data(), swhere + "u", file);
+        if (ps.sample_tensor) {
+          write_rows(ps.sample_tensor->get(), at, n, p.block_sample.tensor.data(), swhere + "tensor", file);
+        }
       }
       std::size_t j = 0;
       for (const auto& [policy, e] : p.expected) {
