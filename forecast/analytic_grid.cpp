@@ -1,6 +1,7 @@
 #include "forecast/analytic_grid.hpp"
 #include "stats/error.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <set>
@@ -77,38 +78,53 @@ double threshold_of(int man_bits, double lr_scale) {
   return man_bits + 1.0 + std::log2(lr_scale);
 }
 
-// Fractions for several thresholds at once on a validated group: one suffix sum per step, then O(1) per threshold.
-// Returns [tau][T]. Integer suffix sums keep the result identical to histogram_mass_above.
+// Each threshold's bin and share, the error naming the group and `context`.
+std::vector<std::pair<std::size_t, double>> bins_of(const sim::RatioHistogramLayout& layout,
+                                                    const std::vector<double>& taus, const std::string& group,
+                                                    const std::string& context) {
+  std::vector<std::pair<std::size_t, double>> out;
+  for (double tau : taus) {
+    try {
+      out.push_back(threshold_bin(layout, tau));
+    } catch (const ForecastError& e) {
+      throw ForecastError(std::string(e.what()) + " (group \"" + group + "\", " + context + ")");
+    }
+  }
+  return out;
+}
+
+// Step t's fraction for each threshold (out[k][t]) from its histogram row and nonzero count: one suffix sum, then O(1)
+// per threshold. Integer suffix sums keep the result identical to histogram_mass_above.
+void step_fractions(const std::int64_t* row, std::size_t bins, std::int64_t nonzero,
+                    const std::vector<std::pair<std::size_t, double>>& bins_of_tau, std::vector<std::int64_t>& suffix,
+                    std::size_t t, std::vector<std::vector<double>>& out) {
+  if (nonzero == 0) {
+    return;
+  }
+  suffix.resize(bins + 1);
+  suffix[bins] = 0;
+  for (std::size_t b = bins; b-- > 0;) {
+    suffix[b] = suffix[b + 1] + row[b];
+  }
+  const auto n = static_cast<double>(nonzero);
+  for (std::size_t k = 0; k < bins_of_tau.size(); ++k) {
+    const auto [b_tau, partial] = bins_of_tau[k];
+    out[k][t] = (static_cast<double>(suffix[b_tau + 1]) + partial * static_cast<double>(row[b_tau])) / n;
+  }
+}
+
+// Fractions for several thresholds at once on a validated group. Returns [tau][T].
 std::vector<std::vector<double>> fractions(const sim::Trace& ref, const sim::GroupTrace& g,
                                            const std::vector<double>& taus, const std::string& context) {
   check_layout(ref.histogram);
   check_group(ref, g);
-  std::vector<std::pair<std::size_t, double>> bins_of_tau;
-  for (double tau : taus) {
-    try {
-      bins_of_tau.push_back(threshold_bin(ref.histogram, tau));
-    } catch (const ForecastError& e) {
-      throw ForecastError(std::string(e.what()) + " (group \"" + g.name + "\", " + context + ")");
-    }
-  }
+  const auto bins_of_tau = bins_of(ref.histogram, taus, g.name, context);
   const auto bins = static_cast<std::size_t>(ref.histogram.bins);
   const std::size_t steps = ref.recorded_steps.size();
   std::vector<std::vector<double>> out(taus.size(), std::vector<double>(steps, kNaN));
-  std::vector<std::int64_t> suffix(bins + 1);
+  std::vector<std::int64_t> suffix;
   for (std::size_t t = 0; t < steps; ++t) {
-    if (g.nonzero[t] == 0) {
-      continue;
-    }
-    const std::int64_t* row = g.ratio_histogram.data() + t * bins;
-    suffix[bins] = 0;
-    for (std::size_t b = bins; b-- > 0;) {
-      suffix[b] = suffix[b + 1] + row[b];
-    }
-    const auto nonzero = static_cast<double>(g.nonzero[t]);
-    for (std::size_t k = 0; k < taus.size(); ++k) {
-      const auto [b_tau, partial] = bins_of_tau[k];
-      out[k][t] = (static_cast<double>(suffix[b_tau + 1]) + partial * static_cast<double>(row[b_tau])) / nonzero;
-    }
+    step_fractions(g.ratio_histogram.data() + t * bins, bins, g.nonzero[t], bins_of_tau, suffix, t, out);
   }
   return out;
 }
@@ -134,6 +150,48 @@ std::vector<double> analytic_erased_fraction(const sim::Trace& reference, const 
   return fractions(reference, group, {tau},
                    "M = " + std::to_string(man_bits) + ", lr scale " + stats::value_text(lr_scale))
       .front();
+}
+
+std::vector<double> analytic_erased_fraction(const sim::TraceReader& reference, std::string_view group, int man_bits,
+                                             double lr_scale, std::size_t block_steps) {
+  const sim::Trace& header = reference.header();
+  const sim::GroupTrace& g = find_group(header, group);
+  const auto index = static_cast<std::size_t>(&g - header.groups.data());
+  const double tau = threshold_of(man_bits, lr_scale);
+  check_layout(header.histogram);
+  const auto bins_of_tau = bins_of(header.histogram, {tau}, g.name,
+                                   "M = " + std::to_string(man_bits) + ", lr scale " + stats::value_text(lr_scale));
+  const auto bins = static_cast<std::size_t>(header.histogram.bins);
+  const std::size_t steps = reference.recorded_steps();
+  std::vector<std::vector<double>> out(1, std::vector<double>(steps, kNaN));
+  std::vector<std::int64_t> nonzero, zero_weight, rows, suffix;
+  block_steps = std::max<std::size_t>(1, block_steps);
+  for (std::size_t first = 0; first < steps; first += block_steps) {
+    const std::size_t count = std::min(block_steps, steps - first);
+    nonzero.resize(count);
+    zero_weight.resize(count);
+    rows.resize(count * bins);
+    try {
+      reference.read_group_values(index, "nonzero", 1, first, count, nonzero.data());
+      reference.read_group_values(index, "zero_weight", 1, first, count, zero_weight.data());
+      reference.read_group_values(index, "ratio_histogram", bins, first * bins, count * bins, rows.data());
+    } catch (const sim::TraceFileError& e) {
+      throw ForecastError(std::string("analytic grid: group \"") + g.name + "\": " + e.what());
+    }
+    for (std::size_t i = 0; i < count; ++i) {  // check_group's rule, a step at a time
+      std::int64_t total = zero_weight[i];
+      for (std::size_t b = 0; b < bins; ++b) {
+        total += rows[i * bins + b];
+      }
+      if (total != nonzero[i]) {
+        throw ForecastError("analytic grid: group \"" + g.name + "\" step " +
+                            std::to_string(header.recorded_steps[first + i]) + ": histogram + zero-weight count " +
+                            std::to_string(total) + " != nonzero " + std::to_string(nonzero[i]));
+      }
+      step_fractions(rows.data() + i * bins, bins, nonzero[i], bins_of_tau, suffix, first + i, out);
+    }
+  }
+  return std::move(out.front());
 }
 
 AnalyticGrid analytic_grid(const sim::Trace& reference, const std::string& group, std::span<const int> man_bits,

@@ -17,10 +17,12 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "sim/precision/format.hpp"
 #include "sim/trace/trace.hpp"
+#include "sim/trace/trace_reader.hpp"
 
 namespace wbaudit::forecast {
 
@@ -33,6 +35,13 @@ double histogram_mass_above(std::span<const std::int64_t> row, const sim::RatioH
 // not match the recorded steps, or histogram + zero weights != nonzero at some step (naming group and step).
 std::vector<double> analytic_erased_fraction(const sim::Trace& reference, const sim::GroupTrace& group, int man_bits,
                                              double lr_scale = 1.0);
+
+// The same from a trace on disk, reading the group's nonzero counts, zero-weight counts and d histogram
+// `block_steps` recorded steps at a time: the memory it holds is one block and the resulting series, whatever the
+// number of recorded steps. The same values as analytic_erased_fraction(reader.read_all(), ...); a dataset the file
+// lacks is a ForecastError naming it.
+std::vector<double> analytic_erased_fraction(const sim::TraceReader& reference, std::string_view group, int man_bits,
+                                             double lr_scale = 1.0, std::size_t block_steps = 256);
 
 struct AnalyticGrid {
   std::string group;

@@ -1030,15 +1030,31 @@ FormatGrid format_grid(const sim::TraceReader& reader, std::string_view group, s
   return grid;
 }
 
-Series analytic_series(const sim::Trace& reference, std::string_view group, std::string_view format, double lr_scale) {
-  const std::string name(format);
-  const FormatGrid grid =
-      format_grid(reference, group, std::span<const std::string>(&name, 1), std::span<const double>(&lr_scale, 1));
+namespace {
+
+Series defined_series(const FormatGrid& grid, const std::string& name) {
   if (!grid.undefined.front().empty()) {
     throw ForecastError("analytic grid: group \"" + grid.group + "\" format \"" + name +
                         "\": " + grid.undefined.front());
   }
   return Series{grid.steps, grid.values};
+}
+
+}  // namespace
+
+Series analytic_series(const sim::TraceReader& reference, std::string_view group, std::string_view format,
+                       double lr_scale) {
+  const std::string name(format);
+  return defined_series(
+      format_grid(reference, group, std::span<const std::string>(&name, 1), std::span<const double>(&lr_scale, 1)),
+      name);
+}
+
+Series analytic_series(const sim::Trace& reference, std::string_view group, std::string_view format, double lr_scale) {
+  const std::string name(format);
+  return defined_series(
+      format_grid(reference, group, std::span<const std::string>(&name, 1), std::span<const double>(&lr_scale, 1)),
+      name);
 }
 
 }  // namespace wbaudit::forecast

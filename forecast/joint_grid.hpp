@@ -52,6 +52,10 @@ void require_joint_histogram(const sim::Trace& reference, const sim::GroupTrace&
 Series analytic_series(const sim::Trace& reference, std::string_view group, std::string_view format,
                        double lr_scale = 1.0);
 
+// The same from a trace on disk, read a block of recorded steps at a time (format_grid(const TraceReader&, ...)).
+Series analytic_series(const sim::TraceReader& reference, std::string_view group, std::string_view format,
+                       double lr_scale = 1.0);
+
 struct FormatGrid {
   std::string group;
   std::vector<std::string> formats;  // outer index

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <limits>
+#include <memory>
 #include <set>
 
 #include "forecast/analytic_grid.hpp"
@@ -9,6 +10,7 @@
 #include "forecast/joint_grid.hpp"
 #include "forecast/predictor_registry.hpp"
 #include "sim/precision/format.hpp"
+#include "sim/trace/trace_reader.hpp"
 
 namespace wbaudit::forecast {
 
@@ -68,23 +70,45 @@ stats::CellTable projection_table(PredictorKind kind, const std::vector<Evaluati
                                   const std::vector<std::int64_t>& grid, OutOfRange policy, SourceMethod method) {
   const std::string name = predictor_name(kind);
   stats::CellTable table = empty_table(cells, grid);
+  // The reference file the analytic grid last read from (EvaluationCell::reference_file), kept open for the next cell
+  // (a target's groups are consecutive cells): one file open at a time, whatever the number of references.
+  std::filesystem::path open_file;
+  std::unique_ptr<sim::TraceReader> reader;
+  const auto reader_of = [&](const std::filesystem::path& file) -> const sim::TraceReader& {
+    if (!reader || open_file != file) {
+      reader.reset();
+      reader = std::make_unique<sim::TraceReader>(file);
+      open_file = file;
+    }
+    return *reader;
+  };
   for (std::size_t r = 0; r < cells.size(); ++r) {
     const EvaluationCell& c = cells[r];
     const auto& trace = kind == PredictorKind::matched_reference ? c.matched_reference : c.reference;
     if (!trace) {
       throw ForecastError(name + ": cell \"" + c.label() + "\" has no reference trace");
     }
+    const bool analytic = kind == PredictorKind::analytic_grid ||
+                          (kind == PredictorKind::source && method == TableOptions::SourceMethod::analytic_grid);
+    const bool from_file = analytic && !c.reference_file.empty();
     Series s;
     try {
-      if (kind == PredictorKind::analytic_grid) {
+      if (kind == PredictorKind::analytic_grid && from_file) {
+        s.steps = trace->recorded_steps;
+        s.values = analytic_erased_fraction(reader_of(c.reference_file), c.group, mantissa_width(c), c.lr_scale);
+      } else if (kind == PredictorKind::analytic_grid) {
         s.steps = trace->recorded_steps;
         s.values = analytic_erased_fraction(*trace, find_group(*trace, c.group), mantissa_width(c), c.lr_scale);
-      } else if (kind == PredictorKind::source && method == TableOptions::SourceMethod::analytic_grid) {
+      } else if (analytic && from_file) {
+        s = analytic_series(reader_of(c.reference_file), c.group, c.format, c.lr_scale);
+      } else if (analytic) {
         s = analytic_series(*trace, c.group, c.format, c.lr_scale);
       } else {
         s = projected_series(*trace, c.group, c.format, c.projection);
       }
     } catch (const ForecastError& e) {
+      throw ForecastError(name + ": cell \"" + c.label() + "\": " + e.what());
+    } catch (const sim::TraceFileError& e) {
       throw ForecastError(name + ": cell \"" + c.label() + "\": " + e.what());
     }
     set_row(table, r, aligned(s, grid, policy, name, c.label()));

@@ -9,6 +9,7 @@
 // target's own seed and data order, never a forecast) and `common-time` (post-outcome, descriptive: the mean over
 // cells at each step of the outcomes themselves).
 #include <cstdint>
+#include <filesystem>
 #include <memory>
 #include <optional>
 #include <string>
@@ -30,7 +31,12 @@ struct EvaluationCell {
   std::string projection = "nearest";  // which projection of that format: the target's policy (projected_series)
   std::string template_class;          // e.g. "e4m3/layer1.weight"
   Series outcome;                      // measured erased fraction on the target's recorded steps
-  std::shared_ptr<const sim::Trace> reference;          // `source`: the predeclared fp32 reference (may be shared)
+  std::shared_ptr<const sim::Trace> reference;  // `source`: the predeclared fp32 reference (may be shared)
+  // The file `reference` was read from, or empty. When set, the analytic grid (the analytic-grid predictor, `source`
+  // with method analytic-grid) reads the histograms from it a block of recorded steps at a time, keeping only the
+  // series it computes, so `reference` may be read without them (sim::TraceReadOptions::histograms false): the same
+  // values as from the histograms in memory.
+  std::filesystem::path reference_file;
   std::shared_ptr<const sim::Trace> matched_reference;  // `matched-reference` (optional, privileged)
   int man_bits = -1;      // M for the analytic-grid predictor; -1: the format's (sim::format_from_name)
   double lr_scale = 1.0;  // target learning rate / reference learning rate, for the analytic grid

@@ -11,6 +11,7 @@
 #include "sim/precision/policy.hpp"
 #include "sim/precision/storage_format.hpp"
 #include "sim/precision/writeback.hpp"
+#include "sim/trace/detail/trace_file.hpp"
 #include "sim/trace/margin_histogram.hpp"
 
 namespace wbaudit::sim {
@@ -109,11 +110,14 @@ double estimate_recording_bytes(const RunConfig& config, int threads) {
   // metadata cache, one dataset's chunk cache and deflate buffers), and the writer's handles per group.
   constexpr double kHdf5 = 16.0 * 1048576;
   const double handles = 4096.0 * groups;
+  // While the finished file is written (trace_writer.cpp, write_trace_from_reader): one block of one dataset's values
+  // (detail::kFinishBlockBytes), and the root series of every recorded step the partial file's reader holds
+  // (recorded_steps, loss, learning_rate: 24 bytes each).
+  const double finish = static_cast<double>(detail::kFinishBlockBytes) + 24.0 * recorded;
   if (config.mode == RunMode::target) {
-    // nonzero, erased, saturated, applied, erased_fraction: one step's rows while training, and one group's rows of
-    // every recorded step while the finished file is written (a group at a time)
+    // nonzero, erased, saturated, applied, erased_fraction: one step's rows while training
     constexpr double kPerGroupStep = 40.0;
-    return kHdf5 + handles + groups * kPerGroupStep + recorded * kPerGroupStep;
+    return kHdf5 + handles + std::max(groups * kPerGroupStep, finish);
   }
   const MarginLayout margin = default_margin_layout();
   const double bins = 8.0 * (static_cast<double>(margin.bins()) + RatioHistogramLayout{}.bins);
@@ -122,9 +126,9 @@ double estimate_recording_bytes(const RunConfig& config, int threads) {
   const double per_group_step = bins + 16.0 + 8.0 * static_cast<double>(kJointExactMaxCoordinates) +
                                 16.0 * static_cast<double>(config.project_formats.size()) *
                                     (1.0 + static_cast<double>(config.project_policies.size()));
-  // While training: one recorded step's rows of every group (appended and dropped at the end of the step). While
-  // writing the finished file: one group's rows of every recorded step (trace_writer.cpp, write_trace_from_reader).
-  const double rows = std::max(groups, recorded) * per_group_step;
+  // While training: one recorded step's rows of every group (appended and dropped at the end of the step); while the
+  // finished file is written: `finish`.
+  const double rows = std::max(groups * per_group_step, finish);
   // per thread: the kernel's chunk scratch and 32-bit counters, and the reduction's 64-bit counters
   const double per_thread = 6.0 * 4 * 2048 + 4.0 * 4 * static_cast<double>(margin.bins() + 600) + bins;
   return kHdf5 + handles + rows + std::max(1, threads) * per_thread;

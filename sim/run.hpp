@@ -198,9 +198,9 @@ void run_cell_to_file(const RunConfig& config, const std::filesystem::path& trac
 
 // About how many bytes the recording of one run of `config` holds besides the training state, for `threads` threads:
 // the margin histogram kernel's per-thread scratch, one recorded step's rows of every group while training (the trace
-// is streamed), one group's rows of every recorded step while the finished file is written, HDF5's own state. What
-// `wbaudit run` adds to estimate_cell_bytes before it starts a cell; it grows with the recorded steps only through
-// the finished file's one group at a time.
+// is streamed), one block of one dataset and the reader's root series (24 bytes per recorded step) while the finished
+// file is written (it is written a block at a time), HDF5's own state. What `wbaudit run` adds to estimate_cell_bytes
+// before it starts a cell; it grows with the recorded steps only through those 24 bytes per recorded step.
 double estimate_recording_bytes(const RunConfig& config, int threads);
 
 }  // namespace wbaudit::sim

@@ -24,18 +24,13 @@ void flatten(const nlohmann::json& j, const std::string& prefix, std::map<std::s
   }
 }
 
-// Whether a predictor reads the references' histograms (the analytic grid): without one, traces are read without
-// them (~1 KB instead of ~1 MB per reference cell of the tiny spec held in memory).
-static bool needs_histograms(const AnalysisSpec& analysis) {
-  return analysis.source_method == "analytic-grid" || std::find(analysis.predictors.begin(), analysis.predictors.end(),
-                                                                "analytic-grid") != analysis.predictors.end();
-}
-
 // The cells of the sweep's canonical complete traces or, without a sweep, of the external runs.
 void read_cells(const SweepInputs& in, const EvaluateOptions& options, ScoredCells& sc, EvaluationResult& result) {
   const AnalysisSpec& analysis = in.analysis;
   if (in.store) {
-    sc.traces = std::make_unique<TraceCache>(*in.store, needs_histograms(analysis));
+    // Held without the histograms: the analytic grid reads them from each reference's file a block of recorded steps at
+    // a time (forecast::EvaluationCell::reference_file), so what evaluate holds does not grow with them.
+    sc.traces = std::make_unique<TraceCache>(*in.store, /*histograms=*/false);
     sc.read = read_sweep_evaluation_cells(*in.store, in.spec, *sc.traces, analysis.groups);
     return;
   }
@@ -43,8 +38,8 @@ void read_cells(const SweepInputs& in, const EvaluateOptions& options, ScoredCel
     throw AnalysisError(analysis.path.string() + ": analysis.scored_runs, source.sweep and source.overrides " +
                         "need a sweep; " + in.sweep_dir.string() + " holds only external runs");
   }
-  sc.external = std::make_unique<ExternalEvaluationCells>(read_external_evaluation_cells(
-      in.sweep_dir, analysis.groups, options.external_reference, needs_histograms(analysis)));
+  sc.external = std::make_unique<ExternalEvaluationCells>(
+      read_external_evaluation_cells(in.sweep_dir, analysis.groups, options.external_reference, /*histograms=*/false));
   sc.read = std::move(sc.external->cells);
   result.standing = "exploratory: external runs (wbaudit import), never canonical";
   for (const auto& p : sc.external->provenance) {
@@ -119,7 +114,7 @@ void choose_sources(const SweepInputs& in, ScoredCells& sc, EvaluationResult& re
       throw AnalysisError(analysis.path.string() + ": source.sweep: \"" + analysis.source_sweep +
                           "\" is not a readable sweep directory (" + dir.string() + "): " + e.what());
     }
-    sc.source_store_traces = std::make_unique<TraceCache>(*sc.source_store, needs_histograms(analysis));
+    sc.source_store_traces = std::make_unique<TraceCache>(*sc.source_store, /*histograms=*/false);
   }
   const SweepStore* store = sc.source_store ? sc.source_store.get() : in.store.get();
   sc.source_traces = sc.source_store_traces ? sc.source_store_traces.get() : sc.traces.get();

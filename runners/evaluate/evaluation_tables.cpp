@@ -27,6 +27,8 @@ forecast::EvaluationCell evaluation_cell(const SweepInputs& in, const ScoredCell
   e.outcome = forecast::measured_series(*c.target_trace, c.group);
   auto src = sc.source_of.find(c.target->name);
   e.reference = src == sc.source_of.end() ? c.reference_trace : sc.source_traces->trace(src->second->id);
+  // The analytic grid reads the reference's histograms from its file (the traces are held without them).
+  e.reference_file = src == sc.source_of.end() ? c.reference_file : sc.source_traces->file(src->second->id);
   for (const auto& info : forecast::predictor_registry()) {
     if (info.needs_matched_reference && scores(in.analysis, info.name)) {
       e.matched_reference = c.reference_trace;

@@ -381,6 +381,7 @@ ExternalEvaluationCells read_external_evaluation_cells(const fs::path& dir, cons
       cell.params = nlohmann::json::object();
       cell.target_trace = trace;
       cell.reference_trace = ref_trace;
+      cell.reference_file = ref.dir / "trace.h5";
       out.cells.cells.push_back(std::move(cell));
     }
   }

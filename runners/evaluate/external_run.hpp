@@ -93,8 +93,9 @@ struct ExternalEvaluationCells {
   std::string reference;                // the reference run's name
   std::vector<std::string> provenance;  // "name: noncanonical_reason", every run used
 };
-// histograms: read the traces' d and margin histograms too (the analytic-grid predictor needs them; without it they
-// are skipped, so memory does not grow with the recorded steps' histograms).
+// histograms: read the traces' d and margin histograms too; `evaluate` reads them without (the analytic grid reads the
+// histograms from each cell's reference_file a block of recorded steps at a time), so its memory does not grow with
+// the recorded steps' histograms.
 ExternalEvaluationCells read_external_evaluation_cells(const std::filesystem::path& dir,
                                                        const std::vector<std::string>& groups,
                                                        const std::string& reference = {}, bool histograms = true);

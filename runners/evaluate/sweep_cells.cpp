@@ -19,6 +19,7 @@ std::shared_ptr<const sim::Trace> TraceCache::trace(const std::string& cell_id) 
                             "), attempt " + attempt.uuid;
     sim::TraceReadOptions read_options;
     read_options.histograms = m_histograms;
+    m_files[cell_id] = attempt.dir / "trace.h5";
     try {
       trace = std::make_shared<const sim::Trace>(sim::read_trace(attempt.dir / "trace.h5", read_options));
     } catch (const std::exception& e) {
@@ -50,6 +51,13 @@ std::shared_ptr<const sim::Trace> TraceCache::trace(const std::string& cell_id) 
   }
   m_traces.emplace(cell_id, trace);
   return trace;
+}
+
+std::filesystem::path TraceCache::file(const std::string& cell_id) {
+  if (!trace(cell_id)) {
+    return {};
+  }
+  return m_files.at(cell_id);
 }
 
 std::string TraceCache::problem(const std::string& cell_id) const {
@@ -144,6 +152,7 @@ SweepEvaluationCells read_sweep_evaluation_cells(const SweepStore& store, const 
       cell.params = spec_cell.params;
       cell.target_trace = target;
       cell.reference_trace = ref;
+      cell.reference_file = cache.file(reference->id);
       out.cells.push_back(std::move(cell));
     }
   }

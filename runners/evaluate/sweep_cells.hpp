@@ -2,6 +2,7 @@
 // The evaluation cells of a sweep directory: one per (target run with a canonical complete trace, parameter group),
 // with the target's trace and its declared fp32 reference's trace. Shared by the crossing report of `wbaudit run`
 // (sweep_run.cpp) and by `wbaudit evaluate`.
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -23,11 +24,14 @@ class TraceCache {
   std::shared_ptr<const sim::Trace> trace(const std::string& cell_id);
   // Why trace(cell_id) is null ("pending", "failed: ...", "non-canonical: ..."); empty when it is not.
   std::string problem(const std::string& cell_id) const;
+  // The file trace(cell_id) was read from (the analytic grid reads the histograms from it); empty when it is null.
+  std::filesystem::path file(const std::string& cell_id);
 
  private:
   const SweepStore* m_store;
   bool m_histograms = true;
   std::map<std::string, std::shared_ptr<const sim::Trace>> m_traces;
+  std::map<std::string, std::filesystem::path> m_files;
 };
 
 // An evaluation cell's label in every table and message (summary.csv, trajectories.csv, the evaluation CSVs):
@@ -49,6 +53,7 @@ struct SweepEvaluationCell {
   std::string projection_note;
   nlohmann::json params;  // the grid values of the target
   std::shared_ptr<const sim::Trace> target_trace, reference_trace;
+  std::filesystem::path reference_file;  // the file reference_trace was read from
 };
 
 struct SweepEvaluationCells {

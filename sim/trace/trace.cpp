@@ -202,28 +202,66 @@ void check_group_name(const std::string& name, const std::string& file) {
   }
 }
 
+// Values [first, first + count) of the group's dataset `path`, from the partial file (GroupValues).
+void read_values(const GroupValues& from, const std::string& path, std::size_t width, std::size_t first,
+                 std::size_t count, std::int64_t* out) {
+  from.int64s(path, width, first, count, out);
+}
+void read_values(const GroupValues& from, const std::string& path, std::size_t width, std::size_t first,
+                 std::size_t count, double* out) {
+  from.doubles(path, width, first, count, out);
+}
+void read_values(const GroupValues& from, const std::string& path, std::size_t width, std::size_t first,
+                 std::size_t count, float* out) {
+  from.floats(path, width, first, count, out);
+}
+
+// The values of the group's dataset `path` (width values per recorded step): `v`, the GroupTrace's own, or with `from`
+// (finish) the partial file's, read a block at a time.
+template <class T>
+DatasetValues<T> values_of(const GroupValues* from, const std::vector<T>& v, std::string path, std::size_t width) {
+  if (from == nullptr) {
+    return in_memory(v);
+  }
+  DatasetValues<T> out;
+  out.size = from->steps * width;
+  out.read = [from, path = std::move(path), width](std::size_t first, std::size_t count, T* values) {
+    read_values(*from, path, width, first, count, values);
+  };
+  return out;
+}
+
+std::size_t block_bytes(const GroupValues* from) {
+  return from != nullptr ? from->block_bytes : kFinishBlockBytes;
+}
+
 // The d histogram: contiguous in schema 1 and 2, compressed in schema 3 (mostly zeros; 4 KiB per tensor and step as
 // it was, 1/4 of a GPT-2-small trace's budget).
-void write_ratio_histogram(hid_t gh, const Trace& trace, const GroupTrace& g, const std::string& file) {
+void write_ratio_histogram(hid_t gh, const Trace& trace, const GroupTrace& g, const std::string& file,
+                           const GroupValues* from) {
   const auto bins = static_cast<hsize_t>(trace.histogram.bins);
-  if (bins == 0 || g.ratio_histogram.size() % bins != 0) {
-    throw TraceFileError(file + ": group " + g.name + ": ratio_histogram has " +
-                         std::to_string(g.ratio_histogram.size()) + " entries, not a multiple of " +
-                         std::to_string(trace.histogram.bins) + " bins");
+  const DatasetValues<std::int64_t> values =
+      values_of(from, g.ratio_histogram, "ratio_histogram", static_cast<std::size_t>(bins));
+  if (bins == 0 || values.size % bins != 0) {
+    throw TraceFileError(file + ": group " + g.name + ": ratio_histogram has " + std::to_string(values.size) +
+                         " entries, not a multiple of " + std::to_string(trace.histogram.bins) + " bins");
   }
-  const hsize_t rows = g.ratio_histogram.size() / bins;
+  const hsize_t rows = values.size / bins;
   if (is_schema3(trace)) {
-    write_compressed_rows(gh, "ratio_histogram", g.ratio_histogram, rows, bins, file);
+    write_compressed_rows(gh, "ratio_histogram", values, rows, bins, file, block_bytes(from));
   } else {
-    write_dataset(gh, "ratio_histogram", g.ratio_histogram, {rows, bins}, file);
+    write_dataset(gh, "ratio_histogram", values, {rows, bins}, file, block_bytes(from));
   }
 }
 
 // Schema 2's joint pairs or schema 3's margin histogram, with the group's init absmax and a small group's w and u.
-void write_joint(hid_t gh, const Trace& trace, const GroupTrace& g, const std::string& file) {
+void write_joint(hid_t gh, const Trace& trace, const GroupTrace& g, const std::string& file, const GroupValues* from) {
   const std::size_t steps = trace.recorded_steps.size();
   if (g.has_pairs() && g.has_margin()) {
     throw TraceFileError(file + ": group " + g.name + " has both joint pairs (schema 2) and a margin histogram");
+  }
+  if (g.has_pairs() && from != nullptr) {
+    throw TraceFileError(file + ": group " + g.name + ": joint pairs are written from memory only");
   }
   if (g.has_pairs() && (g.joint_keys.size() != g.joint_counts.size() ||
                         static_cast<std::size_t>(g.joint_offsets.back()) != g.joint_keys.size())) {
@@ -231,8 +269,9 @@ void write_joint(hid_t gh, const Trace& trace, const GroupTrace& g, const std::s
                          " keys, " + std::to_string(g.joint_counts.size()) + " counts and last offset " +
                          std::to_string(g.joint_offsets.back()));
   }
-  if (g.has_margin() && g.margin.size() != steps * trace.margin.bins()) {
-    throw TraceFileError(file + ": group " + g.name + ": margin histogram has " + std::to_string(g.margin.size()) +
+  const DatasetValues<std::int64_t> margin = values_of(from, g.margin, "joint/margin", trace.margin.bins());
+  if (g.has_margin() && margin.size != steps * trace.margin.bins()) {
+    throw TraceFileError(file + ": group " + g.name + ": margin histogram has " + std::to_string(margin.size) +
                          " counters, expected " + std::to_string(trace.margin.bins()) + " per recorded step x " +
                          std::to_string(steps));
   }
@@ -251,67 +290,80 @@ void write_joint(hid_t gh, const Trace& trace, const GroupTrace& g, const std::s
     write_compressed_vector(jh.get(), "keys", g.joint_keys, file);
     write_compressed_vector(jh.get(), "counts", g.joint_counts, file);
   } else {
-    write_compressed_rows(jh.get(), "margin", g.margin, steps, trace.margin.bins(), file);
+    write_compressed_rows(jh.get(), "margin", margin, steps, trace.margin.bins(), file, block_bytes(from));
   }
   if (g.has_exact()) {
-    const std::size_t want = static_cast<std::size_t>(g.size) * steps;
-    if (g.exact_w.size() != want || g.exact_u.size() != want) {
-      throw TraceFileError(file + ": group " + g.name + ": exact w, u hold " + std::to_string(g.exact_w.size()) + ", " +
-                           std::to_string(g.exact_u.size()) + " values, expected " + std::to_string(want) +
+    const auto size = static_cast<std::size_t>(g.size);
+    const DatasetValues<float> w = values_of(from, g.exact_w, "joint/w", size);
+    const DatasetValues<float> u = values_of(from, g.exact_u, "joint/u", size);
+    const std::size_t want = size * steps;
+    if (w.size != want || u.size != want) {
+      throw TraceFileError(file + ": group " + g.name + ": exact w, u hold " + std::to_string(w.size) + ", " +
+                           std::to_string(u.size) + " values, expected " + std::to_string(want) +
                            " (size x recorded steps)");
     }
-    write_compressed_vector(jh.get(), "w", g.exact_w, file);
-    write_compressed_vector(jh.get(), "u", g.exact_u, file);
+    write_compressed_vector(jh.get(), "w", w, file, block_bytes(from));
+    write_compressed_vector(jh.get(), "u", u, file, block_bytes(from));
   }
 }
 
 // <parent>/block_events (block formats only): attributes format and blocks, the [T] series (docs/trace-format.md).
-void write_block_events(hid_t parent, const BlockEventSeries& b, const std::string& format, const std::string& file) {
+// `at`: the parent's path under the group ("" or "projected/<format>/").
+void write_block_events(hid_t parent, const BlockEventSeries& b, const std::string& format, const std::string& file,
+                        const GroupValues* from, const std::string& at) {
   Handle bh = create_group(parent, "block_events", file);
   write_string_attribute(bh.get(), "format", format, file);
   write_scalar_attribute<std::int64_t>(bh.get(), "blocks", b.blocks, file);
   for (const BlockEventField& f : kBlockEventFields) {
-    write_vector(bh.get(), f.name, b.*f.series, file);
+    write_vector(bh.get(), f.name, values_of(from, b.*f.series, at + "block_events/" + f.name, 1), file,
+                 block_bytes(from));
   }
 }
 
 // <format>/block_sample (a block format of a reference, block_sample.hpp): attributes rows, cols and elements, the
-// sampled block indices, the [T x elements] rows of w and u, and NVFP4's [T x kBlockSampleTensorWidth] tensor rows.
+// sampled block indices, the [T x elements] rows of w and u, and NVFP4's [T x kBlockSampleTensorWidth] tensor rows;
+// `at` the format's path in the group (projected/<format>/), `from` (finish) the partial file the rows are read from.
 void write_block_sample(hid_t parent, const BlockSample& b, const std::string& format, std::size_t steps,
-                        const std::string& where, const std::string& file) {
+                        const std::string& where, const std::string& file, const GroupValues* from,
+                        const std::string& at) {
   const bool nvfp4 = block_sample_has_tensor_rows(format);
   const auto elements = static_cast<std::size_t>(b.elements);
-  if (b.w.size() != steps * elements || b.u.size() != steps * elements ||
-      b.tensor.size() != (nvfp4 ? steps * kBlockSampleTensorWidth : 0)) {
-    throw TraceFileError(file + ": " + where + "block_sample holds " + std::to_string(b.w.size()) + " w, " +
-                         std::to_string(b.u.size()) + " u and " + std::to_string(b.tensor.size()) +
-                         " tensor values for " + std::to_string(steps) + " recorded steps of " +
-                         std::to_string(elements) + " elements");
+  const DatasetValues<float> w = values_of(from, b.w, at + "block_sample/w", elements);
+  const DatasetValues<float> u = values_of(from, b.u, at + "block_sample/u", elements);
+  const DatasetValues<float> tensor =
+      nvfp4 ? values_of(from, b.tensor, at + "block_sample/tensor", kBlockSampleTensorWidth) : in_memory(b.tensor);
+  if (w.size != steps * elements || u.size != steps * elements ||
+      tensor.size != (nvfp4 ? steps * kBlockSampleTensorWidth : 0)) {
+    throw TraceFileError(file + ": " + where + "block_sample holds " + std::to_string(w.size) + " w, " +
+                         std::to_string(u.size) + " u and " + std::to_string(tensor.size) + " tensor values for " +
+                         std::to_string(steps) + " recorded steps of " + std::to_string(elements) + " elements");
   }
   Handle bh = create_group(parent, "block_sample", file);
   write_scalar_attribute<std::int64_t>(bh.get(), "rows", b.rows, file);
   write_scalar_attribute<std::int64_t>(bh.get(), "cols", b.cols, file);
   write_scalar_attribute<std::int64_t>(bh.get(), "elements", b.elements, file);
   write_vector(bh.get(), "blocks", b.blocks, file);
-  write_compressed_rows(bh.get(), "w", b.w, steps, elements, file);
-  write_compressed_rows(bh.get(), "u", b.u, steps, elements, file);
+  write_compressed_rows(bh.get(), "w", w, steps, elements, file, block_bytes(from));
+  write_compressed_rows(bh.get(), "u", u, steps, elements, file, block_bytes(from));
   if (nvfp4) {
-    write_compressed_rows(bh.get(), "tensor", b.tensor, steps, kBlockSampleTensorWidth, file);
+    write_compressed_rows(bh.get(), "tensor", tensor, steps, kBlockSampleTensorWidth, file, block_bytes(from));
   }
 }
 
-void write_projected(hid_t gh, const GroupTrace& g, std::size_t steps, const std::string& file) {
+void write_projected(hid_t gh, const GroupTrace& g, std::size_t steps, const std::string& file,
+                     const GroupValues* from) {
   Handle projected = create_group(gh, "projected", file);
   for (const auto& [format, series] : g.projected) {
+    const std::string at = "projected/" + format + "/";
     Handle fh = create_group(projected.get(), format, file);
-    write_vector(fh.get(), "erased", series.erased, file);
-    write_vector(fh.get(), "fraction", series.fraction, file);
+    write_vector(fh.get(), "erased", values_of(from, series.erased, at + "erased", 1), file, block_bytes(from));
+    write_vector(fh.get(), "fraction", values_of(from, series.fraction, at + "fraction", 1), file, block_bytes(from));
     if (!series.block_events.empty()) {
-      write_block_events(fh.get(), series.block_events, format, file);
+      write_block_events(fh.get(), series.block_events, format, file, from, at);
     }
     if (!series.block_sample.empty()) {
       write_block_sample(fh.get(), series.block_sample, format, steps,
-                         "/groups/" + g.name + "/projected/" + format + "/", file);
+                         "/groups/" + g.name + "/projected/" + format + "/", file, from, at);
     }
     if (!series.expected.empty()) {
       Handle expected = create_group(fh.get(), "expected", file);
@@ -320,9 +372,10 @@ void write_projected(hid_t gh, const GroupTrace& g, std::size_t steps, const std
           throw TraceFileError(file + ": group " + g.name + " format " + format + ": invalid projection name \"" +
                                policy + "\"");
         }
+        const std::string pat = at + "expected/" + policy + "/";
         Handle ph = create_group(expected.get(), policy, file);
-        write_vector(ph.get(), "erased", e.erased, file);
-        write_vector(ph.get(), "fraction", e.fraction, file);
+        write_vector(ph.get(), "erased", values_of(from, e.erased, pat + "erased", 1), file, block_bytes(from));
+        write_vector(ph.get(), "fraction", values_of(from, e.fraction, pat + "fraction", 1), file, block_bytes(from));
       }
     }
   }
@@ -389,28 +442,30 @@ void write_trace_steps(hid_t root, const Trace& trace, const std::string& file) 
   write_string_attribute(root, "group_order", order, file);
 }
 
-void write_trace_group(hid_t groups, const Trace& trace, const GroupTrace& g, const std::string& file) {
+void write_trace_group(hid_t groups, const Trace& trace, const GroupTrace& g, const std::string& file,
+                       const GroupValues* from) {
   check_group_name(g.name, file);
   Handle gh = create_group(groups, g.name, file);
   write_scalar_attribute<std::uint32_t>(gh.get(), "tensor_id", g.tensor_id, file);
   write_scalar_attribute<std::int64_t>(gh.get(), "size", g.size, file);
-  write_vector(gh.get(), "nonzero", g.nonzero, file);
+  const std::size_t block = block_bytes(from);
+  write_vector(gh.get(), "nonzero", values_of(from, g.nonzero, "nonzero", 1), file, block);
   if (trace.mode != "reference" || !g.erased.empty()) {
-    write_vector(gh.get(), "erased", g.erased, file);
-    write_vector(gh.get(), "saturated", g.saturated, file);
-    write_vector(gh.get(), "applied", g.applied, file);
-    write_vector(gh.get(), "erased_fraction", g.erased_fraction, file);
+    write_vector(gh.get(), "erased", values_of(from, g.erased, "erased", 1), file, block);
+    write_vector(gh.get(), "saturated", values_of(from, g.saturated, "saturated", 1), file, block);
+    write_vector(gh.get(), "applied", values_of(from, g.applied, "applied", 1), file, block);
+    write_vector(gh.get(), "erased_fraction", values_of(from, g.erased_fraction, "erased_fraction", 1), file, block);
   }
   if (!g.block_events.empty()) {
-    write_block_events(gh.get(), g.block_events, g.block_format, file);
+    write_block_events(gh.get(), g.block_events, g.block_format, file, from, "");
   }
   if (!g.zero_weight.empty() || !g.ratio_histogram.empty() || !g.projected.empty()) {
-    write_vector(gh.get(), "zero_weight", g.zero_weight, file);
-    write_ratio_histogram(gh.get(), trace, g, file);
+    write_vector(gh.get(), "zero_weight", values_of(from, g.zero_weight, "zero_weight", 1), file, block);
+    write_ratio_histogram(gh.get(), trace, g, file, from);
     if (g.has_joint()) {
-      write_joint(gh.get(), trace, g, file);
+      write_joint(gh.get(), trace, g, file, from);
     }
-    write_projected(gh.get(), g, trace.recorded_steps.size(), file);
+    write_projected(gh.get(), g, trace.recorded_steps.size(), file, from);
   }
 }
 

@@ -91,7 +91,64 @@ struct TraceReader::State {
   void read_group_header(GroupTrace& g, std::size_t index);
   void read_validation_and_replay();
   GroupTrace read_group(std::size_t g, std::size_t first, std::size_t count) const;
+  template <class T>
+  void read_values(std::size_t g, const std::string& path, std::size_t width, std::size_t first, std::size_t count,
+                   T* out) const;
 };
+
+namespace {
+
+// Whether `path` (names joined by '/') leads to an object under loc.
+bool has_path(hid_t loc, const std::string& path) {
+  for (std::size_t slash = path.find('/'); slash != std::string::npos; slash = path.find('/', slash + 1)) {
+    if (!has_link(loc, path.substr(0, slash))) {
+      return false;
+    }
+  }
+  return has_link(loc, path);
+}
+
+}  // namespace
+
+template <class T>
+void TraceReader::State::read_values(std::size_t index, const std::string& path, std::size_t width, std::size_t first,
+                                     std::size_t count, T* out) const {
+  if (index >= header.groups.size()) {
+    throw TraceFileError(file + ": read of group " + std::to_string(index) + " of " +
+                         std::to_string(header.groups.size()));
+  }
+  const std::string where = "/groups/" + header.groups[index].name + "/" + path;
+  Handle groups = open_group(root, "groups", file);
+  Handle gh = open_group(groups.get(), header.groups[index].name, file);
+  if (!has_path(gh.get(), path)) {
+    throw TraceFileError(file + ": not a wbaudit trace: missing dataset " + where);
+  }
+  Handle set(H5Dopen2(gh.get(), path.c_str(), H5P_DEFAULT), H5Dclose, "open dataset " + where, file);
+  const RowExtent e = row_extent(set.get(), where, file);
+  const std::size_t have = static_cast<std::size_t>(e.rows * e.width), want = steps * width;
+  if (have < want || (header.complete && have != want)) {
+    throw TraceFileError(file + ": " + where + " has " + std::to_string(have) + " entries, expected " +
+                         std::to_string(width) + " per recorded step x " + std::to_string(steps));
+  }
+  if (first + count > want) {
+    throw TraceFileError(file + ": read of values [" + std::to_string(first) + ", " + std::to_string(first + count) +
+                         ") of " + where + ", which has " + std::to_string(want) + " for the recorded steps");
+  }
+  if (count == 0) {
+    return;
+  }
+  // A 2-D dataset is read in whole rows (read_elements): the rows around values that do not start or end a row (a
+  // 1-D chunk of the finished file's kept w or u, read from the partial file's rows), then the values asked for.
+  const auto row = static_cast<std::size_t>(e.width);
+  const std::size_t row_first = first / row, row_end = (first + count + row - 1) / row;
+  if (row_first * row == first && row_end * row == first + count) {
+    read_elements<T>(set.get(), first, count, out, where, file);
+    return;
+  }
+  std::vector<T> rows((row_end - row_first) * row);
+  read_elements<T>(set.get(), row_first * row, rows.size(), rows.data(), where, file);
+  std::copy_n(rows.begin() + static_cast<std::ptrdiff_t>(first - row_first * row), count, out);
+}
 
 void TraceReader::State::read_header(const TraceReadOptions& options) {
   histograms = options.histograms;
@@ -464,6 +521,22 @@ bool TraceReader::group_has_margin(std::size_t g) const {
 bool TraceReader::group_has_pairs(std::size_t g) const {
   return !m->offsets.at(g).empty();
 }
+bool TraceReader::group_has_exact(std::size_t g) const {
+  return m->exact.at(g) != 0;
+}
+void TraceReader::read_group_values(std::size_t g, const std::string& path, std::size_t width, std::size_t first,
+                                    std::size_t count, std::int64_t* out) const {
+  m->read_values(g, path, width, first, count, out);
+}
+void TraceReader::read_group_values(std::size_t g, const std::string& path, std::size_t width, std::size_t first,
+                                    std::size_t count, double* out) const {
+  m->read_values(g, path, width, first, count, out);
+}
+void TraceReader::read_group_values(std::size_t g, const std::string& path, std::size_t width, std::size_t first,
+                                    std::size_t count, float* out) const {
+  m->read_values(g, path, width, first, count, out);
+}
+
 std::size_t TraceReader::pair_count() const {
   std::size_t n = 0;
   for (const auto& o : m->offsets) {

@@ -45,6 +45,21 @@ class TraceReader {
   bool group_has_margin(std::size_t g) const;
   bool group_has_pairs(std::size_t g) const;
   std::size_t pair_count() const;
+  // Whether group g keeps its coordinates' w and u (joint/w, joint/u).
+  bool group_has_exact(std::size_t g) const;
+
+  // Values [first, first + count) of group g's per-step dataset `path` (its path under the group: "nonzero",
+  // "ratio_histogram", "joint/margin", "projected/e4m3/expected/stochastic/erased", ...) of `width` values per
+  // recorded step, viewed flat and row-major (step t holds values [t * width, (t + 1) * width)), within the recorded
+  // steps' values: one dataset a block at a time, whatever its layout (what TraceWriter::finish and the analytic grid
+  // of `evaluate` read). Throws TraceFileError naming the file and the dataset (missing, shorter than the recorded
+  // steps, or for a finished file a length other than T x width).
+  void read_group_values(std::size_t g, const std::string& path, std::size_t width, std::size_t first,
+                         std::size_t count, std::int64_t* out) const;
+  void read_group_values(std::size_t g, const std::string& path, std::size_t width, std::size_t first,
+                         std::size_t count, double* out) const;
+  void read_group_values(std::size_t g, const std::string& path, std::size_t width, std::size_t first,
+                         std::size_t count, float* out) const;
 
   // For a checkpoint's embedded trace: reads from an open HDF5 group (the file stays owned by the caller).
   static Trace read_all_from(long long root, const std::string& file, const TraceReadOptions& options);

@@ -170,9 +170,9 @@ void for_each_row_series(Trace& t, F&& f) {
         f(e.erased);
         f(e.fraction);
       }
-      drop(p.block_sample.w);
-      drop(p.block_sample.u);
-      drop(p.block_sample.tensor);
+      f(p.block_sample.w);
+      f(p.block_sample.u);
+      f(p.block_sample.tensor);
     }
   }
 }
@@ -741,7 +741,7 @@ void TraceWriter::State::finish(std::optional<std::int64_t> steps) {
 namespace wbaudit::sim::detail {
 
 void write_trace_from_reader(const std::filesystem::path& path, const TraceReader& reader,
-                             std::optional<std::int64_t> steps) {
+                             std::optional<std::int64_t> steps, std::size_t block_bytes) {
   const Trace& header = reader.header();
   const std::size_t T = reader.recorded_steps();
   bool pairs = false, margin = false;
@@ -757,12 +757,33 @@ void write_trace_from_reader(const std::filesystem::path& path, const TraceReade
   const std::uint64_t bound =
       finished_trace_bound(finished, T, header.validation_steps.size(), header.replay_checkpoints.size()) +
       (pairs ? 16 * static_cast<std::uint64_t>(reader.pair_count()) : 0);
+  // Each dataset of each group is read from the partial file and written a block of at most block_bytes at a time, in
+  // the canonical order (what it holds does not grow with the recorded steps); schema 2's joint pairs, which a
+  // partial file never holds, and a trace without recorded steps are written from the group's rows in memory.
+  GroupValues from;
+  from.steps = T;
+  from.block_bytes = block_bytes;
+  std::size_t group = 0;
+  from.int64s = [&](const std::string& at, std::size_t width, std::size_t first, std::size_t count, std::int64_t* out) {
+    reader.read_group_values(group, at, width, first, count, out);
+  };
+  from.doubles = [&](const std::string& at, std::size_t width, std::size_t first, std::size_t count, double* out) {
+    reader.read_group_values(group, at, width, first, count, out);
+  };
+  from.floats = [&](const std::string& at, std::size_t width, std::size_t first, std::size_t count, float* out) {
+    reader.read_group_values(group, at, width, first, count, out);
+  };
   write_final_trace(path, bound, [&](hid_t root, const std::string& file) {
     write_trace_header(root, finished, file, pairs, margin);
     write_trace_steps(root, finished, file);
     Handle groups = create_group(root, "groups", file);
-    for (std::size_t g = 0; g < reader.group_count(); ++g) {
-      write_trace_group(groups.get(), finished, reader.read_group(g, 0, T), file);  // one group's rows at a time
+    for (group = 0; group < reader.group_count(); ++group) {
+      if (T == 0 || reader.group_has_pairs(group)) {
+        write_trace_group(groups.get(), finished, reader.read_group(group, 0, T), file);
+      } else {
+        // the group's rows of its first recorded step say which datasets it holds
+        write_trace_group(groups.get(), finished, reader.read_group(group, 0, 1), file, &from);
+      }
     }
     write_trace_tail(root, finished, file);
   });

@@ -47,6 +47,38 @@ for r in csv.DictReader(open(sys.argv[2])):
 assert n == len(exact), n
 PY
 
+# `evaluate` with the analytic grid holds the references without their histograms and reads them from each reference's
+# file a block of recorded steps at a time: its `source` series ([source] method = "analytic-grid") is, cell by cell,
+# the grid CLI's series of the cell's declared reference at the cell's format and s = 1 (a tiny target has its
+# reference's learning rate), and the analytic-grid predictor is there for every cell.
+printf '[analysis]\npredictors = ["source", "analytic-grid", "template", "common-time"]\nbaselines = ["template", "common-time"]\n[source]\nmethod = "analytic-grid"\n[bootstrap]\nresamples = 50\nmin_units = 2\n' \
+  > "$work/analytic.toml"
+"$wbaudit" evaluate "$work/t" --analysis "$work/analytic.toml" -o "$work/e" --no-figures > "$work/e.out" 2>&1 \
+  || { cat "$work/e.out"; fail "evaluate with the analytic grid"; }
+$py - "$wbaudit" "$work" <<'PY' || fail "evaluate's analytic-grid source differs from the grid CLI"
+import csv, math, subprocess, sys
+wbaudit, work = sys.argv[1], sys.argv[2]
+rows = list(csv.DictReader(open(work + "/e/series.csv")))
+assert rows and "source" in rows[0] and "analytic-grid" in rows[0], rows[:1]
+by_cell = {}
+for r in rows:
+    by_cell.setdefault(r["cell"], {})[int(r["step"])] = r
+n = 0
+for cell, steps in sorted(by_cell.items()):
+    target, group = cell.rsplit("/", 1)
+    fmt = [p.split("=", 1)[1] for p in target.split("/") if p.startswith("format=")][0]
+    out = "%s/g_%d" % (work, n)
+    subprocess.run([wbaudit, "grid", work + "/t", "--cell", target, "--formats", fmt, "--lr-scales", "1",
+                    "--groups", group, "--no-figure", "-o", out], check=True, stdout=subprocess.DEVNULL)
+    grid = {int(g["step"]): g["erased_fraction"] for g in csv.DictReader(open(out + "/grid.csv"))}
+    for step, r in steps.items():
+        want, got = grid[step], r["source"]
+        assert (want == "" and (got == "" or math.isnan(float(got)))) or float(got) == float(want), (cell, step, got, want)
+        assert r["analytic-grid"] != "", (cell, step)
+        n += 1
+assert n > 0
+PY
+
 # One step; the summary then covers it alone.
 step=$($py -c "import h5py,sys; print(h5py.File(sys.argv[1],'r')['recorded_steps'][2])" "$ref")
 "$wbaudit" grid "$ref" --formats e2m1 --lr-scales 1 --groups layer2.weight --step "$step" --no-figure -o "$work/g1" \

@@ -294,9 +294,10 @@ TEST(RunSweep, ACellThatCannotFitInMemoryIsRefusedBeforeAnythingIsWritten) {
 
 // A decoder reference cell whose training fits a machine but whose recording does not: refused before it starts, the
 // message naming the estimate (training and recording parts, in bytes) and the machine's memory; a machine with room
-// for both runs it (no refusal). The recording's part has a floor computed here from the documented layout: writing
-// the finished trace holds one group's rows of every recorded step, 8 bytes per counter of the d histogram (512 bins)
-// and of the margin histogram (14 formats x 437 counters).
+// for both runs it (no refusal). The recording's part has a floor computed here from the documented layout: training
+// holds one recorded step's rows of every group, 8 bytes per counter of the d histogram (512 bins) and of the margin
+// histogram (14 formats x 437 counters); writing the finished trace holds one block of one dataset (4 MiB), so the
+// same cell recording every 10th of 2,000,000 steps needs only the reader's 24 bytes per recorded step more.
 TEST(SweepSpec, ADecoderCellWhoseRecordingCannotFitIsRefusedNamingItsEstimate) {
   const std::string text = R"(
 seed = 1
@@ -340,7 +341,14 @@ seed = [1]
   const auto config = wbaudit::sim::run_config_from_json(reference->config);
   const double training = wbaudit::sim::estimate_cell_bytes(config);
   const double recording = wbaudit::sim::estimate_recording_bytes(config, 2);
-  EXPECT_GE(recording, 400.0 * 8 * (512 + 14 * 437)) << "the finished file's one group of 400 recorded steps";
+  const auto groups = static_cast<double>(wbaudit::sim::model_tensor_names(config.model).size());
+  EXPECT_GE(recording, groups * 8 * (512 + 14 * 437)) << "one recorded step's rows of every group";
+  auto long_config = config;
+  long_config.steps = 2000000;
+  long_config.record.kind = wbaudit::sim::RecordKind::every_k;
+  long_config.record.k = 10;
+  EXPECT_LE(wbaudit::sim::estimate_recording_bytes(long_config, 2), recording + 24.0 * 200000)
+      << "finishing 200,000 recorded steps holds a block, not one group's rows of every step";
   wbaudit::runners::SweepSpec only_reference = spec;
   only_reference.cells = {*reference};
   const double physical = training + recording / 2;  // the training fits, the recording does not

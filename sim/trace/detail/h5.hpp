@@ -5,13 +5,16 @@
 #include <hdf5.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "sim/trace/detail/trace_file.hpp"
 #include "sim/trace/trace_error.hpp"
 
 namespace wbaudit::sim {
@@ -155,29 +158,82 @@ inline hid_t untimed_plist(hid_t cls) {
   return id;
 }
 
+// A dataset's values as the finished file's writer takes them: all in memory (data), or, when data is null, read a
+// block at a time by read(first, count, out) (values [first, first + count) of the dataset viewed flat, row-major):
+// the partial file of a streamed trace, which TraceWriter::finish writes out without holding a whole dataset.
 template <class T>
-inline void write_dataset(hid_t loc, const char* name, const std::vector<T>& data, const std::vector<hsize_t>& dims,
-                          const std::string& file) {
+struct DatasetValues {
+  const T* data = nullptr;
+  std::size_t size = 0;  // values in the dataset
+  std::function<void(std::size_t first, std::size_t count, T* out)> read;
+};
+
+// Writes `values` into the dataset `set`, created with its full extent (rank 1, or rank 2 with rows of `width`): from
+// memory in one write of the whole extent, or read and written a block at a time, each block whole rows and, when
+// `align` > 0, ending on a multiple of `align` values (a 1-D dataset's chunk): the blocks cover the dataset in order,
+// so HDF5 meets the chunks in the order one whole write meets them (same chunk cache evictions, same file space
+// allocations, the same bytes). `block_bytes` bounds the values held at once (at least one row, or one `align`).
+template <class T>
+inline void write_values(hid_t set, const DatasetValues<T>& values, int rank, hsize_t width, hsize_t align,
+                         std::size_t block_bytes, const char* name, const std::string& file) {
+  if (values.size == 0) {
+    return;
+  }
+  if (values.data != nullptr) {
+    check(H5Dwrite(set, native_type<T>(), H5S_ALL, H5S_ALL, H5P_DEFAULT, values.data),
+          std::string("write dataset ") + name, file);
+    return;
+  }
+  const hsize_t unit = align > 0 ? align : width;  // a block is a whole number of units
+  const hsize_t units = std::max<hsize_t>(1, block_bytes / sizeof(T) / unit);
+  const hsize_t block = units * unit;
+  std::vector<T> buffer(static_cast<std::size_t>(std::min<hsize_t>(block, values.size)));
+  Handle space(H5Dget_space(set), H5Sclose, std::string("H5Dget_space ") + name, file);
+  for (hsize_t first = 0; first < values.size; first += block) {
+    const hsize_t count = std::min<hsize_t>(block, values.size - first);
+    values.read(static_cast<std::size_t>(first), static_cast<std::size_t>(count), buffer.data());
+    const hsize_t start[2] = {rank == 2 ? first / width : first, 0};
+    const hsize_t extent[2] = {rank == 2 ? count / width : count, width};
+    check(H5Sselect_hyperslab(space.get(), H5S_SELECT_SET, start, nullptr, extent, nullptr),
+          std::string("select ") + name, file);
+    Handle memory(H5Screate_simple(1, &count, nullptr), H5Sclose, "H5Screate_simple", file);
+    check(H5Dwrite(set, native_type<T>(), memory.get(), space.get(), H5P_DEFAULT, buffer.data()),
+          std::string("write dataset ") + name, file);
+  }
+}
+
+template <class T>
+inline DatasetValues<T> in_memory(const std::vector<T>& data) {
+  return DatasetValues<T>{data.data(), data.size(), {}};
+}
+
+template <class T>
+inline void write_dataset(hid_t loc, const char* name, const DatasetValues<T>& values, const std::vector<hsize_t>& dims,
+                          const std::string& file, std::size_t block_bytes = kFinishBlockBytes) {
   Handle space(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr), H5Sclose, "H5Screate_simple",
                file);
   Handle dcpl(untimed_plist(H5P_DATASET_CREATE), H5Pclose, "creation property list", file);
   Handle set(H5Dcreate2(loc, name, file_type<T>(), space.get(), H5P_DEFAULT, dcpl.get(), H5P_DEFAULT), H5Dclose,
              std::string("create dataset ") + name, file);
-  if (!data.empty()) {
-    check(H5Dwrite(set.get(), native_type<T>(), H5S_ALL, H5S_ALL, H5P_DEFAULT, data.data()),
-          std::string("write dataset ") + name, file);
-  }
+  write_values(set.get(), values, static_cast<int>(dims.size()), dims.size() == 2 ? dims[1] : 1, 0, block_bytes, name,
+               file);
+}
+
+template <class T>
+inline void write_dataset(hid_t loc, const char* name, const std::vector<T>& data, const std::vector<hsize_t>& dims,
+                          const std::string& file) {
+  write_dataset(loc, name, in_memory(data), dims, file);
 }
 
 // A 1-D dataset stored chunked and deflated (shuffle + deflate level 6): for the large sparse datasets.
-template <class T, class Allocator>
-inline void write_compressed_vector(hid_t loc, const char* name, const std::vector<T, Allocator>& data,
-                                    const std::string& file) {
-  if (data.empty()) {
+template <class T>
+inline void write_compressed_vector(hid_t loc, const char* name, const DatasetValues<T>& values,
+                                    const std::string& file, std::size_t block_bytes = kFinishBlockBytes) {
+  if (values.size == 0) {
     write_dataset(loc, name, std::vector<T>{}, {0}, file);
     return;
   }
-  const hsize_t n = data.size();
+  const hsize_t n = values.size;
   Handle space(H5Screate_simple(1, &n, nullptr), H5Sclose, "H5Screate_simple", file);
   Handle dcpl(untimed_plist(H5P_DATASET_CREATE), H5Pclose, "creation property list", file);
   const hsize_t chunk = n < 65536 ? n : 65536;
@@ -186,21 +242,26 @@ inline void write_compressed_vector(hid_t loc, const char* name, const std::vect
   check(H5Pset_deflate(dcpl.get(), 6), std::string("deflate filter for ") + name, file);
   Handle set(H5Dcreate2(loc, name, file_type<T>(), space.get(), H5P_DEFAULT, dcpl.get(), H5P_DEFAULT), H5Dclose,
              std::string("create dataset ") + name, file);
-  check(H5Dwrite(set.get(), native_type<T>(), H5S_ALL, H5S_ALL, H5P_DEFAULT, data.data()),
-        std::string("write dataset ") + name, file);
+  write_values(set.get(), values, 1, 1, chunk, block_bytes, name, file);
+}
+
+template <class T, class Allocator>
+inline void write_compressed_vector(hid_t loc, const char* name, const std::vector<T, Allocator>& data,
+                                    const std::string& file) {
+  write_compressed_vector(loc, name, DatasetValues<T>{data.data(), data.size(), {}}, file);
 }
 
 // A [rows, width] dataset stored one row per chunk with shuffle + deflate (level 6): schema 3's per-step histograms,
 // which a reader takes one recorded step at a time. Empty (rows 0): contiguous, like write_dataset.
 template <class T>
-inline void write_compressed_rows(hid_t loc, const char* name, const std::vector<T>& data, hsize_t rows, hsize_t width,
-                                  const std::string& file) {
-  if (data.size() != rows * width) {
-    throw TraceFileError(file + ": " + name + " holds " + std::to_string(data.size()) + " values for " +
+inline void write_compressed_rows(hid_t loc, const char* name, const DatasetValues<T>& values, hsize_t rows,
+                                  hsize_t width, const std::string& file, std::size_t block_bytes = kFinishBlockBytes) {
+  if (values.size != rows * width) {
+    throw TraceFileError(file + ": " + name + " holds " + std::to_string(values.size) + " values for " +
                          std::to_string(rows) + " rows of " + std::to_string(width));
   }
   if (rows == 0 || width == 0) {
-    write_dataset(loc, name, data, {rows, width}, file);
+    write_dataset(loc, name, values, {rows, width}, file);
     return;
   }
   const hsize_t dims[2] = {rows, width}, chunk[2] = {1, width};
@@ -211,8 +272,19 @@ inline void write_compressed_rows(hid_t loc, const char* name, const std::vector
   check(H5Pset_deflate(dcpl.get(), 6), std::string("deflate filter for ") + name, file);
   Handle set(H5Dcreate2(loc, name, file_type<T>(), space.get(), H5P_DEFAULT, dcpl.get(), H5P_DEFAULT), H5Dclose,
              std::string("create dataset ") + name, file);
-  check(H5Dwrite(set.get(), native_type<T>(), H5S_ALL, H5S_ALL, H5P_DEFAULT, data.data()),
-        std::string("write dataset ") + name, file);
+  write_values(set.get(), values, 2, width, 0, block_bytes, name, file);
+}
+
+template <class T>
+inline void write_compressed_rows(hid_t loc, const char* name, const std::vector<T>& data, hsize_t rows, hsize_t width,
+                                  const std::string& file) {
+  write_compressed_rows(loc, name, in_memory(data), rows, width, file);
+}
+
+template <class T>
+inline void write_vector(hid_t loc, const char* name, const DatasetValues<T>& values, const std::string& file,
+                         std::size_t block_bytes = kFinishBlockBytes) {
+  write_dataset(loc, name, values, {static_cast<hsize_t>(values.size)}, file, block_bytes);
 }
 
 template <class T>
@@ -479,7 +551,23 @@ inline std::vector<std::string> link_names(hid_t loc, const std::string& where, 
 void write_trace_header(hid_t root, const Trace& trace, const std::string& file, bool pairs, bool margin);
 void write_margin_layout(hid_t root, const MarginLayout& margin, const std::string& file);
 void write_trace_steps(hid_t root, const Trace& trace, const std::string& file);
-void write_trace_group(hid_t groups, const Trace& trace, const GroupTrace& g, const std::string& file);
+// Where write_trace_group takes a group's per-step values when not from its GroupTrace's vectors: the partial file of
+// a streamed trace (TraceWriter::finish), read a block of at most block_bytes at a time. int64s / doubles / floats
+// (path, width, first, count, out): values [first, first + count) of the group's dataset `path` ("nonzero",
+// "joint/margin", "projected/e4m3/expected/stochastic/erased", ...) of `width` values per recorded step, viewed flat,
+// row-major (TraceReader::read_group_values); `steps`: the recorded steps.
+struct GroupValues {
+  std::size_t steps = 0;
+  std::size_t block_bytes = kFinishBlockBytes;
+  std::function<void(const std::string&, std::size_t, std::size_t, std::size_t, std::int64_t*)> int64s;
+  std::function<void(const std::string&, std::size_t, std::size_t, std::size_t, double*)> doubles;
+  std::function<void(const std::string&, std::size_t, std::size_t, std::size_t, float*)> floats;
+};
+// With `from`, g gives the group's header and which datasets it holds (its rows of one recorded step, as the partial
+// file holds them), and every per-step dataset is written from `from` a block at a time (schema 2's joint pairs are
+// written from memory only).
+void write_trace_group(hid_t groups, const Trace& trace, const GroupTrace& g, const std::string& file,
+                       const GroupValues* from = nullptr);
 void write_trace_tail(hid_t root, const Trace& trace, const std::string& file);
 void write_trace_to(hid_t root, const Trace& trace, const std::string& file);
 Trace read_trace_from(hid_t root, const std::string& file);

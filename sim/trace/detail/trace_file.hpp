@@ -5,6 +5,7 @@
 // once closed.
 #include <hdf5.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <filesystem>
 #include <functional>
@@ -15,6 +16,10 @@ namespace wbaudit::sim {
 struct Trace;
 class TraceReader;
 namespace detail {
+
+// The most bytes of values finishing a streamed trace holds at once: one block of one dataset (write_trace_from_reader;
+// docs/trace-format.md, "Streaming").
+inline constexpr std::size_t kFinishBlockBytes = std::size_t{4} << 20;
 
 // Reserves `bytes` past the current end of the open file (posix_fallocate); throws TraceFileError naming the file and
 // the reason (ENOSPC, EFBIG) when the disk or the process's file-size limit cannot hold them.
@@ -29,10 +34,13 @@ void write_final_trace(const std::filesystem::path& path, std::uint64_t bound,
 std::uint64_t finished_trace_bound(const Trace& header, std::size_t steps, std::size_t validations,
                                    std::size_t replays);
 
-// The finished file of the trace `reader` reads (its groups read and written one at a time), with `steps` (the run's
-// optimizer steps) when given.
+// The finished file of the trace `reader` reads, with `steps` (the run's optimizer steps) when given: byte for byte
+// what write_trace writes for that trace. Each dataset of each group is read and written a block of at most
+// `block_bytes` of values at a time (at least one recorded step's row, or one chunk of a 1-D dataset), so what it
+// holds besides the reader's header is one block, whatever the number of recorded steps.
 void write_trace_from_reader(const std::filesystem::path& path, const TraceReader& reader,
-                             std::optional<std::int64_t> steps = std::nullopt);
+                             std::optional<std::int64_t> steps = std::nullopt,
+                             std::size_t block_bytes = kFinishBlockBytes);
 
 }  // namespace detail
 }  // namespace wbaudit::sim
