@@ -506,6 +506,15 @@ inline void check_range(detail::CheckFn check, const float* wp, const float* up,
   v.amax_v_bits = cc.amax_v_bits > v.amax_v_bits ? cc.amax_v_bits : v.amax_v_bits;
 }
 
+// The reduction of two check passes' values (CheckKernel, ScanCheckKernel).
+KOKKOS_INLINE_FUNCTION void join_checks(volatile CheckValue& a, const volatile CheckValue& b) {
+  a.bad = a.bad + b.bad;
+  a.first_bad = b.first_bad < a.first_bad ? b.first_bad : a.first_bad;
+  a.first_inf = b.first_inf < a.first_inf ? b.first_inf : a.first_inf;
+  a.amax_w_bits = b.amax_w_bits > a.amax_w_bits ? b.amax_w_bits : a.amax_w_bits;
+  a.amax_v_bits = b.amax_v_bits > a.amax_v_bits ? b.amax_v_bits : a.amax_v_bits;
+}
+
 // Over chunks of kCheckChunk coordinates: w, u and (master variant) master must be finite; the values to round are
 // fl32(w + u), or fl32(master + u) which must be finite too.
 template <class MS>
@@ -515,13 +524,7 @@ struct CheckKernel {
   std::int64_t n = 0;
   detail::CheckFn check = nullptr;
   KOKKOS_INLINE_FUNCTION void init(value_type& v) const { v = value_type{}; }
-  KOKKOS_INLINE_FUNCTION void join(volatile value_type& a, const volatile value_type& b) const {
-    a.bad = a.bad + b.bad;
-    a.first_bad = b.first_bad < a.first_bad ? b.first_bad : a.first_bad;
-    a.first_inf = b.first_inf < a.first_inf ? b.first_inf : a.first_inf;
-    a.amax_w_bits = b.amax_w_bits > a.amax_w_bits ? b.amax_w_bits : a.amax_w_bits;
-    a.amax_v_bits = b.amax_v_bits > a.amax_v_bits ? b.amax_v_bits : a.amax_v_bits;
-  }
+  KOKKOS_INLINE_FUNCTION void join(volatile value_type& a, const volatile value_type& b) const { join_checks(a, b); }
   KOKKOS_INLINE_FUNCTION void operator()(std::int64_t chunk, value_type& v) const {
     const std::int64_t begin = chunk * kCheckChunk;
     check_range(check, w.data(), u.extent(0) > 0 ? u.data() : nullptr, master.extent(0) > 0 ? master.data() : nullptr,
@@ -541,13 +544,7 @@ struct ScanCheckKernel {
   Launch L;
   std::int64_t spans_per_row = 1;
   KOKKOS_INLINE_FUNCTION void init(value_type& v) const { v = value_type{}; }
-  KOKKOS_INLINE_FUNCTION void join(volatile value_type& a, const volatile value_type& b) const {
-    a.bad = a.bad + b.bad;
-    a.first_bad = b.first_bad < a.first_bad ? b.first_bad : a.first_bad;
-    a.first_inf = b.first_inf < a.first_inf ? b.first_inf : a.first_inf;
-    a.amax_w_bits = b.amax_w_bits > a.amax_w_bits ? b.amax_w_bits : a.amax_w_bits;
-    a.amax_v_bits = b.amax_v_bits > a.amax_v_bits ? b.amax_v_bits : a.amax_v_bits;
-  }
+  KOKKOS_INLINE_FUNCTION void join(volatile value_type& a, const volatile value_type& b) const { join_checks(a, b); }
   KOKKOS_INLINE_FUNCTION void operator()(std::int64_t span, value_type& v) const {
     const std::int64_t cols = L.shape.cols;
     const std::int64_t B = L.p.block_size;
