@@ -26,6 +26,7 @@
 #include "sim/precision/rounding.hpp"
 #include "sim/precision/storage_format.hpp"
 #include "sim/precision/writeback.hpp"
+#include "sim/precision/writeback_stored.hpp"
 #include "sim/trace/margin_readout.hpp"
 #include "sim/trace/ratio_histogram.hpp"
 #include "sim/trace/record_schedule.hpp"
@@ -382,6 +383,59 @@ py::tuple writeback_py(py::array w, py::array u, const std::string& fmt_name, co
     }
   }
   return py::make_tuple(target, counts_dict(counts));
+}
+
+// The write-back of a parameter stored in bf16 / fp16 (sim/precision/writeback_stored.hpp), fused: storage holds
+// the parameter's raw 16 bits (int16 / uint16, written in place), stepped the fp32 value its optimizer stepped it to.
+py::dict writeback_stored_py(py::array storage, py::array stepped, const std::string& storage_dtype,
+                             const std::string& fmt_name, const std::string& policy_name_, std::uint64_t seed,
+                             std::uint64_t step, std::uint32_t tensor_id, int sr_bits, std::optional<double> scale,
+                             std::uint64_t first_coordinate, const std::string& tensor, const std::string& sr_stream) {
+  ensure_kokkos();
+  if (storage_dtype != "bf16" && storage_dtype != "fp16") {
+    throw py::value_error("writeback_stored: storage_dtype " + storage_dtype + " is not bf16 or fp16");
+  }
+  const Storage16 type = storage_dtype == "bf16" ? Storage16::bf16 : Storage16::fp16;
+  if (storage.dtype().kind() != 'i' && storage.dtype().kind() != 'u') {
+    throw py::type_error("writeback_stored: storage has dtype " + dtype_name(storage) +
+                         "; it takes the parameter's 16 raw bits (tensor.view(torch.int16).numpy())");
+  }
+  if (storage.itemsize() != 2) {
+    throw py::type_error("writeback_stored: storage has dtype " + dtype_name(storage) + ", not 16 bits");
+  }
+  if (!(storage.flags() & py::array::c_style) || !storage.writeable()) {
+    throw py::value_error("writeback_stored: storage must be C-contiguous and writable");
+  }
+  const FormatSpec fmt = make_format(fmt_name, scale);
+  const WritebackPolicy policy = make_policy(policy_name_, sr_bits, sr_stream);
+  if (policy.policy == Policy::master) {
+    throw py::value_error("writeback: policy master keeps an fp32 master copy; write back with nearest instead");
+  }
+  if (storage.size() != stepped.size()) {
+    throw py::value_error("writeback_stored: storage holds " + std::to_string(storage.size()) + " values, stepped " +
+                          std::to_string(stepped.size()));
+  }
+  const float* pd = float32_data<const float>(stepped, "stepped", fmt_name);
+  const auto n = static_cast<std::size_t>(storage.size());
+  const Kokkos::View<std::uint16_t*, Space::memory_space, Kokkos::MemoryUnmanaged> sv(
+      static_cast<std::uint16_t*>(storage.mutable_data()), n);
+  const Kokkos::View<const float*, Space::memory_space, Kokkos::MemoryUnmanaged> pv(pd, n);
+  WritebackOptions options;
+  options.first_coordinate = first_coordinate;
+  WritebackCounts counts;
+  {
+    py::gil_scoped_release release;
+    try {
+      counts = writeback_stored(Space(), fmt, policy, RngKey{seed, step, tensor_id}, type, sv, pv, options);
+    } catch (const NonFiniteError& e) {
+      py::gil_scoped_acquire acquire;
+      throw py::value_error(where(tensor, step) + e.what());
+    } catch (const std::invalid_argument& e) {
+      py::gil_scoped_acquire acquire;
+      throw py::value_error(where(tensor, step) + e.what());
+    }
+  }
+  return counts_dict(counts);
 }
 
 template <class T, class Allocator>
@@ -972,6 +1026,19 @@ PYBIND11_MODULE(_core, m) {
         "Raises ValueError naming tensor and step for NaN/inf (the finite coordinates are still written back),\n"
         "TypeError for a dtype other than float32, ValueError for a shape mismatch, an unknown sr_stream or one\n"
         "the policy and sr_bits do not allow.");
+  m.def("writeback_stored", &writeback_stored_py, py::arg("storage"), py::arg("stepped"), py::arg("storage_dtype"),
+        py::arg("fmt"), py::arg("policy") = "nearest", py::arg("seed") = 0, py::arg("step") = 0,
+        py::arg("tensor_id") = 0, py::arg("sr_bits") = 0, py::arg("scale") = py::none(),
+        py::arg("first_coordinate") = 0, py::arg("tensor") = "", py::arg("sr_stream") = "philox",
+        "writeback_stored(storage, stepped, storage_dtype, fmt, policy='nearest', seed=0, step=0, tensor_id=0,\n"
+        "                 sr_bits=0, scale=None, first_coordinate=0, tensor='', sr_stream='philox') -> counts\n\n"
+        "The write-back of a parameter stored in bf16 or fp16 (storage_dtype), in one pass: storage holds its raw\n"
+        "16 bits (an int16 / uint16 array, e.g. p.data.view(torch.int16).numpy(), written in place), stepped the\n"
+        "float32 values its optimizer stepped it to. Per coordinate w = the stored value, u = fl32(stepped - w),\n"
+        "and q_fmt^policy(w + u) is stored back: the values, counts and SR draws of writeback(w, u, ...) on those\n"
+        "arrays, without fp32 copies of w, u or the result. fmt's values must fit the storage (ValueError before\n"
+        "anything is written). NaN/inf in w or u: those coordinates keep their value, the others are written back,\n"
+        "then ValueError naming tensor, step, the count and the first coordinate.");
   m.def("project", &project_py, py::arg("w"), py::arg("u"), py::arg("formats"), py::arg("histogram") = true,
         py::arg("d_min") = -16.0, py::arg("bin_width") = 0.125, py::arg("bins") = 512, py::arg("tensor") = "",
         py::arg("step") = 0, py::arg("joint") = false,

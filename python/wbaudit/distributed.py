@@ -88,6 +88,8 @@ class _Local:
     def offset(self, name):
         return 0
 
+    observes = False  # whether observe() needs w and u (a write-back may then skip forming them)
+
     def observe(self, name, w, u):
         pass
 
@@ -177,6 +179,8 @@ class _Replicated(_Group):
         super().__init__(group, params, signature)
         self._check_signatures(self._gather((self.names, self.signature)))
         self.digests = {}
+
+    observes = True
 
     def observe(self, name, w, u):
         self.digests[name] = (hashlib.sha256(_bytes(w)).digest(), hashlib.sha256(_bytes(u)).digest())

@@ -716,6 +716,14 @@ class PersistentNative(torch.optim.Optimizer):
         else:
             u = p.data  # the fp32 copy the inner optimizer stepped on
             p.data, p.grad = low
+            storage = p.data
+            if storage.is_contiguous() and not (record and self._dist.observes):
+                # One fused pass (_core.writeback_stored): w read from the storage's own bits, u = fl32(stepped - w),
+                # q(w + u) stored back: the same values and counts as below without the fp32 copies of w and u.
+                return _core.writeback_stored(storage.view(torch.int16).reshape(-1).numpy(),
+                                              _np(u.contiguous()).reshape(-1), _STORAGE_FORMAT[storage.dtype], s.fmt,
+                                              self.policy, self.seed, self.steps_run, s.tid, self.sr_bits, s.scale,
+                                              self._dist.offset(name), name, self.sr_stream)
             w = s.fp32("g32", low[0])  # exact; the gradient's copy is no longer needed
         torch.sub(u, w, out=u)  # the optimizer's fp32 proposal (low: the storage promoted to fp32, exact)
         wf = _np(w).reshape(s.shape)

@@ -1,7 +1,7 @@
 # Sources of the precision layer (formats, rounding, write-back, events, RNG).
 list(APPEND WBAUDIT_SIM_SOURCES precision/format.cpp precision/policy.cpp precision/writeback.cpp
      precision/writeback_blocks.cpp precision/writeback_blocks_avx512.cpp precision/writeback_blocks_avx2.cpp
-     precision/audit.cpp precision/expected_erasure.cpp)
+     precision/audit.cpp precision/expected_erasure.cpp precision/writeback_stored.cpp)
 # Block-scaled formats (MX, NVFP4): names and scales, the scalar reference, the kernels and their vectorized loops.
 list(APPEND WBAUDIT_SIM_SOURCES precision/block_format.cpp precision/block_reference.cpp precision/block_writeback.cpp
      precision/block_loops.cpp precision/storage_format.cpp)

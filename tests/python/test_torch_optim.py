@@ -331,32 +331,42 @@ def test_int_format_with_a_zero_initialized_parameter(tmp_path, wbaudit_exe):
     assert all(r["erased_fraction"] != "" for r in rows if r["group"] == "weight")
 
 
+@pytest.mark.parametrize("dtype,fmt", [(torch.bfloat16, None), (torch.float16, None), (torch.bfloat16, "e4m3")])
 @pytest.mark.parametrize("policy", ["nearest", "stochastic"])
-def test_bf16_storage_is_written_back_from_the_fp32_proposal(tmp_path, policy):
-    """bf16 parameters with formats=None: each step, the inner AdamW steps on fp32 copies (its state is fp32), the
-    fp32 proposal u = p_after - p_before is written back with wbaudit's bf16 write-back and stored into the bf16
-    parameter. Reference: an fp32 AdamW on its own copies fed the same grads, then wbaudit.writeback (the C++ kernel)
-    on fp32 arrays with the same SR keys; and nearest against reference.py's bf16 table."""
-    model = make_model().to(torch.bfloat16)
+def test_bf16_storage_is_written_back_from_the_fp32_proposal(tmp_path, policy, dtype, fmt):
+    """bf16 / fp16 parameters with formats=None (the storage dtype is the format) or a format whose values the
+    storage holds: each step, the inner AdamW steps on fp32 copies (its state is fp32), the fp32 proposal
+    u = p_after - p_before is written back (the fused pass over the storage's bits, _core.writeback_stored) and
+    stored into the parameter. Reference: an fp32 AdamW on its own copies fed the same grads, then wbaudit.writeback
+    (the C++ kernel) on fp32 arrays with the same SR keys; and nearest against reference.py's table."""
+    model = make_model().to(dtype)
     names = [n for n, _ in model.named_parameters()]
-    refp = [torch.nn.Parameter(p.detach().float()) for p in model.parameters()]
-    ref_opt = torch.optim.AdamW(refp, lr=3e-2)
-    pn = PersistentNative(torch.optim.AdamW(model.parameters(), lr=3e-2), None, model=model, policy=policy, seed=4,
+    pn = PersistentNative(torch.optim.AdamW(model.parameters(), lr=3e-2), fmt, model=model, policy=policy, seed=4,
                           path=tmp_path / "t.h5")
-    vals = Table("bf16").values
+    refp = [torch.nn.Parameter(p.detach().float()) for p in model.parameters()]  # after rounding into fmt
+    ref_opt = torch.optim.AdamW(refp, lr=3e-2)
+    fmt_name = fmt or {torch.bfloat16: "bf16", torch.float16: "fp16"}[dtype]
+    vals = Table(fmt_name).values
     erased = 0
     for k, (x, y) in enumerate(batches(5)):
         pn.zero_grad()
-        torch.nn.functional.mse_loss(model(x.bfloat16()).float(), y).backward()
+        if dtype == torch.float16:  # torch's CPU matmuls have no float16: the grads of an fp32 copy, cast
+            copy = make_model()
+            copy.load_state_dict({k: v.float() for k, v in model.state_dict().items()})
+            torch.nn.functional.mse_loss(copy(x), y).backward()
+            for p, q in zip(model.parameters(), copy.parameters()):
+                p.grad = q.grad.half()
+        else:
+            torch.nn.functional.mse_loss(model(x.to(dtype)).float(), y).backward()
         for r, p in zip(refp, model.parameters()):
             r.grad = p.grad.float()
         before = [r.detach().clone() for r in refp]
         ref_opt.step()
         pn.step()
         for tid, (r, w, p, n) in enumerate(zip(refp, before, model.parameters(), names)):
-            assert p.dtype == torch.bfloat16 and p.grad.dtype == torch.bfloat16
+            assert p.dtype == dtype and p.grad.dtype == dtype
             u = (r.detach() - w).numpy().ravel()
-            expect, c = wbaudit.writeback(w.numpy().ravel(), u, "bf16", policy, 4, k, tid)
+            expect, c = wbaudit.writeback(w.numpy().ravel(), u, fmt_name, policy, 4, k, tid)
             if policy == "nearest":
                 np.testing.assert_array_equal(expect, nearest_np(vals, w.double().numpy().ravel() + u))
             np.testing.assert_array_equal(p.detach().float().numpy().ravel(), expect, err_msg=f"{n} step {k}")
@@ -366,8 +376,8 @@ def test_bf16_storage_is_written_back_from_the_fp32_proposal(tmp_path, policy):
     assert erased > 0
     assert all(s["exp_avg"].dtype == torch.float32 for s in pn.state.values())
     trace = wbaudit.read_trace(pn.close())
-    assert trace["format"] == "bf16"
-    assert json.loads(trace["config_json"])["storage"] == {n: "bf16" for n in names}
+    assert trace["format"] == fmt_name
+    assert json.loads(trace["config_json"])["storage"] == {n: fmt_name if fmt is None else "bf16" for n in names}
 
 
 def test_storage_dtype_and_format_checks():
