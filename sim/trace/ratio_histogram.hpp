@@ -62,11 +62,7 @@ KOKKOS_INLINE_FUNCTION int ratio_bin_eighth(int d_min, int bins, float w, float 
   detail::exponent_and_fraction(u, eu, fu);
   int ceil8 = fu != 0 ? 1 : 0;
   for (std::uint32_t t : detail::kEighthBinadeFraction) {
-    {
-      {
-        { ceil8 += fu >= t ? 1 : 0; }
-      }
-    }
+    ceil8 += fu >= t ? 1 : 0;
   }
   const int b = 8 * (ew - eu - d_min) - ceil8;
   return b < 0 ? 0 : (b >= bins ? bins - 1 : b);
@@ -145,11 +141,7 @@ struct RatioHistogramReduce {
   }
   KOKKOS_INLINE_FUNCTION void init(value_type counts) const {
     for (size_type k = 0; k < value_count; ++k) {
-      {
-        {
-          { counts[k] = 0; }
-        }
-      }
+      counts[k] = 0;
     }
   }
   KOKKOS_INLINE_FUNCTION void join(volatile value_type dst, const volatile value_type src) const {

@@ -54,12 +54,12 @@ struct ReferenceHistogramsReduce {
   }
   void init(value_type counts) const {
     for (size_type k = 0; k < value_count; ++k) {
-      { counts[k] = 0; }
+      counts[k] = 0;
     }
   }
   void join(volatile value_type dst, const volatile value_type src) const {
     for (size_type k = 0; k < value_count; ++k) {
-      { dst[k] = dst[k] + src[k]; }
+      dst[k] = dst[k] + src[k];
     }
   }
 };
@@ -84,7 +84,7 @@ ReferenceHistograms reference_histograms(const ExecSpace& space, const RatioHist
   }
   int nfloating = 0;
   while (nfloating < static_cast<int>(formats.size()) && !formats[nfloating].integer) {
-    { ++nfloating; }
+    ++nfloating;
   }
   const std::size_t nratio = static_cast<std::size_t>(ratio.bins) + 3;
   const std::size_t total = nratio + margin.bins();
