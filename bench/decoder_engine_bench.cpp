@@ -23,7 +23,9 @@
 #include <filesystem>
 
 #include "sim/engine.hpp"
+#include "sim/precision/block_expected.hpp"
 #include "sim/precision/block_writeback.hpp"
+#include "sim/precision/expected_erasure.hpp"
 #include "sim/precision/writeback_blocks.hpp"
 #include "sim/run.hpp"
 #include "sim/trace/block_sample.hpp"
@@ -225,12 +227,47 @@ void BlockSampleRecording(benchmark::State& state) {
   state.counters["coordinates"] = static_cast<double>(n);
 }
 
+// The expected projection of one SR policy for a block format in a recorded step (block_expected.hpp), on the
+// tensor of BlockSampleRecording (compare with its Arg 0 / 2, block_project alone): Arg 0: mxfp8_e4m3 exact SR, 1:
+// mxfp8_e4m3 8-bit SR, 2: nvfp4 exact SR, 3: nvfp4 8-bit SR; 4: for comparison, the per-tensor e4m3 exact SR
+// projection (expected_erasure.hpp).
+void ExpectedBlockRecording(benchmark::State& state) {
+  const bool nvfp4 = state.range(0) >= 2;
+  const WritebackPolicy policy{Policy::stochastic, state.range(0) % 2 == 1 ? 8 : 0};
+  const BlockFormatSpec fmt = block_format_from_name(nvfp4 ? "nvfp4" : "mxfp8_e4m3");
+  const RowMajorShape shape{1024, 1024};
+  const auto n = static_cast<std::size_t>(shape.size());
+  Kokkos::View<float*> w("wbaudit::bench::ExpectedBlockRecording::w", n);
+  Kokkos::View<float*> u("wbaudit::bench::ExpectedBlockRecording::u", n);
+  std::mt19937 gen(3);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (std::size_t i = 0; i < n; ++i) {
+    w(i) = 0.05f * normal(gen);
+    u(i) = 1e-3f * normal(gen);
+  }
+  for (auto _ : state) {
+    const ExpectedErasure e = state.range(0) == 4 ? expected_erasure(format_from_name("e4m3"), policy, w, u)
+                                                  : expected_block_erasure(fmt, policy, RngKey{}, shape, w, u);
+    benchmark::DoNotOptimize(e);
+  }
+  state.counters["coordinates"] = static_cast<double>(n);
+}
+
 BENCHMARK(DecoderRatios)->Unit(benchmark::kMillisecond)->Iterations(5);
 BENCHMARK(BlockSampleRecording)
     ->Arg(0)
     ->Arg(1)
     ->Arg(2)
     ->Arg(3)
+    ->Unit(benchmark::kMillisecond)
+    ->Iterations(10)
+    ->UseRealTime();
+BENCHMARK(ExpectedBlockRecording)
+    ->Arg(0)
+    ->Arg(1)
+    ->Arg(2)
+    ->Arg(3)
+    ->Arg(4)
     ->Unit(benchmark::kMillisecond)
     ->Iterations(10)
     ->UseRealTime();

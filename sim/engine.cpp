@@ -138,9 +138,8 @@ Training<ExecSpace>::Training(const ExecSpace& space, const RunConfig& config)
         ProjectedSeries& series = g.projected[name];
         const TargetFormat& pf = m_project_formats[t].back();
         if (pf.block) {
-          series.block_events.blocks = block_count(pf.blocks, pf.shape);  // block formats: no expected projections
+          series.block_events.blocks = block_count(pf.blocks, pf.shape);
           series.block_sample = block_sample_header(pf.blocks, pf.shape);
-          continue;
         }
         for (const WritebackPolicy& policy : config.project_policies) {
           series.expected[projection_name(policy)];
@@ -287,9 +286,9 @@ void Training<ExecSpace>::record_reference(int t, Kokkos::View<const float*, mem
     ProjectedSeries& series = g.projected[config.project_formats[f]];
     if (pf.block) {
       // Block formats: the events of writing back q(w) + u blockwise under nearest, by cause (block_project).
-      const BlockWritebackCounts b = block_project(
-          space, pf.blocks, RngKey{config.seed, static_cast<std::uint64_t>(step), static_cast<std::uint32_t>(t)},
-          pf.shape, Kokkos::View<const float*, memory_space>(w), u);
+      const RngKey key{config.seed, static_cast<std::uint64_t>(step), static_cast<std::uint32_t>(t)};
+      const BlockWritebackCounts b =
+          block_project(space, pf.blocks, key, pf.shape, Kokkos::View<const float*, memory_space>(w), u);
       series.erased.push_back(b.erased);
       series.fraction.push_back(fraction(b.erased, b.nonzero));
       BlockEventSeries& e = series.block_events;
@@ -314,6 +313,9 @@ void Training<ExecSpace>::record_reference(int t, Kokkos::View<const float*, mem
       }
       append_block_sample(pf.blocks, series.block_sample, std::span<const float>(w.data(), n),
                           std::span<const float>(u.data(), n), q);
+      // The expected erased events of each declared stochastic policy (block_expected.hpp).
+      record_expected_projections(space, pf.blocks, pf.shape, key, config.project_policies,
+                                  Kokkos::View<const float*, memory_space>(w), u, series);
       continue;
     }
     // A format the margin histogram recorded with the same rounding: its erased count at s = 1 is whole counters of

@@ -263,6 +263,53 @@ KOKKOS_INLINE_FUNCTION ElementOutcome round_element(const BlockFormatParams& p, 
   return out;
 }
 
+// P(w' == w) for one element with old value w and proposal u != 0 under an SR policy (stochastic or deadzone-sr, any
+// sr_bits), with the block's new scale s fixed (it depends on v only, not on the draws): the closed form of
+// round_element's choice. v / scale lies between its neighbours toward zero a and away from zero b; P(b) is
+// rem / gap exactly (sr_bits == 0, the exact ratio rounded to double) or floor(2^r rem / gap) / 2^r (r-bit SR, exact);
+// P(erased) = [a == w] (1 - P(b)) + [b == w] P(b), decoded values compared in fp32 as the write-back's events are.
+// deadzone-sr takes nearest where nearest moves w (P = 0); v on the grid or saturated: [nearest == w].
+KOKKOS_INLINE_FUNCTION double element_erasure_probability(const BlockFormatParams& p, const BlockScale& s,
+                                                          const WritebackPolicy& policy, const ExactSum& v, float w) {
+  double nearest, toward, away, p_away;
+  if (p.family == BlockFamily::mx) {
+    const double X = pow2(s.exp), inv = pow2(-s.exp);
+    const Bracket b = bracket_of(p.elem, ExactSum{v.hi * inv, v.lo * inv});  // exact: a power-of-two scaling
+    nearest = nearest_of(b) * X;
+    const bool use_sr = policy.policy == Policy::stochastic || nearest == static_cast<double>(w);
+    if (!use_sr || b.exact) {
+      return static_cast<float>(nearest) == w ? 1.0 : 0.0;
+    }
+    if (policy.sr_bits == 0) {
+      p_away = (b.rem.hi + b.rem.lo) / b.S;  // as erasure_probability (expected_erasure.hpp)
+    } else {
+      double d;  // D = floor(rem / S * 2^r), as stochastic_of
+      ExactSum unused;
+      const double two_r = pow2(policy.sr_bits);
+      divmod_exact(ExactSum{b.rem.hi * two_r, b.rem.lo * two_r}, b.S, 1.0 / b.S, d, unused);
+      p_away = d / two_r;
+    }
+    toward = b.sign * b.tz * X;
+    away = b.sign * b.away * X;
+  } else {
+    const GridBracket b = grid_bracket(s.grid, v);
+    nearest = grid_nearest(s.grid, b);
+    const bool use_sr = policy.policy == Policy::stochastic || nearest == static_cast<double>(w);
+    if (!use_sr || b.exact) {
+      return static_cast<float>(nearest) == w ? 1.0 : 0.0;
+    }
+    const double lo = s.grid[b.k], hi = s.grid[b.k + 1];
+    ExactSum rem = two_sum(b.a.hi - lo, b.a.lo);  // as grid_stochastic
+    double G;
+    normalize_gap(hi - lo, rem, G);
+    p_away = policy.sr_bits == 0 ? (rem.hi + rem.lo) / G
+                                 : static_cast<double>(leading_bits(rem, G, policy.sr_bits)) / pow2(policy.sr_bits);
+    toward = b.sign * lo;
+    away = b.sign * hi;
+  }
+  return (static_cast<float>(toward) == w ? 1.0 - p_away : 0.0) + (static_cast<float>(away) == w ? p_away : 0.0);
+}
+
 // The events of one element (docs/formats.md): scale_changed for its block; w_at_max: |w| is the block's largest
 // decoded magnitude at its (unchanged) scale.
 KOKKOS_INLINE_FUNCTION void add_element_events(BlockWritebackCounts& c, float w, float u, const ElementOutcome& o,

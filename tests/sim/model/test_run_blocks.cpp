@@ -14,6 +14,7 @@
 #include <map>
 #include <string>
 
+#include "sim/precision/block_expected.hpp"
 #include "sim/run.hpp"
 #include "sim/trace/trace.hpp"
 #include "sim/trace/trace_writer.hpp"
@@ -400,6 +401,80 @@ TEST(RunCellBlocks, ReferenceProjectsBlockFormatsAsBruteForce) {
   EXPECT_EQ(a.erased_scale, b.erased_scale);
   EXPECT_EQ(a.collateral, b.collateral);
   EXPECT_EQ(a.rescaled_down, b.rescaled_down);
+}
+
+TEST(RunCellBlocks, ReferenceRecordsExpectedProjectionsOfBlockFormats) {
+  // project_policies reach block formats: at each recorded step, projected/<block format>/expected/<policy> holds
+  // expected_block_erasure of the captured state (tested against every draw of the real write-back in
+  // tests/sim/precision/test_block_expected.cpp), laid out as for a per-tensor format; the streamed file equals the
+  // trace in memory and reads back the same values.
+  RunConfig cfg = block_config("fp32", {});
+  cfg.mode = RunMode::reference;
+  cfg.steps = 8;
+  cfg.project_formats = {"mxfp4_e2m1", "nvfp4:2d", "mxint8:rceil", "e4m3"};
+  cfg.project_policies = {{Policy::stochastic, 0}, {Policy::stochastic, 4}, {Policy::deadzone_sr, 0}};
+  Captured cap;
+  const Trace t = run_cell(Kokkos::DefaultExecutionSpace(), cfg, {}, cap.hooks());
+  auto view = [](const std::vector<float>& v) {
+    Kokkos::View<float*> out("wbaudit::test::run_blocks::v", v.size());
+    auto h = Kokkos::create_mirror_view(out);
+    for (std::size_t i = 0; i < v.size(); ++i) h(i) = v[i];
+    Kokkos::deep_copy(out, h);
+    return Kokkos::View<const float*>(out);
+  };
+  bool differs_from_nearest = false;
+  for (int tensor = 0; tensor < kTwoLayerTensors; ++tensor) {
+    const GroupTrace& g = t.groups[tensor];
+    const auto [rows, cols] = shape_of(cfg, tensor);
+    for (const char* name : {"mxfp4_e2m1", "nvfp4:2d", "mxint8:rceil"}) {
+      const ProjectedSeries& p = g.projected.at(name);
+      ASSERT_EQ(p.expected.size(), cfg.project_policies.size()) << g.name << " " << name;
+      for (const WritebackPolicy& policy : cfg.project_policies) {
+        const std::string where = g.name + " " + name + " " + projection_name(policy);
+        const ExpectedSeries& e = p.expected.at(projection_name(policy));
+        ASSERT_EQ(e.erased.size(), t.recorded_steps.size()) << where;
+        ASSERT_EQ(e.fraction.size(), t.recorded_steps.size()) << where;
+        ASSERT_TRUE(g.projected.at("e4m3").expected.contains(projection_name(policy))) << where;
+        for (std::size_t r = 0; r < t.recorded_steps.size(); ++r) {
+          const std::int64_t step = t.recorded_steps[r];
+          const auto key = std::make_pair(step, tensor);
+          const ExpectedErasure want = expected_block_erasure(
+              block_format_from_name(name), policy,
+              RngKey{cfg.seed, static_cast<std::uint64_t>(step), static_cast<std::uint32_t>(tensor)},
+              RowMajorShape{rows, cols}, view(cap.before.at(key)), view(cap.proposal.at(key)));
+          EXPECT_EQ(e.erased[r], want.expected_erased) << where << " step " << step;
+          EXPECT_EQ(want.nonzero, g.nonzero[r]) << where;
+          if (want.nonzero > 0) {
+            EXPECT_EQ(e.fraction[r], want.expected_erased / static_cast<double>(want.nonzero)) << where;
+          } else {
+            EXPECT_TRUE(std::isnan(e.fraction[r])) << where;
+          }
+          differs_from_nearest = differs_from_nearest || std::fabs(e.fraction[r] - p.fraction[r]) > 0.05;
+        }
+      }
+    }
+  }
+  EXPECT_TRUE(differs_from_nearest) << "SR and nearest projections coincide: the test could not tell them apart";
+  EXPECT_TRUE(trace_problems(t).empty()) << trace_problems(t).front();
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("wbaudit_ref_block_expected_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  write_trace(dir / "memory.h5", t);
+  run_cell_to_file(Kokkos::DefaultExecutionSpace(), cfg, dir / "streamed.h5", {}, RunHooks{});
+  std::ifstream a(dir / "memory.h5", std::ios::binary), b(dir / "streamed.h5", std::ios::binary);
+  EXPECT_TRUE(std::string(std::istreambuf_iterator<char>(a), {}) == std::string(std::istreambuf_iterator<char>(b), {}))
+      << "the streamed file differs from the trace in memory";
+  const Trace back = read_trace(dir / "streamed.h5");
+  std::filesystem::remove_all(dir);
+  for (std::size_t g = 0; g < t.groups.size(); ++g) {
+    for (const auto& [format, p] : t.groups[g].projected) {
+      const ProjectedSeries& q = back.groups[g].projected.at(format);
+      ASSERT_EQ(q.expected.size(), p.expected.size()) << format;
+      for (const auto& [policy, e] : p.expected) {
+        EXPECT_EQ(q.expected.at(policy).erased, e.erased) << format << " " << policy;
+      }
+    }
+  }
 }
 
 TEST(RunCellBlocks, NonFiniteProposalNamesTensorStepAndBlock) {
