@@ -187,7 +187,8 @@ def test_nvfp4_tensor_row_against_a_plain_quantizer(sampled):
             assert row[1] == np.max(np.abs(q)), (name, t)
             a, b = row[2::2], row[3::2]
             for s in (0.125, 0.3, 0.5, 1, 1.7, 2, 4, 8):
-                assert np.max(fl32_sum_at(a, b, s)) == np.max(fl32_sum_at(q.reshape(-1), u.reshape(-1), s)), (name, t, s)
+                want = np.max(fl32_sum_at(q.reshape(-1), u.reshape(-1), s))
+                assert np.max(fl32_sum_at(a, b, s)) == want, (name, t, s)
 
 
 def test_block_projection_equals_the_brute_force_write_back(sampled):
@@ -301,7 +302,8 @@ def _grid(exe, trace, formats, scales, out):
     grid = {}
     with open(os.path.join(out, "grid.csv")) as f:
         for row in csv.DictReader(f):
-            grid[(row["group"], row["format"], float(row["lr_scale"]), int(row["step"]))] = float(row["erased_fraction"])
+            key = (row["group"], row["format"], float(row["lr_scale"]), int(row["step"]))
+            grid[key] = float(row["erased_fraction"])
     return grid
 
 
