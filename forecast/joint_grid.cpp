@@ -832,7 +832,7 @@ void require_block_sample(const sim::Trace& reference, const sim::GroupTrace& g,
                                  : std::string("the trace was written before block samples (wbaudit issue 29)")) +
         "; block formats are forecast from the sample a reference records for each block format it declares: re-run "
         "the reference with this wbaudit and " +
-        format + " in [reference] project_formats");
+        format + " in [reference] project_formats (a PyTorch reference: in wbaudit.torch.ReferenceRecorder's formats)");
   }
   for (const double s : lr_scales) {
     check_scale(s);

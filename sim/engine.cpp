@@ -17,7 +17,7 @@
 #include "sim/precision/policy.hpp"
 #include "sim/precision/storage_format.hpp"
 #include "sim/precision/writeback.hpp"
-#include "sim/trace/block_sample.hpp"
+#include "sim/trace/block_reference.hpp"
 #include "sim/trace/expected_projection.hpp"
 #include "sim/trace/margin_readout.hpp"
 #include "sim/trace/reference_histograms.hpp"
@@ -138,8 +138,7 @@ Training<ExecSpace>::Training(const ExecSpace& space, const RunConfig& config)
         ProjectedSeries& series = g.projected[name];
         const TargetFormat& pf = m_project_formats[t].back();
         if (pf.block) {
-          series.block_events.blocks = block_count(pf.blocks, pf.shape);
-          series.block_sample = block_sample_header(pf.blocks, pf.shape);
+          series = block_projection_header(pf.blocks, pf.shape);
         }
         for (const WritebackPolicy& policy : config.project_policies) {
           series.expected[projection_name(policy)];
@@ -285,34 +284,10 @@ void Training<ExecSpace>::record_reference(int t, Kokkos::View<const float*, mem
     const TargetFormat& pf = m_project_formats[t][f];
     ProjectedSeries& series = g.projected[config.project_formats[f]];
     if (pf.block) {
-      // Block formats: the events of writing back q(w) + u blockwise under nearest, by cause (block_project).
+      // Block formats: the events of writing back q(w) + u blockwise under nearest, by cause, and the block sample
+      // (block_reference.hpp, which the Python ReferenceRecorder records through too).
       const RngKey key{config.seed, static_cast<std::uint64_t>(step), static_cast<std::uint32_t>(t)};
-      const BlockWritebackCounts b =
-          block_project(space, pf.blocks, key, pf.shape, Kokkos::View<const float*, memory_space>(w), u);
-      series.erased.push_back(b.erased);
-      series.fraction.push_back(fraction(b.erased, b.nonzero));
-      BlockEventSeries& e = series.block_events;
-      e.blocks = block_count(pf.blocks, pf.shape);
-      e.erased_grid.push_back(b.erased_grid);
-      e.erased_saturation.push_back(b.erased_saturation);
-      e.erased_scale.push_back(b.erased_scale);
-      e.collateral.push_back(b.collateral);
-      e.flushed.push_back(b.flushed);
-      e.rescaled_up.push_back(b.rescaled_up);
-      e.rescaled_down.push_back(b.rescaled_down);
-      // What the grid needs at other learning-rate scales (block_sample.hpp); NVFP4 also q(w) of the whole tensor.
-      const auto n = static_cast<std::size_t>(w.extent(0));
-      std::vector<float> q;
-      if (pf.blocks.family == BlockFamily::nvfp4) {
-        Kokkos::View<float*, memory_space> scratch(
-            Kokkos::view_alloc(space, Kokkos::WithoutInitializing, "wbaudit::sim::Training::block_sample_q"), n);
-        Kokkos::deep_copy(space, scratch, w);
-        block_quantize(space, pf.blocks, pf.shape, scratch);
-        space.fence();
-        q.assign(scratch.data(), scratch.data() + n);
-      }
-      append_block_sample(pf.blocks, series.block_sample, std::span<const float>(w.data(), n),
-                          std::span<const float>(u.data(), n), q);
+      record_block_projection(space, pf.blocks, key, pf.shape, Kokkos::View<const float*, memory_space>(w), u, series);
       // The expected erased events of each declared stochastic policy (block_expected.hpp).
       record_expected_projections(space, pf.blocks, pf.shape, key, config.project_policies,
                                   Kokkos::View<const float*, memory_space>(w), u, series);

@@ -27,6 +27,8 @@
 #include "sim/precision/storage_format.hpp"
 #include "sim/precision/writeback.hpp"
 #include "sim/precision/writeback_stored.hpp"
+#include "sim/trace/block_reference.hpp"
+#include "sim/trace/block_sample.hpp"
 #include "sim/trace/margin_readout.hpp"
 #include "sim/trace/ratio_histogram.hpp"
 #include "sim/trace/record_schedule.hpp"
@@ -654,6 +656,84 @@ py::dict block_events_dict(const BlockEventSeries& b) {
   return d;
 }
 
+// A block format's sample ({"rows", "cols", "elements", "blocks", and with T rows "w", "u": [T, elements] float32,
+// NVFP4 "tensor": [T, kBlockSampleTensorWidth]; docs/trace-format.md, "Block samples").
+py::dict block_sample_dict(const BlockSample& b, bool rows) {
+  py::dict d;
+  d["rows"] = b.rows;
+  d["cols"] = b.cols;
+  d["elements"] = b.elements;
+  d["blocks"] = array_of(b.blocks);
+  if (rows) {
+    const auto e = static_cast<py::ssize_t>(b.elements);
+    const auto T = static_cast<py::ssize_t>(e == 0 ? 0 : b.w.size() / b.elements);
+    d["w"] = array_of(b.w).reshape({T, e});
+    d["u"] = array_of(b.u).reshape({T, e});
+    if (!b.tensor.empty()) {
+      d["tensor"] = array_of(b.tensor).reshape({T, static_cast<py::ssize_t>(kBlockSampleTensorWidth)});
+    }
+  }
+  return d;
+}
+
+// The header of a block format's projection for a tensor of this shape (ReferenceRecorder's trace header):
+// {"block_events": {"blocks": n}, "block_sample": {rows, cols, elements, blocks}}, as the engine declares it.
+py::dict block_projection_header_py(const std::string& fmt_name, const std::vector<std::int64_t>& shape) {
+  const StorageFormat sf = storage_format_from_name(fmt_name);
+  if (!sf.block) {
+    throw py::value_error("block_projection_header: " + fmt_name + " is not a block format");
+  }
+  const ProjectedSeries series = block_projection_header(sf.blocks, row_major_shape(shape));
+  py::dict d;
+  d["block_events"] = py::dict(py::arg("blocks") = series.block_events.blocks);
+  d["block_sample"] = block_sample_dict(series.block_sample, false);
+  return d;
+}
+
+// One recorded step of a block format's projection (sim/trace/block_reference.hpp, the engine's recording): w, u
+// with the tensor's shape (blocks along the last dimension). Returns the step's rows of projected[fmt]: erased,
+// fraction, block_events, block_sample (w, u and NVFP4's tensor row).
+py::dict block_projection_step_py(py::array w, py::array u, const std::string& fmt_name, std::uint64_t seed,
+                                  std::uint64_t step, std::uint32_t tensor_id, const std::string& tensor) {
+  ensure_kokkos();
+  same_shape(w, u, "w", "u");
+  const float* wd = float32_data<const float>(w, "w", "fp32");
+  const float* ud = float32_data<const float>(u, "u", "fp32");
+  const StorageFormat sf = storage_format_from_name(fmt_name);
+  if (!sf.block) {
+    throw py::value_error("block_projection_step: " + fmt_name + " is not a block format");
+  }
+  const RowMajorShape shape = block_shape(w);
+  ProjectedSeries series = block_projection_header(sf.blocks, shape);
+  {
+    py::gil_scoped_release release;
+    const auto n = static_cast<std::size_t>(w.size());
+    const Kokkos::View<const float*, Space::memory_space, Kokkos::MemoryUnmanaged> wv(wd, n), uv(ud, n);
+    try {
+      record_block_projection(Space(), sf.blocks, RngKey{seed, step, tensor_id}, shape,
+                              Kokkos::View<const float*, Space::memory_space>(wv),
+                              Kokkos::View<const float*, Space::memory_space>(uv), series);
+    } catch (const std::exception& e) {
+      py::gil_scoped_acquire acquire;
+      throw py::value_error(where(tensor, step) + fmt_name + ": " + e.what());
+    }
+  }
+  py::dict d;
+  d["erased"] = array_of(series.erased);
+  d["fraction"] = array_of(series.fraction);
+  py::dict events = block_events_dict(series.block_events);
+  events.attr("pop")("blocks");
+  d["block_events"] = events;
+  py::dict sample;
+  sample["w"] = array_of(series.block_sample.w);
+  sample["u"] = array_of(series.block_sample.u);
+  if (!series.block_sample.tensor.empty()) {
+    sample["tensor"] = array_of(series.block_sample.tensor);
+  }
+  d["block_sample"] = sample;
+  return d;
+}
+
 py::dict trace_to_dict(const Trace& t) {
   py::dict d;
   d["schema"] = t.schema;
@@ -697,6 +777,9 @@ py::dict trace_to_dict(const Trace& t) {
         py::dict pd(py::arg("erased") = array_of(s.erased), py::arg("fraction") = array_of(s.fraction));
         if (!s.block_events.empty()) {
           pd["block_events"] = block_events_dict(s.block_events);
+        }
+        if (!s.block_sample.empty()) {
+          pd["block_sample"] = block_sample_dict(s.block_sample, true);
         }
         projected[py::str(name)] = pd;
       }
@@ -747,6 +830,52 @@ std::vector<T> vector_of(const py::handle& obj, const std::string& what, std::si
                           std::to_string(expected));
   }
   return v;
+}
+
+// A reference's projected block format in a header dict: "block_events" {"blocks"} and "block_sample" {"rows",
+// "cols", "blocks"[, "elements"]} (what read_trace gives and block_projection_header makes); absent: none.
+void block_projection_header_of(const py::dict& pd, const std::string& mode, const GroupTrace& g,
+                                const std::string& format, ProjectedSeries& series, const char* who) {
+  if (!pd.contains("block_events") && !pd.contains("block_sample")) {
+    return;
+  }
+  const std::string w = std::string(who) + ": group " + g.name + ": projected " + format + ": ";
+  const StorageFormat sf = storage_format_from_name(format);  // throws naming the known formats
+  if (!sf.block || mode != "reference") {
+    throw py::value_error(w + "block_events and block_sample are for block formats of reference traces");
+  }
+  if (pd.contains("block_events")) {
+    const py::dict bd = pd["block_events"];
+    series.block_events.blocks = bd["blocks"].cast<std::int64_t>();
+    if (series.block_events.blocks <= 0) {
+      throw py::value_error(w + "block_events needs \"blocks\" > 0");
+    }
+  }
+  if (pd.contains("block_sample")) {
+    const py::dict sd = pd["block_sample"];
+    BlockSample& b = series.block_sample;
+    b.rows = sd["rows"].cast<std::int64_t>();
+    b.cols = sd["cols"].cast<std::int64_t>();
+    b.blocks = vector_of<std::int64_t>(sd["blocks"], w + "block_sample.blocks", static_cast<std::size_t>(-1));
+    const RowMajorShape shape{b.rows, b.cols};
+    if (b.rows <= 0 || b.cols <= 0 || shape.size() != g.size) {
+      throw py::value_error(w + "block_sample shape " + std::to_string(b.rows) + " x " + std::to_string(b.cols) +
+                            " does not hold the group's " + std::to_string(g.size) + " coordinates");
+    }
+    const std::int64_t n = block_count(sf.blocks, shape);
+    b.elements = 0;
+    for (std::size_t k = 0; k < b.blocks.size(); ++k) {
+      if (b.blocks[k] < 0 || b.blocks[k] >= n || (k > 0 && b.blocks[k] <= b.blocks[k - 1])) {
+        throw py::value_error(w + "block_sample.blocks must rise within [0, " + std::to_string(n) + ")");
+      }
+      const BlockLocation at = block_at(sf.blocks, shape, b.blocks[k]);
+      b.elements += (at.row_end - at.row_begin) * (at.col_end - at.col_begin);
+    }
+    if (sd.contains("elements") && sd["elements"].cast<std::int64_t>() != b.elements) {
+      throw py::value_error(w + "block_sample.elements " + std::to_string(sd["elements"].cast<std::int64_t>()) +
+                            " is not the sampled blocks' " + std::to_string(b.elements));
+    }
+  }
 }
 
 // The header of a trace dict (every field but the rows): what a TraceWriter is created from, and the first half of
@@ -802,7 +931,11 @@ Trace header_from_dict(const py::dict& d, const char* who) {
     g.size = gd["size"].cast<std::int64_t>();
     if (gd.contains("projected")) {
       for (const auto& [pname, pvalue] : py::reinterpret_borrow<py::dict>(gd["projected"])) {
-        g.projected[pname.cast<std::string>()];
+        ProjectedSeries& series = g.projected[pname.cast<std::string>()];
+        if (py::isinstance<py::dict>(pvalue)) {
+          block_projection_header_of(py::reinterpret_borrow<py::dict>(pvalue), t.mode, g, pname.cast<std::string>(),
+                                     series, who);
+        }
       }
     }
     if (gd.contains("joint")) {
@@ -881,6 +1014,26 @@ void rows_from_dict(Trace& t, const py::dict& d, const char* who) {
       const py::dict pd = projected[py::str(pname)];
       series.erased = vector_of<std::int64_t>(need(pd, "erased", w + "projected."), w + "projected.erased", T);
       series.fraction = vector_of<double>(need(pd, "fraction", w + "projected."), w + "projected.fraction", T);
+      const std::string pw = w + "projected." + pname + ".";
+      if (!series.block_events.empty()) {  // a block format's events by cause, one entry per recorded step
+        const py::dict bd = py::reinterpret_borrow<py::dict>(need(pd, "block_events", pw));
+        for (const BlockEventField& f : kBlockEventFields) {
+          series.block_events.*f.series =
+              vector_of<std::int64_t>(need(bd, f.name, pw + "block_events."), pw + "block_events." + f.name, T);
+        }
+      }
+      if (!series.block_sample.empty()) {  // its sample: T rows of w and u (NVFP4: and of the tensor row)
+        const py::dict sd = py::reinterpret_borrow<py::dict>(need(pd, "block_sample", pw));
+        BlockSample& b = series.block_sample;
+        const std::size_t n = T * static_cast<std::size_t>(b.elements);
+        b.w = vector_of<float>(need(sd, "w", pw + "block_sample."), pw + "block_sample.w", n);
+        b.u = vector_of<float>(need(sd, "u", pw + "block_sample."), pw + "block_sample.u", n);
+        b.tensor.clear();
+        if (block_sample_has_tensor_rows(pname)) {
+          b.tensor = vector_of<float>(need(sd, "tensor", pw + "block_sample."), pw + "block_sample.tensor",
+                                      T * kBlockSampleTensorWidth);
+        }
+      }
     }
     if (!gd.contains("joint")) {
       continue;
@@ -1053,6 +1206,19 @@ PYBIND11_MODULE(_core, m) {
         "margin histogram of the analytic grid over u != 0, as "
         "the simulator records it (docs/trace-format.md), its intK formats scaled from init_absmax (the tensor's max "
         "|w| at initialization; NaN: not recorded).");
+  m.def("block_projection_header", &block_projection_header_py, py::arg("fmt"), py::arg("shape"),
+        "block_projection_header(fmt, shape) -> dict\n\nThe trace header of a reference's projection of block format "
+        "fmt for a tensor of this shape (blocks along its last dimension): {'block_events': {'blocks': n}, "
+        "'block_sample': {'rows', 'cols', 'elements', 'blocks'}}, the sampled block indices as the engine takes them "
+        "(sim/trace/block_sample.hpp).");
+  m.def("block_projection_step", &block_projection_step_py, py::arg("w"), py::arg("u"), py::arg("fmt"),
+        py::arg("seed") = 0, py::arg("step") = 0, py::arg("tensor_id") = 0, py::arg("tensor") = "",
+        "block_projection_step(w, u, fmt, seed=0, step=0, tensor_id=0, tensor='') -> dict\n\n"
+        "One recorded step of a reference's projection of block format fmt, recorded by the engine's function "
+        "(sim/trace/block_reference.hpp): w, u float32 with the tensor's shape (blocks along the last dimension). "
+        "Returns the step's rows of projected[fmt]: erased, fraction ([1]), block_events (each cause, [1]) and "
+        "block_sample (w, u: the sampled blocks' values; NVFP4 also tensor: max |w|, max |q(w)| and the (q(w), u) "
+        "lines). Raises ValueError naming tensor and step for NaN/inf or a block out of range.");
   m.def("audit", &audit_py, py::arg("w"), py::arg("u"), py::arg("w_next"), py::arg("fmt"),
         py::arg("policy") = "nearest", py::arg("sr_bits") = 0, py::arg("seed") = py::none(), py::arg("step") = 0,
         py::arg("tensor_id") = 0, py::arg("scale") = py::none(), py::arg("tensor") = "",

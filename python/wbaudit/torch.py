@@ -200,6 +200,7 @@ class ReferenceRecorder:
                                                                     "seed": self.seed, "path": self.path})
         self.steps_run = 0
         self._projected = {}
+        self._blocks = {}  # name -> {block format: its header (block_events, block_sample)}
         self._init_absmax = {}
         self._int_undefined = {}
         for name, p in self.params:
@@ -207,7 +208,10 @@ class ReferenceRecorder:
             absmax = self._dist.absmax(name, p)
             self._init_absmax[name] = absmax
             for f in self.formats:
-                if f.startswith("int"):
+                if _block_format(f) is not None:
+                    # blocks along the parameter's last dimension, sampled as the engine samples them
+                    self._blocks.setdefault(name, {})[f] = _core.block_projection_header(f, list(p.shape))
+                elif f.startswith("int"):
                     if absmax > 0 and np.isfinite(absmax):
                         specs.append((f, int_scale_for_absmax(int(f[3:]), absmax)))
                     else:
@@ -238,7 +242,8 @@ class ReferenceRecorder:
         groups = {}
         for name, p in self.params:
             groups[name] = {"tensor_id": self._tids[name], "size": p.numel(),
-                            "projected": {(f if isinstance(f, str) else f[0]): {} for f in self._projected[name]},
+                            "projected": {**{(f if isinstance(f, str) else f[0]): {} for f in self._projected[name]},
+                                          **self._blocks.get(name, {})},
                             "joint": {"init_absmax": self._init_absmax[name]}}
         header = {"schema": _core.TRACE_SCHEMA, "mode": "reference", "format": "fp32", "policy": "nearest",
                   "seed": self.seed, "steps": int(steps or 0), "config_json": json.dumps(config, sort_keys=True),
@@ -286,11 +291,16 @@ class ReferenceRecorder:
                 joint = {"margin": r["margin"]}
                 if p.numel() <= _core.JOINT_EXACT_MAX:  # a small tensor keeps w and u: the grid counts it exactly
                     joint["w"], joint["u"] = wf.copy(), uf.copy()  # the buffers are reused
+                projected = {f: {"erased": [e], "fraction": [_fraction(e, r["nonzero"])]}
+                             for f, e in r["erased"].items()}
+                for f in self._blocks.get(name, ()):
+                    # the engine's recording of a block format (sim/trace/block_reference.hpp): events by cause and
+                    # the block sample the grid forecasts other learning-rate scales from
+                    projected[f] = _core.block_projection_step(wf.reshape(p.shape), uf.reshape(p.shape), f, self.seed,
+                                                               step, self._tids[name], name)
                 groups[name] = {
                     "nonzero": [r["nonzero"]], "zero_weight": [r["zero_weight"]],
-                    "ratio_histogram": r["ratio_histogram"], "joint": joint,
-                    "projected": {f: {"erased": [e], "fraction": [_fraction(e, r["nonzero"])]}
-                                  for f, e in r["erased"].items()},
+                    "ratio_histogram": r["ratio_histogram"], "joint": joint, "projected": projected,
                 }
             self._writer.append({"recorded_steps": [step], "loss": [_NAN if loss is None else float(loss)],
                                  "learning_rate": [_NAN if lr is None else float(lr)], "groups": groups})
