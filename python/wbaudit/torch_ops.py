@@ -731,7 +731,8 @@ def _block_writeback(w, u, fmt, policy, seed, step, tensor_id, sr_bits, sr_strea
             out[start:stop] = vals
             totals += counts
         kept = ~skipped
-        tail = [layout.blocks, int(skipped.sum()), int((kept & (sc.order > 0)).sum()), int((kept & (sc.order < 0)).sum())]
+        tail = [layout.blocks, int(skipped.sum()), int((kept & (sc.order > 0)).sum()),
+                int((kept & (sc.order < 0)).sum())]
     counts = dict(zip(_BLOCK_COUNT_KEYS, totals.tolist() + tail))
     return out.reshape(w.shape), counts
 

@@ -34,7 +34,8 @@ def _one(fmt, shape, rng):
     if info["family"] == "nvfp4":  # blocks down to 2^-26 of the tensor's max: E4M3-subnormal and zero block scales
         logf = rng.uniform(-26, 0, (rows, nb))
     else:  # from below E8M0's clamp (2^-127) to 2^60
-        logf = np.where(rng.random((rows, nb)) < 0.1, rng.uniform(-150, -120, (rows, nb)), rng.uniform(-40, 60, (rows, nb)))
+        tiny = rng.random((rows, nb)) < 0.1
+        logf = np.where(tiny, rng.uniform(-150, -120, (rows, nb)), rng.uniform(-40, 60, (rows, nb)))
     logf[rng.random((rows, nb)) < 0.05] = -np.inf  # zero blocks
     f = np.repeat(np.exp2(logf), size, axis=1)[:, :cols].reshape(shape)
     x = rng.standard_normal(shape) * f
