@@ -742,7 +742,7 @@ def _block_chunk(bp, sc, skipped, ids, mode, sr_bits, packed, key, first, w, u):
     wd = w.to(torch.float64)
     hi, lo = _two_sum(wd, u.to(torch.float64))
     if bp.nvfp4:
-        value, saturated, random, truncated = _nvfp4_elements(sc.grid[ids], hi, lo, wd, u, mode, sr_bits, packed, key,
+        value, saturated, random, truncated = _nvfp4_elements(sc.grid, ids, hi, lo, wd, u, mode, sr_bits, packed, key,
                                                               first)
     else:
         value, saturated, random, truncated = _mx_elements(bp, sc.exp[ids], hi, lo, wd, u, mode, sr_bits, packed, key,
@@ -777,18 +777,21 @@ def _mx_elements(bp, E, hi, lo, wd, u, mode, sr_bits, packed, key, first):
     return nearest * X, b.saturated, random, truncated
 
 
-def _nvfp4_elements(grid, hi, lo, wd, u, mode, sr_bits, packed, key, first):
-    """round_element for NVFP4 on the block's decoded grid (grid_bracket, grid_nearest, grid_stochastic)."""
+def _nvfp4_elements(grid, ids, hi, lo, wd, u, mode, sr_bits, packed, key, first):
+    """round_element for NVFP4 on the decoded grid of each element's block ids (grid_bracket, grid_nearest,
+    grid_stochastic); grid: [blocks, 8]."""
     ah, al = _magnitude(hi, lo)
     negative = torch.signbit(hi)
-    zero_block = grid[:, 7] == 0
+    top = grid[:, 7][ids]
+    zero_block = top == 0
     k = torch.zeros(ah.shape, dtype=torch.int64, device=ah.device)
     for j in range(1, 8):  # the grid is non-decreasing: k = #{j >= 1: |v| >= grid[j]}
-        k += (~_dd_less(ah, al, grid[:, j])).to(torch.int64)
+        k += (~_dd_less(ah, al, grid[:, j][ids])).to(torch.int64)
     k = torch.where(zero_block, torch.zeros_like(k), k)
-    g_lo = grid.gather(1, k[:, None])[:, 0]
-    g_hi = grid.gather(1, torch.clamp(k + 1, max=7)[:, None])[:, 0]
-    saturated = _dd_greater(ah, al, grid[:, 7]) & ~zero_block
+    flat = grid.reshape(-1)
+    g_lo = flat[ids * 8 + k]
+    g_hi = flat[ids * 8 + torch.clamp(k + 1, max=7)]
+    saturated = _dd_greater(ah, al, top) & ~zero_block
     exact = zero_block | saturated | ((ah == g_lo) & (al == 0))
     twice_h, twice_l = 2 * ah, 2 * al
     total = g_lo + g_hi

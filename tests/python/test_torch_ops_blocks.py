@@ -101,6 +101,21 @@ def test_zero_blocks_subnormal_block_scales_and_edge_cases():
         check(np.float32([3.0]), np.float32([1.0]), fmt, "stochastic")
 
 
+@pytest.mark.parametrize("fmt", ["nvfp4", "nvfp4:2d", "mxfp4_e2m1"])
+def test_erased_by_saturation_at_an_unchanged_scale(fmt):
+    """w at its block's largest decoded value 6 (S_enc = s_b = 448: the grid is E2M1's own), u outward and too small
+    to move fl32(w + u): the scales stay, v saturates back to 6."""
+    w = np.ones((16, 32), np.float32)
+    w[:, 0] = 6.0
+    w[:, 16] = 6.0
+    u = np.zeros_like(w)
+    u[:, 0] = 2.0 ** -30
+    u[3, 16] = -(2.0 ** -30)  # inward: erased on the grid
+    for policy in ("nearest", "stochastic", "deadzone-sr"):
+        c = check(w, u, fmt, policy)
+        assert c["erased_saturation"] == 16 and c["erased_grid"] == 1
+
+
 @pytest.mark.parametrize("fmt", ["mxfp8_e4m3", "nvfp4", "nvfp4:2d"])
 def test_bad_input_raises_the_cpp_message(fmt):
     w = wbaudit.round(np.linspace(-3, 3, 70, dtype=np.float32).reshape(2, 35), fmt)
