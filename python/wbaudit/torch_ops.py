@@ -710,7 +710,7 @@ def _block_writeback(w, u, fmt, policy, seed, step, tensor_id, sr_bits, sr_strea
         out, counts = _core.writeback(np.zeros(shape, np.float32), np.zeros(shape, np.float32), fmt, policy, seed, step,
                                       tensor_id, sr_bits, None, None, first_coordinate, tensor, sr_stream)
         return torch.empty_like(w), counts
-    if not bool((torch.isfinite(wf) & torch.isfinite(uf)).all()):
+    if first_coordinate + n > (1 << 48) or not bool((torch.isfinite(wf) & torch.isfinite(uf)).all()):
         _raise_from_cpp(wf, uf, args)
     layout = _Layout(bp, shape)
     chunk = _chunk_for(w.device)

@@ -137,6 +137,12 @@ def test_bad_input_raises_the_cpp_message(fmt):
     assert str(ours.value) == str(cpp.value)
     with pytest.raises(ValueError, match="scale applies only to intK"):
         torch_ops.writeback(torch.from_numpy(w), torch.from_numpy(w), fmt, scale=0.5)
+    first = (1 << 48) - 10
+    with pytest.raises(ValueError) as cpp:
+        wbaudit.writeback(w, w, fmt, "stochastic", first_coordinate=first)
+    with pytest.raises(ValueError) as ours:
+        torch_ops.writeback(torch.from_numpy(w), torch.from_numpy(w), fmt, "stochastic", first_coordinate=first)
+    assert str(ours.value) == str(cpp.value) and "2^48" in str(ours.value)
 
 
 @pytest.mark.parametrize("fmt", BLOCK_FORMATS)
