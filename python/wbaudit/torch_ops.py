@@ -2,7 +2,7 @@
 
 `writeback(w, u, fmt, ...)` takes float32 torch tensors on any device (CPU, CUDA) and returns `(w_next, counts)` equal
 bit for bit (w_next) and exactly (counts) to `wbaudit.writeback` on the host copies, for every per-tensor format
-(`wbaudit.formats()`) and every policy (nearest, stochastic with exact or r-bit probabilities, deadzone-sr) on both SR
+(`wbaudit.formats()`), every block-scaled format (`wbaudit.block_formats()`) and every policy (nearest, stochastic with exact or r-bit probabilities, deadzone-sr) on both SR
 streams (philox, philox-packed). It mirrors the C++ scalar path operation by operation (sim/precision/rounding.hpp,
 writeback.hpp, rng.hpp):
 
@@ -14,8 +14,15 @@ writeback.hpp, rng.hpp):
   tensor operations (every 32x32-bit product split into two products below 2^48, so nothing overflows); exact SR
   consumes further words lazily exactly as `draw_below` does (a loop over rounds, never over coordinates).
 
-Only float64/int64 element-wise operations present in torch 1.13 and 2.x are used (no uint32 dtype). Block-scaled
-formats (mxfp*, mxint8, nvfp4) are not implemented here (NotImplementedError); use `wbaudit.writeback` on host arrays.
+Block-scaled formats (mxfp*, mxint8, each floor or rceil; nvfp4, nvfp4:2d; :skip_unchanged_blocks) follow the block
+write-back (block_reference.cpp, detail/block_element.hpp): per-block scatter maxima of the exact |w + u|, |w| and
+|fl32(w + u)| give the old and new scales (MX: E8M0 exponents; NVFP4: the fp32 tensor scale and E4M3 block scales, fp32
+arithmetic done in float64 and rounded once), then each element is rounded at its block's new scale (MX: the element
+format's exact rounding above of (w + u) / 2^E; NVFP4: on the block's decoded grid, SR in 16-bit digits) and the events
+are classified by cause. Input the C++ refuses is refused by calling the C++ write-back on host copies (its message).
+
+Only float64/int64 element-wise operations present in torch 1.13 and 2.x are used (no uint32 dtype), and
+scatter_reduce's amax (torch >= 1.12) for the block maxima.
 `round_tensor(x, fmt, scale=None)` rounds any real tensor to nearest (ties to even, saturating) into a format, as
 `wbaudit.round(x, fmt, scale=scale)`.
 """
@@ -344,10 +351,11 @@ def writeback(w, u, fmt, policy="nearest", seed=0, step=0, tensor_id=0, sr_bits=
     Equal bit for bit (w_next) and exactly (counts) to
     `wbaudit.writeback(w.numpy(), u.numpy(), fmt, policy, seed, step, tensor_id, sr_bits, scale, None,
     first_coordinate, tensor, sr_stream)`. w: float32 tensor of values of fmt; u: float32 proposals of the same shape
-    and device. counts: dict of ints nonzero, erased, saturated, applied, sr_applied, sr_truncated. Raises ValueError
-    (the C++ message) for NaN/inf in w or u, naming tensor, step and the first coordinate; ValueError for an unknown
-    format/policy/sr_stream or a combination the C++ refuses; TypeError for a dtype other than float32;
-    NotImplementedError for a block-scaled format.
+    and device. counts: dict of ints nonzero, erased, saturated, applied, sr_applied, sr_truncated (block formats:
+    also erased_grid, erased_saturation, erased_scale, collateral, flushed, blocks, blocks_skipped, rescaled_up,
+    rescaled_down; blocks run along w's last dimension). Raises ValueError (the C++ message) for NaN/inf in w or u,
+    naming tensor, step and the first coordinate, and for a block out of range; ValueError for an unknown
+    format/policy/sr_stream or a combination the C++ refuses; TypeError for a dtype other than float32.
     """
     block = _check(fmt, policy, int(seed), int(step), int(tensor_id), int(sr_bits), scale, tensor, sr_stream)
     _require_float32(w, "w", fmt)
@@ -474,9 +482,10 @@ def _stochastic(p, b, use_sr, nearest, sr_bits, packed, key, first):
 
 def round_tensor(x, fmt, scale=None):
     """Rounds every value of x (a torch tensor of any real dtype on any device, read exactly as float64) to nearest
-    (ties to even; beyond the largest finite value: saturated) into the per-tensor format fmt; returns a float32
-    tensor on x's device, equal bit for bit to `wbaudit.round(x.numpy(), fmt, scale=scale)`. Raises ValueError for
-    NaN/inf or an unknown format, NotImplementedError for a block-scaled format."""
+    (ties to even; beyond the largest finite value: saturated) into the format fmt (a block format: blockwise along
+    the last dimension with the scales x implies; x must hold fp32 values); returns a float32 tensor on x's device,
+    equal bit for bit to `wbaudit.round(x.numpy(), fmt, scale=scale)`. Raises ValueError for NaN/inf or an unknown
+    format."""
     block = _check(fmt, "nearest", 0, 0, 0, 0, scale, "", "philox")
     xf = x.detach().reshape(-1)
     if xf.dtype in (torch.complex64, torch.complex128) or xf.dtype == torch.bool:
