@@ -2,9 +2,9 @@
 
 `writeback(w, u, fmt, ...)` takes float32 torch tensors on any device (CPU, CUDA) and returns `(w_next, counts)` equal
 bit for bit (w_next) and exactly (counts) to `wbaudit.writeback` on the host copies, for every per-tensor format
-(`wbaudit.formats()`), every block-scaled format (`wbaudit.block_formats()`) and every policy (nearest, stochastic with exact or r-bit probabilities, deadzone-sr) on both SR
-streams (philox, philox-packed). It mirrors the C++ scalar path operation by operation (sim/precision/rounding.hpp,
-writeback.hpp, rng.hpp):
+(`wbaudit.formats()`), every block-scaled format (`wbaudit.block_formats()`) and every policy (nearest, stochastic
+with exact or r-bit probabilities, deadzone-sr) on both SR streams (philox, philox-packed). It mirrors the C++ scalar
+path operation by operation (sim/precision/rounding.hpp, writeback.hpp, rng.hpp):
 
 - w + u is carried as the exact double-double hi + lo (Knuth's TwoSum in float64, as `exact_sum`);
 - |x| is scaled by a power of two into units of the local grid spacing, the level below it and the exact remainder
@@ -23,6 +23,7 @@ are classified by cause. Input the C++ refuses is refused by calling the C++ wri
 
 Only float64/int64 element-wise operations present in torch 1.13 and 2.x are used (no uint32 dtype), and
 scatter_reduce's amax (torch >= 1.12) for the block maxima.
+
 `round_tensor(x, fmt, scale=None)` rounds any real tensor to nearest (ties to even, saturating) into a format, as
 `wbaudit.round(x, fmt, scale=scale)`.
 """
