@@ -75,7 +75,7 @@ def main():
                 for i, (w, u) in enumerate(zip(tws, tus)):
                     torch_ops.writeback(w, u, fmt, policy, 1, 0, i)
                 t_ops = min(t_ops, time.perf_counter() - t0)
-            print(f"  {fmt:10s} {policy:10s} C++ {t_cpp * 1e3:7.1f} ms ({t_cpp / total * 1e9:5.2f} ns/param), out= "
+            print(f"  {fmt:16s} {policy:10s} C++ {t_cpp * 1e3:7.1f} ms ({t_cpp / total * 1e9:5.2f} ns/param), out= "
                   f"{t_out * 1e3:7.1f} ms ({t_out / total * 1e9:5.2f})  torch_ops {t_ops * 1e3:7.1f} ms "
                   f"({t_ops / total * 1e9:6.2f})  ratio {t_ops / t_cpp:5.1f} (vs out=: {t_ops / t_out:5.1f})")
 
