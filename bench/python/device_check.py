@@ -4,8 +4,10 @@
     PYTHONPATH=build/release/python:tests/python /usr/bin/python3 bench/python/device_check.py [--device cuda]
 
 For every per-tensor format and every (policy, sr_bits, sr_stream) the C++ accepts, >= 10^6 adversarial coordinates
-(tests/python/torch_ops_cases.py): w_next must equal wbaudit.writeback's bit for bit and the counts exactly. Then the
-write-back time of the torch path against p.add_(u) on the same device (bf16 and e4m3, nearest and stochastic).
+(tests/python/torch_ops_cases.py): w_next must equal wbaudit.writeback's bit for bit and the counts exactly. Then
+every block format (tests/python/torch_ops_block_cases.py, n coordinates in a few tensors; with and without
+:skip_unchanged_blocks) under nearest, exact SR on both streams, r-bit SR and deadzone-sr. Then the write-back time of
+the torch path against p.add_(u) on the same device (bf16, e4m3, mxfp8_e4m3 and nvfp4, nearest and stochastic).
 Prints every mismatch; exit status 1 if any. Without a CUDA device (--device cuda): prints a SKIP line, exits 0.
 --device cpu runs the same checks on the host (a dry run of this script).
 """
@@ -37,6 +39,8 @@ def main():
     ap.add_argument("--n", type=int, default=None, help="coordinates per check (default 1_000_000)")
     ap.add_argument("--bench-elements", type=int, default=1 << 24)
     ap.add_argument("--formats", default=None, help="comma-separated subset (default: every per-tensor format)")
+    ap.add_argument("--block-formats", default=None,
+                    help="comma-separated subset of the block formats (default: every one; 'none' skips them)")
     args = ap.parse_args()
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         print(f"SKIP: no CUDA device (torch {torch.__version__}: torch.cuda.is_available() is False); "
@@ -75,19 +79,44 @@ def main():
                       f"counts C++ {ref_counts} torch {counts}")
         print(f"  {fmt}: {len(cases.variants())} policy variants checked ({time.perf_counter() - t_start:.1f} s)",
               flush=True)
+    import torch_ops_block_cases as block_cases
+    block_formats = (block_cases.BLOCK_FORMATS if args.block_formats is None else
+                     [] if args.block_formats == "none" else args.block_formats.split(","))
+    block_variants = [("nearest", 0, "philox"), ("stochastic", 0, "philox"), ("deadzone-sr", 0, "philox"),
+                      ("stochastic", 0, "philox-packed"), ("stochastic", 3, "philox"),
+                      ("stochastic", 5, "philox-packed"), ("stochastic", 32, "philox"), ("deadzone-sr", 8, "philox")]
+    for fmt in block_formats:
+        for w, u in block_cases.stacked(fmt, n):  # a few tensors of n coordinates in all (short blocks and tiles)
+            tw, tu = torch.from_numpy(w).to(device), torch.from_numpy(u).to(device)
+            for policy, sr_bits, stream in block_variants:
+                for name in (fmt, fmt + ":skip_unchanged_blocks"):
+                    ref, ref_counts = wbaudit.writeback(w, u, name, policy, block_cases.SEED, block_cases.STEP,
+                                                        block_cases.TENSOR_ID, sr_bits, None, None, 0, "", stream)
+                    got, counts = torch_ops.writeback(tw, tu, name, policy, block_cases.SEED, block_cases.STEP,
+                                                      block_cases.TENSOR_ID, sr_bits, None, stream)
+                    got = got.cpu().numpy()
+                    bad = np.flatnonzero(ref.view(np.int32) != got.view(np.int32))
+                    checks += 1
+                    if bad.size or counts != ref_counts:
+                        mismatches += 1
+                        print(f"MISMATCH {name} {policy} sr_bits={sr_bits} {stream} shape {w.shape}: {bad.size} "
+                              f"values; counts C++ {ref_counts} torch {counts}")
+        print(f"  {fmt}: {2 * len(block_variants)} block variants checked ({time.perf_counter() - t_start:.1f} s)",
+              flush=True)
     print(f"bit-identity: {checks} checks, {mismatches} with mismatches")
 
     m = args.bench_elements
     rng = np.random.default_rng(0)
     print(f"write-back time, {m} elements on {device} (best of 5): torch_ops.writeback vs p.add_(u)")
-    for fmt in ("bf16", "e4m3"):
-        w = torch.from_numpy(wbaudit.round(rng.uniform(-1, 1, m).astype(np.float32), fmt)).to(device)
-        u = torch.from_numpy((rng.standard_normal(m) * 1e-3).astype(np.float32)).to(device)
+    for fmt in ("bf16", "e4m3", "mxfp8_e4m3", "nvfp4"):
+        shape = (m // 1024, 1024)
+        w = torch.from_numpy(wbaudit.round(rng.uniform(-1, 1, shape).astype(np.float32), fmt)).to(device)
+        u = torch.from_numpy((rng.standard_normal(shape) * 1e-3).astype(np.float32)).to(device)
         p = w.clone()
         t_add = timed(lambda: p.add_(u), device, 5)
         for policy in ("nearest", "stochastic"):
             t = timed(lambda: torch_ops.writeback(w, u, fmt, policy, 1, 0, 0), device, 5)
-            print(f"  {fmt:5s} {policy:10s} torch_ops {t * 1e3:8.2f} ms  add_ {t_add * 1e3:7.3f} ms  "
+            print(f"  {fmt:10s} {policy:10s} torch_ops {t * 1e3:8.2f} ms  add_ {t_add * 1e3:7.3f} ms  "
                   f"ratio {t / t_add:6.1f}  ({m / t / 1e9:.2f} Gcoord/s)")
     print(f"total {time.perf_counter() - t_start:.1f} s")
     return 1 if mismatches else 0

@@ -3,7 +3,7 @@
 GPT-2 small, in one process on the same data; and, for bf16 storage, an AdamW step with and without the write-back.
 
     PYTHONPATH=build/release/python OMP_NUM_THREADS=2 /usr/bin/python3 bench/python/torch_ops_bench.py \\
-        [--layers 12 --wte]
+        [--layers 12 --wte] [--formats bf16,e4m3,mxfp8_e4m3,nvfp4]
 
 Shapes: GPT-2 small's (wpe 1024x768; per layer ln 768, c_attn 768x2304 + 2304, c_proj 768x768 + 768, c_fc 768x3072
 + 3072, mlp c_proj 3072x768 + 768; ln_f; wte 50257x768 with --wte). --layers 12 --wte is the full 124,439,808
@@ -41,6 +41,8 @@ def main():
     ap.add_argument("--wte", action="store_true")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--adamw-steps", type=int, default=3)
+    ap.add_argument("--formats", default="bf16,e4m3",
+                    help="comma-separated formats (block formats too: blocks along each tensor's last dimension)")
     args = ap.parse_args()
     threads = int(os.environ.get("OMP_NUM_THREADS", "2"))
     torch.set_num_threads(threads)
@@ -49,11 +51,11 @@ def main():
     print(f"GPT-2 small shapes: {len(shapes)} tensors, {total:,} parameters; wbaudit threads {wbaudit.threads()}, "
           f"torch threads {torch.get_num_threads()}, torch {torch.__version__}")
     rng = np.random.default_rng(0)
-    for fmt in ("bf16", "e4m3"):
+    for fmt in args.formats.split(","):
         ws, us = [], []
         for s in shapes:
             m = int(np.prod(s))
-            ws.append(wbaudit.round((rng.standard_normal(m) * 0.05).astype(np.float32), fmt).reshape(s))
+            ws.append(wbaudit.round((rng.standard_normal(m) * 0.05).astype(np.float32).reshape(s), fmt))
             us.append((rng.standard_normal(m) * 1e-4).astype(np.float32).reshape(s))
         tws = [torch.from_numpy(w) for w in ws]
         tus = [torch.from_numpy(u) for u in us]
@@ -73,7 +75,7 @@ def main():
                 for i, (w, u) in enumerate(zip(tws, tus)):
                     torch_ops.writeback(w, u, fmt, policy, 1, 0, i)
                 t_ops = min(t_ops, time.perf_counter() - t0)
-            print(f"  {fmt:5s} {policy:10s} C++ {t_cpp * 1e3:7.1f} ms ({t_cpp / total * 1e9:5.2f} ns/param), out= "
+            print(f"  {fmt:16s} {policy:10s} C++ {t_cpp * 1e3:7.1f} ms ({t_cpp / total * 1e9:5.2f} ns/param), out= "
                   f"{t_out * 1e3:7.1f} ms ({t_out / total * 1e9:5.2f})  torch_ops {t_ops * 1e3:7.1f} ms "
                   f"({t_ops / total * 1e9:6.2f})  ratio {t_ops / t_cpp:5.1f} (vs out=: {t_ops / t_out:5.1f})")
 

@@ -2,9 +2,9 @@
 
 `writeback(w, u, fmt, ...)` takes float32 torch tensors on any device (CPU, CUDA) and returns `(w_next, counts)` equal
 bit for bit (w_next) and exactly (counts) to `wbaudit.writeback` on the host copies, for every per-tensor format
-(`wbaudit.formats()`) and every policy (nearest, stochastic with exact or r-bit probabilities, deadzone-sr) on both SR
-streams (philox, philox-packed). It mirrors the C++ scalar path operation by operation (sim/precision/rounding.hpp,
-writeback.hpp, rng.hpp):
+(`wbaudit.formats()`), every block-scaled format (`wbaudit.block_formats()`) and every policy (nearest, stochastic
+with exact or r-bit probabilities, deadzone-sr) on both SR streams (philox, philox-packed). It mirrors the C++ scalar
+path operation by operation (sim/precision/rounding.hpp, writeback.hpp, rng.hpp):
 
 - w + u is carried as the exact double-double hi + lo (Knuth's TwoSum in float64, as `exact_sum`);
 - |x| is scaled by a power of two into units of the local grid spacing, the level below it and the exact remainder
@@ -14,13 +14,22 @@ writeback.hpp, rng.hpp):
   tensor operations (every 32x32-bit product split into two products below 2^48, so nothing overflows); exact SR
   consumes further words lazily exactly as `draw_below` does (a loop over rounds, never over coordinates).
 
-Only float64/int64 element-wise operations present in torch 1.13 and 2.x are used (no uint32 dtype). Block-scaled
-formats (mxfp*, mxint8, nvfp4) are not implemented here (NotImplementedError); use `wbaudit.writeback` on host arrays.
+Block-scaled formats (mxfp*, mxint8, each floor or rceil; nvfp4, nvfp4:2d; :skip_unchanged_blocks) follow the block
+write-back (block_reference.cpp, detail/block_element.hpp): per-block scatter maxima of the exact |w + u|, |w| and
+|fl32(w + u)| give the old and new scales (MX: E8M0 exponents; NVFP4: the fp32 tensor scale and E4M3 block scales, fp32
+arithmetic done in float64 and rounded once), then each element is rounded at its block's new scale (MX: the element
+format's exact rounding above of (w + u) / 2^E; NVFP4: on the block's decoded grid, SR in 16-bit digits) and the events
+are classified by cause. Input the C++ refuses is refused by calling the C++ write-back on host copies (its message).
+
+Only float64/int64 element-wise operations present in torch 1.13 and 2.x are used (no uint32 dtype), and
+scatter_reduce's amax (torch >= 1.12) for the block maxima.
+
 `round_tensor(x, fmt, scale=None)` rounds any real tensor to nearest (ties to even, saturating) into a format, as
 `wbaudit.round(x, fmt, scale=scale)`.
 """
 import functools
 import math
+import warnings
 
 import numpy as np
 import torch
@@ -315,11 +324,7 @@ def _continue_draws(p, rh, rl, coords, key):
 def _check(fmt, policy, seed, step, tensor_id, sr_bits, scale, tensor, sr_stream):
     z = np.zeros(1, np.float32)
     _, counts = _core.writeback(z, z, fmt, policy, seed, step, tensor_id, sr_bits, scale, None, 0, tensor, sr_stream)
-    if "blocks" in counts:
-        raise NotImplementedError(
-            f"wbaudit.torch_ops: block-scaled format {fmt!r} (mxfp*, mxint8, nvfp4) is not implemented in torch "
-            "operations; use wbaudit.writeback on host arrays")
-    return True
+    return "blocks" in counts  # a block-scaled format
 
 
 def _float_text(v):
@@ -347,12 +352,13 @@ def writeback(w, u, fmt, policy="nearest", seed=0, step=0, tensor_id=0, sr_bits=
     Equal bit for bit (w_next) and exactly (counts) to
     `wbaudit.writeback(w.numpy(), u.numpy(), fmt, policy, seed, step, tensor_id, sr_bits, scale, None,
     first_coordinate, tensor, sr_stream)`. w: float32 tensor of values of fmt; u: float32 proposals of the same shape
-    and device. counts: dict of ints nonzero, erased, saturated, applied, sr_applied, sr_truncated. Raises ValueError
-    (the C++ message) for NaN/inf in w or u, naming tensor, step and the first coordinate; ValueError for an unknown
-    format/policy/sr_stream or a combination the C++ refuses; TypeError for a dtype other than float32;
-    NotImplementedError for a block-scaled format.
+    and device. counts: dict of ints nonzero, erased, saturated, applied, sr_applied, sr_truncated (block formats:
+    also erased_grid, erased_saturation, erased_scale, collateral, flushed, blocks, blocks_skipped, rescaled_up,
+    rescaled_down; blocks run along w's last dimension). Raises ValueError (the C++ message) for NaN/inf in w or u,
+    naming tensor, step and the first coordinate, and for a block out of range; ValueError for an unknown
+    format/policy/sr_stream or a combination the C++ refuses; TypeError for a dtype other than float32.
     """
-    _check(fmt, policy, int(seed), int(step), int(tensor_id), int(sr_bits), scale, tensor, sr_stream)
+    block = _check(fmt, policy, int(seed), int(step), int(tensor_id), int(sr_bits), scale, tensor, sr_stream)
     _require_float32(w, "w", fmt)
     _require_float32(u, "u", fmt)
     if w.shape != u.shape:
@@ -360,6 +366,8 @@ def writeback(w, u, fmt, policy="nearest", seed=0, step=0, tensor_id=0, sr_bits=
     if w.device != u.device:
         raise ValueError(f"w is on {w.device}, u on {u.device}")
     n = w.numel()
+    if block:
+        return _block_writeback(w, u, fmt, policy, seed, step, tensor_id, sr_bits, sr_stream, tensor, first_coordinate)
     if first_coordinate + n > (1 << 48):
         raise ValueError(f"writeback: coordinates up to {first_coordinate + n} exceed the RNG counter (< 2^48)")
     p = _Params(fmt, scale)
@@ -475,14 +483,17 @@ def _stochastic(p, b, use_sr, nearest, sr_bits, packed, key, first):
 
 def round_tensor(x, fmt, scale=None):
     """Rounds every value of x (a torch tensor of any real dtype on any device, read exactly as float64) to nearest
-    (ties to even; beyond the largest finite value: saturated) into the per-tensor format fmt; returns a float32
-    tensor on x's device, equal bit for bit to `wbaudit.round(x.numpy(), fmt, scale=scale)`. Raises ValueError for
-    NaN/inf or an unknown format, NotImplementedError for a block-scaled format."""
-    _check(fmt, "nearest", 0, 0, 0, 0, scale, "", "philox")
-    p = _Params(fmt, scale)
+    (ties to even; beyond the largest finite value: saturated) into the format fmt (a block format: blockwise along
+    the last dimension with the scales x implies; x must hold fp32 values); returns a float32 tensor on x's device,
+    equal bit for bit to `wbaudit.round(x.numpy(), fmt, scale=scale)`. Raises ValueError for NaN/inf or an unknown
+    format."""
+    block = _check(fmt, "nearest", 0, 0, 0, 0, scale, "", "philox")
     xf = x.detach().reshape(-1)
     if xf.dtype in (torch.complex64, torch.complex128) or xf.dtype == torch.bool:
         raise TypeError(f"round: x has dtype {x.dtype} (expected a real tensor)")
+    if block:
+        return _round_blocks(x, xf, fmt)
+    p = _Params(fmt, scale)
     out = torch.empty(xf.shape, dtype=torch.float32, device=x.device)
     chunk = _chunk_for(x.device)
     with _HostThreads(x.device):
@@ -499,3 +510,398 @@ def _round_chunks(p, xf, out, chunk):
             raise ValueError(f"round: non-finite value at index {i} (NaN/inf are not rounded)")
         b = _bracket(p, xd, torch.zeros_like(xd))
         out[start:start + chunk] = _nearest_value(p, b).to(torch.float32)
+
+
+# ---- Block-scaled formats (block_format.hpp, detail/block_element.hpp, block_reference.cpp) -------------------------
+
+_BLOCK_COUNT_KEYS = ("nonzero", "erased", "erased_grid", "erased_saturation", "erased_scale", "applied", "collateral",
+                     "flushed", "saturated", "sr_applied", "sr_truncated", "blocks", "blocks_skipped", "rescaled_up",
+                     "rescaled_down")
+_SKIP = ":skip_unchanged_blocks"
+_FLT_MAX = float(np.finfo(np.float32).max)
+_E2M1 = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)  # kE2M1Magnitudes
+
+
+@functools.lru_cache(maxsize=None)
+def _block_table():
+    return {f["name"]: f for f in _core.block_formats()}
+
+
+class _BlockParams:
+    """BlockFormatParams of a block format name the C++ accepted (":floor" and ":skip_unchanged_blocks" included)."""
+
+    def __init__(self, fmt):
+        self.skip = fmt.endswith(_SKIP)
+        base = fmt[:-len(_SKIP)] if self.skip else fmt
+        if base.endswith(":floor"):
+            base = base[:-len(":floor")]
+        info = _block_table()[base]
+        self.name_without_skip = base
+        self.name = base + (_SKIP if self.skip else "")
+        self.nvfp4 = info["family"] == "nvfp4"
+        self.size = int(info["block_size"])
+        self.tiles = bool(info["tiles_2d"])
+        self.rceil = info["scale_rule"] == "rceil"
+        self.emax = int(info["emax_elem"])
+        self.max_elem = float(info["max_elem"])
+        self.elem = _Params("int8", 2.0 ** -6) if info["element"] == "int8" else _Params(info["element"], None)
+        self.e4m3 = _Params("e4m3", None)
+
+
+def _pow2(e):
+    """2^e as float64 for an int64 tensor e in [-1022, 1023]."""
+    return ((e + 1023) << 52).view(torch.float64)
+
+
+def _exponent(x):
+    """The binary exponent of normal float64 values x > 0 (int64)."""
+    return ((x.view(torch.int64) >> 52) & 0x7FF) - 1023
+
+
+def _f32(x):
+    """Rounds float64 values to fp32 and back: fl32 of an exact double, or of a float64 sum/product/quotient of two
+    fp32 values (double rounding through float64 is innocuous for those: 53 >= 2 * 24 + 2)."""
+    return x.to(torch.float32).to(torch.float64)
+
+
+class _Layout:
+    """The block of each coordinate (block_format.cpp's block_of_coordinate) for a tensor of `shape`."""
+
+    def __init__(self, bp, shape):
+        self.cols = int(shape[-1]) if len(shape) else 1
+        n = math.prod(shape)
+        self.rows = n // self.cols if self.cols else 0
+        self.per_row = (self.cols + bp.size - 1) // bp.size
+        groups = (self.rows + bp.size - 1) // bp.size if bp.tiles else self.rows
+        self.blocks = self.per_row * groups
+        self.size = bp.size
+        self.tiles = bp.tiles
+
+    def block_ids(self, start, count, device):
+        i = torch.arange(start, start + count, dtype=torch.int64, device=device)
+        row = torch.div(i, self.cols, rounding_mode="floor")
+        col = i - row * self.cols
+        group = torch.div(row, self.size, rounding_mode="floor") if self.tiles else row
+        return group * self.per_row + torch.div(col, self.size, rounding_mode="floor")
+
+
+def _magnitude(hi, lo):
+    neg = torch.signbit(hi)
+    return hi.abs(), torch.where(neg, -lo, lo)
+
+
+def _scatter_max(target, ids, values):
+    with warnings.catch_warnings():  # torch 1.13 calls scatter_reduce beta (an order-free max: deterministic)
+        warnings.filterwarnings("ignore", message="scatter_reduce")
+        target.scatter_reduce_(0, ids, values, reduce="amax", include_self=True)
+
+
+class _BlockStats:
+    """Per block: the exact max |w + u| (hi, lo), max |w|, max |fl32(w + u)| and whether any u != 0."""
+
+
+def _block_stats(bp, layout, wf, uf, chunk):
+    dev = wf.device
+    s = _BlockStats()
+    nb = layout.blocks
+    s.vhi = torch.zeros(nb, dtype=torch.float64, device=dev)
+    s.vlo = torch.full((nb,), -math.inf, dtype=torch.float64, device=dev)
+    s.wmax = torch.zeros(nb, dtype=torch.float64, device=dev)
+    s.v32 = torch.zeros(nb, dtype=torch.float64, device=dev)
+    s.moved = torch.zeros(nb, dtype=torch.float64, device=dev)
+    n = wf.numel()
+    for start in range(0, n, chunk):  # the maxima of hi, |w|, |fl32(v)|, u != 0
+        w, u = wf[start:start + chunk], uf[start:start + chunk]
+        ids = layout.block_ids(start, w.numel(), dev)
+        hi, _ = _two_sum(w.to(torch.float64), u.to(torch.float64))
+        _scatter_max(s.vhi, ids, hi.abs())
+        _scatter_max(s.wmax, ids, w.abs().to(torch.float64))
+        _scatter_max(s.v32, ids, _f32(hi).abs())
+        _scatter_max(s.moved, ids, (u != 0).to(torch.float64))
+    for start in range(0, n, chunk):  # the largest lo among the elements at the block's max hi
+        w, u = wf[start:start + chunk], uf[start:start + chunk]
+        ids = layout.block_ids(start, w.numel(), dev)
+        ah, al = _magnitude(*_two_sum(w.to(torch.float64), u.to(torch.float64)))
+        _scatter_max(s.vlo, ids, torch.where(ah == s.vhi[ids], al, torch.full_like(al, -math.inf)))
+    s.vlo = torch.where(s.vhi == 0, torch.zeros_like(s.vlo), s.vlo)
+    return s
+
+
+def _mx_exponent(bp, hi, lo):
+    """mx_scale_exponent of exact magnitudes hi + lo (int64 tensor; may exceed 127: out of E8M0's range)."""
+    e = _exponent(torch.where(hi == 0, torch.ones_like(hi), hi))
+    at_pow2 = (hi.view(torch.int64) & _MANTISSA64) == 0
+    E = e - ((lo < 0) & at_pow2).to(torch.int64) - bp.emax  # floor_log2_exact - emax_elem
+    if bp.rceil:
+        E = E + _dd_greater(hi, lo, bp.max_elem * _pow2(E)).to(torch.int64)
+    E = torch.clamp(E, min=-127)
+    return torch.where(hi == 0, torch.full_like(E, -127), E)
+
+
+def _mx_in_range(bp, hi, lo, E):
+    """mx_block_in_range: E <= 127 and the grid value at or above amax / 2^E, times 2^E, is a finite fp32 value."""
+    Ec = torch.clamp(E, max=200)
+    inv = _pow2(-Ec)
+    b = _bracket(bp.elem, hi * inv, lo * inv)
+    top = torch.clamp(torch.where(b.exact, b.tz, b.away), max=bp.elem.max_finite)
+    return (E <= 127) & (top * _pow2(Ec) <= _FLT_MAX)
+
+
+def _nvfp4_tensor_scale(amax):
+    """nvfp4_tensor_scale in fp32 (a Python float)."""
+    if amax == 0:
+        return 1.0
+    with np.errstate(over="ignore"):
+        s = np.float32(2688.0) / np.float32(amax)
+    return float(min(s, np.float32(_FLT_MAX)))
+
+
+def _nvfp4_grid(bp, amax_b, s_enc):
+    """The decoded magnitudes fl32(q_k * s_b / S_enc) of blocks with fp32 maxima amax_b (float64 tensor): [blocks, 8],
+    and s_b."""
+    k = float(np.float32(s_enc) * (np.float32(1.0) / np.float32(6.0)))  # fl32(S_enc * fl32(1 / 6))
+    target = _f32(amax_b * k)
+    b = _bracket(bp.e4m3, target, torch.zeros_like(target))
+    s_b = _nearest_value(bp.e4m3, b)
+    q = torch.tensor(_E2M1, dtype=torch.float64, device=amax_b.device)
+    exact = q[None, :] * s_b[:, None]  # exact in fp32
+    # A tensor divisor: CUDA divides by a host scalar as a product with its reciprocal (not correctly rounded).
+    return _f32(exact / torch.full_like(exact, s_enc)), s_b
+
+
+class _BlockScales:
+    pass
+
+
+def _block_scales(bp, layout, stats, wf, uf, writeback_args):
+    """The old and new scale of every block, the order of their change and the old largest decoded magnitude; calls the
+    C++ write-back (which raises its BlockScaleError) for a block out of range."""
+    sc = _BlockScales()
+    if bp.nvfp4:
+        if bool(torch.isinf(stats.v32).any()):
+            _raise_from_cpp(wf, uf, writeback_args)
+        s_old = _nvfp4_tensor_scale(float(stats.wmax.max())) if stats.wmax.numel() else 1.0
+        s_new = _nvfp4_tensor_scale(float(stats.v32.max())) if stats.v32.numel() else 1.0
+        grid_old, sb_old = _nvfp4_grid(bp, stats.wmax, s_old)
+        sc.grid, sb_new = _nvfp4_grid(bp, stats.v32, s_new)
+        lhs, rhs = sb_new * s_old, sb_old * s_new
+        sc.order = (lhs > rhs).to(torch.int64) - (lhs < rhs).to(torch.int64)
+        sc.top_old = grid_old[:, 7]
+        return sc
+    E_new = _mx_exponent(bp, stats.vhi, stats.vlo)
+    if not bool(_mx_in_range(bp, stats.vhi, stats.vlo, E_new).all()):
+        _raise_from_cpp(wf, uf, writeback_args)
+    E_old = _mx_exponent(bp, stats.wmax, torch.zeros_like(stats.wmax))
+    sc.exp = E_new
+    sc.order = (E_new > E_old).to(torch.int64) - (E_new < E_old).to(torch.int64)
+    sc.top_old = bp.max_elem * _pow2(E_old)
+    return sc
+
+
+def _raise_from_cpp(wf, uf, args):
+    """Refused input (NaN/inf, a block out of range): the C++ write-back on host copies raises with its own words."""
+    fmt, policy, seed, step, tensor_id, sr_bits, first_coordinate, tensor, sr_stream, shape = args
+    w = wf.detach().cpu().numpy().reshape(shape)
+    u = uf.detach().cpu().numpy().reshape(shape)
+    _core.writeback(w, u, fmt, policy, seed, step, tensor_id, sr_bits, None, None, first_coordinate, tensor, sr_stream)
+    raise RuntimeError(f"wbaudit.torch_ops: the block write-back in {fmt} refused input the C++ write-back accepts "
+                       "(a bug: please report it)")
+
+
+def _block_writeback(w, u, fmt, policy, seed, step, tensor_id, sr_bits, sr_stream, tensor, first_coordinate):
+    bp = _BlockParams(fmt)
+    shape = tuple(w.shape)
+    args = (fmt, policy, int(seed), int(step), int(tensor_id), int(sr_bits), int(first_coordinate), tensor, sr_stream,
+            shape)
+    wf = w.detach().reshape(-1)
+    uf = u.detach().reshape(-1)
+    n = wf.numel()
+    if n == 0:
+        out, counts = _core.writeback(np.zeros(shape, np.float32), np.zeros(shape, np.float32), fmt, policy, seed, step,
+                                      tensor_id, sr_bits, None, None, first_coordinate, tensor, sr_stream)
+        return torch.empty_like(w), counts
+    if first_coordinate + n > (1 << 48) or not bool((torch.isfinite(wf) & torch.isfinite(uf)).all()):
+        _raise_from_cpp(wf, uf, args)
+    layout = _Layout(bp, shape)
+    chunk = _chunk_for(w.device)
+    mode = _POLICIES[policy]
+    packed = sr_stream == "philox-packed"
+    key = (int(seed), int(step), int(tensor_id))
+    with _HostThreads(w.device):
+        stats = _block_stats(bp, layout, wf, uf, chunk)
+        sc = _block_scales(bp, layout, stats, wf, uf, args)
+        skipped = (stats.moved == 0) if bp.skip else torch.zeros(layout.blocks, dtype=torch.bool, device=w.device)
+        out = torch.empty_like(wf)
+        totals = torch.zeros(11, dtype=torch.int64, device=w.device)
+        for start in range(0, n, chunk):
+            stop = min(n, start + chunk)
+            ids = layout.block_ids(start, stop - start, w.device)
+            vals, counts = _block_chunk(bp, sc, skipped, ids, mode, sr_bits, packed, key, first_coordinate + start,
+                                        wf[start:stop], uf[start:stop])
+            out[start:stop] = vals
+            totals += counts
+        kept = ~skipped
+        tail = [layout.blocks, int(skipped.sum()), int((kept & (sc.order > 0)).sum()),
+                int((kept & (sc.order < 0)).sum())]
+    counts = dict(zip(_BLOCK_COUNT_KEYS, totals.tolist() + tail))
+    return out.reshape(w.shape), counts
+
+
+def _block_chunk(bp, sc, skipped, ids, mode, sr_bits, packed, key, first, w, u):
+    """One pass of the element rounding at the blocks' new scales: (values float32, counts int64[11])."""
+    wd = w.to(torch.float64)
+    hi, lo = _two_sum(wd, u.to(torch.float64))
+    if bp.nvfp4:
+        value, saturated, random, truncated = _nvfp4_elements(sc.grid, ids, hi, lo, wd, u, mode, sr_bits, packed, key,
+                                                              first)
+    else:
+        value, saturated, random, truncated = _mx_elements(bp, sc.exp[ids], hi, lo, wd, u, mode, sr_bits, packed, key,
+                                                           first)
+    kept = ~skipped[ids]
+    vf = torch.where(kept, value.to(torch.float32), w)
+    nonzero = (u != 0) & kept
+    changed = vf != w
+    erased = nonzero & ~changed
+    rescaled = sc.order[ids] != 0
+    outward = (wd.abs() == sc.top_old[ids]) & (((u > 0) & (w > 0)) | ((u < 0) & (w < 0)))
+    collateral = ~(u != 0) & changed
+    flags = [nonzero, erased, erased & ~rescaled & ~outward, erased & ~rescaled & outward, erased & rescaled,
+             nonzero & changed, collateral, collateral & (w != 0) & (vf == 0), saturated & kept]
+    flags.append(random & kept if random is not None else torch.zeros_like(kept))
+    flags.append(truncated & kept if truncated is not None else torch.zeros_like(kept))
+    return vf, torch.stack([f.sum() for f in flags])
+
+
+def _mx_elements(bp, E, hi, lo, wd, u, mode, sr_bits, packed, key, first):
+    """round_element for MX: the element format's rounding of v / 2^E (exact), times 2^E."""
+    p = bp.elem
+    X, inv = _pow2(E), _pow2(-E)
+    b = _bracket(p, hi * inv, lo * inv)
+    nearest = _nearest_value(p, b)
+    random = truncated = None
+    if mode != 0:
+        use_sr = ~b.exact
+        if mode == 2:
+            use_sr &= (u != 0) & (nearest * X == wd)
+        nearest, random, truncated = _stochastic(p, b, use_sr, nearest, sr_bits, packed, key, first)
+    return nearest * X, b.saturated, random, truncated
+
+
+def _nvfp4_elements(grid, ids, hi, lo, wd, u, mode, sr_bits, packed, key, first):
+    """round_element for NVFP4 on the decoded grid of each element's block ids (grid_bracket, grid_nearest,
+    grid_stochastic); grid: [blocks, 8]."""
+    ah, al = _magnitude(hi, lo)
+    negative = torch.signbit(hi)
+    top = grid[:, 7][ids]
+    zero_block = top == 0
+    k = torch.zeros(ah.shape, dtype=torch.int64, device=ah.device)
+    for j in range(1, 8):  # the grid is non-decreasing: k = #{j >= 1: |v| >= grid[j]}
+        k += (~_dd_less(ah, al, grid[:, j][ids])).to(torch.int64)
+    k = torch.where(zero_block, torch.zeros_like(k), k)
+    flat = grid.reshape(-1)
+    g_lo = flat[ids * 8 + k]
+    g_hi = flat[ids * 8 + torch.clamp(k + 1, max=7)]
+    saturated = _dd_greater(ah, al, top) & ~zero_block
+    exact = zero_block | saturated | ((ah == g_lo) & (al == 0))
+    twice_h, twice_l = 2 * ah, 2 * al
+    total = g_lo + g_hi
+    up = _dd_greater(twice_h, twice_l, total) | (~_dd_less(twice_h, twice_l, total) & ((k & 1) == 1))
+    mag = torch.where(exact | ~up, g_lo, g_hi)
+    nearest = torch.where(negative, -mag, mag)
+    random = truncated = None
+    if mode != 0:
+        use_sr = ~exact
+        if mode == 2:
+            use_sr &= (u != 0) & (nearest == wd)
+        idx = use_sr.nonzero().reshape(-1)
+        random = torch.zeros_like(use_sr)
+        truncated = torch.zeros_like(use_sr)
+        if idx.numel():
+            away, rnd, trunc = _grid_stochastic(ah[idx], al[idx], g_lo[idx], g_hi[idx], idx, sr_bits, packed, key,
+                                                first, use_sr.numel())
+            mag = torch.where(away, g_hi[idx], g_lo[idx])
+            nearest = nearest.clone()
+            nearest[idx] = torch.where(negative[idx], -mag, mag)
+            random[idx] = rnd
+            truncated[idx] = trunc
+    return nearest, saturated, random, truncated
+
+
+def _grid_stochastic(ah, al, g_lo, g_hi, idx, sr_bits, packed, key, first, n):
+    """grid_stochastic for the coordinates first + idx: (away, random, truncated) bool tensors."""
+    seed, step, tensor_id = key
+    rh, rl = _two_sum(ah - g_lo, al)  # exact: Sterbenz or g_lo == 0
+    gap = g_hi - g_lo
+    # normalize_gap: gap = G * 2^s with G odd; rem scaled by 2^-s.
+    bits = gap.view(torch.int64)
+    m = (bits & _MANTISSA64) | (1 << 52)
+    tz = _exponent((m & -m).to(torch.float64))
+    G = (m >> tz).to(torch.float64)
+    s = _exponent(gap) - 52 + tz
+    scale = _pow2(-s)
+    rh, rl = rh * scale, rl * scale
+    coords = idx + first
+
+    def first_draws(nbits):
+        if idx.numel() * 4 >= n:
+            return _first_draws(seed, step, tensor_id, first, n, nbits, packed, idx.device)[idx]
+        return _draws_at(seed, step, tensor_id, coords, nbits, packed)
+
+    if sr_bits:
+        D = torch.zeros_like(idx)
+        zh, zl = rh, rl
+        have = 0
+        while have < sr_bits:  # leading_bits: floor(rem / G * 2^r), 16 bits at a time
+            take = min(16, sr_bits - have)
+            f = math.ldexp(1.0, take)
+            level, zh, zl = _divmod_exact(zh * f, zl * f, G, 1.0 / G)
+            D = (D << take) | level.to(torch.int64)
+            have += take
+        R = first_draws(sr_bits)
+        return R < D, D > 0, D == 0
+    # draw_below_gap: 16-bit digits of U, the first word's random bits first (32: two digits; packed: its 16), then
+    # the coordinate's extra words (two digits each).
+    first_word = first_draws(16 if packed else 32)
+    digits0 = first_word if packed else first_word >> 16
+    away = torch.zeros(idx.shape, dtype=torch.bool, device=idx.device)
+    pending = torch.arange(idx.numel(), device=idx.device)
+    for rnd in range(96):
+        if pending.numel() == 0:
+            break
+        if rnd == 0:
+            d = digits0
+        elif rnd == 1 and not packed:
+            d = first_word[pending] & 0xFFFF
+        else:
+            t = rnd - (1 if packed else 2)  # digit t of the extra words
+            word_index = t // 2
+            words = _extra_words(seed, step, tensor_id, coords[pending], word_index // 4 + 1)
+            word = words[word_index % 4]
+            d = word >> 16 if t % 2 == 0 else word & 0xFFFF
+        Gp = G[pending]
+        zh, zl = rh * 65536.0, rl * 65536.0
+        a = d.to(torch.float64) * Gp
+        no = ~_dd_greater(zh, zl, a)
+        yes = ~_dd_less(zh, zl, a + Gp)
+        away[pending[yes]] = True
+        more = ~no & ~yes
+        rh, rl = _two_sum(zh - a, zl)
+        pending, rh, rl = pending[more], rh[more], rl[more]
+    return away, torch.ones_like(away), torch.zeros_like(away)
+
+
+def _round_blocks(x, xf, fmt):
+    """round_tensor for a block format: the write-back of x with u = 0 (the scales from x itself), every block."""
+    bp = _BlockParams(fmt)
+    xd = xf.to(torch.float64)
+    x32 = xd.to(torch.float32)
+    if not bool(torch.isfinite(xd).all()):
+        _core.round(xf.cpu().numpy().reshape(tuple(x.shape)), fmt)  # raises the C++ message
+    inexact = (x32.to(torch.float64) != xd).nonzero()
+    if inexact.numel():
+        i = int(inexact[0, 0])
+        raise ValueError(f"round: x[{i}] = {float(xd[i]):f} is not an fp32 value ({bp.name} holds fp32 values; cast x "
+                         "to float32 first)")
+    x32 = x32.reshape(x.shape)
+    out, _ = _block_writeback(x32, torch.zeros_like(x32), bp.name_without_skip, "nearest", 0, 0, 0, 0, "philox", "", 0)
+    return out

@@ -119,7 +119,10 @@ def test_unknown_names_and_bad_arguments():
     z = torch.zeros(4)
     for args in (("bf17", "nearest", 0, "philox"), ("bf16", "nearst", 0, "philox"), ("bf16", "master", 0, "philox"),
                  ("bf16", "nearest", 3, "philox"), ("bf16", "stochastic", 17, "philox-packed"),
-                 ("bf16", "stochastic", 0, "philox-compact"), ("int4x", "nearest", 0, "philox")):
+                 ("bf16", "stochastic", 0, "philox-compact"), ("int4x", "nearest", 0, "philox"),
+                 ("mxfp4_e2m1:ceil", "nearest", 0, "philox"), ("nvfp4:3d", "nearest", 0, "philox"),
+                 ("nvfp4", "master", 0, "philox"), ("mxint8", "stochastic", 17, "philox-packed"),
+                 ("bf16:skip_unchanged_blocks", "nearest", 0, "philox")):
         fmt, policy, sr_bits, stream = args
         ref = cpp_error(lambda: wbaudit.writeback(z.numpy(), z.numpy(), fmt, policy, sr_bits=sr_bits,
                                                   sr_stream=stream))
@@ -130,11 +133,10 @@ def test_unknown_names_and_bad_arguments():
         torch_ops.round_tensor(z, "fp33")
     with pytest.raises(ValueError, match="scale applies only to integer formats"):
         torch_ops.writeback(z, z, "bf16", scale=0.5)
-    for block in ("mxfp8_e4m3", "nvfp4", "mxfp4_e2m1:rceil"):
-        with pytest.raises(NotImplementedError, match=block):
-            torch_ops.writeback(z.reshape(1, 4), z.reshape(1, 4), block)
-        with pytest.raises(NotImplementedError, match=block):
-            torch_ops.round_tensor(z, block)
+    for block in ("mxfp8_e4m3", "nvfp4", "mxfp4_e2m1:rceil"):  # block formats: tests/python/test_torch_ops_blocks.py
+        got, counts = torch_ops.writeback(z.reshape(1, 4), z.reshape(1, 4), block)
+        assert torch.equal(got, z.reshape(1, 4)) and counts["blocks"] == 1
+        assert torch.equal(torch_ops.round_tensor(z, block), z)
     with pytest.raises(TypeError, match="float32"):
         torch_ops.writeback(z.half(), z.half(), "fp16")
     with pytest.raises(ValueError, match="shape mismatch"):
