@@ -1,9 +1,15 @@
 #include "forecast/tables.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
+#include <map>
 #include <memory>
+#include <optional>
 #include <set>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "forecast/analytic_grid.hpp"
 #include "forecast/error.hpp"
@@ -74,13 +80,67 @@ stats::CellTable projection_table(PredictorKind kind, const std::vector<Evaluati
   // (a target's groups are consecutive cells): one file open at a time, whatever the number of references.
   std::filesystem::path open_file;
   std::unique_ptr<sim::TraceReader> reader;
+  // The source's analytic grid from files: every (format, scale) the cells of one (reference file, group) ask for,
+  // computed in one read of the group (format_grid reads each recorded step once), kept while the file is open.
+  const bool source_grid = kind == PredictorKind::source && method == TableOptions::SourceMethod::analytic_grid;
+  std::map<std::pair<std::filesystem::path, std::string>, std::pair<std::set<std::string>, std::set<double>>> wanted;
+  if (source_grid) {
+    for (const EvaluationCell& c : cells) {
+      if (!c.reference_file.empty()) {
+        auto& [formats, scales] = wanted[{c.reference_file, c.group}];
+        formats.insert(c.format);
+        scales.insert(c.lr_scale);
+      }
+    }
+  }
+  std::map<std::string, std::optional<FormatGrid>> grids;  // of open_file, by group (nullopt: the joint call failed)
   const auto reader_of = [&](const std::filesystem::path& file) -> const sim::TraceReader& {
     if (!reader || open_file != file) {
       reader.reset();
+      grids.clear();
       reader = std::make_unique<sim::TraceReader>(file);
       open_file = file;
     }
     return *reader;
+  };
+  // The cell's series from its group's joint grid; the single (format, scale) call where the group has one pair
+  // or the joint call failed (so that an error names the cell it belongs to, as before).
+  const auto source_series = [&](const EvaluationCell& c) -> Series {
+    const sim::TraceReader& r = reader_of(c.reference_file);
+    const auto& [formats, scales] = wanted.at({c.reference_file, c.group});
+    if (formats.size() * scales.size() == 1) {
+      return analytic_series(r, c.group, c.format, c.lr_scale);
+    }
+    auto [it, fresh] = grids.try_emplace(c.group);
+    if (fresh) {
+      const std::vector<std::string> f(formats.begin(), formats.end());
+      const std::vector<double> sc(scales.begin(), scales.end());
+      try {
+        it->second = format_grid(r, c.group, f, sc);
+      } catch (const ForecastError&) {
+        it->second.reset();
+      } catch (const sim::TraceFileError&) {
+        it->second.reset();
+      }
+    }
+    if (!it->second) {
+      return analytic_series(r, c.group, c.format, c.lr_scale);
+    }
+    const FormatGrid& g = *it->second;
+    const auto fi =
+        static_cast<std::size_t>(std::find(g.formats.begin(), g.formats.end(), c.format) - g.formats.begin());
+    const auto si =
+        static_cast<std::size_t>(std::find(g.lr_scales.begin(), g.lr_scales.end(), c.lr_scale) - g.lr_scales.begin());
+    if (!g.undefined[fi].empty()) {
+      return analytic_series(r, c.group, c.format, c.lr_scale);  // its error, as a single call gives it
+    }
+    Series out;
+    out.steps = g.steps;
+    out.values.reserve(g.steps.size());
+    for (std::size_t t = 0; t < g.steps.size(); ++t) {
+      out.values.push_back(g.at(fi, si, t));
+    }
+    return out;
   };
   for (std::size_t r = 0; r < cells.size(); ++r) {
     const EvaluationCell& c = cells[r];
@@ -100,7 +160,7 @@ stats::CellTable projection_table(PredictorKind kind, const std::vector<Evaluati
         s.steps = trace->recorded_steps;
         s.values = analytic_erased_fraction(*trace, find_group(*trace, c.group), mantissa_width(c), c.lr_scale);
       } else if (analytic && from_file) {
-        s = analytic_series(reader_of(c.reference_file), c.group, c.format, c.lr_scale);
+        s = source_series(c);
       } else if (analytic) {
         s = analytic_series(*trace, c.group, c.format, c.lr_scale);
       } else {
