@@ -153,8 +153,10 @@ std::string requeue_handler(const SlurmOptions& o, const std::string& task_index
   const std::string cap = std::to_string(o.max_requeues);
   std::ostringstream s;
   s << "requeue() {\n"
-    << "  kill -TERM \"$child\" 2>/dev/null\n"
-    << "  wait \"$child\"\n"
+    << "  if [ -n \"$child\" ]; then\n"
+    << "    kill -TERM \"$child\" 2>/dev/null\n"
+    << "    wait \"$child\"\n"
+    << "  fi\n"
     << "  restarts=\"${SLURM_RESTART_COUNT:-0}\"\n"
     << "  if [ \"$restarts\" -ge " << cap << " ]; then\n"
     << "    echo \"wbaudit: time limit near after $restarts requeue(s) (--max-requeues " << cap
@@ -167,8 +169,19 @@ std::string requeue_handler(const SlurmOptions& o, const std::string& task_index
     << "  scontrol requeue \"$job\"\n"
     << "  exit 0\n"
     << "}\n"
-    << "trap requeue USR1\n";
+    << "trap requeue USR1\n"
+    << "if [ \"$usr1_early\" -eq 1 ]; then requeue; fi\n";
   return s.str();
+}
+
+// The first commands of a cells script: a USR1 that arrives before the requeue handler is set (Slurm can send it as
+// a requeued task starts, while the script still verifies the frozen binary) is kept and handled once the handler
+// is set, instead of killing the shell (USR1's default action), which left the cell's attempt "running" with no
+// process and no exit reason.
+std::string early_usr1() {
+  return "usr1_early=0\n"
+         "trap 'usr1_early=1' USR1\n"
+         "child=\n";
 }
 
 }  // namespace
@@ -366,7 +379,7 @@ std::string render_array_script(const ScriptPaths& p, std::size_t task_count, co
     s << "#SBATCH " << extra << "\n";
   }
   s << "set -u\n"
-    << "sweep=" << shell_quote(p.sweep_dir.string()) << "\n"
+    << early_usr1() << "sweep=" << shell_quote(p.sweep_dir.string()) << "\n"
     << "tasks=" << shell_quote(p.tasks_file.string()) << "\n"
     << "job=\"${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}\"\n"
     << "export OMP_PROC_BIND=false OMP_NUM_THREADS=\"${SLURM_CPUS_PER_TASK:-1}\"\n"
@@ -412,7 +425,7 @@ std::string render_mpi_script(const ScriptPaths& p, const SlurmOptions& o) {
     s << "#SBATCH " << extra << "\n";
   }
   s << "set -u\n"
-    << "sweep=" << shell_quote(p.sweep_dir.string()) << "\n"
+    << early_usr1() << "sweep=" << shell_quote(p.sweep_dir.string()) << "\n"
     << "tasks=" << shell_quote(p.tasks_file.string()) << "\n"
     << "job=\"$SLURM_JOB_ID\"\n"
     << "export OMP_PROC_BIND=false OMP_NUM_THREADS=\"${SLURM_CPUS_PER_TASK:-1}\"\n"
