@@ -17,6 +17,7 @@
 #include "sim/precision/rounding.hpp"
 #include "sim/precision/storage_format.hpp"
 #include "sim/precision/writeback.hpp"
+#include "sim/trace/block_reference.hpp"
 #include "util/text.hpp"
 
 namespace wbaudit::audit {
@@ -511,13 +512,7 @@ sim::Trace audit_as_trace(const TrajectoryAudit& audit, const std::string& sourc
       group.block_format = audit.format;
       group.block_events.blocks = audit.counts[g].empty() ? 0 : audit.counts[g].front().block.blocks;
       for (const AuditCounts& c : audit.counts[g]) {
-        group.block_events.erased_grid.push_back(c.block.erased_grid);
-        group.block_events.erased_saturation.push_back(c.block.erased_saturation);
-        group.block_events.erased_scale.push_back(c.block.erased_scale);
-        group.block_events.collateral.push_back(c.block.collateral);
-        group.block_events.flushed.push_back(c.block.flushed);
-        group.block_events.rescaled_up.push_back(c.block.rescaled_up);
-        group.block_events.rescaled_down.push_back(c.block.rescaled_down);
+        sim::append_block_events(group.block_events, c.block);
       }
     }
     trace.groups.push_back(std::move(group));

@@ -337,14 +337,7 @@ void Training<ExecSpace>::record_target(int t, const WritebackCounts& c, const B
   g.applied.push_back(c.applied);
   g.erased_fraction.push_back(fraction(c.erased, c.nonzero));
   if (!g.block_events.empty()) {
-    BlockEventSeries& s = g.block_events;
-    s.erased_grid.push_back(b.erased_grid);
-    s.erased_saturation.push_back(b.erased_saturation);
-    s.erased_scale.push_back(b.erased_scale);
-    s.collateral.push_back(b.collateral);
-    s.flushed.push_back(b.flushed);
-    s.rescaled_up.push_back(b.rescaled_up);
-    s.rescaled_down.push_back(b.rescaled_down);
+    append_block_events(g.block_events, b);
   }
 }
 

@@ -16,20 +16,7 @@ using FloatView = Kokkos::View<float*, MemorySpace>;
 template <class MemorySpace>
 using ConstFloatView = Kokkos::View<const float*, MemorySpace>;
 
-// Integer event counts are summed, so the totals do not depend on the order of the reduction.
-struct CountsReducerBase {
-  using value_type = WritebackCounts;
-  KOKKOS_INLINE_FUNCTION void init(value_type& c) const { c = value_type{}; }
-  KOKKOS_INLINE_FUNCTION void join(volatile value_type& a, const volatile value_type& b) const {
-    a.nonzero = a.nonzero + b.nonzero;
-    a.erased = a.erased + b.erased;
-    a.saturated = a.saturated + b.saturated;
-    a.applied = a.applied + b.applied;
-    a.sr_applied = a.sr_applied + b.sr_applied;
-    a.nonfinite = a.nonfinite + b.nonfinite;
-    a.sr_truncated = a.sr_truncated + b.sr_truncated;
-  }
-};
+using CountsReducerBase = detail::WritebackCountsReducer;  // writeback.hpp
 
 KOKKOS_INLINE_FUNCTION bool finite(float v) {
   return std::isfinite(v);
@@ -104,12 +91,7 @@ struct BlockKernel : CountsReducerBase {
     // written in place; flagged coordinates keep their value
     c.nonfinite += writeback_block_mode<Mode>(wb, first_coordinate + static_cast<std::uint64_t>(begin),
                                               w.data() + begin, u.data() + begin, len, bc);
-    c.nonzero += bc.nonzero;
-    c.erased += bc.erased;
-    c.applied += bc.applied;
-    c.saturated += bc.saturated;
-    c.sr_applied += bc.random;
-    c.sr_truncated += bc.truncated;
+    detail::add_block_counts(c, bc);
   }
 };
 

@@ -35,6 +35,24 @@ struct WritebackCounts {
   friend bool operator==(const WritebackCounts&, const WritebackCounts&) = default;
 };
 
+namespace detail {
+// The Kokkos reduction of WritebackCounts (the write-back kernels' value type): integer sums, so the totals do not
+// depend on the order of the reduction.
+struct WritebackCountsReducer {
+  using value_type = WritebackCounts;
+  KOKKOS_INLINE_FUNCTION void init(value_type& c) const { c = value_type{}; }
+  KOKKOS_INLINE_FUNCTION void join(volatile value_type& a, const volatile value_type& b) const {
+    a.nonzero = a.nonzero + b.nonzero;
+    a.erased = a.erased + b.erased;
+    a.saturated = a.saturated + b.saturated;
+    a.applied = a.applied + b.applied;
+    a.sr_applied = a.sr_applied + b.sr_applied;
+    a.nonfinite = a.nonfinite + b.nonfinite;
+    a.sr_truncated = a.sr_truncated + b.sr_truncated;
+  }
+};
+}  // namespace detail
+
 class NonFiniteError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;

@@ -189,6 +189,17 @@ struct BlockWriteback {
 };
 BlockWriteback block_writeback(const FormatParams& p, const WritebackPolicy& policy, const RngKey& key);
 
+// One block's counts added to a kernel's WritebackCounts (writeback.hpp).
+template <class Counts>
+inline void add_block_counts(Counts& c, const BlockCounts& bc) {
+  c.nonzero += bc.nonzero;
+  c.erased += bc.erased;
+  c.applied += bc.applied;
+  c.saturated += bc.saturated;
+  c.sr_applied += bc.random;
+  c.sr_truncated += bc.truncated;
+}
+
 // w <- q^policy(w + u) in place for one block of len <= kWritebackBlock coordinates, the first of which is coordinate
 // `first` of its tensor (the RNG counter), exactly as the write-back kernel computes it: the vectorized loop, then
 // writeback_value for the coordinates it flags. Coordinates whose w or u is NaN/inf are left unchanged and out of the

@@ -12,8 +12,7 @@ namespace wbaudit::sim {
 namespace {
 
 template <class MemorySpace, Storage16 Type>
-struct StoredKernel {
-  using value_type = WritebackCounts;
+struct StoredKernel : detail::WritebackCountsReducer {
   static constexpr std::int64_t kBlock = detail::kWritebackBlock;
   Kokkos::View<std::uint16_t*, MemorySpace> storage;
   Kokkos::View<const float*, MemorySpace> stepped;
@@ -38,22 +37,7 @@ struct StoredKernel {
     for (std::int64_t k = 0; k < len; ++k) {
       s[k] = encode_storage16(Type, w[k]);
     }
-    c.nonzero += bc.nonzero;
-    c.erased += bc.erased;
-    c.applied += bc.applied;
-    c.saturated += bc.saturated;
-    c.sr_applied += bc.random;
-    c.sr_truncated += bc.truncated;
-  }
-  KOKKOS_INLINE_FUNCTION void init(value_type& c) const { c = value_type{}; }
-  KOKKOS_INLINE_FUNCTION void join(volatile value_type& a, const volatile value_type& b) const {
-    a.nonzero = a.nonzero + b.nonzero;
-    a.erased = a.erased + b.erased;
-    a.saturated = a.saturated + b.saturated;
-    a.applied = a.applied + b.applied;
-    a.sr_applied = a.sr_applied + b.sr_applied;
-    a.nonfinite = a.nonfinite + b.nonfinite;
-    a.sr_truncated = a.sr_truncated + b.sr_truncated;
+    detail::add_block_counts(c, bc);
   }
 };
 

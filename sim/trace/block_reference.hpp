@@ -17,6 +17,18 @@
 
 namespace wbaudit::sim {
 
+// One step's events by cause appended to a group's block event series (a target's write-back, a reference's block
+// projection, an audit's recomputation).
+inline void append_block_events(BlockEventSeries& e, const BlockWritebackCounts& b) {
+  e.erased_grid.push_back(b.erased_grid);
+  e.erased_saturation.push_back(b.erased_saturation);
+  e.erased_scale.push_back(b.erased_scale);
+  e.collateral.push_back(b.collateral);
+  e.flushed.push_back(b.flushed);
+  e.rescaled_up.push_back(b.rescaled_up);
+  e.rescaled_down.push_back(b.rescaled_down);
+}
+
 // The header of a block format's projected series (before any step): its block count and its sample's blocks.
 inline ProjectedSeries block_projection_header(const BlockFormatSpec& fmt, const RowMajorShape& shape) {
   ProjectedSeries series;
@@ -41,15 +53,8 @@ BlockWritebackCounts record_block_projection(const ExecSpace& space, const Block
   series.erased.push_back(b.erased);
   series.fraction.push_back(b.nonzero == 0 ? std::numeric_limits<double>::quiet_NaN()
                                            : static_cast<double>(b.erased) / static_cast<double>(b.nonzero));
-  BlockEventSeries& e = series.block_events;
-  e.blocks = block_count(fmt, shape);
-  e.erased_grid.push_back(b.erased_grid);
-  e.erased_saturation.push_back(b.erased_saturation);
-  e.erased_scale.push_back(b.erased_scale);
-  e.collateral.push_back(b.collateral);
-  e.flushed.push_back(b.flushed);
-  e.rescaled_up.push_back(b.rescaled_up);
-  e.rescaled_down.push_back(b.rescaled_down);
+  series.block_events.blocks = block_count(fmt, shape);
+  append_block_events(series.block_events, b);
   // What the grid needs at other learning-rate scales (block_sample.hpp); NVFP4 also q(w) of the whole tensor.
   const auto n = static_cast<std::size_t>(w.extent(0));
   std::vector<float> q;
