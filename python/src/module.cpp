@@ -1120,11 +1120,8 @@ class PyTraceWriter {
   std::optional<TraceWriter> m_writer;
 };
 
-}  // namespace
-
-PYBIND11_MODULE(_core, m) {
-  m.doc() = "wbaudit's C++ core: formats, exact rounding and write-back, projected events, audit, traces";
-  py::register_exception<NonFiniteError>(m, "NonFiniteError", PyExc_ValueError);
+// Kokkos start and stop, and the thresholds Python reads.
+void def_runtime(py::module_& m) {
   m.def("_ensure_kokkos", &ensure_kokkos);
   m.attr("JOINT_EXACT_MAX") = kJointExactMaxCoordinates;  // groups this small keep their w and u in a reference
   m.def("_finalize", [] {
@@ -1137,6 +1134,10 @@ PYBIND11_MODULE(_core, m) {
     ensure_kokkos();
     return Space().concurrency();
   });
+}
+
+// The formats, rounding into them, and intK scales.
+void def_formats(py::module_& m) {
   m.def("formats", &formats,
         "formats() -> list of dict\n\nThe built-in number formats and their parameters (name, kind, bits, exp_bits, "
         "man_bits, bias, max_finite, min_normal, min_subnormal, has_inf, has_nan, subnormals, max_level).");
@@ -1157,6 +1158,12 @@ PYBIND11_MODULE(_core, m) {
         "different draws). Block formats (block_formats()) round blockwise along the last dimension of x, with "
         "the scales x implies; x must hold fp32 values. Raises ValueError for NaN/inf, an unknown "
         "format/policy/sr_stream or an sr_stream the policy and sr_bits do not allow.");
+  m.def("int_scale_for_absmax", &int_scale_for_absmax, py::arg("k"), py::arg("absmax"),
+        "int_scale_for_absmax(k, absmax) -> float\n\nThe per-tensor scale of intK for an initialization absmax.");
+}
+
+// The write-back, the projections a reference records, and the audit of one step.
+void def_writeback(py::module_& m) {
   m.def("writeback", &writeback_py, py::arg("w"), py::arg("u"), py::arg("fmt"), py::arg("policy") = "nearest",
         py::arg("seed") = 0, py::arg("step") = 0, py::arg("tensor_id") = 0, py::arg("sr_bits") = 0,
         py::arg("scale") = py::none(), py::arg("out") = py::none(), py::arg("first_coordinate") = 0,
@@ -1234,6 +1241,10 @@ PYBIND11_MODULE(_core, m) {
         "w_next is compared with the block write-back of (w, u) with the arrays' shape (blocks along the last "
         "dimension), the counts add the causes (erased_grid, erased_saturation, erased_scale, collateral, flushed, "
         "rescaled_up, rescaled_down, blocks); SR needs seed (its draws are replayed).");
+}
+
+// Reading, writing and streaming traces, and the recording schedule.
+void def_traces(py::module_& m) {
   m.def(
       "read_trace",
       [](const std::string& path, bool allow_incomplete) {
@@ -1280,6 +1291,15 @@ PYBIND11_MODULE(_core, m) {
       py::arg("kind"), py::arg("steps"), py::arg("k") = 10, py::arg("points") = 100,
       "recorded_steps(kind, steps, k=10, points=100) -> list of int\n\nThe simulator's recording schedule: kind "
       "'every', 'every_k' (0, k, 2k, ..., last) or 'log' (points log-spaced steps).");
-  m.def("int_scale_for_absmax", &int_scale_for_absmax, py::arg("k"), py::arg("absmax"),
-        "int_scale_for_absmax(k, absmax) -> float\n\nThe per-tensor scale of intK for an initialization absmax.");
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_core, m) {
+  m.doc() = "wbaudit's C++ core: formats, exact rounding and write-back, projected events, audit, traces";
+  py::register_exception<NonFiniteError>(m, "NonFiniteError", PyExc_ValueError);
+  def_runtime(m);
+  def_formats(m);
+  def_writeback(m);
+  def_traces(m);
 }
