@@ -28,6 +28,7 @@
 #include "sim/precision/expected_erasure.hpp"
 #include "sim/precision/writeback_blocks.hpp"
 #include "sim/run.hpp"
+#include "sim/trace/block_reference.hpp"
 #include "sim/trace/block_sample.hpp"
 #include "sim/trace/reference_histograms.hpp"
 #include "sim/trace/trace_writer.hpp"
@@ -193,38 +194,38 @@ void DecoderRatiosMillionShape(benchmark::State& state) {
 // 1024 x 1024 tensor, the block projection the engine records at each recorded step (block_project) alone (Arg 0:
 // mxfp8_e4m3, 2: nvfp4) and followed by the block sample as the engine records it (Arg 1, 3: the sampled blocks' w and
 // u; NVFP4 also q(w) of the whole tensor and its tensor row).
+// The recorded state of the block benches: a 1024 x 1024 tensor, w ~ N(0, 0.05^2), u ~ N(0, 1e-6).
+struct BlockBenchTensor {
+  RowMajorShape shape{1024, 1024};
+  Kokkos::View<float*> w, u;
+  BlockBenchTensor()
+      : w("wbaudit::bench::block_tensor::w", static_cast<std::size_t>(shape.size())),
+        u("wbaudit::bench::block_tensor::u", static_cast<std::size_t>(shape.size())) {
+    std::mt19937 gen(3);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    for (std::size_t i = 0; i < w.extent(0); ++i) {
+      w(i) = 0.05f * normal(gen);
+      u(i) = 1e-3f * normal(gen);
+    }
+  }
+};
+
 void BlockSampleRecording(benchmark::State& state) {
   const bool nvfp4 = state.range(0) >= 2;
   const bool sample = state.range(0) % 2 == 1;
   const BlockFormatSpec fmt = block_format_from_name(nvfp4 ? "nvfp4" : "mxfp8_e4m3");
-  const RowMajorShape shape{1024, 1024};
-  const auto n = static_cast<std::size_t>(shape.size());
-  Kokkos::View<float*> w("wbaudit::bench::BlockSampleRecording::w", n);
-  Kokkos::View<float*> u("wbaudit::bench::BlockSampleRecording::u", n);
-  std::mt19937 gen(3);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  for (std::size_t i = 0; i < n; ++i) {
-    w(i) = 0.05f * normal(gen);
-    u(i) = 1e-3f * normal(gen);
-  }
+  const BlockBenchTensor t;
   for (auto _ : state) {
-    const BlockWritebackCounts c = block_project(fmt, RngKey{}, shape, w, u);
-    benchmark::DoNotOptimize(c);
-    if (sample) {
-      BlockSample s = block_sample_header(fmt, shape);
-      std::vector<float> q;
-      if (nvfp4) {
-        Kokkos::View<float*> scratch(Kokkos::view_alloc(Kokkos::WithoutInitializing, "wbaudit::bench::q"), n);
-        Kokkos::deep_copy(scratch, w);
-        block_quantize(fmt, shape, scratch);
-        Kokkos::fence();
-        q.assign(scratch.data(), scratch.data() + n);
-      }
-      append_block_sample(fmt, s, std::span<const float>(w.data(), n), std::span<const float>(u.data(), n), q);
-      benchmark::DoNotOptimize(s.w.data());
+    if (sample) {  // what the engine records: the projection, then the sample (record_block_projection)
+      ProjectedSeries series = block_projection_header(fmt, t.shape);
+      benchmark::DoNotOptimize(record_block_projection(Kokkos::DefaultExecutionSpace(), fmt, RngKey{}, t.shape,
+                                                       Kokkos::View<const float*>(t.w), t.u, series));
+      benchmark::DoNotOptimize(series.block_sample.w.data());
+    } else {
+      benchmark::DoNotOptimize(block_project(fmt, RngKey{}, t.shape, t.w, t.u));
     }
   }
-  state.counters["coordinates"] = static_cast<double>(n);
+  state.counters["coordinates"] = static_cast<double>(t.w.extent(0));
 }
 
 // The expected projection of one SR policy for a block format in a recorded step (block_expected.hpp), on the
@@ -235,22 +236,13 @@ void ExpectedBlockRecording(benchmark::State& state) {
   const bool nvfp4 = state.range(0) >= 2;
   const WritebackPolicy policy{Policy::stochastic, state.range(0) % 2 == 1 ? 8 : 0};
   const BlockFormatSpec fmt = block_format_from_name(nvfp4 ? "nvfp4" : "mxfp8_e4m3");
-  const RowMajorShape shape{1024, 1024};
-  const auto n = static_cast<std::size_t>(shape.size());
-  Kokkos::View<float*> w("wbaudit::bench::ExpectedBlockRecording::w", n);
-  Kokkos::View<float*> u("wbaudit::bench::ExpectedBlockRecording::u", n);
-  std::mt19937 gen(3);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  for (std::size_t i = 0; i < n; ++i) {
-    w(i) = 0.05f * normal(gen);
-    u(i) = 1e-3f * normal(gen);
-  }
+  const BlockBenchTensor t;
   for (auto _ : state) {
-    const ExpectedErasure e = state.range(0) == 4 ? expected_erasure(format_from_name("e4m3"), policy, w, u)
-                                                  : expected_block_erasure(fmt, policy, RngKey{}, shape, w, u);
+    const ExpectedErasure e = state.range(0) == 4 ? expected_erasure(format_from_name("e4m3"), policy, t.w, t.u)
+                                                  : expected_block_erasure(fmt, policy, RngKey{}, t.shape, t.w, t.u);
     benchmark::DoNotOptimize(e);
   }
-  state.counters["coordinates"] = static_cast<double>(n);
+  state.counters["coordinates"] = static_cast<double>(t.w.extent(0));
 }
 
 BENCHMARK(DecoderRatios)->Unit(benchmark::kMillisecond)->Iterations(5);

@@ -32,7 +32,7 @@ inline void append_block_events(BlockEventSeries& e, const BlockWritebackCounts&
 // The header of a block format's projected series (before any step): its block count and its sample's blocks.
 inline ProjectedSeries block_projection_header(const BlockFormatSpec& fmt, const RowMajorShape& shape) {
   ProjectedSeries series;
-  series.block_events.blocks = block_count(fmt, shape);  // block formats: no expected projections
+  series.block_events.blocks = block_count(fmt, shape);
   series.block_sample = block_sample_header(fmt, shape);
   return series;
 }
