@@ -4,9 +4,10 @@
 // 1 .. 4 record nothing and are the baseline), an e4m3 nearest target (norm gains fp32), an e4m3 stochastic target,
 // and reference recording at every step (projections for bf16, e4m3, e5m2, the d histogram and the margin histogram)
 // streamed to a trace file as in production (run_cell_to_file). The Ratios benchmarks interleave them and report
-// per-step time ratios to the plain cell, and the finished trace's bytes per recorded step; MarginKernel times the
-// recording kernel alone on a 4M-coordinate tensor under each ISA the CPU has; RecordingPeakMemory runs a streamed
-// reference recording 4 and 40 steps in child processes and reports each one's peak resident memory.
+// per-step time ratios to the plain cell, and the finished trace's bytes per recorded step
+// (DecoderBlockRecordingRatios: the recording with block formats projected too); MarginKernel times the recording
+// kernel alone on a 4M-coordinate tensor under each ISA the CPU has; RecordingPeakMemory runs a streamed reference
+// recording 4 and 40 steps in child processes and reports each one's peak resident memory.
 #include <benchmark/benchmark.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
@@ -190,6 +191,31 @@ void DecoderRatiosMillionShape(benchmark::State& state) {
   ratios(state, Shape::million);
 }
 
+// Issue 29's recording target (projected block counts keep the recorded step <= 1.3x the plain step): reference
+// recording at every step with the per-tensor projections of DecoderRatios (bf16, e4m3, e5m2) and the same plus the
+// block formats mxfp8_e4m3 and nvfp4 (their exact projection by cause and their block sample), interleaved with the
+// plain cell; medians of the per-step times over the iterations. `blocks_added_over_plain` is what the two block
+// formats add to a recorded step, in plain steps.
+void DecoderBlockRecordingRatios(benchmark::State& state) {
+  std::vector<double> p, r, b;
+  RunConfig with_blocks = recording_every_step();
+  with_blocks.project_formats.insert(with_blocks.project_formats.end(), {"mxfp8_e4m3", "nvfp4"});
+  for (auto _ : state) {
+    p.push_back(seconds_per_step(plain()).step);
+    r.push_back(seconds_per_step(recording_every_step()).step);
+    b.push_back(seconds_per_step(with_blocks).step);
+  }
+  const auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  const double base = median(p);
+  state.counters["plain_ms_per_step"] = base * 1e3;
+  state.counters["recording_over_plain"] = median(r) / base;
+  state.counters["recording_blocks_over_plain"] = median(b) / base;
+  state.counters["blocks_added_over_plain"] = (median(b) - median(r)) / base;
+}
+
 // The block sample's cost in a recorded step (docs/forecasting.md, "Block formats at any learning-rate scale"): on a
 // 1024 x 1024 tensor, the block projection the engine records at each recorded step (block_project) alone (Arg 0:
 // mxfp8_e4m3, 2: nvfp4) and followed by the block sample as the engine records it (Arg 1, 3: the sampled blocks' w and
@@ -264,6 +290,7 @@ BENCHMARK(ExpectedBlockRecording)
     ->Iterations(10)
     ->UseRealTime();
 BENCHMARK(DecoderRatiosMillionShape)->Unit(benchmark::kMillisecond)->Iterations(5);
+BENCHMARK(DecoderBlockRecordingRatios)->Unit(benchmark::kMillisecond)->Iterations(5);
 
 // The recording kernel alone (reference_histograms: the d histogram and the margin histogram of the 14 formats) on
 // one 4M-coordinate tensor (w ~ N(0, 0.02), u ~ +-6e-4 lognormal), under the ISA range(0) (0 portable, 1 AVX2,

@@ -343,8 +343,10 @@ void write_block_sample(hid_t parent, const BlockSample& b, const std::string& f
   write_scalar_attribute<std::int64_t>(bh.get(), "cols", b.cols, file);
   write_scalar_attribute<std::int64_t>(bh.get(), "elements", b.elements, file);
   write_vector(bh.get(), "blocks", b.blocks, file);
-  write_compressed_rows(bh.get(), "w", w, steps, elements, file, block_bytes(from));
-  write_compressed_rows(bh.get(), "u", u, steps, elements, file, block_bytes(from));
+  // w and u uncompressed: fp32 weights and proposals keep ~80% of their bytes under shuffle + deflate, and deflating
+  // them cost a reference recording with two block formats ~4 plain steps per recorded step (docs/performance.md).
+  write_dataset(bh.get(), "w", w, {steps, elements}, file, block_bytes(from));
+  write_dataset(bh.get(), "u", u, {steps, elements}, file, block_bytes(from));
   if (nvfp4) {
     write_compressed_rows(bh.get(), "tensor", tensor, steps, kBlockSampleTensorWidth, file, block_bytes(from));
   }

@@ -313,8 +313,8 @@ void TraceWriter::State::open_sets(bool create_them) {
             write_vector(sh.get(), "blocks", b.blocks, file);
           }
           const auto width = static_cast<hsize_t>(b.elements);
-          p.sample_w = row_set<float>(sh.get(), "w", width, 1, true, c, swhere, file);
-          p.sample_u = row_set<float>(sh.get(), "u", width, 1, true, c, swhere, file);
+          p.sample_w = row_set<float>(sh.get(), "w", width, 1, false, c, swhere, file);  // uncompressed, as finished
+          p.sample_u = row_set<float>(sh.get(), "u", width, 1, false, c, swhere, file);
           if (block_sample_has_tensor_rows(format)) {
             p.sample_tensor = row_set<float>(sh.get(), "tensor", kBlockSampleTensorWidth, 1, true, c, swhere, file);
           }
