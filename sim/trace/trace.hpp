@@ -87,6 +87,12 @@ struct BlockSample {
   std::int64_t elements = 0;         // values per step: the sampled blocks' sizes summed
   std::vector<float> w, u;           // [T * elements] block by block, each block's elements row by row
   std::vector<float> tensor;         // NVFP4 only: [T * kBlockSampleTensorWidth] (block_sample.hpp)
+  // A sampled tensor (fewer blocks sampled than it has) only: the learning-rate scales at which the exact whole-tensor
+  // projection is also recorded (header; kBlockSampleAnchorScales, empty for a tensor sampled whole or a trace written
+  // before anchors), and per step and anchor its counts nonzero, erased, erased_grid, erased_saturation, erased_scale:
+  // [T * anchor_scales.size() * kBlockAnchorCounts] (block_sample.hpp).
+  std::vector<double> anchor_scales;
+  std::vector<std::int64_t> anchors;
   bool empty() const { return blocks.empty(); }
 };
 
