@@ -864,33 +864,96 @@ void block_grid_steps(const BlockFormats& b, const sim::GroupTrace& rows, std::s
       }
     };
     for (std::size_t t = 0; t < count; ++t) {
-      // The difference estimator: the sample's fractions at s plus what the sample misses at s = 1, where the
-      // tensor's exact projection is recorded (erased and its causes over every block). Zero for a tensor sampled
-      // whole (the sample is the tensor); for a sampled one it removes the sampling error the scales share.
-      std::array<double, 4> shift{0, 0, 0, 0};
-      const sim::BlockWritebackCounts one = project(t, 1.0);
-      if (one.nonzero > 0 && t < rows.nonzero.size() && rows.nonzero[t] > 0 && t < series.erased.size() &&
-          t < recorded.erased_grid.size() && t < recorded.erased_saturation.size() &&
-          t < recorded.erased_scale.size()) {
-        const auto N = static_cast<double>(rows.nonzero[t]), n1 = static_cast<double>(one.nonzero);
-        shift = {
-            static_cast<double>(series.erased[t]) / N - static_cast<double>(one.erased) / n1,
-            static_cast<double>(recorded.erased_grid[t]) / N - static_cast<double>(one.erased_grid) / n1,
-            static_cast<double>(recorded.erased_saturation[t]) / N - static_cast<double>(one.erased_saturation) / n1,
-            static_cast<double>(recorded.erased_scale[t]) / N - static_cast<double>(one.erased_scale) / n1};
+      // The difference estimator: the sample's fractions at s plus what the sample misses at the anchors around s,
+      // scales at which the tensor's exact projection is recorded over every block: s = 1 (erased and its causes)
+      // and, for a sampled tensor, the anchor scales (block_sample.hpp). Zero for a tensor sampled whole (the sample
+      // is the tensor); for a sampled one it removes the sampling error that s and the anchors share.
+      struct Anchor {
+        double scale;
+        sim::BlockWritebackCounts exact;             // nonzero, erased and the causes over the whole tensor
+        std::optional<std::array<double, 4>> shift;  // the exact fractions minus the sample's, once projected
+      };
+      std::vector<Anchor> anchors;
+      if (t < rows.nonzero.size() && t < series.erased.size() && t < recorded.erased_grid.size() &&
+          t < recorded.erased_saturation.size() && t < recorded.erased_scale.size()) {
+        sim::BlockWritebackCounts one;
+        one.nonzero = rows.nonzero[t];
+        one.erased = series.erased[t];
+        one.erased_grid = recorded.erased_grid[t];
+        one.erased_saturation = recorded.erased_saturation[t];
+        one.erased_scale = recorded.erased_scale[t];
+        anchors.push_back({1.0, one, std::nullopt});
       }
+      if ((t + 1) * sample.anchor_scales.size() * sim::kBlockAnchorCounts <= sample.anchors.size()) {
+        for (std::size_t a = 0; a < sample.anchor_scales.size(); ++a) {
+          anchors.push_back({sample.anchor_scales[a], sim::block_sample_anchor(sample, t, a), std::nullopt});
+        }
+      }
+      const auto fractions = [](const sim::BlockWritebackCounts& c) {
+        const auto n = static_cast<double>(c.nonzero);
+        return std::array<double, 4>{static_cast<double>(c.erased) / n, static_cast<double>(c.erased_grid) / n,
+                                     static_cast<double>(c.erased_saturation) / n,
+                                     static_cast<double>(c.erased_scale) / n};
+      };
+      // The anchors bracketing s, the largest at most s and the smallest at least s (nullptr where none is).
+      const auto bracket = [&](double scale) {
+        std::pair<Anchor*, Anchor*> out{nullptr, nullptr};
+        for (Anchor& a : anchors) {
+          if (a.scale <= scale && (out.first == nullptr || a.scale > out.first->scale)) {
+            out.first = &a;
+          }
+          if (a.scale >= scale && (out.second == nullptr || a.scale < out.second->scale)) {
+            out.second = &a;
+          }
+        }
+        return out;
+      };
+      // An anchor's shift: its exact fractions minus the sample's at its scale (projected once per step).
+      const auto shift_of = [&](Anchor& a) -> const std::array<double, 4>& {
+        if (!a.shift) {
+          const sim::BlockWritebackCounts at = project(t, a.scale);
+          std::array<double, 4> d{0, 0, 0, 0};
+          if (at.nonzero > 0 && a.exact.nonzero > 0) {
+            const std::array<double, 4> exact = fractions(a.exact), sampled = fractions(at);
+            for (std::size_t j = 0; j < 4; ++j) {
+              d[j] = exact[j] - sampled[j];
+            }
+          }
+          a.shift = d;
+        }
+        return *a.shift;
+      };
       const auto share = [](double x) { return std::clamp(x, 0.0, 1.0); };
       for (std::size_t s = 0; s < S; ++s) {
-        const sim::BlockWritebackCounts c = grid.lr_scales[s] == 1.0 ? one : project(t, grid.lr_scales[s]);
+        const double scale = grid.lr_scales[s];
         const std::size_t i = (b.at[k] * S + s) * T + first + t;
+        const auto [lo, hi] = bracket(scale);
+        Anchor* at = lo != nullptr && lo->scale == scale ? lo : nullptr;
+        if (at != nullptr && at->exact.nonzero > 0) {  // at an anchor the grid is the recorded exact projection
+          const std::array<double, 4> f = fractions(at->exact);
+          grid.values[i] = f[0];
+          grid.causes[i] = {f[1], f[2], f[3]};
+          continue;
+        }
+        const sim::BlockWritebackCounts c = project(t, scale);
         if (c.nonzero == 0) {
           continue;
         }
-        const auto n = static_cast<double>(c.nonzero);
-        grid.values[i] = share(static_cast<double>(c.erased) / n + shift[0]);
-        grid.causes[i] = {share(static_cast<double>(c.erased_grid) / n + shift[1]),
-                          share(static_cast<double>(c.erased_saturation) / n + shift[2]),
-                          share(static_cast<double>(c.erased_scale) / n + shift[3])};
+        // Between two anchors the shifts interpolated linearly in log2 s; beyond the last anchor on either side, that
+        // anchor's shift.
+        std::array<double, 4> shift{0, 0, 0, 0};
+        if (lo != nullptr && hi != nullptr) {
+          const double x = (std::log2(scale) - std::log2(lo->scale)) / (std::log2(hi->scale) - std::log2(lo->scale));
+          const std::array<double, 4> a = shift_of(*lo), z = shift_of(*hi);
+          for (std::size_t j = 0; j < 4; ++j) {
+            shift[j] = (1 - x) * a[j] + x * z[j];
+          }
+        } else if (lo != nullptr || hi != nullptr) {
+          shift = shift_of(lo != nullptr ? *lo : *hi);
+        }
+        const std::array<double, 4> f = fractions(c);
+        grid.values[i] = share(f[0] + shift[0]);
+        grid.causes[i] = {share(f[1] + shift[1]), share(f[2] + shift[2]), share(f[3] + shift[3])};
       }
     }
   }

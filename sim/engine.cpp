@@ -397,6 +397,7 @@ std::size_t Training<ExecSpace>::recorder_bytes() const {
       add(p.block_sample.w);
       add(p.block_sample.u);
       add(p.block_sample.tensor);
+      add(p.block_sample.anchors);
       for (const auto& [policy, e] : p.expected) {
         add(e.erased);
         add(e.fraction);

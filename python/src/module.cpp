@@ -656,14 +656,18 @@ py::dict block_events_dict(const BlockEventSeries& b) {
   return d;
 }
 
-// A block format's sample ({"rows", "cols", "elements", "blocks", and with T rows "w", "u": [T, elements] float32,
-// NVFP4 "tensor": [T, kBlockSampleTensorWidth]; docs/trace-format.md, "Block samples").
+// A block format's sample ({"rows", "cols", "elements", "blocks", a sampled tensor's "anchor_scales", and with T rows
+// "w", "u": [T, elements] float32, NVFP4 "tensor": [T, kBlockSampleTensorWidth], a sampled tensor's "anchors": [T,
+// anchors, kBlockAnchorCounts] int64; docs/trace-format.md, "Block samples").
 py::dict block_sample_dict(const BlockSample& b, bool rows) {
   py::dict d;
   d["rows"] = b.rows;
   d["cols"] = b.cols;
   d["elements"] = b.elements;
   d["blocks"] = array_of(b.blocks);
+  if (!b.anchor_scales.empty()) {
+    d["anchor_scales"] = array_of(b.anchor_scales);
+  }
   if (rows) {
     const auto e = static_cast<py::ssize_t>(b.elements);
     const auto T = static_cast<py::ssize_t>(e == 0 ? 0 : b.w.size() / b.elements);
@@ -671,6 +675,10 @@ py::dict block_sample_dict(const BlockSample& b, bool rows) {
     d["u"] = array_of(b.u).reshape({T, e});
     if (!b.tensor.empty()) {
       d["tensor"] = array_of(b.tensor).reshape({T, static_cast<py::ssize_t>(kBlockSampleTensorWidth)});
+    }
+    if (!b.anchor_scales.empty()) {
+      d["anchors"] = array_of(b.anchors).reshape(
+          {T, static_cast<py::ssize_t>(b.anchor_scales.size()), static_cast<py::ssize_t>(kBlockAnchorCounts)});
     }
   }
   return d;
@@ -729,6 +737,9 @@ py::dict block_projection_step_py(py::array w, py::array u, const std::string& f
   sample["u"] = array_of(series.block_sample.u);
   if (!series.block_sample.tensor.empty()) {
     sample["tensor"] = array_of(series.block_sample.tensor);
+  }
+  if (!series.block_sample.anchor_scales.empty()) {
+    sample["anchors"] = array_of(series.block_sample.anchors);
   }
   d["block_sample"] = sample;
   return d;
@@ -874,6 +885,16 @@ void block_projection_header_of(const py::dict& pd, const std::string& mode, con
     if (sd.contains("elements") && sd["elements"].cast<std::int64_t>() != b.elements) {
       throw py::value_error(w + "block_sample.elements " + std::to_string(sd["elements"].cast<std::int64_t>()) +
                             " is not the sampled blocks' " + std::to_string(b.elements));
+    }
+    b.anchor_scales.clear();
+    if (sd.contains("anchor_scales")) {  // a sampled tensor's exact anchors (absent: none, as before them)
+      b.anchor_scales =
+          vector_of<double>(sd["anchor_scales"], w + "block_sample.anchor_scales", static_cast<std::size_t>(-1));
+      for (const double s : b.anchor_scales) {
+        if (!(s > 0) || !std::isfinite(s)) {
+          throw py::value_error(w + "block_sample.anchor_scales must be positive and finite");
+        }
+      }
     }
   }
 }
@@ -1032,6 +1053,11 @@ void rows_from_dict(Trace& t, const py::dict& d, const char* who) {
         if (block_sample_has_tensor_rows(pname)) {
           b.tensor = vector_of<float>(need(sd, "tensor", pw + "block_sample."), pw + "block_sample.tensor",
                                       T * kBlockSampleTensorWidth);
+        }
+        b.anchors.clear();
+        if (!b.anchor_scales.empty()) {
+          b.anchors = vector_of<std::int64_t>(need(sd, "anchors", pw + "block_sample."), pw + "block_sample.anchors",
+                                              T * b.anchor_scales.size() * kBlockAnchorCounts);
         }
       }
     }
@@ -1213,11 +1239,12 @@ void def_writeback(py::module_& m) {
         "margin histogram of the analytic grid over u != 0, as "
         "the simulator records it (docs/trace-format.md), its intK formats scaled from init_absmax (the tensor's max "
         "|w| at initialization; NaN: not recorded).");
-  m.def("block_projection_header", &block_projection_header_py, py::arg("fmt"), py::arg("shape"),
-        "block_projection_header(fmt, shape) -> dict\n\nThe trace header of a reference's projection of block format "
-        "fmt for a tensor of this shape (blocks along its last dimension): {'block_events': {'blocks': n}, "
-        "'block_sample': {'rows', 'cols', 'elements', 'blocks'}}, the sampled block indices as the engine takes them "
-        "(sim/trace/block_sample.hpp).");
+  m.def(
+      "block_projection_header", &block_projection_header_py, py::arg("fmt"), py::arg("shape"),
+      "block_projection_header(fmt, shape) -> dict\n\nThe trace header of a reference's projection of block format "
+      "fmt for a tensor of this shape (blocks along its last dimension): {'block_events': {'blocks': n}, "
+      "'block_sample': {'rows', 'cols', 'elements', 'blocks'[, 'anchor_scales']}}, the sampled block indices as "
+      "the engine takes them and, for a sampled tensor, the scales of its exact anchors (sim/trace/block_sample.hpp).");
   m.def("block_projection_step", &block_projection_step_py, py::arg("w"), py::arg("u"), py::arg("fmt"),
         py::arg("seed") = 0, py::arg("step") = 0, py::arg("tensor_id") = 0, py::arg("tensor") = "",
         "block_projection_step(w, u, fmt, seed=0, step=0, tensor_id=0, tensor='') -> dict\n\n"
@@ -1225,7 +1252,8 @@ void def_writeback(py::module_& m) {
         "(sim/trace/block_reference.hpp): w, u float32 with the tensor's shape (blocks along the last dimension). "
         "Returns the step's rows of projected[fmt]: erased, fraction ([1]), block_events (each cause, [1]) and "
         "block_sample (w, u: the sampled blocks' values; NVFP4 also tensor: max |w|, max |q(w)| and the (q(w), u) "
-        "lines). Raises ValueError naming tensor and step for NaN/inf or a block out of range.");
+        "lines; a sampled tensor also anchors: the exact projection's nonzero, erased and causes at each of the "
+        "header's anchor_scales). Raises ValueError naming tensor and step for NaN/inf or a block out of range.");
   m.def("audit", &audit_py, py::arg("w"), py::arg("u"), py::arg("w_next"), py::arg("fmt"),
         py::arg("policy") = "nearest", py::arg("sr_bits") = 0, py::arg("seed") = py::none(), py::arg("step") = 0,
         py::arg("tensor_id") = 0, py::arg("scale") = py::none(), py::arg("tensor") = "",

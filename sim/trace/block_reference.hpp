@@ -38,7 +38,8 @@ inline ProjectedSeries block_projection_header(const BlockFormatSpec& fmt, const
 }
 
 // Appends one recorded step to `series` (a block_projection_header of fmt and shape): erased, fraction, the events by
-// cause and the sample's rows. w and u: the whole tensor, in memory the host can read; key names tensor and step in
+// cause and the sample's rows (a sampled tensor: with the exact projection's counts at the anchor scales, one more
+// block projection per anchor). w and u: the whole tensor, in memory the host can read; key names tensor and step in
 // errors. Returns the step's counts.
 template <class ExecSpace>
 BlockWritebackCounts record_block_projection(const ExecSpace& space, const BlockFormatSpec& fmt, const RngKey& key,
@@ -68,6 +69,20 @@ BlockWritebackCounts record_block_projection(const ExecSpace& space, const Block
   }
   append_block_sample(fmt, series.block_sample, std::span<const float>(w.data(), n),
                       std::span<const float>(u.data(), n), q);
+  // A sampled tensor: the exact projection of q(w) + fl32(s u) at the anchor scales (the difference estimator's
+  // anchors), fl32(s u) formed exactly as project_block_sample forms it, so that at an anchor the grid's projection and
+  // this one are of the same values.
+  if (!series.block_sample.anchor_scales.empty()) {
+    Kokkos::View<float*, memory_space> us(
+        Kokkos::view_alloc(space, Kokkos::WithoutInitializing, "wbaudit::sim::record_block_projection::us"), n);
+    for (const double s : series.block_sample.anchor_scales) {
+      Kokkos::parallel_for(
+          "wbaudit::sim::record_block_projection::scale", Kokkos::RangePolicy<ExecSpace>(space, 0, n),
+          KOKKOS_LAMBDA(const std::size_t i) { us(i) = static_cast<float>(s * static_cast<double>(u(i))); });
+      append_block_anchor(series.block_sample,
+                          block_project(space, fmt, key, shape, w, Kokkos::View<const float*, memory_space>(us)));
+    }
+  }
   return b;
 }
 

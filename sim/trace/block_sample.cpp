@@ -90,7 +90,8 @@ std::uint64_t block_sample_step_bytes(const BlockSample& sample, std::string_vie
     return 0;
   }
   return 8 * static_cast<std::uint64_t>(sample.elements) +
-         (block_sample_has_tensor_rows(format) ? 4 * kBlockSampleTensorWidth : 0);
+         (block_sample_has_tensor_rows(format) ? 4 * kBlockSampleTensorWidth : 0) +
+         8 * kBlockAnchorCounts * sample.anchor_scales.size();
 }
 
 std::vector<std::int64_t> block_sample_indices(const BlockFormatSpec& fmt, const RowMajorShape& shape) {
@@ -123,6 +124,9 @@ BlockSample block_sample_header(const BlockFormatSpec& fmt, const RowMajorShape&
     const BlockLocation where = block_at(fmt, shape, b);
     s.elements += (where.row_end - where.row_begin) * (where.col_end - where.col_begin);
   }
+  if (static_cast<std::int64_t>(s.blocks.size()) < block_count(fmt, shape)) {  // sampled: the exact anchors too
+    s.anchor_scales.assign(kBlockSampleAnchorScales.begin(), kBlockSampleAnchorScales.end());
+  }
   return s;
 }
 
@@ -151,6 +155,27 @@ void append_block_sample(const BlockFormatSpec& fmt, BlockSample& sample, std::s
     const std::vector<float> row = nvfp4_tensor_row(w, q, u);
     sample.tensor.insert(sample.tensor.end(), row.begin(), row.end());
   }
+}
+
+void append_block_anchor(BlockSample& sample, const BlockWritebackCounts& counts) {
+  sample.anchors.insert(sample.anchors.end(), {counts.nonzero, counts.erased, counts.erased_grid,
+                                               counts.erased_saturation, counts.erased_scale});
+}
+
+BlockWritebackCounts block_sample_anchor(const BlockSample& sample, std::size_t t, std::size_t a) {
+  const std::size_t width = sample.anchor_scales.size() * kBlockAnchorCounts;
+  if (a >= sample.anchor_scales.size() || (t + 1) * width > sample.anchors.size()) {
+    throw std::invalid_argument("block_sample_anchor: no anchor " + std::to_string(a) + " for step entry " +
+                                std::to_string(t));
+  }
+  const std::int64_t* c = sample.anchors.data() + t * width + a * kBlockAnchorCounts;
+  BlockWritebackCounts out;
+  out.nonzero = c[0];
+  out.erased = c[1];
+  out.erased_grid = c[2];
+  out.erased_saturation = c[3];
+  out.erased_scale = c[4];
+  return out;
 }
 
 std::vector<float> nvfp4_tensor_row(std::span<const float> w, std::span<const float> q, std::span<const float> u) {

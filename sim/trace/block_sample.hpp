@@ -14,6 +14,7 @@
 // keeps the tensor's max |w|, max |q(w)| and the lines (q(w_i), u_i) that can attain max_i |fl32(q(w_i) + fl32(s u_i))|
 // for some s in [kBlockSampleScaleMin, kBlockSampleScaleMax] (within a tolerance that covers fp32 rounding), at most
 // kBlockSampleLines of them (identical lines merged); that maximum is then exact at every s in the range.
+#include <array>
 #include <cstdint>
 #include <span>
 #include <string_view>
@@ -36,10 +37,21 @@ inline constexpr int kBlockSampleLines = 64;
 // NVFP4's row per recorded step: max |w|, max |q(w)|, then kBlockSampleLines pairs (q(w_i), u_i), unused ones (0, 0).
 inline constexpr std::size_t kBlockSampleTensorWidth = 2 + 2 * kBlockSampleLines;
 
+// A sampled tensor's anchors: the learning-rate scales at which the reference also records the exact whole-tensor
+// projection of q(w) + fl32(s u) (s = 1 is the recorded projection itself), so that the grid's difference estimator
+// corrects the sample at the anchor nearest to s (docs/forecasting.md). Powers of two inside NVFP4's
+// [kBlockSampleScaleMin, kBlockSampleScaleMax]. Per anchor and recorded step kBlockAnchorCounts counts: nonzero,
+// erased, erased_grid, erased_saturation, erased_scale.
+inline constexpr std::array<double, 6> kBlockSampleAnchorScales{0.125, 0.25, 0.5, 2.0, 4.0, 8.0};
+inline constexpr std::size_t kBlockAnchorCounts = 5;
+static_assert(kBlockSampleAnchorScales.front() >= kBlockSampleScaleMin &&
+              kBlockSampleAnchorScales.back() <= kBlockSampleScaleMax);
+
 // Whether a projected block format's sample carries NVFP4 tensor rows (its family is NVFP4; a format name of
 // sim::storage_format_from_name, false for a per-tensor or unknown name).
 bool block_sample_has_tensor_rows(std::string_view format);
-// The raw bytes one recorded step adds to a trace for this sample of `format` (0 when it is empty).
+// The raw bytes one recorded step adds to a trace for this sample of `format` (0 when it is empty): w, u, NVFP4's
+// tensor row and the anchors' counts.
 std::uint64_t block_sample_step_bytes(const BlockSample& sample, std::string_view format);
 
 // The sampled block indices of a tensor of this shape (increasing): all blocks when block_count n <= the budget's
@@ -55,6 +67,12 @@ BlockSample block_sample_header(const BlockFormatSpec& fmt, const RowMajorShape&
 // for NVFP4, the tensor row from q (the whole tensor quantized blockwise, block_quantize of w).
 void append_block_sample(const BlockFormatSpec& fmt, BlockSample& sample, std::span<const float> w,
                          std::span<const float> u, std::span<const float> q);
+
+// Appends one recorded step's anchor counts (the exact projection at sample.anchor_scales[a], a = 0, 1, ..., in order).
+void append_block_anchor(BlockSample& sample, const BlockWritebackCounts& counts);
+// The exact whole-tensor counts at anchor a of step entry t (nonzero, erased and the three causes; the rest 0). Throws
+// std::invalid_argument when the step has no anchor rows.
+BlockWritebackCounts block_sample_anchor(const BlockSample& sample, std::size_t t, std::size_t a);
 
 // NVFP4: the tensor row of w, q = q(w) and u (max |w|, max |q|, the lines; see above).
 std::vector<float> nvfp4_tensor_row(std::span<const float> w, std::span<const float> q, std::span<const float> u);

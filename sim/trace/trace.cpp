@@ -321,7 +321,8 @@ void write_block_events(hid_t parent, const BlockEventSeries& b, const std::stri
 }
 
 // <format>/block_sample (a block format of a reference, block_sample.hpp): attributes rows, cols and elements, the
-// sampled block indices, the [T x elements] rows of w and u, and NVFP4's [T x kBlockSampleTensorWidth] tensor rows;
+// sampled block indices, the [T x elements] rows of w and u, NVFP4's [T x kBlockSampleTensorWidth] tensor rows and a
+// sampled tensor's anchor scales and [T x anchors * kBlockAnchorCounts] anchor counts;
 // `at` the format's path in the group (projected/<format>/), `from` (finish) the partial file the rows are read from.
 void write_block_sample(hid_t parent, const BlockSample& b, const std::string& format, std::size_t steps,
                         const std::string& where, const std::string& file, const GroupValues* from,
@@ -332,11 +333,15 @@ void write_block_sample(hid_t parent, const BlockSample& b, const std::string& f
   const DatasetValues<float> u = values_of(from, b.u, at + "block_sample/u", elements);
   const DatasetValues<float> tensor =
       nvfp4 ? values_of(from, b.tensor, at + "block_sample/tensor", kBlockSampleTensorWidth) : in_memory(b.tensor);
+  const std::size_t anchor_width = b.anchor_scales.size() * kBlockAnchorCounts;
+  const DatasetValues<std::int64_t> anchors =
+      anchor_width > 0 ? values_of(from, b.anchors, at + "block_sample/anchors", anchor_width) : in_memory(b.anchors);
   if (w.size != steps * elements || u.size != steps * elements ||
-      tensor.size != (nvfp4 ? steps * kBlockSampleTensorWidth : 0)) {
+      tensor.size != (nvfp4 ? steps * kBlockSampleTensorWidth : 0) || anchors.size != steps * anchor_width) {
     throw TraceFileError(file + ": " + where + "block_sample holds " + std::to_string(w.size) + " w, " +
-                         std::to_string(u.size) + " u and " + std::to_string(tensor.size) + " tensor values for " +
-                         std::to_string(steps) + " recorded steps of " + std::to_string(elements) + " elements");
+                         std::to_string(u.size) + " u, " + std::to_string(tensor.size) + " tensor and " +
+                         std::to_string(anchors.size) + " anchor values for " + std::to_string(steps) +
+                         " recorded steps of " + std::to_string(elements) + " elements");
   }
   Handle bh = create_group(parent, "block_sample", file);
   write_scalar_attribute<std::int64_t>(bh.get(), "rows", b.rows, file);
@@ -349,6 +354,10 @@ void write_block_sample(hid_t parent, const BlockSample& b, const std::string& f
   write_dataset(bh.get(), "u", u, {steps, elements}, file, block_bytes(from));
   if (nvfp4) {
     write_compressed_rows(bh.get(), "tensor", tensor, steps, kBlockSampleTensorWidth, file, block_bytes(from));
+  }
+  if (anchor_width > 0) {
+    write_vector(bh.get(), "anchor_scales", b.anchor_scales, file);
+    write_compressed_rows(bh.get(), "anchors", anchors, steps, anchor_width, file, block_bytes(from));
   }
 }
 

@@ -77,7 +77,7 @@ inline constexpr std::array<BlockEventField, 7> kBlockEventFields{{
 // Block-scaled formats, reference mode (docs/forecasting.md, "Block formats at any learning-rate scale"): what `wbaudit
 // grid` needs to project a block format at any learning-rate scale s (sim/trace/block_sample.hpp). Per recorded step,
 // the fp32 w and u of a fixed, deterministic sample of the format's blocks (every block when the tensor has at most
-// kBlockSampleElements / block elements of them, else that many chosen by a fixed stride over the block index), and for
+// kBlockSampleElements / block elements of them, else one block of each of that many equal strata of the block index at a rotating offset), and for
 // NVFP4 the tensor-level inputs the sample cannot see (the tensor's max |w|, max |q(w)| and the lines (q(w_i), u_i)
 // that can attain max_i |q(w_i) + s u_i| for s in [kBlockSampleScaleMin, kBlockSampleScaleMax]). Stored at
 // /groups/<g>/projected/<format>/block_sample; absent from traces written before it (the grid then refuses the format).
@@ -87,6 +87,12 @@ struct BlockSample {
   std::int64_t elements = 0;         // values per step: the sampled blocks' sizes summed
   std::vector<float> w, u;           // [T * elements] block by block, each block's elements row by row
   std::vector<float> tensor;         // NVFP4 only: [T * kBlockSampleTensorWidth] (block_sample.hpp)
+  // A sampled tensor (fewer blocks sampled than it has) only: the learning-rate scales at which the exact whole-tensor
+  // projection is also recorded (header; kBlockSampleAnchorScales, empty for a tensor sampled whole or a trace written
+  // before anchors), and per step and anchor its counts nonzero, erased, erased_grid, erased_saturation, erased_scale:
+  // [T * anchor_scales.size() * kBlockAnchorCounts] (block_sample.hpp).
+  std::vector<double> anchor_scales;
+  std::vector<std::int64_t> anchors;
   bool empty() const { return blocks.empty(); }
 };
 

@@ -260,6 +260,16 @@ void TraceReader::State::read_group_header(GroupTrace& g, std::size_t index) {
                                std::to_string(b.rows) + ", cols " + std::to_string(b.cols) + ", elements " +
                                std::to_string(b.elements) + ", " + std::to_string(b.blocks.size()) + " blocks)");
         }
+        if (has_link(sh.get(), "anchor_scales")) {  // a sampled tensor's exact anchors (absent before them)
+          b.anchor_scales = read_prefix<double>(
+              sh.get(), "anchor_scales", where + "projected/" + name + "/block_sample/", file, std::string::npos);
+          for (const double s : b.anchor_scales) {
+            if (!(s > 0) || !std::isfinite(s)) {
+              throw TraceFileError(file + ": " + where + "projected/" + name + "/block_sample/anchor_scales: scale " +
+                                   std::to_string(s) + " is not positive and finite");
+            }
+          }
+        }
       }
       if (has_link(fh.get(), "expected")) {
         Handle expected = open_group(fh.get(), "expected", file);
@@ -425,6 +435,9 @@ GroupTrace TraceReader::State::read_group(std::size_t index, std::size_t first, 
       rows(sh.get(), "u", fwhere + "block_sample/", b.u, width);
       if (has_link(sh.get(), "tensor")) {
         rows(sh.get(), "tensor", fwhere + "block_sample/", b.tensor, kBlockSampleTensorWidth);
+      }
+      if (!b.anchor_scales.empty()) {
+        rows(sh.get(), "anchors", fwhere + "block_sample/", b.anchors, b.anchor_scales.size() * kBlockAnchorCounts);
       }
     }
     for (auto& [policy, e] : series.expected) {

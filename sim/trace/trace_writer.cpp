@@ -62,7 +62,7 @@ StepSize step_size(const Trace& t) {
     for (const auto& [name, p] : g.projected) {
       series += 2 + 2 * p.expected.size() + (p.block_events.empty() ? 0 : kBlockEventFields.size());
       s.bytes += block_sample_step_bytes(p.block_sample, name);
-      s.datasets += p.block_sample.empty() ? 0 : 3;
+      s.datasets += p.block_sample.empty() ? 0 : 3 + (p.block_sample.anchor_scales.empty() ? 0 : 1);
     }
     s.bytes += 8 * series;
     s.datasets += series;
@@ -91,7 +91,7 @@ struct ProjectedSets {
   SeriesSets own;
   std::vector<SeriesSets> expected;  // in the order of ProjectedSeries::expected
   std::vector<Handle> blocks;        // block formats: block_events, in the order of kBlockEventFields
-  std::optional<Handle> sample_w, sample_u, sample_tensor;  // block formats of a reference: block_sample
+  std::optional<Handle> sample_w, sample_u, sample_tensor, sample_anchors;  // block formats of a reference
 };
 
 struct GroupSets {
@@ -173,6 +173,7 @@ void for_each_row_series(Trace& t, F&& f) {
       f(p.block_sample.w);
       f(p.block_sample.u);
       f(p.block_sample.tensor);
+      f(p.block_sample.anchors);
     }
   }
 }
@@ -311,12 +312,19 @@ void TraceWriter::State::open_sets(bool create_them) {
             write_scalar_attribute<std::int64_t>(sh.get(), "cols", b.cols, file);
             write_scalar_attribute<std::int64_t>(sh.get(), "elements", b.elements, file);
             write_vector(sh.get(), "blocks", b.blocks, file);
+            if (!b.anchor_scales.empty()) {
+              write_vector(sh.get(), "anchor_scales", b.anchor_scales, file);
+            }
           }
           const auto width = static_cast<hsize_t>(b.elements);
           p.sample_w = row_set<float>(sh.get(), "w", width, 1, false, c, swhere, file);  // uncompressed, as finished
           p.sample_u = row_set<float>(sh.get(), "u", width, 1, false, c, swhere, file);
           if (block_sample_has_tensor_rows(format)) {
             p.sample_tensor = row_set<float>(sh.get(), "tensor", kBlockSampleTensorWidth, 1, true, c, swhere, file);
+          }
+          if (!b.anchor_scales.empty()) {
+            p.sample_anchors = row_set<std::int64_t>(sh.get(), "anchors", b.anchor_scales.size() * kBlockAnchorCounts,
+                                                     1, true, c, swhere, file);
           }
         }
         if (!series.expected.empty()) {
@@ -412,7 +420,8 @@ void TraceWriter::State::check_header(const Trace& t, const std::string& what) c
     for (; pa != a.projected.end(); ++pa, ++pb) {
       if (pa->first != pb->first || pa->second.expected.size() != pb->second.expected.size() ||
           pa->second.block_events.blocks != pb->second.block_events.blocks ||
-          pa->second.block_sample.blocks != pb->second.block_sample.blocks) {
+          pa->second.block_sample.blocks != pb->second.block_sample.blocks ||
+          pa->second.block_sample.anchor_scales != pb->second.block_sample.anchor_scales) {
         differ("projected formats of " + a.name);
       }
     }
@@ -488,7 +497,7 @@ TraceWriter TraceWriter::resume(const std::filesystem::path& path, Trace& protot
       for (Handle& b : p.blocks) {
         set_rows(b.get(), static_cast<hsize_t>(keep.steps), "block_events", s.file);
       }
-      for (auto* set : {&p.sample_w, &p.sample_u, &p.sample_tensor}) {
+      for (auto* set : {&p.sample_w, &p.sample_u, &p.sample_tensor, &p.sample_anchors}) {
         if (*set) {
           set_rows((*set)->get(), static_cast<hsize_t>(keep.steps), "block_sample", s.file);
         }
@@ -608,6 +617,10 @@ void TraceWriter::State::check_group_rows(const Trace& t, std::size_t T) {
           expect_rows(p.block_sample.tensor, T * kBlockSampleTensorWidth, where + format + " block_sample tensor",
                       file);
         }
+        if (ps.sample_anchors) {
+          expect_rows(p.block_sample.anchors, T * p.block_sample.anchor_scales.size() * kBlockAnchorCounts,
+                      where + format + " block_sample anchors", file);
+        }
         for (const auto& [policy, e] : p.expected) {
           expect_rows(e.erased, T, where + format + " " + policy, file);
           expect_rows(e.fraction, T, where + format + " " + policy, file);
@@ -680,6 +693,9 @@ void TraceWriter::State::append(Trace& t) {
         write_rows(ps.sample_u->get(), at, n, p.block_sample.u.data(), swhere + "u", file);
         if (ps.sample_tensor) {
           write_rows(ps.sample_tensor->get(), at, n, p.block_sample.tensor.data(), swhere + "tensor", file);
+        }
+        if (ps.sample_anchors) {
+          write_rows(ps.sample_anchors->get(), at, n, p.block_sample.anchors.data(), swhere + "anchors", file);
         }
       }
       std::size_t j = 0;
