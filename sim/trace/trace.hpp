@@ -77,10 +77,11 @@ inline constexpr std::array<BlockEventField, 7> kBlockEventFields{{
 // Block-scaled formats, reference mode (docs/forecasting.md, "Block formats at any learning-rate scale"): what `wbaudit
 // grid` needs to project a block format at any learning-rate scale s (sim/trace/block_sample.hpp). Per recorded step,
 // the fp32 w and u of a fixed, deterministic sample of the format's blocks (every block when the tensor has at most
-// kBlockSampleElements / block elements of them, else one block of each of that many equal strata of the block index at a rotating offset), and for
-// NVFP4 the tensor-level inputs the sample cannot see (the tensor's max |w|, max |q(w)| and the lines (q(w_i), u_i)
-// that can attain max_i |q(w_i) + s u_i| for s in [kBlockSampleScaleMin, kBlockSampleScaleMax]). Stored at
-// /groups/<g>/projected/<format>/block_sample; absent from traces written before it (the grid then refuses the format).
+// kBlockSampleElements / block elements of them, else one block of each of that many equal strata of the block index at
+// a rotating offset), and for NVFP4 the tensor-level inputs the sample cannot see (the tensor's max |w|, max |q(w)| and
+// the lines (q(w_i), u_i) that can attain max_i |q(w_i) + s u_i| for s in [kBlockSampleScaleMin,
+// kBlockSampleScaleMax]). Stored at /groups/<g>/projected/<format>/block_sample; absent from traces written before it
+// (the grid then refuses the format).
 struct BlockSample {
   std::int64_t rows = 0, cols = 0;   // the tensor's shape as the block layout sees it (sim::RowMajorShape)
   std::vector<std::int64_t> blocks;  // the sampled block indices, increasing (header: the same at every step)
