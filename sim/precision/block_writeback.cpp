@@ -326,14 +326,15 @@ void process_span(const Launch& L, float* w, const float* u, const std::uint32_t
 // The MX rule's exponent for an fp32 magnitude a (what mx_scale_exponent gives for ExactSum{a, 0}), on the bit pattern;
 // `ambiguous` when an exact magnitude that rounds to a in fp32 could have another exponent: a is a power of two (floor:
 // the exact value may lie just below it) or a is the rceil boundary max_elem * 2^E itself (the exact value may lie just
-// above it). Zero and fp32-subnormal magnitudes give -127 under both rules (emax_elem >= 0, max_elem >= 1).
+// above it). Zero gives -127 under both rules, and so do fp32-subnormal magnitudes under floor (emax_elem >= 0); under
+// rceil a subnormal magnitude above max_elem * 2^-127 (itself subnormal where max_elem < 2: mxint8) gives -126.
 inline int mx_exponent_fp32(const BlockFormatParams& p, float a, bool& ambiguous) {
   const std::uint32_t b = std::bit_cast<std::uint32_t>(a);
   ambiguous = false;
-  if ((b >> 23) == 0) {
+  if (b == 0 || ((b >> 23) == 0 && p.rule == ScaleRule::floor)) {
     return kE8M0MinExponent;
   }
-  const int f = static_cast<int>(b >> 23) - 127;  // floor(log2 a)
+  const int f = (b >> 23) == 0 ? std::ilogb(a) : static_cast<int>(b >> 23) - 127;  // floor(log2 a)
   int E = f - p.emax_elem;
   if (p.rule == ScaleRule::floor) {
     ambiguous = (b & 0x7fffffu) == 0;
@@ -368,9 +369,11 @@ int mx_new_exponent(const Launch& L, float amax32, const float* w, const float* 
   return mx_scale_exponent(L.p, amax);
 }
 
-// A span of whole MX blocks of one row, in place: each block scaled exactly into element units (w / X, u / X), one
-// call of the per-tensor write-back loops for the span, then scaled back with the block events. Blocks whose scaling
-// is not exact in fp32 take the exact path.
+// A span of whole MX blocks of one row, in place. Under nearest with floating elements, the blocks whose scale lies in
+// the fused loop's range (LoopConfig::fused_emin .. fused_emax: all but the extreme ones) are rounded by that loop
+// (mx_nearest) in one pass. The other blocks (and every block under the other policies and for mxint8): each block
+// scaled exactly into element units (w / X, u / X), one call of the per-tensor write-back loops for the span, then
+// scaled back with the block events; blocks whose scaling is not exact in fp32 take the exact path.
 void process_span_mx(const Launch& L, float* w, const float* u, std::uint64_t first, std::int64_t blocks,
                      const std::uint64_t* scans, BlockWritebackCounts& c) {
   constexpr std::int64_t B = 32;
@@ -381,8 +384,11 @@ void process_span_mx(const Launch& L, float* w, const float* u, std::uint64_t fi
     L.loops.mx_scan(w, u, blocks, scan);
   }
   detail::SpanBlocks sb;
+  const bool fusable = L.loops.mx_nearest != nullptr;
+  std::uint8_t any_fused = 0, any_other = 0;
   for (std::int64_t b = 0; b < blocks; ++b) {
     sb.active[b] = 0;
+    sb.fused[b] = 0;
     sb.X[b] = sb.inv_X[b] = 1;
     if (L.skip && !scan.nonzero[b]) {
       c.blocks_skipped += 1;
@@ -391,13 +397,29 @@ void process_span_mx(const Launch& L, float* w, const float* u, std::uint64_t fi
     bool unused;
     const int old_exp = mx_exponent_fp32(L.p, float_of_bits(scan.amax_w_bits[b]), unused);  // exact: w is fp32
     const int new_exp = mx_new_exponent(L, float_of_bits(scan.amax_v32_bits[b]), w + b * B, u + b * B, B);
-    sb.active[b] = 1;
     // 1 up, 2 down (then 0/1 below); no branches: rescales come and go from block to block
     sb.changed[b] =
         static_cast<std::uint64_t>(new_exp > old_exp) | (static_cast<std::uint64_t>(new_exp < old_exp) << 1);
     sb.X[b] = detail::pow2(new_exp);
     sb.inv_X[b] = detail::pow2(-new_exp);
     sb.top_old[b] = L.p.max_elem * detail::pow2(old_exp);
+    // no branches on the range: blocks outside it are rare, but which block goes where is data
+    const auto fused =
+        static_cast<std::uint8_t>(fusable & (new_exp >= L.cfg.fused_emin) & (new_exp <= L.cfg.fused_emax));
+    sb.fused[b] = fused;
+    sb.active[b] = static_cast<std::uint8_t>(fused ^ 1u);
+    any_fused |= fused;
+    any_other |= sb.active[b];
+    c.rescaled_up += fused & static_cast<std::uint8_t>(new_exp > old_exp);
+    c.rescaled_down += fused & static_cast<std::uint8_t>(new_exp < old_exp);
+  }
+  if (any_fused) {
+    detail::LoopCounts lc;
+    L.loops.mx_nearest(L.cfg, sb, w, u, blocks, lc);
+    add_loop_counts(lc, c);
+  }
+  if (!any_other) {
+    return;
   }
   alignas(64) float ws[detail::kSpanElements];
   alignas(64) float us[detail::kSpanElements];

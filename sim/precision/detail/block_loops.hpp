@@ -48,6 +48,11 @@ struct LoopConfig {
   double unit_factor = 0;  // floating elements: 2^-M
   double unit = 0;         // mxint8: 2^-6
   double inv_unit = 0;     // mxint8: 2^6
+  // The fused MX nearest loop (mx_nearest; MX under nearest): for floating elements the per-tensor loop's fp32
+  // bit-pattern rounding to the element's significand width (BlockParams' mask, half_m1, lsb_mask, tie_bits); the
+  // block exponents E it covers: fused_emin <= E <= fused_emax (an empty range where the loop does not apply).
+  std::uint32_t mask = 0, half_m1 = 0, lsb_mask = 0, tie_bits = 0;
+  int fused_emin = 1, fused_emax = 0;
 };
 LoopConfig loop_config(const BlockFormatParams& p, const WritebackPolicy& policy);
 
@@ -88,7 +93,8 @@ struct SpanBlocks {                       // per block constants of the rounding
   std::uint8_t active[kMaxSpanBlocks];    // 0: skipped, or left to the exact path
   std::uint64_t changed[kMaxSpanBlocks];  // 1: the block's scale changed
   double X[kMaxSpanBlocks], inv_X[kMaxSpanBlocks], top_old[kMaxSpanBlocks];
-  double grid[kMaxSpanBlocks][8];  // NVFP4
+  double grid[kMaxSpanBlocks][8];      // NVFP4
+  std::uint8_t fused[kMaxSpanBlocks];  // MX: the block runs the fused loop (mx_nearest), not the active blocks' loops
 };
 using SpanScanFn = void (*)(const float* w, const float* u, std::int64_t blocks, SpanScan& scan);
 using SpanRoundFn = void (*)(const LoopConfig& cfg, const SpanBlocks& sb, float* w, const float* u,
@@ -121,7 +127,19 @@ using MxScaleInFn = void (*)(const SpanBlocks& sb, const float* w, const float* 
 using MxScaleOutFn = void (*)(const SpanBlocks& sb, const float* ws, float* w, const float* u, std::int64_t blocks,
                               LoopCounts& counts);
 
+// mx_nearest: the fused MX nearest loop over the blocks with sb.fused[b] (fused_emin <= E <= fused_emax), in place:
+// w' = q(w + u) on the element grid at scale X = 2^E straight from fp32 (no scaling into element units), with every
+// event of the block (sb.changed[b] != 0: the scale changed). For floating elements the grid is fp32's bit pattern
+// rounded to the element's significand width where |w + u| >= min_normal * X (independent of X), multiples of
+// X * 2^(emin - M) below (after adding min_normal * X, a normal fp32 value); for mxint8 multiples of X * 2^-6 (a
+// magic-number add); saturating at max_elem * X (finite). The TwoSum error of fl32(w + u) decides the exact ties, so
+// nothing is flagged: with E <= fused_emax every |w + u| of the block lies below 2^127 (the scale rules give
+// |w + u| < 2^(E + emax + 1)). Null for the portable compilation (slower there than the scale-in path).
+using MxNearestFn = void (*)(const LoopConfig& cfg, const SpanBlocks& sb, float* w, const float* u, std::int64_t blocks,
+                             LoopCounts& counts);
+
 struct BlockLoops {
+  MxNearestFn mx_nearest = nullptr;  // null where the fused loop does not apply (see LoopConfig::fused_emin)
   MxScanFn mx_scan = nullptr;
   MxScaleInFn mx_scale_in = nullptr;
   MxScaleOutFn mx_scale_out = nullptr;

@@ -139,6 +139,38 @@ struct PolicyRow {
   int sr_bits;
 };
 
+// The kernel under every loop implementation the CPU supports against the reference's w' and counts rc, bit for bit.
+// Returns the coordinates compared.
+std::int64_t compare_kernel(const BlockFormatSpec& fmt, const WritebackPolicy& policy, const RngKey& key,
+                            const Tensor& t, const BlockWritebackOptions& options, const std::vector<float>& ref,
+                            const BlockWritebackCounts& rc) {
+  const RowMajorShape shape{kRows, kCols};
+  std::int64_t compared = 0;
+  for (const auto isa : {detail::BlockIsa::avx512, detail::BlockIsa::avx2, detail::BlockIsa::portable}) {
+    if (!detail::block_isa_supported(isa)) {
+      continue;
+    }
+    EXPECT_EQ(detail::force_block_isa(isa), isa);
+    SCOPED_TRACE(std::string(detail::block_isa_name(isa)) + " loops");
+    Kokkos::View<float*> wv("w", t.w.size()), uv("u", t.u.size());
+    std::copy(t.w.begin(), t.w.end(), wv.data());
+    std::copy(t.u.begin(), t.u.end(), uv.data());
+    const BlockWritebackCounts kc =
+        block_writeback(fmt, policy, key, shape, wv, Kokkos::View<const float*>(uv), options);
+    for (std::size_t i = 0; i < t.w.size(); ++i) {
+      if (bits(wv(i)) != bits(ref[i])) {
+        ADD_FAILURE() << "coordinate " << i << ": w = " << t.w[i] << ", u = " << t.u[i] << ", kernel " << wv(i)
+                      << ", reference " << ref[i];
+        break;
+      }
+    }
+    EXPECT_EQ(kc, rc);
+    compared += static_cast<std::int64_t>(t.w.size());
+  }
+  detail::force_block_isa(detail::best_block_isa());
+  return compared;
+}
+
 TEST(BlockWritebackDense, KernelEqualsReferenceOnAdversarialTensors) {
   const PolicyRow policies[] = {{"nearest", 0}, {"stochastic", 0}, {"stochastic", 8}, {"deadzone-sr", 0}};
   const RowMajorShape shape{kRows, kCols};
@@ -158,25 +190,7 @@ TEST(BlockWritebackDense, KernelEqualsReferenceOnAdversarialTensors) {
       std::vector<float> ref = t.w;
       const BlockWritebackCounts rc = block_writeback_reference(fmt, policy, key, shape, ref, t.u, options);
       seen += rc;
-      for (const auto isa : {detail::BlockIsa::avx512, detail::BlockIsa::avx2, detail::BlockIsa::portable}) {
-        if (!detail::block_isa_supported(isa)) {
-          continue;
-        }
-        ASSERT_EQ(detail::force_block_isa(isa), isa);
-        SCOPED_TRACE(std::string(detail::block_isa_name(isa)) + " loops");
-        Kokkos::View<float*> wv("w", t.w.size()), uv("u", t.u.size());
-        std::copy(t.w.begin(), t.w.end(), wv.data());
-        std::copy(t.u.begin(), t.u.end(), uv.data());
-        const BlockWritebackCounts kc =
-            block_writeback(fmt, policy, key, shape, wv, Kokkos::View<const float*>(uv), options);
-        for (std::size_t i = 0; i < t.w.size(); ++i) {
-          ASSERT_EQ(bits(wv(i)), bits(ref[i])) << "coordinate " << i << ": w = " << t.w[i] << ", u = " << t.u[i]
-                                               << ", kernel " << wv(i) << ", reference " << ref[i];
-        }
-        EXPECT_EQ(kc, rc);
-        compared += static_cast<std::int64_t>(t.w.size());
-      }
-      detail::force_block_isa(detail::best_block_isa());
+      compared += compare_kernel(fmt, policy, key, t, options, ref, rc);
     }
   }
   std::printf("compared %lld coordinates\n", static_cast<long long>(compared));
@@ -191,6 +205,45 @@ TEST(BlockWritebackDense, KernelEqualsReferenceOnAdversarialTensors) {
   EXPECT_GT(seen.sr_applied, 0);
   EXPECT_GT(seen.sr_truncated, 0);
   EXPECT_GT(seen.blocks_skipped, 0);
+  EXPECT_GT(seen.rescaled_up, 0);
+  EXPECT_GT(seen.rescaled_down, 0);
+}
+
+// MX blocks at the extremes of the scale range, nearest: the adversarial tensors scaled by 2^k, so that a tensor's
+// block exponents straddle the fused loop's range (LoopConfig::fused_emin .. fused_emax; the blocks outside it take
+// the scale-in path within the same spans): tiny scales whose element subnormals lie near or in fp32's subnormal range
+// (k = -90, -108), and the largest, where max_elem * X approaches fp32's max (k = 124: |w + u| up to about 2^127.3).
+TEST(BlockWritebackDense, MxKernelEqualsReferenceAtExtremeScales) {
+  const RowMajorShape shape{kRows, kCols};
+  SplitMix rng{2030};
+  std::int64_t compared = 0;
+  BlockWritebackCounts seen;
+  for (const auto& name : known_block_format_names()) {
+    const BlockFormatSpec fmt = block_format_from_name(name);
+    if (block_format_params(fmt).family != BlockFamily::mx) {
+      continue;
+    }
+    for (const int k : {-90, -108, 124}) {
+      SCOPED_TRACE(name + " nearest, scaled by 2^" + std::to_string(k));
+      Tensor t = adversarial_tensor(rng, fmt);
+      for (std::size_t i = 0; i < t.w.size(); ++i) {
+        t.w[i] = std::ldexp(t.w[i], k);
+        t.u[i] = std::ldexp(t.u[i], k);
+      }
+      BlockWritebackOptions options;
+      options.skip_unchanged_blocks = rng.below(4) == 0;
+      const RngKey key{rng.next(), rng.below(1000), static_cast<std::uint32_t>(rng.below(50))};
+      const WritebackPolicy policy = make_policy("nearest", 0);
+      std::vector<float> ref = t.w;
+      const BlockWritebackCounts rc = block_writeback_reference(fmt, policy, key, shape, ref, t.u, options);
+      seen += rc;
+      compared += compare_kernel(fmt, policy, key, t, options, ref, rc);
+    }
+  }
+  std::printf("compared %lld coordinates\n", static_cast<long long>(compared));
+  EXPECT_GT(seen.erased_saturation, 0);
+  EXPECT_GT(seen.flushed, 0);
+  EXPECT_GT(seen.saturated, 0);
   EXPECT_GT(seen.rescaled_up, 0);
   EXPECT_GT(seen.rescaled_down, 0);
 }
