@@ -149,6 +149,12 @@ void DecoderReferenceRecordingEveryStep(benchmark::State& state) {
   run(state, recording_every_step());
 }
 
+// The median of per-iteration times (the upper one of an even count).
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
 void ratios(benchmark::State& state, Shape shape) {
   std::vector<double> p, t, s, r, pw, rw;
   for (auto _ : state) {
@@ -163,10 +169,6 @@ void ratios(benchmark::State& state, Shape shape) {
     state.counters["parameters"] = recording_time.parameters;
     rw.push_back(recording_time.whole);
   }
-  const auto median = [](std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
-  };
   const double base = median(p);
   state.counters["plain_ms_per_step"] = base * 1e3;
   state.counters["target_nearest_over_plain"] = median(t) / base;
@@ -205,10 +207,6 @@ void DecoderBlockRecordingRatios(benchmark::State& state) {
     r.push_back(seconds_per_step(recording_every_step()).step);
     b.push_back(seconds_per_step(with_blocks).step);
   }
-  const auto median = [](std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
-  };
   const double base = median(p);
   state.counters["plain_ms_per_step"] = base * 1e3;
   state.counters["recording_over_plain"] = median(r) / base;

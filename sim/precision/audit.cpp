@@ -169,12 +169,7 @@ struct ReplayKernel {
       differ += static_cast<std::uint32_t>(!(np[k] == e[k]));
     }
     c.mismatched += bad + differ;
-    c.nonzero += cc.nonzero;
-    c.erased += cc.erased;
-    c.saturated += cc.saturated;
-    c.applied += cc.applied;
-    c.sr_applied += cc.random;
-    c.sr_truncated += cc.truncated;
+    detail::add_block_counts(c, cc);
     c.nearest_erased += nc.erased;
   }
 };

@@ -751,10 +751,11 @@ LoopConfig loop_config(const BlockFormatParams& p, const WritebackPolicy& policy
         cfg.fused_emax = std::min(126 - p.emax_elem, 103 - lu);
       }
     } else if (const int drop = 23 - p.elem.man_bits; drop >= 1 && p.elem.min_normal >= 0x1p-126) {
-      cfg.mask = (1u << drop) - 1u;  // as block_params (writeback_blocks.cpp)
-      cfg.half_m1 = (1u << (drop - 1)) - 1u;
-      cfg.lsb_mask = 1u << drop;
-      cfg.tie_bits = 1u << (drop - 1);
+      const BlockParams bp = block_params(p.elem, 0);  // the per-tensor loops' rounding to the element's width
+      cfg.mask = bp.mask;
+      cfg.half_m1 = bp.half_m1;
+      cfg.lsb_mask = bp.lsb_mask;
+      cfg.tie_bits = bp.tie_bits;
       // min_normal * 2^E >= 2^-126 (normal); |w + u| < 2^(E + emax + 1) <= 2^127 (finite sums, max_elem * X finite)
       cfg.fused_emin = -126 - p.elem.emin;
       cfg.fused_emax = 126 - p.emax_elem;

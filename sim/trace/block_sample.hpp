@@ -39,9 +39,9 @@ inline constexpr std::size_t kBlockSampleTensorWidth = 2 + 2 * kBlockSampleLines
 
 // A sampled tensor's anchors: the learning-rate scales at which the reference also records the exact whole-tensor
 // projection of q(w) + fl32(s u) (s = 1 is the recorded projection itself), so that the grid's difference estimator
-// corrects the sample at the anchor nearest to s (docs/forecasting.md). Powers of two inside NVFP4's
-// [kBlockSampleScaleMin, kBlockSampleScaleMax]. Per anchor and recorded step kBlockAnchorCounts counts: nonzero,
-// erased, erased_grid, erased_saturation, erased_scale.
+// corrects the sample by the shifts of the anchors bracketing s, interpolated in log2 s (docs/forecasting.md). Powers
+// of two inside NVFP4's [kBlockSampleScaleMin, kBlockSampleScaleMax]. Per anchor and recorded step kBlockAnchorCounts
+// counts: nonzero, erased, erased_grid, erased_saturation, erased_scale.
 inline constexpr std::array<double, 6> kBlockSampleAnchorScales{0.125, 0.25, 0.5, 2.0, 4.0, 8.0};
 inline constexpr std::size_t kBlockAnchorCounts = 5;
 static_assert(kBlockSampleAnchorScales.front() >= kBlockSampleScaleMin &&
