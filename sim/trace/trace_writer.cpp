@@ -6,6 +6,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <zlib.h>
+
+#include <Kokkos_Core.hpp>
+#include <bit>
 #include <cerrno>
 #include <cstring>
 #include <optional>
@@ -100,6 +104,27 @@ struct GroupSets {
   std::vector<Handle> blocks;            // a block-format group: block_events, in the order of kBlockEventFields
 };
 
+// One dataset's rows of an append, in the order they are written.
+struct RowWrite {
+  hid_t set = -1;
+  hsize_t width = 0;     // elements per row: 0 for a 1-D series (as create_row_dataset takes it)
+  hid_t type = -1;       // the memory type of data
+  std::size_t size = 0;  // bytes per element
+  const unsigned char* data = nullptr;
+  hsize_t at = 0, nrows = 0;
+  bool compressed = false;      // shuffle + deflate, one row per chunk: written as chunks made in parallel
+  std::size_t first_chunk = 0;  // compressed: its first row's chunk in the writer's chunk list
+  std::string where;
+};
+
+// One compressed row: its chunk is made from `bytes` bytes at src into the writer's buffers (scratch at `scratch`,
+// up to bound bytes at `out`).
+struct ChunkJob {
+  const unsigned char* src = nullptr;
+  std::size_t bytes = 0, size = 0, scratch = 0, out = 0, chunk_bytes = 0;
+  int status = Z_OK;
+};
+
 }  // namespace
 
 struct TraceWriter::State {
@@ -113,6 +138,19 @@ struct TraceWriter::State {
       replay_start_loss;
   std::vector<Handle> replay_losses;
   std::vector<GroupSets> groups;
+  // What one append writes, and the chunks of its compressed rows: kept between appends (a recorder appends the same
+  // rows every recorded step, so they are as large as one append's rows, never growing with the recorded steps).
+  std::vector<RowWrite> writes;
+  std::vector<ChunkJob> chunks;
+  std::vector<unsigned char> shuffled, deflated;
+  std::vector<const unsigned char*> chunk_data;
+  std::vector<std::size_t> chunk_sizes;
+
+  template <class T>
+  void add_rows(hid_t set, hsize_t width, const std::vector<T>& v, hsize_t at, hsize_t nrows, bool compressed,
+                std::string where);
+  void make_chunks();
+  void write_all();
 
   void create();
   void open_sets(bool create_them);
@@ -536,7 +574,10 @@ const std::filesystem::path& TraceWriter::partial() const {
   return m->partial;
 }
 std::size_t TraceWriter::held_bytes() const {
-  return sizeof(State) + m->groups.capacity() * sizeof(GroupSets) + m->replay_losses.capacity() * sizeof(Handle);
+  return sizeof(State) + m->groups.capacity() * sizeof(GroupSets) + m->replay_losses.capacity() * sizeof(Handle) +
+         m->writes.capacity() * sizeof(RowWrite) + m->chunks.capacity() * sizeof(ChunkJob) + m->shuffled.capacity() +
+         m->deflated.capacity() + m->chunk_data.capacity() * sizeof(const unsigned char*) +
+         m->chunk_sizes.capacity() * sizeof(std::size_t);
 }
 
 void TraceWriter::append(Trace& trace) {
@@ -654,75 +695,88 @@ void TraceWriter::State::append(Trace& t) {
       h5->get(), T * step.bytes + 16 * V + (16 + 8 * header.replays.size()) * K + metadata_slack(step.datasets), file);
   const auto at = static_cast<hsize_t>(rows.steps);
   const auto n = static_cast<hsize_t>(T);
+  const auto bins = static_cast<hsize_t>(header.histogram.bins);
+  const auto mbins = static_cast<hsize_t>(header.margin.bins());
+  // Every dataset's rows in the order they are written (the widths as open_sets created them); the compressed ones'
+  // chunks are made first, in parallel, and written in this order.
+  writes.clear();
   for (std::size_t i = 0; i < t.groups.size(); ++i) {
     const GroupTrace& g = t.groups[i];
     GroupSets& s = groups[i];
     const std::string where = "/groups/" + g.name + "/";
-    write_rows(s.nonzero->get(), at, n, g.nonzero.data(), where + "nonzero", file);
+    add_rows(s.nonzero->get(), 0, g.nonzero, at, n, false, where + "nonzero");
     if (!reference) {
-      write_rows(s.erased->get(), at, n, g.erased.data(), where + "erased", file);
-      write_rows(s.saturated->get(), at, n, g.saturated.data(), where + "saturated", file);
-      write_rows(s.applied->get(), at, n, g.applied.data(), where + "applied", file);
-      write_rows(s.erased_fraction->get(), at, n, g.erased_fraction.data(), where + "erased_fraction", file);
+      add_rows(s.erased->get(), 0, g.erased, at, n, false, where + "erased");
+      add_rows(s.saturated->get(), 0, g.saturated, at, n, false, where + "saturated");
+      add_rows(s.applied->get(), 0, g.applied, at, n, false, where + "applied");
+      add_rows(s.erased_fraction->get(), 0, g.erased_fraction, at, n, false, where + "erased_fraction");
       for (std::size_t k = 0; k < s.blocks.size(); ++k) {
         const BlockEventField& f = kBlockEventFields[k];
-        write_rows(s.blocks[k].get(), at, n, (g.block_events.*f.series).data(), where + "block_events/" + f.name, file);
+        add_rows(s.blocks[k].get(), 0, g.block_events.*f.series, at, n, false, where + "block_events/" + f.name);
       }
       continue;
     }
-    write_rows(s.zero_weight->get(), at, n, g.zero_weight.data(), where + "zero_weight", file);
-    write_rows(s.ratio->get(), at, n, g.ratio_histogram.data(), where + "ratio_histogram", file);
-    write_rows(s.margin->get(), at, n, g.margin.data(), where + "joint/margin", file);
+    add_rows(s.zero_weight->get(), 0, g.zero_weight, at, n, false, where + "zero_weight");
+    add_rows(s.ratio->get(), bins, g.ratio_histogram, at, n, true, where + "ratio_histogram");
+    add_rows(s.margin->get(), mbins, g.margin, at, n, true, where + "joint/margin");
     if (s.w) {
-      write_rows(s.w->get(), at, n, g.exact_w.data(), where + "joint/w", file);
-      write_rows(s.u->get(), at, n, g.exact_u.data(), where + "joint/u", file);
+      const auto size = static_cast<hsize_t>(g.size);
+      add_rows(s.w->get(), size, g.exact_w, at, n, true, where + "joint/w");
+      add_rows(s.u->get(), size, g.exact_u, at, n, true, where + "joint/u");
     }
     std::size_t k = 0;
     for (const auto& [format, p] : g.projected) {
       ProjectedSets& ps = s.projected[k++];
-      write_rows(ps.own.erased.get(), at, n, p.erased.data(), where + "projected/" + format + "/erased", file);
-      write_rows(ps.own.fraction.get(), at, n, p.fraction.data(), where + "projected/" + format + "/fraction", file);
+      add_rows(ps.own.erased.get(), 0, p.erased, at, n, false, where + "projected/" + format + "/erased");
+      add_rows(ps.own.fraction.get(), 0, p.fraction, at, n, false, where + "projected/" + format + "/fraction");
       for (std::size_t b = 0; b < ps.blocks.size(); ++b) {
         const BlockEventField& f = kBlockEventFields[b];
-        write_rows(ps.blocks[b].get(), at, n, (p.block_events.*f.series).data(),
-                   where + "projected/" + format + "/block_events/" + f.name, file);
+        add_rows(ps.blocks[b].get(), 0, p.block_events.*f.series, at, n, false,
+                 where + "projected/" + format + "/block_events/" + f.name);
       }
       if (ps.sample_w) {
         const std::string swhere = where + "projected/" + format + "/block_sample/";
-        write_rows(ps.sample_w->get(), at, n, p.block_sample.w.data(), swhere + "w", file);
-        write_rows(ps.sample_u->get(), at, n, p.block_sample.u.data(), swhere + "u", file);
+        const auto width = static_cast<hsize_t>(p.block_sample.elements);
+        add_rows(ps.sample_w->get(), width, p.block_sample.w, at, n, false, swhere + "w");
+        add_rows(ps.sample_u->get(), width, p.block_sample.u, at, n, false, swhere + "u");
         if (ps.sample_tensor) {
-          write_rows(ps.sample_tensor->get(), at, n, p.block_sample.tensor.data(), swhere + "tensor", file);
+          add_rows(ps.sample_tensor->get(), static_cast<hsize_t>(kBlockSampleTensorWidth), p.block_sample.tensor, at, n,
+                   true, swhere + "tensor");
         }
         if (ps.sample_anchors) {
-          write_rows(ps.sample_anchors->get(), at, n, p.block_sample.anchors.data(), swhere + "anchors", file);
+          add_rows(ps.sample_anchors->get(),
+                   static_cast<hsize_t>(p.block_sample.anchor_scales.size() * kBlockAnchorCounts),
+                   p.block_sample.anchors, at, n, true, swhere + "anchors");
         }
       }
       std::size_t j = 0;
       for (const auto& [policy, e] : p.expected) {
         SeriesSets& es = ps.expected[j++];
-        write_rows(es.erased.get(), at, n, e.erased.data(), where + "expected/" + policy + "/erased", file);
-        write_rows(es.fraction.get(), at, n, e.fraction.data(), where + "expected/" + policy + "/fraction", file);
+        add_rows(es.erased.get(), 0, e.erased, at, n, false, where + "expected/" + policy + "/erased");
+        add_rows(es.fraction.get(), 0, e.fraction, at, n, false, where + "expected/" + policy + "/fraction");
       }
     }
   }
-  write_rows(loss->get(), at, n, t.loss.data(), "/loss", file);
-  write_rows(learning_rate->get(), at, n, t.learning_rate.data(), "/learning_rate", file);
-  write_rows(recorded_steps->get(), at, n, t.recorded_steps.data(), "/recorded_steps", file);  // last: the step is in
+  add_rows(loss->get(), 0, t.loss, at, n, false, "/loss");
+  add_rows(learning_rate->get(), 0, t.learning_rate, at, n, false, "/learning_rate");
+  add_rows(recorded_steps->get(), 0, t.recorded_steps, at, n, false, "/recorded_steps");  // last: the step is in
   const auto vat = static_cast<hsize_t>(rows.validations);
-  write_rows(validation_loss->get(), vat, V, t.validation_loss.data(), "/validation_loss", file);
-  write_rows(validation_steps->get(), vat, V, t.validation_steps.data(), "/validation_steps", file);
+  add_rows(validation_loss->get(), 0, t.validation_loss, vat, V, false, "/validation_loss");
+  add_rows(validation_steps->get(), 0, t.validation_steps, vat, V, false, "/validation_steps");
   if (K > 0) {
     if (!replay_checkpoints) {
       throw TraceFileError(file + ": append: replay rows for a trace declared without replays");
     }
     const auto kat = static_cast<hsize_t>(rows.replays);
     for (std::size_t r = 0; r < t.replays.size(); ++r) {
-      write_rows(replay_losses[r].get(), kat, K, t.replays[r].validation_loss.data(), "/replay", file);
+      add_rows(replay_losses[r].get(), 0, t.replays[r].validation_loss, kat, K, false, "/replay");
     }
-    write_rows(replay_start_loss->get(), kat, K, t.replay_start_loss.data(), "/replay/start_validation_loss", file);
-    write_rows(replay_checkpoints->get(), kat, K, t.replay_checkpoints.data(), "/replay/checkpoints", file);
+    add_rows(replay_start_loss->get(), 0, t.replay_start_loss, kat, K, false, "/replay/start_validation_loss");
+    add_rows(replay_checkpoints->get(), 0, t.replay_checkpoints, kat, K, false, "/replay/checkpoints");
   }
+  make_chunks();
+  write_all();
+  writes.clear();  // its data are t's rows, cleared below
   check(H5Fflush(h5->get(), H5F_SCOPE_GLOBAL), "flush", file);
   rows.steps += static_cast<std::int64_t>(T);
   rows.validations += static_cast<std::int64_t>(V);
@@ -730,7 +784,105 @@ void TraceWriter::State::append(Trace& t) {
   clear_rows(t);
 }
 
+template <class T>
+void TraceWriter::State::add_rows(hid_t set, hsize_t width, const std::vector<T>& v, hsize_t at, hsize_t nrows,
+                                  bool compressed, std::string where) {
+  // The file's types are little-endian and the rows' chunks are made from the values' bytes as they are in memory.
+  static_assert(std::endian::native == std::endian::little, "a row's bytes are its file bytes");
+  RowWrite w;
+  w.set = set;
+  w.width = width;
+  w.type = native_type<T>();
+  w.size = sizeof(T);
+  w.data = reinterpret_cast<const unsigned char*>(v.data());
+  w.at = at;
+  w.nrows = nrows;
+  w.compressed = compressed && nrows > 0;
+  w.where = std::move(where);
+  writes.push_back(std::move(w));
+}
+
+// The chunks of every compressed row of this append, made in parallel (zlib is half of an append's time, and the
+// rows are independent): each row's bytes through HDF5's filters (shuffle_deflate) into `deflated`, at offsets set
+// serially first, so the chunks and their order are the same whatever the threads.
+void TraceWriter::State::make_chunks() {
+  chunks.clear();
+  std::size_t scratch = 0, out = 0;
+  for (RowWrite& w : writes) {
+    if (!w.compressed) {
+      continue;
+    }
+    w.first_chunk = chunks.size();
+    const std::size_t bytes = static_cast<std::size_t>(w.width) * w.size;
+    for (hsize_t r = 0; r < w.nrows; ++r) {
+      ChunkJob job;
+      job.src = w.data + static_cast<std::size_t>(r) * bytes;
+      job.bytes = bytes;
+      job.size = w.size;
+      job.scratch = scratch;
+      job.out = out;
+      chunks.push_back(job);
+      scratch += bytes;
+      out += compressBound(static_cast<uLong>(bytes));
+    }
+  }
+  if (chunks.empty()) {
+    return;
+  }
+  // resize keeps the storage of the previous appends (the same rows): no page faults on memory allocated afresh
+  shuffled.resize(scratch);
+  deflated.resize(out);
+  ChunkJob* jobs = chunks.data();
+  unsigned char* const shuffled_at = shuffled.data();
+  unsigned char* const deflated_at = deflated.data();
+  const auto make = [=](std::size_t i) {
+    ChunkJob& job = jobs[i];
+    job.status = shuffle_deflate(job.src, job.bytes, job.size, /*level=*/1, shuffled_at + job.scratch,
+                                 deflated_at + job.out, job.chunk_bytes);
+  };
+  if (Kokkos::is_initialized()) {
+    // dynamic: a margin histogram's row (120 KB) costs a hundred times a small group's w
+    using Policy = Kokkos::RangePolicy<Kokkos::DefaultHostExecutionSpace, Kokkos::Schedule<Kokkos::Dynamic>>;
+    Kokkos::parallel_for("wbaudit::TraceWriter::chunks", Policy(0, static_cast<std::int64_t>(chunks.size())),
+                         [=](const std::int64_t i) { make(static_cast<std::size_t>(i)); });
+    Kokkos::DefaultHostExecutionSpace().fence();
+  } else {
+    for (std::size_t i = 0; i < chunks.size(); ++i) {
+      make(i);
+    }
+  }
+  for (const ChunkJob& job : chunks) {
+    if (job.status != Z_OK) {
+      throw TraceFileError(file + ": deflate of a trace row failed (zlib status " + std::to_string(job.status) + ")");
+    }
+  }
+}
+
+// Writes this append's rows in order: the compressed ones as their chunks, the others through H5Dwrite.
+void TraceWriter::State::write_all() {
+  for (const RowWrite& w : writes) {
+    if (!w.compressed) {
+      write_rows(w.set, w.at, w.nrows, w.width, w.type, w.data, w.where, file);
+      continue;
+    }
+    chunk_data.clear();
+    chunk_sizes.clear();
+    for (std::size_t r = 0; r < w.nrows; ++r) {
+      const ChunkJob& job = chunks[w.first_chunk + r];
+      chunk_data.push_back(deflated.data() + job.out);
+      chunk_sizes.push_back(job.chunk_bytes);
+    }
+    write_row_chunks(w.set, w.at, w.nrows, w.width, chunk_data.data(), chunk_sizes.data(), w.where, file);
+  }
+}
+
 void TraceWriter::State::finish(std::optional<std::int64_t> steps) {
+  drop(writes);
+  drop(chunks);
+  drop(shuffled);
+  drop(deflated);
+  drop(chunk_data);
+  drop(chunk_sizes);
   groups.clear();
   replay_losses.clear();
   for (auto* set : {&recorded_steps, &loss, &learning_rate, &validation_steps, &validation_loss, &replay_checkpoints,

@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <hdf5.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -439,22 +440,64 @@ inline void set_rows(hid_t set, hsize_t rows, const std::string& where, const st
   check(H5Dset_extent(set, dims), "extend " + where, file);
 }
 
-// Writes `nrows` rows (nrows * width elements of data) at row `at`, growing the dataset to at + nrows rows.
-template <class T>
-void write_rows(hid_t set, hsize_t at, hsize_t nrows, const T* data, const std::string& where,
-                const std::string& file) {
+// Writes `nrows` rows of a dataset made by create_row_dataset with `width` elements per row (0: rank 1, as created)
+// at row `at`, growing it to at + nrows rows; `type`: data's memory type. The streaming writer knows every dataset's
+// shape, so HDF5 is not asked for the extent first (a dataspace per dataset per recorded step).
+inline void write_rows(hid_t set, hsize_t at, hsize_t nrows, hsize_t width, hid_t type, const void* data,
+                       const std::string& where, const std::string& file) {
   if (nrows == 0) {
     return;
   }
-  const RowExtent e = row_extent(set, where, file);
-  const hsize_t dims[2] = {at + nrows, e.width};
+  const int rank = width == 0 ? 1 : 2;
+  const hsize_t dims[2] = {at + nrows, width};
   check(H5Dset_extent(set, dims), "extend " + where, file);
   Handle space(H5Dget_space(set), H5Sclose, "H5Dget_space " + where, file);
-  const int rank = H5Sget_simple_extent_ndims(space.get());
-  const hsize_t start[2] = {at, 0}, block[2] = {nrows, e.width};
+  const hsize_t start[2] = {at, 0}, block[2] = {nrows, width};
   check(H5Sselect_hyperslab(space.get(), H5S_SELECT_SET, start, nullptr, block, nullptr), "select " + where, file);
   Handle memory(H5Screate_simple(rank, block, nullptr), H5Sclose, "H5Screate_simple", file);
-  check(H5Dwrite(set, native_type<T>(), memory.get(), space.get(), H5P_DEFAULT, data), "write " + where, file);
+  check(H5Dwrite(set, type, memory.get(), space.get(), H5P_DEFAULT, data), "write " + where, file);
+}
+
+// The bytes HDF5 stores for one chunk of `nbytes` bytes (elements of `size` bytes) of a dataset with shuffle +
+// deflate(level) (create_row_dataset's filters), as its filter pipeline makes them: H5Z's shuffle transposes the
+// bytes of the elements (byte j of element i to j * n + i; nothing to do for 1-byte elements or a single element),
+// then H5Z_filter_deflate runs compress2 at the level into compressBound bytes and stores what it gives, even when
+// that is not smaller. `shuffled`: nbytes of scratch; `out`: compressBound(nbytes) bytes, `out_bytes` set to the
+// chunk's size. Returns zlib's status (Z_OK). Pure computation, so chunks are made in parallel.
+inline int shuffle_deflate(const unsigned char* in, std::size_t nbytes, std::size_t size, int level,
+                           unsigned char* shuffled, unsigned char* out, std::size_t& out_bytes) {
+  const std::size_t n = size > 0 ? nbytes / size : 0;
+  const unsigned char* src = in;
+  if (size > 1 && n > 1) {
+    for (std::size_t i = 0; i < n; ++i) {
+      for (std::size_t j = 0; j < size; ++j) {
+        shuffled[j * n + i] = in[i * size + j];
+      }
+    }
+    // the bytes past the last whole element stay where they are (a row is whole elements: none)
+    std::memcpy(shuffled + n * size, in + n * size, nbytes - n * size);
+    src = shuffled;
+  }
+  uLongf len = compressBound(static_cast<uLong>(nbytes));
+  const int status = compress2(out, &len, src, static_cast<uLong>(nbytes), level);
+  out_bytes = static_cast<std::size_t>(len);
+  return status;
+}
+
+// Stores chunk r of `nrows` chunks (chunks[r], sizes[r] bytes, filtered as shuffle_deflate makes them) as row at + r
+// of a compressed dataset of create_row_dataset (one row of `width` per chunk), growing it to at + nrows rows:
+// H5Dwrite_chunk with the filter mask 0 (every filter applied), HDF5 neither copying nor filtering the rows.
+inline void write_row_chunks(hid_t set, hsize_t at, hsize_t nrows, hsize_t width, const unsigned char* const* chunks,
+                             const std::size_t* sizes, const std::string& where, const std::string& file) {
+  if (nrows == 0) {
+    return;
+  }
+  const hsize_t dims[2] = {at + nrows, width};
+  check(H5Dset_extent(set, dims), "extend " + where, file);
+  for (hsize_t r = 0; r < nrows; ++r) {
+    const hsize_t offset[2] = {at + r, 0};
+    check(H5Dwrite_chunk(set, H5P_DEFAULT, 0, offset, sizes[r], chunks[r]), "write chunk of " + where, file);
+  }
 }
 
 // The trace's attributes, datasets and groups written into / read from an open file or group.

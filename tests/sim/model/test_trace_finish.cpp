@@ -128,7 +128,8 @@ void fill(BlockEventSeries& b, std::size_t T, Values& v) {
 // histogram of `bins` bins, a (small-layout) margin histogram, a group small enough to keep its w and u (240
 // coordinates: 1-D chunks of 65536 values end inside a step's row), projections with expected series and block events;
 // or a target trace with block events.
-Trace synthetic(const std::string& mode, std::size_t T, int bins) {
+Trace synthetic(const std::string& mode, std::size_t T, int bins,
+                const std::vector<std::int64_t>& sizes = {240, 5000}) {
   Values v;
   Trace t;
   t.mode = mode;
@@ -150,9 +151,9 @@ Trace synthetic(const std::string& mode, std::size_t T, int bins) {
     t.margin.formats = {"e4m3", "bf16"};
     t.margin.rows = MarginRows{-3, -1, 1, 3};
   }
-  for (const auto& [name, size] : {std::pair<std::string, std::int64_t>{"small", 240}, {"large", 5000}}) {
+  for (const std::int64_t size : sizes) {
     GroupTrace g;
-    g.name = name;
+    g.name = "group" + std::to_string(size);
     g.tensor_id = static_cast<std::uint32_t>(t.groups.size());
     g.size = size;
     g.nonzero = v.ints<std::int64_t>(T, 1000);
@@ -209,6 +210,50 @@ TEST(TraceFinish, EveryDatasetWrittenInManyBlocksGivesWriteTracesBytes) {
       fs::remove(dir / "streamed.h5");
     }
     fs::remove(partial_trace_path(dir / "streamed.h5"));
+  }
+  fs::remove_all(dir);
+}
+
+template <class T>
+std::vector<T> joined(const std::vector<T>& a, const std::vector<T>& b) {
+  std::vector<T> v = a;
+  v.insert(v.end(), b.begin(), b.end());
+  return v;
+}
+
+// The compressed datasets of a partial file (d and margin histograms, kept w and u: one row per chunk) are written as
+// chunks the writer filters itself, in parallel (shuffle + deflate as HDF5's filters, H5Dwrite_chunk): HDF5 reads them
+// back as the rows appended, int64 and float rows of one element (no shuffle) and of many, over two appends (the
+// second's chunks at rows after the first's).
+TEST(TraceFinish, PartialFileChunksReadBackAsTheRowsAppended) {
+  const fs::path dir = scratch("chunks");
+  for (const int bins : {1, 512}) {
+    const Trace first = synthetic("reference", 3, bins, {1, 240, 5000});
+    Trace second = synthetic("reference", 5, bins, {1, 240, 5000});
+    second.validation_steps.clear();
+    second.validation_loss.clear();
+    {
+      Trace t = first, u = second;
+      TraceWriter writer(dir / "trace.h5", t);
+      writer.append(u);
+      EXPECT_EQ(writer.rows().steps, 8);
+    }
+    const TraceReader reader(partial_trace_path(dir / "trace.h5"), TraceReadOptions{true});
+    ASSERT_EQ(reader.recorded_steps(), 8u);
+    ASSERT_EQ(reader.group_count(), 3u);
+    for (std::size_t g = 0; g < 3; ++g) {
+      const GroupTrace got = reader.read_group(g, 0, 8);
+      const GroupTrace &a = first.groups[g], &b = second.groups[g];
+      EXPECT_EQ(got.ratio_histogram, joined(a.ratio_histogram, b.ratio_histogram)) << a.name << ", " << bins;
+      EXPECT_EQ(got.margin, joined(a.margin, b.margin)) << a.name << ", " << bins;
+      EXPECT_EQ(got.exact_w, joined(a.exact_w, b.exact_w)) << a.name << ", " << bins;
+      EXPECT_EQ(got.exact_u, joined(a.exact_u, b.exact_u)) << a.name << ", " << bins;
+      EXPECT_EQ(got.nonzero, joined(a.nonzero, b.nonzero)) << a.name << ", " << bins;
+      if (a.size <= kJointExactMaxCoordinates) {
+        EXPECT_EQ(got.exact_w.size(), 8 * static_cast<std::size_t>(a.size)) << a.name;
+      }
+    }
+    fs::remove(partial_trace_path(dir / "trace.h5"));
   }
   fs::remove_all(dir);
 }
