@@ -9,7 +9,7 @@ packages=(
   libgtest-dev libbenchmark-dev librandom123-dev nlohmann-json3-dev libcli11-dev libtomlplusplus-dev libssl-dev
   libhdf5-dev hdf5-tools gnuplot-nox slurmctld slurmd slurm-client munge
   libopenblas-dev pybind11-dev python3-dev python3-torch python3-numpy python3-h5py python3-pytest python3-venv python3-pip
-  llvm-19-dev libzstd-dev
+  llvm-19-dev libzstd-dev libdeflate-dev
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -6,8 +6,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <zlib.h>
-
 #include <Kokkos_Core.hpp>
 #include <bit>
 #include <cerrno>
@@ -122,7 +120,7 @@ struct RowWrite {
 struct ChunkJob {
   const unsigned char* src = nullptr;
   std::size_t bytes = 0, size = 0, scratch = 0, out = 0, chunk_bytes = 0;
-  int status = Z_OK;
+  bool made = false;
 };
 
 }  // namespace
@@ -333,6 +331,7 @@ void TraceWriter::State::open_sets(bool create_them) {
         Handle fh = c ? create_group(projected.get(), format, file) : open_group(projected.get(), format, file);
         ProjectedSets p{{*row_set<std::int64_t>(fh.get(), "erased", 0, kSeriesChunk, false, c, fwhere, file),
                          *row_set<double>(fh.get(), "fraction", 0, kSeriesChunk, false, c, fwhere, file)},
+                        {},
                         {},
                         {},
                         {},
@@ -802,7 +801,7 @@ void TraceWriter::State::add_rows(hid_t set, hsize_t width, const std::vector<T>
   writes.push_back(std::move(w));
 }
 
-// The chunks of every compressed row of this append, made in parallel (zlib is half of an append's time, and the
+// The chunks of every compressed row of this append, made in parallel (deflate was half of an append's time, and the
 // rows are independent): each row's bytes through HDF5's filters (shuffle_deflate) into `deflated`, at offsets set
 // serially first, so the chunks and their order are the same whatever the threads.
 void TraceWriter::State::make_chunks() {
@@ -823,7 +822,7 @@ void TraceWriter::State::make_chunks() {
       job.out = out;
       chunks.push_back(job);
       scratch += bytes;
-      out += compressBound(static_cast<uLong>(bytes));
+      out += row_chunk_bound(bytes);
     }
   }
   if (chunks.empty()) {
@@ -837,8 +836,8 @@ void TraceWriter::State::make_chunks() {
   unsigned char* const deflated_at = deflated.data();
   const auto make = [=](std::size_t i) {
     ChunkJob& job = jobs[i];
-    job.status = shuffle_deflate(job.src, job.bytes, job.size, /*level=*/1, shuffled_at + job.scratch,
-                                 deflated_at + job.out, job.chunk_bytes);
+    job.made = shuffle_deflate(job.src, job.bytes, job.size, shuffled_at + job.scratch, deflated_at + job.out,
+                               job.chunk_bytes);
   };
   if (Kokkos::is_initialized()) {
     // dynamic: a margin histogram's row (120 KB) costs a hundred times a small group's w
@@ -852,8 +851,8 @@ void TraceWriter::State::make_chunks() {
     }
   }
   for (const ChunkJob& job : chunks) {
-    if (job.status != Z_OK) {
-      throw TraceFileError(file + ": deflate of a trace row failed (zlib status " + std::to_string(job.status) + ")");
+    if (!job.made) {
+      throw TraceFileError(file + ": deflate of a trace row failed (libdeflate: out of memory)");
     }
   }
 }
