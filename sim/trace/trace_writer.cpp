@@ -744,7 +744,7 @@ void TraceWriter::State::append(Trace& t) {
         }
         if (ps.sample_anchors) {
           add_rows(ps.sample_anchors->get(),
-                   static_cast<hsize_t>(p.block_sample.anchor_scales.size() * kBlockAnchorCounts),
+                   static_cast<hsize_t>(p.block_sample.anchor_scales.size()) * kBlockAnchorCounts,
                    p.block_sample.anchors, at, n, true, swhere + "anchors");
         }
       }
