@@ -236,6 +236,8 @@ std::optional<Handle> row_set(hid_t loc, const std::string& name, hsize_t width,
   return open_row_dataset(loc, name, where, file);
 }
 
+constexpr hsize_t kSeriesChunk = 64;  // 1-D per-step series: 512-byte chunks
+
 // <parent>/block_events of a block format: its group with attributes format and blocks, and a row set per series.
 std::vector<Handle> block_event_sets(hid_t parent, const BlockEventSeries& b, const std::string& format,
                                      hsize_t chunk_rows, bool create, const std::string& where,
@@ -254,12 +256,63 @@ std::vector<Handle> block_event_sets(hid_t parent, const BlockEventSeries& b, co
   return sets;
 }
 
+// The datasets of one projected format of a reference group (`where`: the group's path), created (c) or opened.
+ProjectedSets projected_sets(hid_t projected, const std::string& format, const ProjectedSeries& series, bool c,
+                             const std::string& where, const std::string& file) {
+  const std::string fwhere = where + "projected/" + format + "/";
+  Handle fh = c ? create_group(projected, format, file) : open_group(projected, format, file);
+  ProjectedSets p{{*row_set<std::int64_t>(fh.get(), "erased", 0, kSeriesChunk, false, c, fwhere, file),
+                   *row_set<double>(fh.get(), "fraction", 0, kSeriesChunk, false, c, fwhere, file)},
+                  {},
+                  {},
+                  {},
+                  {},
+                  {},
+                  {}};
+  if (!series.block_events.empty()) {
+    p.blocks = block_event_sets(fh.get(), series.block_events, format, kSeriesChunk, c, fwhere, file);
+  }
+  if (!series.block_sample.empty()) {
+    const BlockSample& b = series.block_sample;
+    const std::string swhere = fwhere + "block_sample/";
+    Handle sh = c ? create_group(fh.get(), "block_sample", file) : open_group(fh.get(), "block_sample", file);
+    if (c) {
+      write_scalar_attribute<std::int64_t>(sh.get(), "rows", b.rows, file);
+      write_scalar_attribute<std::int64_t>(sh.get(), "cols", b.cols, file);
+      write_scalar_attribute<std::int64_t>(sh.get(), "elements", b.elements, file);
+      write_vector(sh.get(), "blocks", b.blocks, file);
+      if (!b.anchor_scales.empty()) {
+        write_vector(sh.get(), "anchor_scales", b.anchor_scales, file);
+      }
+    }
+    const auto width = static_cast<hsize_t>(b.elements);
+    p.sample_w = row_set<float>(sh.get(), "w", width, 1, false, c, swhere, file);  // uncompressed, as finished
+    p.sample_u = row_set<float>(sh.get(), "u", width, 1, false, c, swhere, file);
+    if (block_sample_has_tensor_rows(format)) {
+      p.sample_tensor = row_set<float>(sh.get(), "tensor", kBlockSampleTensorWidth, 1, true, c, swhere, file);
+    }
+    if (!b.anchor_scales.empty()) {
+      p.sample_anchors = row_set<std::int64_t>(sh.get(), "anchors", b.anchor_scales.size() * kBlockAnchorCounts, 1,
+                                               true, c, swhere, file);
+    }
+  }
+  if (!series.expected.empty()) {
+    Handle eh = c ? create_group(fh.get(), "expected", file) : open_group(fh.get(), "expected", file);
+    for (const auto& [policy, e] : series.expected) {
+      const std::string pwhere = fwhere + "expected/" + policy + "/";
+      Handle ph = c ? create_group(eh.get(), policy, file) : open_group(eh.get(), policy, file);
+      p.expected.push_back({*row_set<double>(ph.get(), "erased", 0, kSeriesChunk, false, c, pwhere, file),
+                            *row_set<double>(ph.get(), "fraction", 0, kSeriesChunk, false, c, pwhere, file)});
+    }
+  }
+  return p;
+}
+
 }  // namespace
 
 void TraceWriter::State::open_sets(bool create_them) {
   const hid_t root = h5->get();
   const bool c = create_them;
-  constexpr hsize_t kSeriesChunk = 64;  // 1-D per-step series: 512-byte chunks
   recorded_steps = row_set<std::int64_t>(root, "recorded_steps", 0, kSeriesChunk, false, c, "/", file);
   loss = row_set<double>(root, "loss", 0, kSeriesChunk, false, c, "/", file);
   learning_rate = row_set<double>(root, "learning_rate", 0, kSeriesChunk, false, c, "/", file);
@@ -327,53 +380,7 @@ void TraceWriter::State::open_sets(bool create_them) {
       }
       Handle projected = c ? create_group(gh.get(), "projected", file) : open_group(gh.get(), "projected", file);
       for (const auto& [format, series] : g.projected) {
-        const std::string fwhere = where + "projected/" + format + "/";
-        Handle fh = c ? create_group(projected.get(), format, file) : open_group(projected.get(), format, file);
-        ProjectedSets p{{*row_set<std::int64_t>(fh.get(), "erased", 0, kSeriesChunk, false, c, fwhere, file),
-                         *row_set<double>(fh.get(), "fraction", 0, kSeriesChunk, false, c, fwhere, file)},
-                        {},
-                        {},
-                        {},
-                        {},
-                        {},
-                        {}};
-        if (!series.block_events.empty()) {
-          p.blocks = block_event_sets(fh.get(), series.block_events, format, kSeriesChunk, c, fwhere, file);
-        }
-        if (!series.block_sample.empty()) {
-          const BlockSample& b = series.block_sample;
-          const std::string swhere = fwhere + "block_sample/";
-          Handle sh = c ? create_group(fh.get(), "block_sample", file) : open_group(fh.get(), "block_sample", file);
-          if (c) {
-            write_scalar_attribute<std::int64_t>(sh.get(), "rows", b.rows, file);
-            write_scalar_attribute<std::int64_t>(sh.get(), "cols", b.cols, file);
-            write_scalar_attribute<std::int64_t>(sh.get(), "elements", b.elements, file);
-            write_vector(sh.get(), "blocks", b.blocks, file);
-            if (!b.anchor_scales.empty()) {
-              write_vector(sh.get(), "anchor_scales", b.anchor_scales, file);
-            }
-          }
-          const auto width = static_cast<hsize_t>(b.elements);
-          p.sample_w = row_set<float>(sh.get(), "w", width, 1, false, c, swhere, file);  // uncompressed, as finished
-          p.sample_u = row_set<float>(sh.get(), "u", width, 1, false, c, swhere, file);
-          if (block_sample_has_tensor_rows(format)) {
-            p.sample_tensor = row_set<float>(sh.get(), "tensor", kBlockSampleTensorWidth, 1, true, c, swhere, file);
-          }
-          if (!b.anchor_scales.empty()) {
-            p.sample_anchors = row_set<std::int64_t>(sh.get(), "anchors", b.anchor_scales.size() * kBlockAnchorCounts,
-                                                     1, true, c, swhere, file);
-          }
-        }
-        if (!series.expected.empty()) {
-          Handle eh = c ? create_group(fh.get(), "expected", file) : open_group(fh.get(), "expected", file);
-          for (const auto& [policy, e] : series.expected) {
-            const std::string pwhere = fwhere + "expected/" + policy + "/";
-            Handle ph = c ? create_group(eh.get(), policy, file) : open_group(eh.get(), policy, file);
-            p.expected.push_back({*row_set<double>(ph.get(), "erased", 0, kSeriesChunk, false, c, pwhere, file),
-                                  *row_set<double>(ph.get(), "fraction", 0, kSeriesChunk, false, c, pwhere, file)});
-          }
-        }
-        s.projected.push_back(std::move(p));
+        s.projected.push_back(projected_sets(projected.get(), format, series, c, where, file));
       }
     }
     groups.push_back(std::move(s));
@@ -802,8 +809,8 @@ void TraceWriter::State::add_rows(hid_t set, hsize_t width, const std::vector<T>
 }
 
 // The chunks of every compressed row of this append, made in parallel (deflate was half of an append's time, and the
-// rows are independent): each row's bytes through HDF5's filters (shuffle_deflate) into `deflated`, at offsets set
-// serially first, so the chunks and their order are the same whatever the threads.
+// rows are independent): each row's bytes shuffled and deflated as HDF5's filters read them (shuffle_deflate) into
+// `deflated`, at offsets set serially first, so the chunks and their order are the same whatever the threads.
 void TraceWriter::State::make_chunks() {
   chunks.clear();
   std::size_t scratch = 0, out = 0;

@@ -222,9 +222,9 @@ std::vector<T> joined(const std::vector<T>& a, const std::vector<T>& b) {
 }
 
 // The compressed datasets of a partial file (d and margin histograms, kept w and u: one row per chunk) are written as
-// chunks the writer filters itself, in parallel (shuffle + deflate as HDF5's filters, H5Dwrite_chunk): HDF5 reads them
-// back as the rows appended, int64 and float rows of one element (no shuffle) and of many, over two appends (the
-// second's chunks at rows after the first's).
+// chunks the writer filters itself, in parallel (HDF5's shuffle, then a zlib stream from libdeflate; H5Dwrite_chunk):
+// HDF5 reads them back as the rows appended, int64 and float rows of one element (no shuffle) and of many, over two
+// appends (the second's chunks at rows after the first's).
 TEST(TraceFinish, PartialFileChunksReadBackAsTheRowsAppended) {
   const fs::path dir = scratch("chunks");
   for (const int bins : {1, 512}) {
