@@ -471,6 +471,19 @@ Handle open_trace_file(const std::filesystem::path& path) {
     Handle fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose, "access property list", file);
     check(H5Pset_metadata_read_attempts(fapl.get(), 16), "metadata read attempts", file);
     id = H5Fopen(file.c_str(), H5F_ACC_RDONLY | H5F_ACC_SWMR_READ, fapl.get());
+    Handle h(id, H5Fclose, "open file (truncated, or not a trace?)", file);
+    // HDF5 checks a file's length against the space its superblock says it allocated only outside SWMR; here the
+    // writer reserved that space before writing into it (TraceWriter), so a shorter file lost its end. Without this,
+    // a partial file's uncompressed chunks past the end would read back as zeros (HDF5 reads past a file's end as
+    // zeros; a deflated chunk fails to inflate).
+    haddr_t eoa = 0;
+    check(H5Fget_eoa(h.get(), &eoa), "end of allocated space", file);
+    const std::uintmax_t size = std::filesystem::file_size(path);
+    if (size < eoa) {
+      throw TraceFileError(file + ": cut short: HDF5 allocated " + std::to_string(eoa) + " bytes, the file holds " +
+                           std::to_string(size) + " (a copy or disk that lost its end?)");
+    }
+    return h;
   }
   return Handle(id, H5Fclose, "open file (truncated, or not a trace?)", file);
 }

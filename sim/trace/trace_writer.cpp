@@ -9,8 +9,10 @@
 #include <Kokkos_Core.hpp>
 #include <bit>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <optional>
+#include <unordered_map>
 
 #include "sim/trace/block_sample.hpp"
 #include "sim/trace/detail/h5.hpp"
@@ -110,12 +112,13 @@ struct RowWrite {
   std::size_t size = 0;  // bytes per element
   const unsigned char* data = nullptr;
   hsize_t at = 0, nrows = 0;
-  bool compressed = false;      // shuffle + deflate, one row per chunk: written as chunks made in parallel
-  std::size_t first_chunk = 0;  // compressed: its first row's chunk in the writer's chunk list
+  bool chunked = false;         // one row per chunk: written with H5Dwrite_chunk
+  bool filtered = false;        // chunked with shuffle + deflate: its chunks made in parallel (make_chunks)
+  std::size_t first_chunk = 0;  // filtered: its first row's chunk in the writer's chunk list
   std::string where;
 };
 
-// One compressed row: its chunk is made from `bytes` bytes at src into the writer's buffers (scratch at `scratch`,
+// One filtered row: its chunk is made from `bytes` bytes at src into the writer's buffers (scratch at `scratch`,
 // up to bound bytes at `out`).
 struct ChunkJob {
   const unsigned char* src = nullptr;
@@ -132,11 +135,15 @@ struct TraceWriter::State {
   Trace header;  // the prototype's header (no rows)
   TraceRows rows;
   StepSize step;
+  // Whether a new partial file's one-row-per-chunk datasets get shuffle + deflate (WBAUDIT_PARTIAL_DEFLATE=1) or no
+  // filters (the default: finish() compresses them; see partial_deflate_requested). A resumed file keeps its own.
+  bool deflate_partial = false;
+  std::unordered_map<hid_t, bool> filtered_sets;  // has_filters' answers, per open dataset
   std::optional<Handle> recorded_steps, loss, learning_rate, validation_steps, validation_loss, replay_checkpoints,
       replay_start_loss;
   std::vector<Handle> replay_losses;
   std::vector<GroupSets> groups;
-  // What one append writes, and the chunks of its compressed rows: kept between appends (a recorder appends the same
+  // What one append writes, and the chunks of its filtered rows: kept between appends (a recorder appends the same
   // rows every recorded step, so they are as large as one append's rows, never growing with the recorded steps).
   std::vector<RowWrite> writes;
   std::vector<ChunkJob> chunks;
@@ -145,8 +152,9 @@ struct TraceWriter::State {
   std::vector<std::size_t> chunk_sizes;
 
   template <class T>
-  void add_rows(hid_t set, hsize_t width, const std::vector<T>& v, hsize_t at, hsize_t nrows, bool compressed,
+  void add_rows(hid_t set, hsize_t width, const std::vector<T>& v, hsize_t at, hsize_t nrows, bool chunked,
                 std::string where);
+  bool has_filters(hid_t set);
   void make_chunks();
   void write_all();
 
@@ -159,6 +167,26 @@ struct TraceWriter::State {
 };
 
 namespace {
+
+// Whether a new partial file's one-row-per-chunk datasets (the histograms, kept w and u, block sample rows) are
+// created with shuffle + deflate: WBAUDIT_PARTIAL_DEFLATE unset, empty or 0: no, they have no filters, their rows
+// are stored as they are and compressed once, by finish() (the finished file's datasets have the filters whatever
+// the partial's): a recorded step then costs no deflate (at 2 threads a third of a decoder step's recording), and the
+// partial file holds about step_size(header).bytes per recorded step (tensors x ~125 KB for a reference). 1: they
+// have the filters, and each step's chunks are deflated at level 1 in parallel (shuffle_deflate), a partial ~10x
+// smaller.
+bool partial_deflate_requested(const std::string& file) {
+  const char* v = std::getenv("WBAUDIT_PARTIAL_DEFLATE");
+  const std::string value = v == nullptr ? "" : v;
+  if (value.empty() || value == "0") {
+    return false;
+  }
+  if (value == "1") {
+    return true;
+  }
+  throw TraceFileError(file + ": WBAUDIT_PARTIAL_DEFLATE is \"" + value +
+                       "\": 1 deflates the partial trace's rows as they are appended, 0 or unset stores them raw");
+}
 
 // Empties v and releases its storage (a header holds no rows).
 template <class V>
@@ -256,8 +284,9 @@ std::vector<Handle> block_event_sets(hid_t parent, const BlockEventSeries& b, co
   return sets;
 }
 
-// The datasets of one projected format of a reference group (`where`: the group's path), created (c) or opened.
-ProjectedSets projected_sets(hid_t projected, const std::string& format, const ProjectedSeries& series, bool c,
+// The datasets of one projected format of a reference group (`where`: the group's path), created (c) or opened; z:
+// the one-row-per-chunk datasets are created with shuffle + deflate (else without filters: partial_deflate_requested).
+ProjectedSets projected_sets(hid_t projected, const std::string& format, const ProjectedSeries& series, bool c, bool z,
                              const std::string& where, const std::string& file) {
   const std::string fwhere = where + "projected/" + format + "/";
   Handle fh = c ? create_group(projected, format, file) : open_group(projected, format, file);
@@ -289,11 +318,11 @@ ProjectedSets projected_sets(hid_t projected, const std::string& format, const P
     p.sample_w = row_set<float>(sh.get(), "w", width, 1, false, c, swhere, file);  // uncompressed, as finished
     p.sample_u = row_set<float>(sh.get(), "u", width, 1, false, c, swhere, file);
     if (block_sample_has_tensor_rows(format)) {
-      p.sample_tensor = row_set<float>(sh.get(), "tensor", kBlockSampleTensorWidth, 1, true, c, swhere, file);
+      p.sample_tensor = row_set<float>(sh.get(), "tensor", kBlockSampleTensorWidth, 1, z, c, swhere, file);
     }
     if (!b.anchor_scales.empty()) {
-      p.sample_anchors = row_set<std::int64_t>(sh.get(), "anchors", b.anchor_scales.size() * kBlockAnchorCounts, 1,
-                                               true, c, swhere, file);
+      p.sample_anchors = row_set<std::int64_t>(sh.get(), "anchors", b.anchor_scales.size() * kBlockAnchorCounts, 1, z,
+                                               c, swhere, file);
     }
   }
   if (!series.expected.empty()) {
@@ -313,6 +342,7 @@ ProjectedSets projected_sets(hid_t projected, const std::string& format, const P
 void TraceWriter::State::open_sets(bool create_them) {
   const hid_t root = h5->get();
   const bool c = create_them;
+  const bool z = deflate_partial;
   recorded_steps = row_set<std::int64_t>(root, "recorded_steps", 0, kSeriesChunk, false, c, "/", file);
   loss = row_set<double>(root, "loss", 0, kSeriesChunk, false, c, "/", file);
   learning_rate = row_set<double>(root, "learning_rate", 0, kSeriesChunk, false, c, "/", file);
@@ -366,21 +396,21 @@ void TraceWriter::State::open_sets(bool create_them) {
       }
     } else {
       s.zero_weight = row_set<std::int64_t>(gh.get(), "zero_weight", 0, kSeriesChunk, false, c, where, file);
-      s.ratio = row_set<std::int64_t>(gh.get(), "ratio_histogram", static_cast<hsize_t>(header.histogram.bins), 1, true,
-                                      c, where, file);
+      s.ratio = row_set<std::int64_t>(gh.get(), "ratio_histogram", static_cast<hsize_t>(header.histogram.bins), 1, z, c,
+                                      where, file);
       Handle jh = c ? create_group(gh.get(), "joint", file) : open_group(gh.get(), "joint", file);
       if (c) {
         write_scalar_attribute<double>(jh.get(), "init_absmax", g.init_absmax, file);
       }
-      s.margin = row_set<std::int64_t>(jh.get(), "margin", header.margin.bins(), 1, true, c, where + "joint/", file);
+      s.margin = row_set<std::int64_t>(jh.get(), "margin", header.margin.bins(), 1, z, c, where + "joint/", file);
       if (g.size <= kJointExactMaxCoordinates && g.size > 0) {
         const auto size = static_cast<hsize_t>(g.size);
-        s.w = row_set<float>(jh.get(), "w", size, 1, true, c, where + "joint/", file);
-        s.u = row_set<float>(jh.get(), "u", size, 1, true, c, where + "joint/", file);
+        s.w = row_set<float>(jh.get(), "w", size, 1, z, c, where + "joint/", file);
+        s.u = row_set<float>(jh.get(), "u", size, 1, z, c, where + "joint/", file);
       }
       Handle projected = c ? create_group(gh.get(), "projected", file) : open_group(gh.get(), "projected", file);
       for (const auto& [format, series] : g.projected) {
-        s.projected.push_back(projected_sets(projected.get(), format, series, c, where, file));
+        s.projected.push_back(projected_sets(projected.get(), format, series, c, z, where, file));
       }
     }
     groups.push_back(std::move(s));
@@ -482,6 +512,7 @@ TraceWriter::TraceWriter(const std::filesystem::path& path, Trace& prototype) : 
   m->file = m->partial.string();
   m->header = header_of(prototype);
   m->step = step_size(m->header);
+  m->deflate_partial = partial_deflate_requested(m->file);
   m->create();
   append(prototype);
 }
@@ -496,6 +527,7 @@ TraceWriter TraceWriter::resume(const std::filesystem::path& path, Trace& protot
   s.file = s.partial.string();
   s.header = header_of(prototype);
   s.step = step_size(s.header);
+  s.deflate_partial = partial_deflate_requested(s.file);
   if (!std::filesystem::exists(s.partial)) {
     throw TraceFileError(s.file + ": no partial trace to resume (the run must start over)");
   }
@@ -703,7 +735,7 @@ void TraceWriter::State::append(Trace& t) {
   const auto n = static_cast<hsize_t>(T);
   const auto bins = static_cast<hsize_t>(header.histogram.bins);
   const auto mbins = static_cast<hsize_t>(header.margin.bins());
-  // Every dataset's rows in the order they are written (the widths as open_sets created them); the compressed ones'
+  // Every dataset's rows in the order they are written (the widths as open_sets created them); the filtered ones'
   // chunks are made first, in parallel, and written in this order.
   writes.clear();
   for (std::size_t i = 0; i < t.groups.size(); ++i) {
@@ -792,7 +824,7 @@ void TraceWriter::State::append(Trace& t) {
 
 template <class T>
 void TraceWriter::State::add_rows(hid_t set, hsize_t width, const std::vector<T>& v, hsize_t at, hsize_t nrows,
-                                  bool compressed, std::string where) {
+                                  bool chunked, std::string where) {
   // The file's types are little-endian and the rows' chunks are made from the values' bytes as they are in memory.
   static_assert(std::endian::native == std::endian::little, "a row's bytes are its file bytes");
   RowWrite w;
@@ -803,19 +835,32 @@ void TraceWriter::State::add_rows(hid_t set, hsize_t width, const std::vector<T>
   w.data = reinterpret_cast<const unsigned char*>(v.data());
   w.at = at;
   w.nrows = nrows;
-  w.compressed = compressed && nrows > 0;
+  w.chunked = chunked && nrows > 0;
+  w.filtered = w.chunked && has_filters(set);
   w.where = std::move(where);
   writes.push_back(std::move(w));
 }
 
-// The chunks of every compressed row of this append, made in parallel (deflate was half of an append's time, and the
+// Whether dataset `set` (one row per chunk) was created with filters (shuffle + deflate), asked of HDF5 once.
+bool TraceWriter::State::has_filters(hid_t set) {
+  const auto known = filtered_sets.find(set);
+  if (known != filtered_sets.end()) {
+    return known->second;
+  }
+  const Handle dcpl(H5Dget_create_plist(set), H5Pclose, "creation properties of a dataset", file);
+  const int n = H5Pget_nfilters(dcpl.get());
+  check(n, "filters of a dataset", file);
+  return filtered_sets[set] = n > 0;
+}
+
+// The chunks of every filtered row of this append, made in parallel (deflate was half of an append's time, and the
 // rows are independent): each row's bytes shuffled and deflated as HDF5's filters read them (shuffle_deflate) into
 // `deflated`, at offsets set serially first, so the chunks and their order are the same whatever the threads.
 void TraceWriter::State::make_chunks() {
   chunks.clear();
   std::size_t scratch = 0, out = 0;
   for (RowWrite& w : writes) {
-    if (!w.compressed) {
+    if (!w.filtered) {
       continue;
     }
     w.first_chunk = chunks.size();
@@ -864,19 +909,26 @@ void TraceWriter::State::make_chunks() {
   }
 }
 
-// Writes this append's rows in order: the compressed ones as their chunks, the others through H5Dwrite.
+// Writes this append's rows in order: the one-row-per-chunk ones as their chunks (make_chunks' or, without filters, the
+// rows' own bytes), the others through H5Dwrite.
 void TraceWriter::State::write_all() {
   for (const RowWrite& w : writes) {
-    if (!w.compressed) {
+    if (!w.chunked) {
       write_rows(w.set, w.at, w.nrows, w.width, w.type, w.data, w.where, file);
       continue;
     }
     chunk_data.clear();
     chunk_sizes.clear();
+    const std::size_t bytes = static_cast<std::size_t>(w.width) * w.size;
     for (std::size_t r = 0; r < w.nrows; ++r) {
-      const ChunkJob& job = chunks[w.first_chunk + r];
-      chunk_data.push_back(deflated.data() + job.out);
-      chunk_sizes.push_back(job.chunk_bytes);
+      if (w.filtered) {
+        const ChunkJob& job = chunks[w.first_chunk + r];
+        chunk_data.push_back(deflated.data() + job.out);
+        chunk_sizes.push_back(job.chunk_bytes);
+      } else {
+        chunk_data.push_back(w.data + r * bytes);
+        chunk_sizes.push_back(bytes);
+      }
     }
     write_row_chunks(w.set, w.at, w.nrows, w.width, chunk_data.data(), chunk_sizes.data(), w.where, file);
   }
@@ -889,6 +941,7 @@ void TraceWriter::State::finish(std::optional<std::int64_t> steps) {
   drop(deflated);
   drop(chunk_data);
   drop(chunk_sizes);
+  filtered_sets.clear();
   groups.clear();
   replay_losses.clear();
   for (auto* set : {&recorded_steps, &loss, &learning_rate, &validation_steps, &validation_loss, &replay_checkpoints,

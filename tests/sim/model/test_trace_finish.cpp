@@ -5,6 +5,7 @@
 // by the recorded steps: counted here by this test program's own operator new (HDF5 allocates with malloc; its
 // caches are bounded by its own settings).
 #include <gtest/gtest.h>
+#include <hdf5.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -15,6 +16,7 @@
 #include <iostream>
 #include <iterator>
 #include <new>
+#include <optional>
 #include <string>
 
 #include "sim/trace/detail/trace_file.hpp"
@@ -221,40 +223,141 @@ std::vector<T> joined(const std::vector<T>& a, const std::vector<T>& b) {
   return v;
 }
 
-// The compressed datasets of a partial file (d and margin histograms, kept w and u: one row per chunk) are written as
-// chunks the writer filters itself, in parallel (HDF5's shuffle, then a zlib stream from libdeflate; H5Dwrite_chunk):
-// HDF5 reads them back as the rows appended, int64 and float rows of one element (no shuffle) and of many, over two
-// appends (the second's chunks at rows after the first's).
+// WBAUDIT_PARTIAL_DEFLATE set for a scope (unset when value is null), restored after.
+class PartialDeflate {
+ public:
+  explicit PartialDeflate(const char* value) {
+    const char* old = std::getenv("WBAUDIT_PARTIAL_DEFLATE");
+    if (old != nullptr) {
+      m_old = old;
+    }
+    if (value == nullptr) {
+      ::unsetenv("WBAUDIT_PARTIAL_DEFLATE");
+    } else {
+      ::setenv("WBAUDIT_PARTIAL_DEFLATE", value, 1);
+    }
+  }
+  ~PartialDeflate() {
+    if (m_old) {
+      ::setenv("WBAUDIT_PARTIAL_DEFLATE", m_old->c_str(), 1);
+    } else {
+      ::unsetenv("WBAUDIT_PARTIAL_DEFLATE");
+    }
+  }
+  PartialDeflate(const PartialDeflate&) = delete;
+  PartialDeflate& operator=(const PartialDeflate&) = delete;
+
+ private:
+  std::optional<std::string> m_old;
+};
+
+// The number of filters of a one-row-per-chunk dataset, and the bytes HDF5 stored for its row `row` (with the filter
+// mask stored beside them, which must be 0: every filter of the dataset applied).
+int stored_chunk(const fs::path& file, const std::string& dataset, hsize_t row, std::string& chunk) {
+  const hid_t f = H5Fopen(file.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  EXPECT_GE(f, 0) << file;
+  const hid_t d = H5Dopen2(f, dataset.c_str(), H5P_DEFAULT);
+  EXPECT_GE(d, 0) << dataset;
+  const hid_t dcpl = H5Dget_create_plist(d);
+  const int filters = H5Pget_nfilters(dcpl);
+  const hsize_t offset[2] = {row, 0};
+  hsize_t size = 0;
+  EXPECT_GE(H5Dget_chunk_storage_size(d, offset, &size), 0) << dataset;
+  chunk.assign(static_cast<std::size_t>(size), '\0');
+  std::uint32_t mask = 0xffffffffu;
+  EXPECT_GE(H5Dread_chunk(d, H5P_DEFAULT, offset, &mask, chunk.data()), 0) << dataset;
+  EXPECT_EQ(mask, 0u) << dataset;
+  H5Pclose(dcpl);
+  H5Dclose(d);
+  H5Fclose(f);
+  return filters;
+}
+
+// The one-row-per-chunk datasets of a partial file (d and margin histograms, kept w and u) are written as chunks by
+// the writer itself (H5Dwrite_chunk): by default they have no filters and a chunk is the row's own bytes; with
+// WBAUDIT_PARTIAL_DEFLATE=1 they have shuffle + deflate and the writer filters the chunks in parallel (HDF5's
+// shuffle, then a zlib stream from libdeflate). Either way HDF5 reads them back as the rows appended, int64 and float
+// rows of one element (no shuffle) and of many, over two appends (the second's chunks at rows after the first's), and
+// finish() of a partial file writes the same bytes as writing its trace at once.
 TEST(TraceFinish, PartialFileChunksReadBackAsTheRowsAppended) {
   const fs::path dir = scratch("chunks");
-  for (const int bins : {1, 512}) {
-    const Trace first = synthetic("reference", 3, bins, {1, 240, 5000});
-    Trace second = synthetic("reference", 5, bins, {1, 240, 5000});
-    second.validation_steps.clear();
-    second.validation_loss.clear();
-    {
-      Trace t = first, u = second;
-      TraceWriter writer(dir / "trace.h5", t);
-      writer.append(u);
-      EXPECT_EQ(writer.rows().steps, 8);
-    }
-    const TraceReader reader(partial_trace_path(dir / "trace.h5"), TraceReadOptions{true});
-    ASSERT_EQ(reader.recorded_steps(), 8u);
-    ASSERT_EQ(reader.group_count(), 3u);
-    for (std::size_t g = 0; g < 3; ++g) {
-      const GroupTrace got = reader.read_group(g, 0, 8);
-      const GroupTrace &a = first.groups[g], &b = second.groups[g];
-      EXPECT_EQ(got.ratio_histogram, joined(a.ratio_histogram, b.ratio_histogram)) << a.name << ", " << bins;
-      EXPECT_EQ(got.margin, joined(a.margin, b.margin)) << a.name << ", " << bins;
-      EXPECT_EQ(got.exact_w, joined(a.exact_w, b.exact_w)) << a.name << ", " << bins;
-      EXPECT_EQ(got.exact_u, joined(a.exact_u, b.exact_u)) << a.name << ", " << bins;
-      EXPECT_EQ(got.nonzero, joined(a.nonzero, b.nonzero)) << a.name << ", " << bins;
-      if (a.size <= kJointExactMaxCoordinates) {
-        EXPECT_EQ(got.exact_w.size(), 8 * static_cast<std::size_t>(a.size)) << a.name;
+  for (const char* mode : {static_cast<const char*>(nullptr), "0", "1"}) {
+    const PartialDeflate env(mode);
+    const bool deflated = mode != nullptr && std::string(mode) == "1";
+    for (const int bins : {1, 512}) {
+      const std::string what = std::string(mode == nullptr ? "unset" : mode) + ", " + std::to_string(bins) + " bins";
+      const Trace first = synthetic("reference", 3, bins, {1, 240, 5000});
+      Trace second = synthetic("reference", 5, bins, {1, 240, 5000});
+      second.validation_steps.clear();
+      second.validation_loss.clear();
+      {
+        Trace t = first, u = second;
+        TraceWriter writer(dir / "trace.h5", t);
+        writer.append(u);
+        EXPECT_EQ(writer.rows().steps, 8);
       }
+      const fs::path partial = partial_trace_path(dir / "trace.h5");
+      {
+        const TraceReader reader(partial, TraceReadOptions{true});
+        ASSERT_EQ(reader.recorded_steps(), 8u);
+        ASSERT_EQ(reader.group_count(), 3u);
+        for (std::size_t g = 0; g < 3; ++g) {
+          const GroupTrace got = reader.read_group(g, 0, 8);
+          const GroupTrace &a = first.groups[g], &b = second.groups[g];
+          EXPECT_EQ(got.ratio_histogram, joined(a.ratio_histogram, b.ratio_histogram)) << a.name << ", " << what;
+          EXPECT_EQ(got.margin, joined(a.margin, b.margin)) << a.name << ", " << what;
+          EXPECT_EQ(got.exact_w, joined(a.exact_w, b.exact_w)) << a.name << ", " << what;
+          EXPECT_EQ(got.exact_u, joined(a.exact_u, b.exact_u)) << a.name << ", " << what;
+          EXPECT_EQ(got.nonzero, joined(a.nonzero, b.nonzero)) << a.name << ", " << what;
+          if (a.size <= kJointExactMaxCoordinates) {
+            EXPECT_EQ(got.exact_w.size(), 8 * static_cast<std::size_t>(a.size)) << a.name;
+          }
+        }
+      }
+      // How row 4 (the second append's second row) of a margin histogram was stored.
+      const GroupTrace& g = second.groups[1];
+      const std::size_t width = g.margin.size() / 5;
+      std::string chunk;
+      const int filters = stored_chunk(partial, "/groups/" + g.name + "/joint/margin", 4, chunk);
+      const std::string row(reinterpret_cast<const char*>(g.margin.data() + width), width * sizeof(std::int64_t));
+      if (deflated) {
+        EXPECT_EQ(filters, 2) << what;  // shuffle, deflate
+        EXPECT_LT(chunk.size(), row.size()) << what;
+      } else {
+        EXPECT_EQ(filters, 0) << what;
+        EXPECT_EQ(chunk, row) << what;
+      }
+      // finish() compresses every row through HDF5's filters: the same bytes as the trace written at once
+      write_trace(dir / "memory.h5", first);
+      {
+        Trace t = first;
+        TraceWriter writer(dir / "streamed.h5", t);
+        writer.finish();
+      }
+      EXPECT_EQ(bytes(dir / "memory.h5"), bytes(dir / "streamed.h5")) << what;
+      fs::remove(partial);
+      fs::remove(dir / "memory.h5");
+      fs::remove(dir / "streamed.h5");
     }
-    fs::remove(partial_trace_path(dir / "trace.h5"));
   }
+  fs::remove_all(dir);
+}
+
+// WBAUDIT_PARTIAL_DEFLATE other than unset, empty, 0 or 1 is refused, naming the variable, its value and the file,
+// before anything is written.
+TEST(TraceFinish, BadPartialDeflateSettingIsRefused) {
+  const fs::path dir = scratch("bad_env");
+  const PartialDeflate env("yes");
+  Trace t = synthetic("reference", 2, 16, {1, 240});
+  try {
+    TraceWriter writer(dir / "trace.h5", t);
+    FAIL() << "accepted WBAUDIT_PARTIAL_DEFLATE=yes";
+  } catch (const TraceFileError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("WBAUDIT_PARTIAL_DEFLATE is \"yes\""), std::string::npos) << m;
+    EXPECT_NE(m.find("trace.h5.partial"), std::string::npos) << m;
+  }
+  EXPECT_FALSE(fs::exists(partial_trace_path(dir / "trace.h5")));
   fs::remove_all(dir);
 }
 

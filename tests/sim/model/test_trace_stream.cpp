@@ -342,14 +342,19 @@ TEST(TraceStreamChild, Run) {
   ::_exit(code);
 }
 
+// The killed run and its resumption alternate WBAUDIT_PARTIAL_DEFLATE (the partial file's histograms filtered or
+// not, docs/trace-format.md): a resumed writer appends to the datasets the partial file has.
 TEST(TraceStream, AKilledRunLeavesAnIncompleteTraceAndResumeFinishesItIntoTheUninterruptedFile) {
+  int k = 0;
   for (const RunConfig& c : {two_layer(RunMode::reference), decoder(RunMode::reference), decoder(RunMode::target),
                              with_blocks(two_layer(RunMode::reference)), with_blocks(two_layer(RunMode::target))}) {
-    const std::string what = to_json(c).dump();
+    const bool deflate_first = k++ % 2 == 1;
+    const std::string what = to_json(c).dump() + (deflate_first ? " (killed deflating)" : " (killed raw)");
     const fs::path dir = scratch("kill");
     run_cell_to_file(Kokkos::DefaultExecutionSpace(), c, dir / "full.h5");
     const Trace full = read_trace(dir / "full.h5");
     const std::int64_t kill_at = full.recorded_steps[full.recorded_steps.size() / 2 + 1];
+    ::setenv("WBAUDIT_PARTIAL_DEFLATE", deflate_first ? "1" : "0", 1);  // the child inherits it
     run_and_kill(c, dir, kill_at, 4);
     const fs::path partial = partial_trace_path(dir / "trace.h5");
     ASSERT_TRUE(fs::exists(partial)) << what;
@@ -393,7 +398,9 @@ TEST(TraceStream, AKilledRunLeavesAnIncompleteTraceAndResumeFinishesItIntoTheUni
     ASSERT_LE(last, kill_at);
     RunHooks resume;
     resume.checkpoints.resume_from = dir / "ckpt" / ("checkpoint-" + std::to_string(last) + ".h5");
+    ::setenv("WBAUDIT_PARTIAL_DEFLATE", deflate_first ? "0" : "1", 1);
     run_cell_to_file(Kokkos::DefaultExecutionSpace(), c, dir / "trace.h5", {}, resume);
+    ::unsetenv("WBAUDIT_PARTIAL_DEFLATE");
     EXPECT_FALSE(fs::exists(partial));
     EXPECT_EQ(bytes(dir / "trace.h5"), bytes(dir / "full.h5")) << what;
     fs::remove_all(dir);
@@ -425,28 +432,42 @@ TEST(TraceStream, TheRecorderHoldsTheSameBytesAfterEveryRecordedStep) {
 }
 
 // A disk that fills while a streamed trace is written (a file-size limit: write(2) and posix_fallocate fail with
-// EFBIG as with ENOSPC): at the start (the partial file's first reservation) and at the end (the finished file's) it
-// is a TraceFileError naming the file and the errno text, and HDF5's own cleanup afterwards (H5close, what runs at
-// exit) does not crash; at the end the partial file stays, readable and marked incomplete.
+// EFBIG as with ENOSPC): at the start (the partial file's first reservation), during the run (a step's reservation)
+// and at the end (the finished file's) it is a TraceFileError naming the file and the errno text, and HDF5's own
+// cleanup afterwards (H5close, what runs at exit) does not crash; the partial file stays, readable and marked
+// incomplete, with every step recorded before the error.
 TEST(TraceStream, AFullDiskIsANamedErrorAndNotACrash) {
   RunConfig c = two_layer(RunMode::reference);
   c.record.kind =
       RecordKind::every;  // 24 steps: ~5 MB of histograms before compression, what the finished file reserves
-  // 4 KiB: the partial file's first reservation fails; 5 MiB: every step's (the file's end plus one step's rows and
-  // slack for HDF5's indexes, ~4 MiB) fits, the finished file's (~6.6 MiB) does not.
-  for (const rlim_t limit : {rlim_t{4096}, rlim_t{5} << 20}) {
-    const fs::path dir = scratch("full");
-    const int status = run_child("full", c, dir, std::to_string(limit));
-    ASSERT_TRUE(WIFEXITED(status)) << "the writer died by signal " << (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
-    EXPECT_EQ(WEXITSTATUS(status), 0) << "limit " << limit << ": 3 finished despite the limit, 4 unclear message, "
-                                      << "5 another exception, 6 a finished file left behind";
-    if (limit > 4096) {  // the run itself went through: its partial file is there, complete in all but the flag
-      const Trace part = read_trace(partial_trace_path(dir / "trace.h5"), TraceReadOptions{true});
-      EXPECT_FALSE(part.complete);
-      EXPECT_EQ(part.recorded_steps.size(), recorded_steps(c.record, c.steps).size());
+  const std::size_t all = recorded_steps(c.record, c.steps).size();
+  // 4 KiB: the partial file's first reservation fails. 5 MiB: with the partial's rows deflated
+  // (WBAUDIT_PARTIAL_DEFLATE=1) every step's reservation (the file's end plus one step's rows and slack for HDF5's
+  // indexes, ~4 MiB) fits and the finished file's (~6.6 MiB) does not; with them stored raw (the default) the
+  // partial file itself reaches the limit during the run.
+  for (const char* deflate : {"1", "0"}) {
+    ::setenv("WBAUDIT_PARTIAL_DEFLATE", deflate, 1);  // the child inherits it
+    for (const rlim_t limit : {rlim_t{4096}, rlim_t{5} << 20}) {
+      const fs::path dir = scratch("full");
+      const int status = run_child("full", c, dir, std::to_string(limit));
+      ASSERT_TRUE(WIFEXITED(status)) << "the writer died by signal " << (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+      EXPECT_EQ(WEXITSTATUS(status), 0) << "deflate " << deflate << ", limit " << limit << ": 3 finished despite "
+                                        << "the limit, 4 unclear message, 5 another exception, 6 a finished file left "
+                                        << "behind";
+      if (limit > 4096) {
+        const Trace part = read_trace(partial_trace_path(dir / "trace.h5"), TraceReadOptions{true});
+        EXPECT_FALSE(part.complete);
+        if (std::string(deflate) == "1") {  // the run itself went through: complete in all but the flag
+          EXPECT_EQ(part.recorded_steps.size(), all);
+        } else {  // the steps before the full disk
+          EXPECT_GT(part.recorded_steps.size(), 0u);
+          EXPECT_LT(part.recorded_steps.size(), all);
+        }
+      }
+      fs::remove_all(dir);
     }
-    fs::remove_all(dir);
   }
+  ::unsetenv("WBAUDIT_PARTIAL_DEFLATE");
 }
 
 TEST(TraceStream, BadFilesAreNamedWithWhatIsWrong) {
