@@ -76,8 +76,8 @@ find_package(HDF5 QUIET COMPONENTS C)
 if(NOT HDF5_FOUND)
   wbaudit_missing("HDF5" "apt-get install libhdf5-dev")
 endif()
-# libdeflate: the streaming trace writer deflates its partial file's row chunks itself (in parallel, faster than
-# zlib) and hands them to H5Dwrite_chunk (sim/trace/detail/h5.hpp, shuffle_deflate).
+# libdeflate: with WBAUDIT_PARTIAL_DEFLATE=1 the streaming trace writer deflates its partial file's row chunks itself
+# (in parallel, faster than zlib) and hands them to H5Dwrite_chunk (sim/trace/detail/h5.hpp, shuffle_deflate).
 find_path(WBAUDIT_LIBDEFLATE_INCLUDE_DIR libdeflate.h)
 find_library(WBAUDIT_LIBDEFLATE_LIBRARY deflate)
 if(NOT WBAUDIT_LIBDEFLATE_INCLUDE_DIR OR NOT WBAUDIT_LIBDEFLATE_LIBRARY)
