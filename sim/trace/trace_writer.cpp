@@ -173,7 +173,7 @@ namespace {
 // are stored as they are and compressed once, by finish() (the finished file's datasets have the filters whatever
 // the partial's): a recorded step then costs no deflate (at 2 threads a third of a decoder step's recording), and the
 // partial file holds about step_size(header).bytes per recorded step (tensors x ~125 KB for a reference). 1: they
-// have the filters, and each step's chunks are deflated at level 1 in parallel (shuffle_deflate), a partial ~10x
+// have the filters, and each step's chunks are deflated at level 1 in parallel (shuffle_deflate), a partial 10-25x
 // smaller.
 bool partial_deflate_requested(const std::string& file) {
   const char* v = std::getenv("WBAUDIT_PARTIAL_DEFLATE");
