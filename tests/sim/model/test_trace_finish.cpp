@@ -19,6 +19,7 @@
 #include <optional>
 #include <string>
 
+#include "partial_deflate.hpp"
 #include "sim/trace/detail/trace_file.hpp"
 #include "sim/trace/trace_reader.hpp"
 #include "sim/trace/trace_writer.hpp"
@@ -223,34 +224,6 @@ std::vector<T> joined(const std::vector<T>& a, const std::vector<T>& b) {
   return v;
 }
 
-// WBAUDIT_PARTIAL_DEFLATE set for a scope (unset when value is null), restored after.
-class PartialDeflate {
- public:
-  explicit PartialDeflate(const char* value) {
-    const char* old = std::getenv("WBAUDIT_PARTIAL_DEFLATE");
-    if (old != nullptr) {
-      m_old = old;
-    }
-    if (value == nullptr) {
-      ::unsetenv("WBAUDIT_PARTIAL_DEFLATE");
-    } else {
-      ::setenv("WBAUDIT_PARTIAL_DEFLATE", value, 1);
-    }
-  }
-  ~PartialDeflate() {
-    if (m_old) {
-      ::setenv("WBAUDIT_PARTIAL_DEFLATE", m_old->c_str(), 1);
-    } else {
-      ::unsetenv("WBAUDIT_PARTIAL_DEFLATE");
-    }
-  }
-  PartialDeflate(const PartialDeflate&) = delete;
-  PartialDeflate& operator=(const PartialDeflate&) = delete;
-
- private:
-  std::optional<std::string> m_old;
-};
-
 // The number of filters of a one-row-per-chunk dataset, and the bytes HDF5 stored for its row `row` (with the filter
 // mask stored beside them, which must be 0: every filter of the dataset applied).
 int stored_chunk(const fs::path& file, const std::string& dataset, hsize_t row, std::string& chunk) {
@@ -282,7 +255,7 @@ int stored_chunk(const fs::path& file, const std::string& dataset, hsize_t row, 
 TEST(TraceFinish, PartialFileChunksReadBackAsTheRowsAppended) {
   const fs::path dir = scratch("chunks");
   for (const char* mode : {static_cast<const char*>(nullptr), "0", "1"}) {
-    const PartialDeflate env(mode);
+    const wbaudit::test::PartialDeflate env(mode);
     const bool deflated = mode != nullptr && std::string(mode) == "1";
     for (const int bins : {1, 512}) {
       const std::string what = std::string(mode == nullptr ? "unset" : mode) + ", " + std::to_string(bins) + " bins";
@@ -347,7 +320,7 @@ TEST(TraceFinish, PartialFileChunksReadBackAsTheRowsAppended) {
 // before anything is written.
 TEST(TraceFinish, BadPartialDeflateSettingIsRefused) {
   const fs::path dir = scratch("bad_env");
-  const PartialDeflate env("yes");
+  const wbaudit::test::PartialDeflate env("yes");
   Trace t = synthetic("reference", 2, 16, {1, 240});
   try {
     TraceWriter writer(dir / "trace.h5", t);

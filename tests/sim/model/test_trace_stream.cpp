@@ -24,6 +24,7 @@ extern char** environ;
 #include <string>
 #include <vector>
 
+#include "partial_deflate.hpp"
 #include "sim/checkpoint.hpp"
 #include "sim/engine.hpp"
 #include "sim/run.hpp"
@@ -345,6 +346,7 @@ TEST(TraceStreamChild, Run) {
 // The killed run and its resumption alternate WBAUDIT_PARTIAL_DEFLATE (the partial file's histograms filtered or
 // not, docs/trace-format.md): a resumed writer appends to the datasets the partial file has.
 TEST(TraceStream, AKilledRunLeavesAnIncompleteTraceAndResumeFinishesItIntoTheUninterruptedFile) {
+  const wbaudit::test::PartialDeflate env(nullptr);  // restored at the end, whatever happens in the loop
   int k = 0;
   for (const RunConfig& c : {two_layer(RunMode::reference), decoder(RunMode::reference), decoder(RunMode::target),
                              with_blocks(two_layer(RunMode::reference)), with_blocks(two_layer(RunMode::target))}) {
@@ -354,7 +356,7 @@ TEST(TraceStream, AKilledRunLeavesAnIncompleteTraceAndResumeFinishesItIntoTheUni
     run_cell_to_file(Kokkos::DefaultExecutionSpace(), c, dir / "full.h5");
     const Trace full = read_trace(dir / "full.h5");
     const std::int64_t kill_at = full.recorded_steps[full.recorded_steps.size() / 2 + 1];
-    ::setenv("WBAUDIT_PARTIAL_DEFLATE", deflate_first ? "1" : "0", 1);  // the child inherits it
+    wbaudit::test::PartialDeflate::set(deflate_first ? "1" : "0");  // the child inherits it
     run_and_kill(c, dir, kill_at, 4);
     const fs::path partial = partial_trace_path(dir / "trace.h5");
     ASSERT_TRUE(fs::exists(partial)) << what;
@@ -398,9 +400,8 @@ TEST(TraceStream, AKilledRunLeavesAnIncompleteTraceAndResumeFinishesItIntoTheUni
     ASSERT_LE(last, kill_at);
     RunHooks resume;
     resume.checkpoints.resume_from = dir / "ckpt" / ("checkpoint-" + std::to_string(last) + ".h5");
-    ::setenv("WBAUDIT_PARTIAL_DEFLATE", deflate_first ? "0" : "1", 1);
+    wbaudit::test::PartialDeflate::set(deflate_first ? "0" : "1");
     run_cell_to_file(Kokkos::DefaultExecutionSpace(), c, dir / "trace.h5", {}, resume);
-    ::unsetenv("WBAUDIT_PARTIAL_DEFLATE");
     EXPECT_FALSE(fs::exists(partial));
     EXPECT_EQ(bytes(dir / "trace.h5"), bytes(dir / "full.h5")) << what;
     fs::remove_all(dir);
@@ -446,7 +447,7 @@ TEST(TraceStream, AFullDiskIsANamedErrorAndNotACrash) {
   // indexes, ~4 MiB) fits and the finished file's (~6.6 MiB) does not; with them stored raw (the default) the
   // partial file itself reaches the limit during the run.
   for (const char* deflate : {"1", "0"}) {
-    ::setenv("WBAUDIT_PARTIAL_DEFLATE", deflate, 1);  // the child inherits it
+    const wbaudit::test::PartialDeflate env(deflate);  // the child inherits it
     for (const rlim_t limit : {rlim_t{4096}, rlim_t{5} << 20}) {
       const fs::path dir = scratch("full");
       const int status = run_child("full", c, dir, std::to_string(limit));
@@ -467,7 +468,6 @@ TEST(TraceStream, AFullDiskIsANamedErrorAndNotACrash) {
       fs::remove_all(dir);
     }
   }
-  ::unsetenv("WBAUDIT_PARTIAL_DEFLATE");
 }
 
 TEST(TraceStream, BadFilesAreNamedWithWhatIsWrong) {
