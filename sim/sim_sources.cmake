@@ -1,5 +1,6 @@
 # Sources of models, optimizers, data, traces and the cell runner (list them relative to sim/).
-list(APPEND WBAUDIT_SIM_SOURCES model/two_layer.cpp optim/optimizer.cpp optim/schedule.cpp trace/record_schedule.cpp
+list(APPEND WBAUDIT_SIM_SOURCES model/two_layer.cpp optim/optimizer.cpp optim/schedule.cpp optim/torch_adamw.cpp optim/torch_adamw_avx2.cpp
+     trace/record_schedule.cpp
      trace/trace.cpp trace/block_sample.cpp trace/trace_reader.cpp trace/trace_writer.cpp trace/margin_histogram.cpp trace/margin_kernel.cpp
      trace/margin_kernel_avx2.cpp trace/margin_kernel_avx512.cpp config_reader.cpp run.cpp engine.cpp checkpoint.cpp)
 # The model registry and one descriptor per built-in model kind (sim/model_registry.hpp).

@@ -16,7 +16,9 @@ step, and the optimizer step alone), medians:
   pn-e4m3     PersistentNative(AdamW, formats="e4m3", policy="nearest"), fp32 storage
   pn-bf16     PersistentNative(AdamW, formats="bf16"), fp32 storage
   bf16-plain  the model in bfloat16, plain AdamW on it (the bf16 baseline)
-  bf16-pn     the bf16 model, PersistentNative(AdamW, formats=None): the storage dtype is the format
+  bf16-pn     the bf16 model, PersistentNative(AdamW, formats=None): the storage dtype is the format (its fused
+              AdamW step: wbaudit.torch's one pass for AdamW on bf16 / fp16 storage)
+  bf16-pn-unfused  the same with fused=False (AdamW on fp32 copies of parameters and gradients, then the write-back)
 The plain baseline runs first and again last (drift under load shows as the difference).
 
 Memory (first, before this process builds a model: ru_maxrss survives exec): each of plain, ref (recording --mem-short and --mem-long steps: the recorder's memory must not grow with the
@@ -67,10 +69,10 @@ def make(mode, args, tmp, steps):
         sched = "every" if mode == "ref-every" else [s for s in range(steps) if s % 2 == 0]
         rec = ReferenceRecorder(model, formats=REF_FORMATS, schedule=sched, steps=steps,
                                 path=os.path.join(tmp, mode, "trace.h5"))
-    elif mode in ("pn-e4m3", "pn-bf16", "bf16-pn"):
-        fmt = {"pn-e4m3": "e4m3", "pn-bf16": "bf16", "bf16-pn": None}[mode]
+    elif mode in ("pn-e4m3", "pn-bf16", "bf16-pn", "bf16-pn-unfused"):
+        fmt = {"pn-e4m3": "e4m3", "pn-bf16": "bf16"}.get(mode)
         opt = PersistentNative(opt, formats=fmt, model=model, policy="nearest", schedule="every", steps=steps,
-                               path=os.path.join(tmp, mode, "trace.h5"))
+                               path=os.path.join(tmp, mode, "trace.h5"), fused=False if "unfused" in mode else None)
     return model, opt, rec
 
 
@@ -229,17 +231,18 @@ def main():
     names = {"plain": "plain fp32 AdamW", "rec": "ReferenceRecorder, recorded step",
              "norec": "ReferenceRecorder, non-recorded step", "pn-e4m3": "PersistentNative e4m3 nearest (fp32)",
              "pn-bf16": "PersistentNative bf16 nearest (fp32)", "plain (again)": "plain fp32 AdamW (again, last)",
-             "bf16-plain": "plain bf16 AdamW (bf16 model)", "bf16-pn": "PersistentNative, bf16 storage"}
+             "bf16-plain": "plain bf16 AdamW (bf16 model)", "bf16-pn": "PersistentNative, bf16 storage",
+             "bf16-pn-unfused": "PersistentNative, bf16 storage, fused=False"}
     print()
     print("| mode | step (s) | optimizer step (s) | step / plain | optimizer step / plain's |")
     print("|---|---:|---:|---:|---:|")
     for k, v in res.items():
         ref_tot, ref_step = (b_tot, b_step)
-        if k == "bf16-pn" and "bf16-plain" in res:
+        if k.startswith("bf16-pn") and "bf16-plain" in res:
             ref_tot, ref_step = med(res["bf16-plain"]["total"]), med(res["bf16-plain"]["step"])
         tot, st = med(v["total"]), med(v["step"])
         print(f"| {names.get(k, k)} | {tot:.3f} | {st:.3f} | {tot / ref_tot:.3f}x | {st / ref_step:.2f}x |")
-    print("(bf16-pn against bf16-plain; every other row against the faster plain fp32 run)")
+    print("(bf16-pn rows against bf16-plain; every other row against the faster plain fp32 run)")
     if "rec" in res:
         rec_over = med(res["rec"]["total"]) - b_tot
         norec_over = med(res["norec"]["total"]) - b_tot

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "audit/block_audit.hpp"
+#include "sim/optim/torch_adamw.hpp"
 #include "sim/precision/audit.hpp"
 #include "sim/precision/block_writeback.hpp"
 #include "sim/precision/format.hpp"
@@ -438,6 +439,54 @@ py::dict writeback_stored_py(py::array storage, py::array stepped, const std::st
     }
   }
   return counts_dict(counts);
+}
+
+// PyTorch's AdamW step on a bf16 / fp16 parameter (sim/optim/torch_adamw.hpp): storage and grad16 its raw 16-bit
+// values and gradient (or grad a float32 array), exp_avg / exp_avg_sq its float32 moments (updated in place), stepped
+// receives the float32 values torch.optim.AdamW would step the parameter's fp32 copy to.
+void adamw_step_stored_py(py::array storage, py::array grad, py::array exp_avg, py::array exp_avg_sq, py::array stepped,
+                          const std::string& storage_dtype, double lr, double beta1, double beta2, double eps,
+                          double weight_decay, double step) {
+  ensure_kokkos();
+  if (storage_dtype != "bf16" && storage_dtype != "fp16") {
+    throw py::value_error("adamw_step_stored: storage_dtype " + storage_dtype + " is not bf16 or fp16");
+  }
+  const auto raw16 = [](const py::array& a, const char* what) {
+    if ((a.dtype().kind() != 'i' && a.dtype().kind() != 'u') || a.itemsize() != 2) {
+      throw py::type_error(std::string("adamw_step_stored: ") + what + " has dtype " + dtype_name(a) +
+                           "; it takes 16 raw bits (tensor.view(torch.int16).numpy())");
+    }
+    if (!(a.flags() & py::array::c_style)) {
+      throw py::value_error(std::string("adamw_step_stored: ") + what + " must be C-contiguous");
+    }
+  };
+  raw16(storage, "storage");
+  const auto n = static_cast<std::size_t>(storage.size());
+  for (const auto& [a, what] : {std::pair<const py::array*, const char*>{&grad, "grad"},
+                                {&exp_avg, "exp_avg"},
+                                {&exp_avg_sq, "exp_avg_sq"},
+                                {&stepped, "stepped"}}) {
+    if (static_cast<std::size_t>(a->size()) != n) {
+      throw py::value_error(std::string("adamw_step_stored: storage holds ") + std::to_string(n) + " values, " + what +
+                            " " + std::to_string(a->size()));
+    }
+  }
+  const std::uint16_t* grad16 = nullptr;
+  const float* grad32 = nullptr;
+  if (grad.itemsize() == 2) {
+    raw16(grad, "grad");
+    grad16 = static_cast<const std::uint16_t*>(grad.data());
+  } else {
+    grad32 = float32_data<const float>(grad, "grad", storage_dtype);
+  }
+  float* m = float32_data<float>(exp_avg, "exp_avg", storage_dtype);
+  float* v = float32_data<float>(exp_avg_sq, "exp_avg_sq", storage_dtype);
+  float* out = float32_data<float>(stepped, "stepped", storage_dtype);
+  const TorchAdamWStep s{lr, beta1, beta2, eps, weight_decay, step};
+  const Storage16 type = storage_dtype == "bf16" ? Storage16::bf16 : Storage16::fp16;
+  const auto* sp = static_cast<const std::uint16_t*>(storage.data());
+  py::gil_scoped_release release;
+  torch_adamw_step_stored(s, type, sp, grad16, grad32, m, v, out, n);
 }
 
 template <class T, class Allocator>
@@ -1212,6 +1261,17 @@ void def_writeback(py::module_& m) {
         "Raises ValueError naming tensor and step for NaN/inf (the finite coordinates are still written back),\n"
         "TypeError for a dtype other than float32, ValueError for a shape mismatch, an unknown sr_stream or one\n"
         "the policy and sr_bits do not allow.");
+  m.def("adamw_step_stored", &adamw_step_stored_py, py::arg("storage"), py::arg("grad"), py::arg("exp_avg"),
+        py::arg("exp_avg_sq"), py::arg("stepped"), py::arg("storage_dtype"), py::arg("lr"), py::arg("beta1"),
+        py::arg("beta2"), py::arg("eps"), py::arg("weight_decay"), py::arg("step"),
+        "adamw_step_stored(storage, grad, exp_avg, exp_avg_sq, stepped, storage_dtype, lr, beta1, beta2, eps,\n"
+        "                  weight_decay, step) -> None\n\n"
+        "torch.optim.AdamW's step (its single-tensor CPU path) for a parameter stored in bf16 or fp16\n"
+        "(storage_dtype), in one pass: storage holds its raw 16 bits (read only), grad its gradient (16 raw bits\n"
+        "of the same type, or float32), exp_avg and exp_avg_sq its float32 moments (updated in place); stepped\n"
+        "(float32) receives what AdamW steps the parameter's fp32 copy to. step is state['step'] after this\n"
+        "step's increment. ATen's float32 operations in its order (sim/optim/torch_adamw.hpp); wbaudit.torch\n"
+        "checks it against torch.optim.AdamW before using it.");
   m.def("writeback_stored", &writeback_stored_py, py::arg("storage"), py::arg("stepped"), py::arg("storage_dtype"),
         py::arg("fmt"), py::arg("policy") = "nearest", py::arg("seed") = 0, py::arg("step") = 0,
         py::arg("tensor_id") = 0, py::arg("sr_bits") = 0, py::arg("scale") = py::none(),

@@ -26,6 +26,7 @@ import os
 import platform
 import socket
 import sys
+import warnings
 
 import numpy as np
 import torch
@@ -405,6 +406,14 @@ class _Slot:
         buf.copy_(t)
         return buf
 
+    def scratch(self, which, shape):
+        """This slot's float32 buffer `which`, shaped like the parameter, without a copy (the fused AdamW's output)."""
+        buf = getattr(self, which)
+        if buf is None or tuple(buf.shape) != tuple(shape) or buf.device.type != "cpu":
+            buf = torch.empty(shape, dtype=torch.float32)
+            setattr(self, which, buf)
+        return buf
+
     def group_row(self, c):
         """A recorded step's trace row of this parameter from the write-back's counts."""
         row = {**{k: [c[k]] for k in ("nonzero", "erased", "saturated", "applied")},
@@ -421,6 +430,47 @@ def _torch_ops(name):
         raise RuntimeError(f"wbaudit.torch: parameter {name} is not a CPU tensor; its write-back needs "
                            f"wbaudit.torch_ops, which is not available ({e})") from e
     return torch_ops
+
+
+_FUSED_ADAMW_AGREES = None  # whether _core.adamw_step_stored equals this torch's AdamW (probed once per process)
+
+
+def _fused_adamw_agrees():
+    """Whether the fused AdamW kernel (sim/optim/torch_adamw.hpp) gives this torch build's torch.optim.AdamW bits on
+    a probe of 16,387 coordinates, two steps, bf16 and fp16 storage (ATen's rounding sequence is not a documented
+    contract: a build that contracts differently, or a torch whose AdamW uses other operations, is caught here and
+    PersistentNative keeps calling the inner optimizer)."""
+    global _FUSED_ADAMW_AGREES
+    if _FUSED_ADAMW_AGREES is None:
+        _FUSED_ADAMW_AGREES = _probe_fused_adamw()
+        if not _FUSED_ADAMW_AGREES:
+            warnings.warn(f"wbaudit.torch: the fused AdamW step differs from torch {torch.__version__}'s "
+                          f"torch.optim.AdamW on a probe; PersistentNative steps through the inner optimizer")
+    return _FUSED_ADAMW_AGREES
+
+
+def _probe_fused_adamw():
+    gen = torch.Generator().manual_seed(20261207)
+    n, lr, betas, eps, wd = 16387, 1e-2, (0.9, 0.95), 1e-8, 0.1
+    for dtype, name in ((torch.bfloat16, "bf16"), (torch.float16, "fp16")):
+        w = (torch.randn(n, generator=gen) * 0.05).to(dtype)
+        p = w.float().requires_grad_()
+        opt = torch.optim.AdamW([p], lr=lr, betas=betas, eps=eps, weight_decay=wd)
+        m, v, out = (np.zeros(n, np.float32) for _ in range(3))
+        for t in (1, 2):
+            g = (torch.randn(n, generator=gen) * 1e-2).to(dtype)
+            with torch.no_grad():
+                p.copy_(w.float())
+            p.grad = g.float()
+            opt.step()
+            _core.adamw_step_stored(w.view(torch.int16).numpy(), g.view(torch.int16).numpy(), m, v, out, name, lr,
+                                    betas[0], betas[1], eps, wd, float(t))
+            st = opt.state[p]
+            if not (np.array_equal(out, p.detach().numpy()) and np.array_equal(m, st["exp_avg"].numpy())
+                    and np.array_equal(v, st["exp_avg_sq"].numpy())):
+                return False
+            w = p.detach().to(dtype)
+    return True
 
 
 class PersistentNative(torch.optim.Optimizer):
@@ -461,13 +511,18 @@ class PersistentNative(torch.optim.Optimizer):
     """
 
     def __init__(self, optimizer, formats=None, model=None, policy="nearest", sr_bits=0, seed=0, path="trace.h5",
-                 schedule=None, steps=None, trajectory=None, config=None, sr_stream="philox", distributed=None):
+                 schedule=None, steps=None, trajectory=None, config=None, sr_stream="philox", distributed=None,
+                 fused=None):
         # torch's own setup (step hooks, profiling names) on a placeholder; param_groups, defaults and state are then
         # the inner optimizer's (properties below).
         super().__init__([torch.zeros(1)], {})
         for k in ("_boot_param_groups", "_boot_state", "_boot_defaults"):
             self.__dict__.pop(k, None)
         self.optimizer = optimizer
+        if fused not in (None, True, False):
+            raise ValueError(f"wbaudit.torch: fused is None (when it applies), True or False, got {fused!r}")
+        self.fused = fused
+        self.fused_steps = 0  # steps taken through the fused AdamW path
         aliases = _aliases(model)
         pairs, tids, seen = [], {}, set()
         position = 0
@@ -642,6 +697,12 @@ class PersistentNative(torch.optim.Optimizer):
         self._check_frozen()
         step = self.steps_run
         record = self.schedule(step)
+        if self.fused is not False:
+            why = self._fused_refusal(closure, record)
+            if why is None:
+                return self._fused_step(step, record, loss, lr)
+            if self.fused:
+                raise ValueError(f"wbaudit.torch: fused=True, but the fused AdamW step does not apply: {why}")
         low = {}  # bf16 / fp16 parameters: their storage and grad while the inner optimizer steps on an fp32 copy
         with torch.no_grad():
             for s in self._slots:
@@ -714,6 +775,91 @@ class PersistentNative(torch.optim.Optimizer):
                 self._trajectory.record(step, rows)
         self.steps_run += 1
         return result
+
+    def _fused_refusal(self, closure, record):
+        """None where the fused AdamW step applies (docs/python.md, "The fused AdamW step"), else why not."""
+        opt = self.optimizer
+        if type(opt) is not torch.optim.AdamW:
+            return f"the inner optimizer is {type(opt).__name__}, not torch.optim.AdamW"
+        if closure is not None:
+            return "step() was given a closure"
+        if record and (self._trajectory is not None or self._dist.observes):
+            return "a trajectory dump or a distributed check reads w and u at this step"
+        for group in opt.param_groups:
+            for key in ("amsgrad", "maximize", "capturable", "differentiable", "fused"):
+                if group.get(key):
+                    return f"a parameter group has {key}=True"
+            if group.get("foreach"):
+                return "a parameter group has foreach=True"
+        slots = {id(s.p): s for s in self._slots}
+        listed = set()
+        for group in opt.param_groups:
+            for p in group["params"]:
+                if p.grad is None:
+                    if id(p) in slots:
+                        return f"parameter {slots[id(p)].name} has no gradient"
+                    continue
+                if id(p) not in slots or id(p) in listed:
+                    return "a parameter with a gradient is listed twice or is not written back"
+                listed.add(id(p))
+        for s in self._slots:
+            p, g = s.p, s.p.grad
+            if p.dtype not in (torch.bfloat16, torch.float16) or p.device.type != "cpu" or not p.is_contiguous():
+                return f"parameter {s.name} is not a contiguous CPU bfloat16 / float16 tensor"
+            if g.is_sparse or g.device.type != "cpu" or not g.is_contiguous() or g.dtype not in (p.dtype,
+                                                                                                 torch.float32):
+                return f"the gradient of {s.name} is not a dense contiguous CPU tensor of its dtype or float32"
+            state = opt.state.get(p)
+            if state and (set(state) != {"step", "exp_avg", "exp_avg_sq"}
+                          or any(state[k].dtype != torch.float32 or not state[k].is_contiguous()
+                                 or state[k].device.type != "cpu" or state[k].shape != p.shape
+                                 for k in ("exp_avg", "exp_avg_sq"))):
+                return f"the AdamW state of {s.name} is not float32 moments of its shape"
+        if not _fused_adamw_agrees():
+            return f"the fused kernel differs from torch {torch.__version__}'s AdamW (probe)"
+        return None
+
+    def _fused_step(self, step, record, loss, lr):
+        """torch.optim.AdamW's step and the write-back in two passes per parameter, for bf16 / fp16 storage on the
+        CPU: _core.adamw_step_stored (the inner AdamW's arithmetic on the stored values, its state updated in place,
+        bit-equal to torch's) into the slot's fp32 buffer, then _core.writeback_stored. The same parameters, state
+        and trace as the general path without its fp32 copies of parameters and gradients."""
+        opt = self.optimizer
+        groups = {}
+        with torch.no_grad():
+            options = {id(p): group for group in opt.param_groups for p in group["params"]}
+            for s in self._slots:
+                p, group = s.p, options[id(s.p)]
+                state = opt.state[p]
+                if len(state) == 0:  # as torch.optim.AdamW initializes it (on the fp32 copy it would step)
+                    state["step"] = torch.tensor(0.)
+                    state["exp_avg"] = torch.zeros(p.shape, dtype=torch.float32)
+                    state["exp_avg_sq"] = torch.zeros(p.shape, dtype=torch.float32)
+                state["step"] += 1
+                stepped = s.scratch("f32", p.shape)
+                storage = p.data.view(torch.int16).reshape(-1).numpy()
+                g = p.grad
+                grad = (g.view(torch.int16) if g.dtype != torch.float32 else g).reshape(-1).numpy()
+                dtype = _STORAGE_FORMAT[p.dtype]
+                beta1, beta2 = group["betas"]
+                _core.adamw_step_stored(storage, grad, _np(state["exp_avg"]).reshape(-1),
+                                        _np(state["exp_avg_sq"]).reshape(-1), _np(stepped).reshape(-1), dtype,
+                                        group["lr"], beta1, beta2, group["eps"], group["weight_decay"],
+                                        state["step"].item())
+                c = _core.writeback_stored(storage, _np(stepped).reshape(-1), dtype, s.fmt, self.policy, self.seed,
+                                           step, s.tid, self.sr_bits, s.scale, self._dist.offset(s.name), s.name,
+                                           self.sr_stream)
+                if record:
+                    groups[s.name] = s.group_row(c)
+        if hasattr(opt, "_step_count"):  # an LR scheduler built on the inner optimizer counts its steps
+            opt._step_count += 1
+        if record and self._open() is not None:
+            self._writer.append({"recorded_steps": [step], "loss": [_NAN if loss is None else float(loss)],
+                                 "learning_rate": [_NAN if lr is None else float(lr)], "groups": groups})
+            self._rows += 1
+        self.steps_run += 1
+        self.fused_steps += 1
+        return None
 
     def _writeback_in_place(self, s, w, low, record):
         """The CPU write-back of one parameter without new fp32 arrays (the same values and counts as step's general

@@ -331,9 +331,10 @@ def test_int_format_with_a_zero_initialized_parameter(tmp_path, wbaudit_exe):
     assert all(r["erased_fraction"] != "" for r in rows if r["group"] == "weight")
 
 
+@pytest.mark.parametrize("fused", [None, False])
 @pytest.mark.parametrize("dtype,fmt", [(torch.bfloat16, None), (torch.float16, None), (torch.bfloat16, "e4m3")])
 @pytest.mark.parametrize("policy", ["nearest", "stochastic"])
-def test_bf16_storage_is_written_back_from_the_fp32_proposal(tmp_path, policy, dtype, fmt):
+def test_bf16_storage_is_written_back_from_the_fp32_proposal(tmp_path, policy, dtype, fmt, fused):
     """bf16 / fp16 parameters with formats=None (the storage dtype is the format) or a format whose values the
     storage holds: each step, the inner AdamW steps on fp32 copies (its state is fp32), the fp32 proposal
     u = p_after - p_before is written back (the fused pass over the storage's bits, _core.writeback_stored) and
@@ -342,7 +343,7 @@ def test_bf16_storage_is_written_back_from_the_fp32_proposal(tmp_path, policy, d
     model = make_model().to(dtype)
     names = [n for n, _ in model.named_parameters()]
     pn = PersistentNative(torch.optim.AdamW(model.parameters(), lr=3e-2), fmt, model=model, policy=policy, seed=4,
-                          path=tmp_path / "t.h5")
+                          path=tmp_path / "t.h5", fused=fused)
     refp = [torch.nn.Parameter(p.detach().float()) for p in model.parameters()]  # after rounding into fmt
     ref_opt = torch.optim.AdamW(refp, lr=3e-2)
     fmt_name = fmt or {torch.bfloat16: "bf16", torch.float16: "fp16"}[dtype]
@@ -374,6 +375,7 @@ def test_bf16_storage_is_written_back_from_the_fp32_proposal(tmp_path, policy, d
                 r.copy_(torch.from_numpy(expect).view(r.shape))
             erased += c["erased"]
     assert erased > 0
+    assert pn.fused_steps == (5 if fused is None else 0)  # fused=None: the fused AdamW step (CPU bf16 / fp16)
     assert all(s["exp_avg"].dtype == torch.float32 for s in pn.state.values())
     trace = wbaudit.read_trace(pn.close())
     assert trace["format"] == fmt_name
