@@ -444,9 +444,9 @@ py::dict writeback_stored_py(py::array storage, py::array stepped, const std::st
 // PyTorch's AdamW step on a bf16 / fp16 parameter (sim/optim/torch_adamw.hpp): storage and grad16 its raw 16-bit
 // values and gradient (or grad a float32 array), exp_avg / exp_avg_sq its float32 moments (updated in place), stepped
 // receives the float32 values torch.optim.AdamW would step the parameter's fp32 copy to.
-void adamw_step_stored_py(py::array storage, py::array grad, py::array exp_avg, py::array exp_avg_sq, py::array stepped,
-                          const std::string& storage_dtype, double lr, double beta1, double beta2, double eps,
-                          double weight_decay, double step) {
+void adamw_step_stored_py(const py::array& storage, py::array grad, py::array exp_avg, py::array exp_avg_sq,
+                          py::array stepped, const std::string& storage_dtype, double lr, double beta1, double beta2,
+                          double eps, double weight_decay, double step) {
   ensure_kokkos();
   if (storage_dtype != "bf16" && storage_dtype != "fp16") {
     throw py::value_error("adamw_step_stored: storage_dtype " + storage_dtype + " is not bf16 or fp16");

@@ -791,6 +791,8 @@ class PersistentNative(torch.optim.Optimizer):
                     return f"a parameter group has {key}=True"
             if group.get("foreach"):
                 return "a parameter group has foreach=True"
+            if not all(isinstance(group[k], (int, float)) for k in ("lr", "eps", "weight_decay")):
+                return "a parameter group's lr, eps or weight_decay is not a Python number"
         slots = {id(s.p): s for s in self._slots}
         listed = set()
         for group in opt.param_groups:
