@@ -937,7 +937,17 @@ class PersistentNative(torch.optim.Optimizer):
                                      f"of the checkpoint's scale {s.scale!r}: load the model's state_dict after "
                                      f"building PersistentNative (its construction rounds with the scale of the "
                                      f"weights it finds)")
-        self.optimizer.load_state_dict({k: v for k, v in state_dict.items() if k != "wbaudit"})
+        # torch's Optimizer.load_state_dict casts floating state to its parameter's dtype: a bf16 / fp16 parameter
+        # stands in as float32 meanwhile (a zero-storage view), so the inner optimizer's fp32 state stays fp32 (cast
+        # to bf16 it lost bits, and torch's AdamW then failed on the fp32 gradient copies).
+        low = [(s.p, s.p.data) for s in self._slots if s.p.dtype != torch.float32]
+        try:
+            for p, data in low:
+                p.data = torch.empty((), dtype=torch.float32, device=data.device).expand(data.shape)
+            self.optimizer.load_state_dict({k: v for k, v in state_dict.items() if k != "wbaudit"})
+        finally:
+            for p, data in low:
+                p.data = data
         self.steps_run = int(wb["steps_run"])
         trace = wb["trace"]
         if self.path is not None and trace is not None:

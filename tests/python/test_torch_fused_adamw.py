@@ -126,3 +126,37 @@ def test_kernel_refuses_bad_arrays():
         _core.adamw_step_stored(s, s, f[:7].copy(), f.copy(), f.copy(), "bf16", 1e-3, 0.9, 0.999, 1e-8, 0.0, 1.0)
     with pytest.raises(TypeError, match="storage has dtype float32"):
         _core.adamw_step_stored(f, s, f.copy(), f.copy(), f.copy(), "bf16", 1e-3, 0.9, 0.999, 1e-8, 0.0, 1.0)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("fused", [None, False])
+def test_checkpoint_of_a_16_bit_run_resumes_bitwise(tmp_path, dtype, fused):
+    """A bf16 / fp16-storage run checkpointed after 3 of 6 steps (torch.save of both state_dicts), resumed with a new
+    model and a new PersistentNative: the AdamW state comes back as float32 (torch's load_state_dict casts state to the
+    parameter's dtype; this used to make it bf16 and the next step fail) and the weights after step 6 are the
+    uninterrupted run's bit for bit."""
+    def run(model, pn, ks):
+        for k in ks:
+            grads_for(model, k, dtype)
+            pn.step()
+
+    def build(model):
+        return PersistentNative(torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.1), None, model=model,
+                                policy="stochastic", seed=2, path=None, fused=fused)
+
+    ref, half = model_pair(dtype)
+    run(ref, build(ref), range(6))
+    pn = build(half)
+    run(half, pn, range(3))
+    torch.save({"model": half.state_dict(), "opt": pn.state_dict()}, tmp_path / "ckpt.pt")
+    state = torch.load(tmp_path / "ckpt.pt")
+    model, _ = model_pair(dtype)
+    resumed = build(model)
+    model.load_state_dict(state["model"])
+    resumed.load_state_dict(state["opt"])
+    assert {v["exp_avg"].dtype for v in resumed.state.values()} == {torch.float32}
+    assert all(p.dtype == dtype for p in model.parameters())
+    run(model, resumed, range(3, 6))
+    assert resumed.fused_steps == (3 if fused is None else 0)
+    for (n, a), b in zip(ref.named_parameters(), model.parameters()):
+        assert torch.equal(a.view(torch.int16), b.view(torch.int16)), n
