@@ -1092,6 +1092,194 @@ BlockWritebackCounts block_project(const ExecSpace& space, const BlockFormatSpec
   return project_impl(space, fmt, key, shape, w, u, nullptr);
 }
 
+namespace {
+
+// ---- block_project_scales: one projection per learning-rate scale, q(w) computed once ----
+constexpr std::size_t kMaxProjectScales = 8;
+
+struct ScaleMaxima {
+  std::uint32_t amax_q_bits = 0;                       // max |q(w)|
+  std::uint32_t amax_qv_bits[kMaxProjectScales] = {};  // max |fl32(q(w) + fl32(s u))| per scale
+};
+struct ScaleCounts {
+  BlockWritebackCounts c[kMaxProjectScales];
+};
+
+template <class MS>
+struct ProjectScalesKernel {
+  ConstFloatView<MS> w, u;
+  Launch Lq;
+  Launch L[kMaxProjectScales];  // per scale (NVFP4: its tensor scales)
+  double scales[kMaxProjectScales] = {};
+  int nscales = 0;
+  std::int64_t spans_per_row = 1;
+  static constexpr float kZeros[detail::kSpanElements] = {};
+  // f(q, base, len, first) for the row segment of work item `item`, q = q(w) there (as ProjectKernel::for_item).
+  template <class F>
+  KOKKOS_INLINE_FUNCTION void for_item(std::int64_t item, F&& f) const {
+    const std::int64_t cols = Lq.shape.cols;
+    const std::int64_t col0 = (item % spans_per_row) * kSpanCols;
+    const std::int64_t len = std::min(kSpanCols, cols - col0);
+    const std::int64_t base = (item / spans_per_row) * cols + col0;
+    alignas(64) float q[detail::kSpanElements];
+    std::copy(w.data() + base, w.data() + base + len, q);
+    const std::uint64_t first = Lq.first_coordinate + static_cast<std::uint64_t>(base);
+    BlockWritebackCounts unused;
+    process_segment(Lq, q, kZeros, first, len, unused);
+    f(static_cast<const float*>(q), base, len, first);
+  }
+  // fl32(s u) of the segment, as record_block_projection forms the anchors' proposals
+  KOKKOS_INLINE_FUNCTION void scaled(int k, std::int64_t base, std::int64_t len, float* us) const {
+    for (std::int64_t i = 0; i < len; ++i) {
+      us[i] = static_cast<float>(scales[k] * static_cast<double>(u.data()[base + i]));
+    }
+  }
+};
+
+template <class MS>
+struct ProjectScalesMaxima : ProjectScalesKernel<MS> {
+  using value_type = ScaleMaxima;
+  KOKKOS_INLINE_FUNCTION void init(value_type& v) const { v = value_type{}; }
+  KOKKOS_INLINE_FUNCTION void join(volatile value_type& a, const volatile value_type& b) const {
+    a.amax_q_bits = b.amax_q_bits > a.amax_q_bits ? b.amax_q_bits : a.amax_q_bits;
+    for (std::size_t k = 0; k < kMaxProjectScales; ++k) {
+      a.amax_qv_bits[k] = b.amax_qv_bits[k] > a.amax_qv_bits[k] ? b.amax_qv_bits[k] : a.amax_qv_bits[k];
+    }
+  }
+  KOKKOS_INLINE_FUNCTION void operator()(std::int64_t item, value_type& v) const {
+    this->for_item(item, [&](const float* q, std::int64_t base, std::int64_t len, std::uint64_t) {
+      alignas(64) float us[detail::kSpanElements];
+      for (std::int64_t i = 0; i < len; ++i) {
+        const std::uint32_t bq = std::bit_cast<std::uint32_t>(q[i]) & 0x7fffffffu;
+        v.amax_q_bits = bq > v.amax_q_bits ? bq : v.amax_q_bits;
+      }
+      for (int k = 0; k < this->nscales; ++k) {
+        this->scaled(k, base, len, us);
+        std::uint32_t m = v.amax_qv_bits[k];
+        for (std::int64_t i = 0; i < len; ++i) {
+          const std::uint32_t bv = std::bit_cast<std::uint32_t>(q[i] + us[i]) & 0x7fffffffu;
+          m = bv > m ? bv : m;
+        }
+        v.amax_qv_bits[k] = m;
+      }
+    });
+  }
+};
+
+template <class MS>
+struct ProjectScalesCounts : ProjectScalesKernel<MS> {
+  using value_type = ScaleCounts;
+  KOKKOS_INLINE_FUNCTION void init(value_type& v) const { v = value_type{}; }
+  KOKKOS_INLINE_FUNCTION void join(volatile value_type& a, const volatile value_type& b) const {
+    for (std::size_t k = 0; k < kMaxProjectScales; ++k) {
+      CountsReducer{}.join(a.c[k], b.c[k]);
+    }
+  }
+  KOKKOS_INLINE_FUNCTION void operator()(std::int64_t item, value_type& v) const {
+    this->for_item(item, [&](const float* q, std::int64_t base, std::int64_t len, std::uint64_t first) {
+      alignas(64) float qk[detail::kSpanElements];
+      alignas(64) float us[detail::kSpanElements];
+      for (int k = 0; k < this->nscales; ++k) {
+        std::copy(q, q + len, qk);
+        this->scaled(k, base, len, us);
+        process_segment(this->L[k], qk, us, first, len, v.c[k]);
+      }
+    });
+  }
+};
+
+}  // namespace
+
+template <class ExecSpace>
+std::vector<BlockWritebackCounts> block_project_scales(const ExecSpace& space, const BlockFormatSpec& fmt,
+                                                       const RngKey& key, const RowMajorShape& shape,
+                                                       Kokkos::View<const float*, typename ExecSpace::memory_space> w,
+                                                       Kokkos::View<const float*, typename ExecSpace::memory_space> u,
+                                                       std::span<const double> scales) {
+  using MS = typename ExecSpace::memory_space;
+  detail::check_block_shape("block_project", shape, w.extent(0), u.extent(0));
+  const auto n = static_cast<std::size_t>(shape.size());
+  // One block_project per scale on fl32(s u): 2-D tiles, too many scales, and the rare inputs whose checks or range
+  // decisions could go otherwise (non-finite values, |values| near fp32's top), so that every error is block_project's.
+  const auto one_by_one = [&] {
+    std::vector<BlockWritebackCounts> out;
+    Kokkos::View<float*, MS> us(
+        Kokkos::view_alloc(space, Kokkos::WithoutInitializing, "wbaudit::sim::block_project::us"), n);
+    for (const double s : scales) {
+      Kokkos::parallel_for(
+          "wbaudit::sim::precision::block_project_scales::scale", Kokkos::RangePolicy<ExecSpace>(space, 0, n),
+          KOKKOS_LAMBDA(const std::size_t i) { us(i) = static_cast<float>(s * static_cast<double>(u(i))); });
+      out.push_back(block_project(space, fmt, key, shape, w, Kokkos::View<const float*, MS>(us)));
+    }
+    return out;
+  };
+  if (scales.empty()) {
+    return {};
+  }
+  if (n == 0) {
+    return std::vector<BlockWritebackCounts>(scales.size());
+  }
+  if (fmt.tiles_2d || scales.size() > kMaxProjectScales) {
+    return one_by_one();
+  }
+  Launch L = make_launch(fmt, WritebackPolicy{}, key, shape, {});
+  CheckValue cv;  // finiteness of w and u, and max |w|
+  Kokkos::parallel_reduce("wbaudit::sim::precision::block_project_scales::check",
+                          Kokkos::RangePolicy<ExecSpace>(space, 0, (shape.size() + kCheckChunk - 1) / kCheckChunk),
+                          CheckKernel<MS>{w, u, ConstFloatView<MS>(), shape.size(), L.loops.check}, cv);
+  float amax_u = 0;
+  Kokkos::parallel_reduce(
+      "wbaudit::sim::precision::block_project_scales::amax_u", Kokkos::RangePolicy<ExecSpace>(space, 0, n),
+      KOKKOS_LAMBDA(const std::size_t i, float& m) { m = std::fabs(u(i)) > m ? std::fabs(u(i)) : m; },
+      Kokkos::Max<float>(amax_u));
+  double s_max = 0;
+  for (const double s : scales) {
+    s_max = std::max(s_max, std::fabs(s));
+  }
+  // |fl32(w + fl32(s u))| <= fl32(max |w| + fl32(s_max max |u|)) (rounding is monotonic)
+  const float us_max = static_cast<float>(s_max * static_cast<double>(amax_u));
+  const float bound = float_of_bits(cv.amax_w_bits) + us_max;
+  if (cv.bad > 0 || !(std::bit_cast<std::uint32_t>(bound) < 0x7e000000u)) {
+    return one_by_one();
+  }
+  const std::string context = detail::block_context("block_project", key, fmt);
+  ProjectScalesKernel<MS> base;
+  base.w = w;
+  base.u = u;
+  base.Lq = L;
+  check_pass(space, fmt, context, base.Lq, w, ConstFloatView<MS>(), ConstFloatView<MS>());  // q(w): range, scales
+  base.nscales = static_cast<int>(scales.size());
+  for (int k = 0; k < base.nscales; ++k) {
+    base.scales[k] = scales[static_cast<std::size_t>(k)];
+    base.L[k] = L;
+  }
+  const std::int64_t items = work_items<ExecSpace>(fmt, shape, base.spans_per_row);
+  if (L.p.family == BlockFamily::nvfp4) {  // each scale's tensor scales: max |q(w)| and max |fl32(q(w) + fl32(s u))|
+    ScaleMaxima m;
+    ProjectScalesMaxima<MS> maxima;
+    static_cast<ProjectScalesKernel<MS>&>(maxima) = base;
+    Kokkos::parallel_reduce("wbaudit::sim::precision::block_project_scales::maxima",
+                            Kokkos::RangePolicy<ExecSpace>(space, 0, items), maxima, m);
+    for (int k = 0; k < base.nscales; ++k) {
+      if (m.amax_qv_bits[k] >= 0x7f800000u) {
+        return one_by_one();
+      }
+      base.L[k].set_tensor_scales(nvfp4_tensor_scale(float_of_bits(m.amax_q_bits)),
+                                  nvfp4_tensor_scale(float_of_bits(m.amax_qv_bits[k])));
+    }
+  }
+  ScaleCounts counts;
+  ProjectScalesCounts<MS> kernel;
+  static_cast<ProjectScalesKernel<MS>&>(kernel) = base;
+  Kokkos::parallel_reduce("wbaudit::sim::precision::block_project_scales::counts",
+                          Kokkos::RangePolicy<ExecSpace>(space, 0, items), kernel, counts);
+  std::vector<BlockWritebackCounts> out(counts.c, counts.c + base.nscales);
+  for (BlockWritebackCounts& c : out) {
+    c.blocks = block_count(fmt, shape);
+  }
+  return out;
+}
+
 template <class ExecSpace>
 BlockWritebackCounts block_project(const ExecSpace& space, const BlockFormatSpec& fmt, const RngKey& key,
                                    const RowMajorShape& shape,
@@ -1131,6 +1319,10 @@ void block_quantize(const ExecSpace& space, const BlockFormatSpec& fmt, const Ro
       const SPACE&, const BlockFormatSpec&, const RngKey&, const RowMajorShape&,                         \
       Kokkos::View<const float*, SPACE::memory_space>, Kokkos::View<const float*, SPACE::memory_space>,  \
       const BlockTensorMaxima&);                                                                         \
+  template std::vector<BlockWritebackCounts> block_project_scales<SPACE>(                                \
+      const SPACE&, const BlockFormatSpec&, const RngKey&, const RowMajorShape&,                         \
+      Kokkos::View<const float*, SPACE::memory_space>, Kokkos::View<const float*, SPACE::memory_space>,  \
+      std::span<const double>);                                                                          \
   template void block_quantize<SPACE>(const SPACE&, const BlockFormatSpec&, const RowMajorShape&,        \
                                       Kokkos::View<float*, SPACE::memory_space>);
 

@@ -122,6 +122,17 @@ BlockWritebackCounts block_project(const ExecSpace& space, const BlockFormatSpec
                                    Kokkos::View<const float*, typename ExecSpace::memory_space> u,
                                    const BlockTensorMaxima& maxima);
 
+// block_project at several learning-rate scales: element k of the result is block_project(w, fl32(scales[k] * u))
+// (the product in double, rounded once), with q(w) computed once per block instead of once per scale (a reference's
+// block-sample anchors, sim/trace/block_reference.hpp). Inputs whose checks could fail (non-finite values, |values|
+// near fp32's top), 2-D tiles and more than 8 scales take block_project once per scale, so errors are its own.
+template <class ExecSpace>
+std::vector<BlockWritebackCounts> block_project_scales(const ExecSpace& space, const BlockFormatSpec& fmt,
+                                                       const RngKey& key, const RowMajorShape& shape,
+                                                       Kokkos::View<const float*, typename ExecSpace::memory_space> w,
+                                                       Kokkos::View<const float*, typename ExecSpace::memory_space> u,
+                                                       std::span<const double> scales);
+
 // Quantizes x blockwise under nearest (scales from x itself); used to initialize persistent-native weights.
 template <class ExecSpace>
 void block_quantize(const ExecSpace& space, const BlockFormatSpec& fmt, const RowMajorShape& shape,

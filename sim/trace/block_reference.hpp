@@ -71,16 +71,11 @@ BlockWritebackCounts record_block_projection(const ExecSpace& space, const Block
                       std::span<const float>(u.data(), n), q);
   // A sampled tensor: the exact projection of q(w) + fl32(s u) at the anchor scales (the difference estimator's
   // anchors), fl32(s u) formed exactly as project_block_sample forms it, so that at an anchor the grid's projection and
-  // this one are of the same values.
+  // this one are of the same values. block_project_scales: one block_project per anchor, with q(w) computed once.
   if (!series.block_sample.anchor_scales.empty()) {
-    Kokkos::View<float*, memory_space> us(
-        Kokkos::view_alloc(space, Kokkos::WithoutInitializing, "wbaudit::sim::record_block_projection::us"), n);
-    for (const double s : series.block_sample.anchor_scales) {
-      Kokkos::parallel_for(
-          "wbaudit::sim::record_block_projection::scale", Kokkos::RangePolicy<ExecSpace>(space, 0, n),
-          KOKKOS_LAMBDA(const std::size_t i) { us(i) = static_cast<float>(s * static_cast<double>(u(i))); });
-      append_block_anchor(series.block_sample,
-                          block_project(space, fmt, key, shape, w, Kokkos::View<const float*, memory_space>(us)));
+    for (const BlockWritebackCounts& c : block_project_scales(
+             space, fmt, key, shape, w, u, std::span<const double>(series.block_sample.anchor_scales))) {
+      append_block_anchor(series.block_sample, c);
     }
   }
   return b;

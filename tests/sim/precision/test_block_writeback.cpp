@@ -16,6 +16,7 @@
 #include <cmath>
 #include <cstring>
 #include <ostream>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -627,6 +628,84 @@ TEST(BlockWriteback, MasterProjectAndQuantizeEqualReference) {
       block_quantize_reference(fmt, shape, qm);
       EXPECT_EQ(wm, qm);  // w = q(master)
     }
+  }
+}
+
+// block_project_scales (a reference's block-sample anchors: q(w) computed once for every scale) against the scalar
+// reference block_project_reference of w and fl32(s u), scale by scale, for every block format (2-D tiles and more than
+// 8 scales through the per-scale path), under every loop implementation, on shapes with short row-end blocks; and
+// values near fp32's top (the per-scale path: the same counts or the same error).
+TEST(BlockWriteback, ProjectAtSeveralScalesEqualsOneReferenceProjectionPerScale) {
+  const std::vector<double> anchors = {0.125, 0.25, 0.5, 2.0, 4.0, 8.0};
+  const std::vector<double> many = {0.125, 0.25, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 8.0};
+  std::int64_t compared = 0;
+  for_each_implementation([&] {
+    SplitMix rng{307};
+    for (const auto& name : known_block_format_names()) {
+      const BlockFormatSpec fmt = block_format_from_name(name);
+      for (const RowMajorShape shape : {RowMajorShape{5, 70}, RowMajorShape{18, 33}, RowMajorShape{2, 1100}}) {
+        SCOPED_TRACE(name + " " + std::to_string(shape.rows) + "x" + std::to_string(shape.cols));
+        const std::vector<float> x = random_values(rng, shape, 10);
+        std::vector<float> u(x.size());
+        for (std::size_t i = 0; i < x.size(); ++i) {
+          u[i] = random_proposal(rng, x[i], 1.0);
+        }
+        Kokkos::View<float*> xv("x", x.size()), uv("u", u.size());
+        std::copy(x.begin(), x.end(), xv.data());
+        std::copy(u.begin(), u.end(), uv.data());
+        const RngKey key{1, 2, 3};
+        for (const auto* scales : {&anchors, &many}) {
+          const std::vector<BlockWritebackCounts> got =
+              block_project_scales(Kokkos::DefaultExecutionSpace(), fmt, key, shape, Kokkos::View<const float*>(xv),
+                                   Kokkos::View<const float*>(uv), std::span<const double>(*scales));
+          ASSERT_EQ(got.size(), scales->size());
+          for (std::size_t k = 0; k < scales->size(); ++k) {
+            std::vector<float> us(u.size());
+            for (std::size_t i = 0; i < u.size(); ++i) {
+              us[i] = static_cast<float>((*scales)[k] * static_cast<double>(u[i]));
+            }
+            ASSERT_EQ(got[k], block_project_reference(fmt, key, shape, x, us)) << "scale " << (*scales)[k];
+            compared += static_cast<std::int64_t>(x.size());
+          }
+        }
+        EXPECT_TRUE(std::equal(x.begin(), x.end(), xv.data()));  // nothing modified
+      }
+    }
+  });
+  std::printf("compared %lld coordinates\n", static_cast<long long>(compared));
+  // Values near fp32's top: the per-scale path, with block_project's result or error.
+  for (const char* name : {"mxfp8_e4m3", "mxfp4_e2m1:rceil", "nvfp4"}) {
+    const BlockFormatSpec fmt = block_format_from_name(name);
+    const RowMajorShape shape{1, 64};
+    Kokkos::View<float*> xv("x", 64), uv("u", 64);
+    for (int i = 0; i < 64; ++i) {
+      xv(i) = std::ldexp(1.0f + static_cast<float>(i) / 64, 120);
+      uv(i) = std::ldexp(1.0f, 118 + i % 3);
+    }
+    const std::vector<double> scales = {0.5, 8.0};
+    std::string fused_error, one_error;
+    std::vector<BlockWritebackCounts> fused, one;
+    try {
+      fused =
+          block_project_scales(Kokkos::DefaultExecutionSpace(), fmt, RngKey{}, shape, Kokkos::View<const float*>(xv),
+                               Kokkos::View<const float*>(uv), std::span<const double>(scales));
+    } catch (const std::exception& e) {
+      fused_error = e.what();
+    }
+    try {
+      for (const double s : scales) {
+        Kokkos::View<float*> us("us", 64);
+        for (int i = 0; i < 64; ++i) {
+          us(i) = static_cast<float>(s * static_cast<double>(uv(i)));
+        }
+        one.push_back(
+            block_project(fmt, RngKey{}, shape, Kokkos::View<const float*>(xv), Kokkos::View<const float*>(us)));
+      }
+    } catch (const std::exception& e) {
+      one_error = e.what();
+    }
+    EXPECT_EQ(fused_error, one_error) << name;
+    EXPECT_EQ(fused, one) << name;
   }
 }
 
