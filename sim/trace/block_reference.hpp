@@ -50,7 +50,14 @@ BlockWritebackCounts record_block_projection(const ExecSpace& space, const Block
   static_assert(Kokkos::SpaceAccessibility<ExecSpace, Kokkos::HostSpace>::accessible,
                 "the block sample reads w and u in host memory");
   using memory_space = typename ExecSpace::memory_space;
-  const BlockWritebackCounts b = block_project(space, fmt, key, shape, w, u);
+  // The projection at s = 1 (fl32(1 u) == u) and, for a sampled tensor, at the anchor scales (below), together:
+  // block_project_scales computes q(w) once for all of them.
+  std::vector<double> scales = {1.0};
+  scales.insert(scales.end(), series.block_sample.anchor_scales.begin(), series.block_sample.anchor_scales.end());
+  const std::vector<BlockWritebackCounts> at =
+      scales.size() == 1 ? std::vector<BlockWritebackCounts>{block_project(space, fmt, key, shape, w, u)}
+                         : block_project_scales(space, fmt, key, shape, w, u, std::span<const double>(scales));
+  const BlockWritebackCounts b = at.front();
   series.erased.push_back(b.erased);
   series.fraction.push_back(b.nonzero == 0 ? std::numeric_limits<double>::quiet_NaN()
                                            : static_cast<double>(b.erased) / static_cast<double>(b.nonzero));
@@ -71,12 +78,9 @@ BlockWritebackCounts record_block_projection(const ExecSpace& space, const Block
                       std::span<const float>(u.data(), n), q);
   // A sampled tensor: the exact projection of q(w) + fl32(s u) at the anchor scales (the difference estimator's
   // anchors), fl32(s u) formed exactly as project_block_sample forms it, so that at an anchor the grid's projection and
-  // this one are of the same values. block_project_scales: one block_project per anchor, with q(w) computed once.
-  if (!series.block_sample.anchor_scales.empty()) {
-    for (const BlockWritebackCounts& c : block_project_scales(
-             space, fmt, key, shape, w, u, std::span<const double>(series.block_sample.anchor_scales))) {
-      append_block_anchor(series.block_sample, c);
-    }
+  // this one are of the same values (computed above, after s = 1).
+  for (std::size_t a = 1; a < at.size(); ++a) {
+    append_block_anchor(series.block_sample, at[a]);
   }
   return b;
 }
