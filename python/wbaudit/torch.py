@@ -496,6 +496,9 @@ class PersistentNative(torch.optim.Optimizer):
     p_after - p_before is inexact in fp32 (a weight crossed zero or changed magnitude by 2x), where the proposal's
     rounding stays in the run. trajectory: a path to dump the realized trajectory (w, u, w_next at the recorded steps)
     for `wbaudit audit`.
+    fused: None (default) steps a torch.optim.AdamW over CPU bf16 / fp16 parameters in one C++ pass with the same bits
+    (docs/python.md, "The fused AdamW step"), True requires that (ValueError naming what stops it), False never uses
+    it.
     sr_stream: SR's random stream, "philox" (the default) or "philox-packed" (stochastic / deadzone-sr with sr_bits
     in 1..16: one 32-bit Philox word feeds floor(32 / sr_bits) coordinates; sr_bits 0: two coordinates, 16 bits each,
     further bits from each coordinate's own words; different draws). A non-default stream is
