@@ -1105,33 +1105,16 @@ struct ScaleCounts {
   BlockWritebackCounts c[kMaxProjectScales];
 };
 
+// ProjectKernel's work items (1-D row segments here: tiles take block_project per scale) with every scale's launch.
 template <class MS>
-struct ProjectScalesKernel {
-  ConstFloatView<MS> w, u;
-  Launch Lq;
-  Launch L[kMaxProjectScales];  // per scale (NVFP4: its tensor scales)
+struct ProjectScalesKernel : ProjectKernel<MS> {
+  Launch Ls[kMaxProjectScales];  // per scale (NVFP4: its tensor scales)
   double scales[kMaxProjectScales] = {};
   int nscales = 0;
-  std::int64_t spans_per_row = 1;
-  static constexpr float kZeros[detail::kSpanElements] = {};
-  // f(q, base, len, first) for the row segment of work item `item`, q = q(w) there (as ProjectKernel::for_item).
-  template <class F>
-  KOKKOS_INLINE_FUNCTION void for_item(std::int64_t item, F&& f) const {
-    const std::int64_t cols = Lq.shape.cols;
-    const std::int64_t col0 = (item % spans_per_row) * kSpanCols;
-    const std::int64_t len = std::min(kSpanCols, cols - col0);
-    const std::int64_t base = (item / spans_per_row) * cols + col0;
-    alignas(64) float q[detail::kSpanElements];
-    std::copy(w.data() + base, w.data() + base + len, q);
-    const std::uint64_t first = Lq.first_coordinate + static_cast<std::uint64_t>(base);
-    BlockWritebackCounts unused;
-    process_segment(Lq, q, kZeros, first, len, unused);
-    f(static_cast<const float*>(q), base, len, first);
-  }
-  // fl32(s u) of the segment, as record_block_projection forms the anchors' proposals
-  KOKKOS_INLINE_FUNCTION void scaled(int k, std::int64_t base, std::int64_t len, float* us) const {
+  // fl32(s u) of a segment, as record_block_projection forms the anchors' proposals
+  KOKKOS_INLINE_FUNCTION void scaled(int k, const float* u, std::int64_t len, float* us) const {
     for (std::int64_t i = 0; i < len; ++i) {
-      us[i] = static_cast<float>(scales[k] * static_cast<double>(u.data()[base + i]));
+      us[i] = static_cast<float>(scales[k] * static_cast<double>(u[i]));
     }
   }
 };
@@ -1147,22 +1130,23 @@ struct ProjectScalesMaxima : ProjectScalesKernel<MS> {
     }
   }
   KOKKOS_INLINE_FUNCTION void operator()(std::int64_t item, value_type& v) const {
-    this->for_item(item, [&](const float* q, std::int64_t base, std::int64_t len, std::uint64_t) {
-      alignas(64) float us[detail::kSpanElements];
-      for (std::int64_t i = 0; i < len; ++i) {
-        const std::uint32_t bq = std::bit_cast<std::uint32_t>(q[i]) & 0x7fffffffu;
-        v.amax_q_bits = bq > v.amax_q_bits ? bq : v.amax_q_bits;
-      }
-      for (int k = 0; k < this->nscales; ++k) {
-        this->scaled(k, base, len, us);
-        std::uint32_t m = v.amax_qv_bits[k];
-        for (std::int64_t i = 0; i < len; ++i) {
-          const std::uint32_t bv = std::bit_cast<std::uint32_t>(q[i] + us[i]) & 0x7fffffffu;
-          m = bv > m ? bv : m;
-        }
-        v.amax_qv_bits[k] = m;
-      }
-    });
+    this->for_item(
+        item, [&](const float* q, const float* u, std::int64_t len, std::uint64_t, const std::uint64_t*, std::int64_t) {
+          alignas(64) float us[detail::kSpanElements];
+          for (std::int64_t i = 0; i < len; ++i) {
+            const std::uint32_t bq = std::bit_cast<std::uint32_t>(q[i]) & 0x7fffffffu;
+            v.amax_q_bits = bq > v.amax_q_bits ? bq : v.amax_q_bits;
+          }
+          for (int k = 0; k < this->nscales; ++k) {
+            this->scaled(k, u, len, us);
+            std::uint32_t m = v.amax_qv_bits[k];
+            for (std::int64_t i = 0; i < len; ++i) {
+              const std::uint32_t bv = std::bit_cast<std::uint32_t>(q[i] + us[i]) & 0x7fffffffu;
+              m = bv > m ? bv : m;
+            }
+            v.amax_qv_bits[k] = m;
+          }
+        });
   }
 };
 
@@ -1176,13 +1160,14 @@ struct ProjectScalesCounts : ProjectScalesKernel<MS> {
     }
   }
   KOKKOS_INLINE_FUNCTION void operator()(std::int64_t item, value_type& v) const {
-    this->for_item(item, [&](const float* q, std::int64_t base, std::int64_t len, std::uint64_t first) {
+    this->for_item(item, [&](const float* q, const float* u, std::int64_t len, std::uint64_t first,
+                             const std::uint64_t*, std::int64_t) {
       alignas(64) float qk[detail::kSpanElements];
       alignas(64) float us[detail::kSpanElements];
       for (int k = 0; k < this->nscales; ++k) {
         std::copy(q, q + len, qk);
-        this->scaled(k, base, len, us);
-        process_segment(this->L[k], qk, us, first, len, v.c[k]);
+        this->scaled(k, u, len, us);
+        process_segment(this->Ls[k], qk, us, first, len, v.c[k]);
       }
     });
   }
@@ -1243,17 +1228,17 @@ std::vector<BlockWritebackCounts> block_project_scales(const ExecSpace& space, c
     return one_by_one();
   }
   const std::string context = detail::block_context("block_project", key, fmt);
+  Launch Lq = L;
+  check_pass(space, fmt, context, Lq, w, ConstFloatView<MS>(), ConstFloatView<MS>());  // q(w): range, scales
+  std::int64_t spans_per_row = 1;
+  const std::int64_t items = work_items<ExecSpace>(fmt, shape, spans_per_row);
   ProjectScalesKernel<MS> base;
-  base.w = w;
-  base.u = u;
-  base.Lq = L;
-  check_pass(space, fmt, context, base.Lq, w, ConstFloatView<MS>(), ConstFloatView<MS>());  // q(w): range, scales
+  static_cast<ProjectKernel<MS>&>(base) = ProjectKernel<MS>{w, u, L, Lq, fmt, spans_per_row};
   base.nscales = static_cast<int>(scales.size());
   for (int k = 0; k < base.nscales; ++k) {
     base.scales[k] = scales[static_cast<std::size_t>(k)];
-    base.L[k] = L;
+    base.Ls[k] = L;
   }
-  const std::int64_t items = work_items<ExecSpace>(fmt, shape, base.spans_per_row);
   if (L.p.family == BlockFamily::nvfp4) {  // each scale's tensor scales: max |q(w)| and max |fl32(q(w) + fl32(s u))|
     ScaleMaxima m;
     ProjectScalesMaxima<MS> maxima;
@@ -1264,8 +1249,8 @@ std::vector<BlockWritebackCounts> block_project_scales(const ExecSpace& space, c
       if (m.amax_qv_bits[k] >= 0x7f800000u) {
         return one_by_one();
       }
-      base.L[k].set_tensor_scales(nvfp4_tensor_scale(float_of_bits(m.amax_q_bits)),
-                                  nvfp4_tensor_scale(float_of_bits(m.amax_qv_bits[k])));
+      base.Ls[k].set_tensor_scales(nvfp4_tensor_scale(float_of_bits(m.amax_q_bits)),
+                                   nvfp4_tensor_scale(float_of_bits(m.amax_qv_bits[k])));
     }
   }
   ScaleCounts counts;
