@@ -65,17 +65,16 @@ BlockWritebackCounts record_block_projection(const ExecSpace& space, const Block
   append_block_events(series.block_events, b);
   // What the grid needs at other learning-rate scales (block_sample.hpp); NVFP4 also q(w) of the whole tensor.
   const auto n = static_cast<std::size_t>(w.extent(0));
-  std::vector<float> q;
+  Kokkos::View<float*, memory_space> q;
   if (fmt.family == BlockFamily::nvfp4) {
-    Kokkos::View<float*, memory_space> scratch(
+    q = Kokkos::View<float*, memory_space>(
         Kokkos::view_alloc(space, Kokkos::WithoutInitializing, "wbaudit::sim::record_block_projection::q"), n);
-    Kokkos::deep_copy(space, scratch, w);
-    block_quantize(space, fmt, shape, scratch);
+    Kokkos::deep_copy(space, q, w);
+    block_quantize(space, fmt, shape, q);
     space.fence();
-    q.assign(scratch.data(), scratch.data() + n);
   }
   append_block_sample(fmt, series.block_sample, std::span<const float>(w.data(), n),
-                      std::span<const float>(u.data(), n), q);
+                      std::span<const float>(u.data(), n), std::span<const float>(q.data(), q.extent(0)));
   // A sampled tensor: the exact projection of q(w) + fl32(s u) at the anchor scales (the difference estimator's
   // anchors), fl32(s u) formed exactly as project_block_sample forms it, so that at an anchor the grid's projection and
   // this one are of the same values (computed above, after s = 1).

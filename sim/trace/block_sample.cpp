@@ -178,40 +178,97 @@ BlockWritebackCounts block_sample_anchor(const BlockSample& sample, std::size_t 
   return out;
 }
 
+namespace {
+
+// The maxima of nvfp4_tensor_row's first pass: max |w|, max |q| with the first index where it occurs, max |u|.
+struct TensorRowMaxima {
+  float amax_w = 0, amax_q = 0;
+  std::size_t top = std::numeric_limits<std::size_t>::max();
+  double umax = 0;
+};
+
+// Coordinates per work item of nvfp4_tensor_row's passes.
+constexpr std::size_t kTensorRowChunk = std::size_t{1} << 15;
+
+// nvfp4_tensor_row's first pass, one chunk per work item. The maxima are order-free, and (amax_q, top) keeps the
+// smallest index among equal maxima, so every schedule gives one serial loop's first index (0 for an all-zero q).
+struct TensorRowMaximaPass {
+  using value_type = TensorRowMaxima;
+  const float *w, *q, *u;
+  std::size_t n;
+  void init(value_type& v) const { v = value_type{}; }
+  void join(volatile value_type& a, const volatile value_type& b) const {
+    const float bw = b.amax_w, bq = b.amax_q, aw = a.amax_w, aq = a.amax_q;
+    const std::size_t bt = b.top, at = a.top;
+    const double bu = b.umax, au = a.umax;
+    a.amax_w = std::max(aw, bw);
+    if (bq > aq || (bq == aq && bt < at)) {
+      a.amax_q = bq;
+      a.top = bt;
+    }
+    a.umax = std::max(au, bu);
+  }
+  void operator()(const std::size_t c, value_type& v) const {
+    const std::size_t end = std::min(n, (c + 1) * kTensorRowChunk);
+    for (std::size_t i = c * kTensorRowChunk; i < end; ++i) {
+      v.amax_w = std::max(v.amax_w, std::fabs(w[i]));
+      const float aq = std::fabs(q[i]);
+      if (aq > v.amax_q || (aq == v.amax_q && i < v.top)) {
+        v.amax_q = aq;
+        v.top = i;
+      }
+      v.umax = std::max(v.umax, static_cast<double>(std::fabs(u[i])));
+    }
+  }
+};
+
+}  // namespace
+
 std::vector<float> nvfp4_tensor_row(std::span<const float> w, std::span<const float> q, std::span<const float> u) {
   std::vector<float> row(kBlockSampleTensorWidth, 0.0f);
-  float amax_w = 0, amax_q = 0;
-  std::size_t top = 0;
-  double umax = 0;
-  for (std::size_t i = 0; i < w.size(); ++i) {
-    amax_w = std::max(amax_w, std::fabs(w[i]));
-    if (std::fabs(q[i]) > amax_q) {
-      amax_q = std::fabs(q[i]);
-      top = i;
-    }
-    umax = std::max(umax, static_cast<double>(std::fabs(u[i])));
-  }
-  row[0] = amax_w;
-  row[1] = amax_q;
   if (w.empty()) {
     return row;
   }
+  // Both passes over the tensor run on the host space's threads, one chunk per work item; what they give does not
+  // depend on the schedule (the reducer above; the lines are collected per chunk and joined in index order).
+  using Space = Kokkos::DefaultHostExecutionSpace;
+  const std::size_t n = w.size(), chunks = (n + kTensorRowChunk - 1) / kTensorRowChunk;
+  const float* wp = w.data();
+  const float* qp = q.data();
+  const float* up = u.data();
+  TensorRowMaxima m;
+  Kokkos::parallel_reduce("wbaudit::sim::nvfp4_tensor_row::maxima", Kokkos::RangePolicy<Space>(0, chunks),
+                          TensorRowMaximaPass{wp, qp, up, n}, m);
+  const float amax_q = m.amax_q;
+  const std::size_t top = m.top;
+  const double umax = m.umax;
+  row[0] = m.amax_w;
+  row[1] = amax_q;
   const double lo = kBlockSampleScaleMin, hi = kBlockSampleScaleMax;
   // fp32 evaluation moves |q + fl32(s u)| by at most 2^-23 (|q| + 2 s |u|) from its exact value; a line that stays more
   // than tol below the envelope at every s never gives the fp32 maximum.
   const double tol = 0x1p-20 * (static_cast<double>(amax_q) + hi * umax);
   // The envelope is at least |q_top| - hi |u_top| everywhere; a line's largest value on [lo, hi] is at an end.
   const double floor_value = static_cast<double>(amax_q) - hi * std::fabs(static_cast<double>(u[top])) - tol;
-  std::vector<Line> lines;
-  for (std::size_t i = 0; i < w.size(); ++i) {
-    Line l{q[i], u[i]};
-    if (std::max(line_at(l, lo), line_at(l, hi)) < floor_value) {
-      continue;
-    }
-    if (l.a < 0 || (l.a == 0 && l.b < 0)) {
-      l = Line{-l.a, -l.b};
-    }
-    lines.push_back(l);
+  std::vector<std::vector<Line>> found(chunks);
+  Kokkos::parallel_for("wbaudit::sim::nvfp4_tensor_row::lines", Kokkos::RangePolicy<Space>(0, chunks),
+                       [&](const std::size_t c) {
+                         const std::size_t end = std::min(n, (c + 1) * kTensorRowChunk);
+                         for (std::size_t i = c * kTensorRowChunk; i < end; ++i) {
+                           Line l{qp[i], up[i]};
+                           if (std::max(line_at(l, lo), line_at(l, hi)) < floor_value) {
+                             continue;
+                           }
+                           if (l.a < 0 || (l.a == 0 && l.b < 0)) {
+                             l = Line{-l.a, -l.b};
+                           }
+                           found[c].push_back(l);
+                         }
+                       });
+  Kokkos::fence();
+  std::vector<Line> lines;  // in index order, as one loop over the tensor finds them
+  for (const std::vector<Line>& f : found) {
+    lines.insert(lines.end(), f.begin(), f.end());
   }
   std::sort(lines.begin(), lines.end());
   lines.erase(std::unique(lines.begin(), lines.end()), lines.end());
