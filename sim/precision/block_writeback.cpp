@@ -870,18 +870,24 @@ struct ProjectKernel {
         item);
       return;
     }
-    const std::int64_t cols = L.shape.cols;
-    const std::int64_t row = item / spans_per_row;
-    const std::int64_t col0 = (item % spans_per_row) * kSpanCols;
-    const std::int64_t len = std::min(kSpanCols, cols - col0);
-    const std::int64_t base = row * cols + col0;
-    const std::int64_t B = L.p.block_size;
+    std::int64_t base = 0, len = 0, block0 = 0;
+    segment(item, base, len, block0);
     alignas(64) float q[detail::kSpanElements];
     std::copy(w.data() + base, w.data() + base + len, q);
     const std::uint64_t first = L.first_coordinate + static_cast<std::uint64_t>(base);
     process_segment(Lq, q, kZeros, first, len, unused);
-    f(q, u.data() + base, len, first, static_cast<const std::uint64_t*>(nullptr),
-      row * ((cols + B - 1) / B) + col0 / B);
+    f(q, u.data() + base, len, first, static_cast<const std::uint64_t*>(nullptr), block0);
+  }
+  // The row segment of 1-D work item `item`: its first element's index, its length and its first block's index.
+  KOKKOS_INLINE_FUNCTION void segment(std::int64_t item, std::int64_t& base, std::int64_t& len,
+                                      std::int64_t& block0) const {
+    const std::int64_t cols = L.shape.cols;
+    const std::int64_t row = item / spans_per_row;
+    const std::int64_t col0 = (item % spans_per_row) * kSpanCols;
+    const std::int64_t B = L.p.block_size;
+    len = std::min(kSpanCols, cols - col0);
+    base = row * cols + col0;
+    block0 = row * ((cols + B - 1) / B) + col0 / B;
   }
 };
 
@@ -1111,6 +1117,8 @@ struct ProjectScalesKernel : ProjectKernel<MS> {
   Launch Ls[kMaxProjectScales];  // per scale (NVFP4: its tensor scales)
   double scales[kMaxProjectScales] = {};
   int nscales = 0;
+  // NVFP4 with the caller's q(w) requested: written by the maxima pass, read by the counts pass (empty: none)
+  FloatView<MS> q;
   // fl32(s u) of a segment, as record_block_projection forms the anchors' proposals
   KOKKOS_INLINE_FUNCTION void scaled(int k, const float* u, std::int64_t len, float* us) const {
     for (std::int64_t i = 0; i < len; ++i) {
@@ -1130,23 +1138,27 @@ struct ProjectScalesMaxima : ProjectScalesKernel<MS> {
     }
   }
   KOKKOS_INLINE_FUNCTION void operator()(std::int64_t item, value_type& v) const {
-    this->for_item(
-        item, [&](const float* q, const float* u, std::int64_t len, std::uint64_t, const std::uint64_t*, std::int64_t) {
-          alignas(64) float us[detail::kSpanElements];
-          for (std::int64_t i = 0; i < len; ++i) {
-            const std::uint32_t bq = std::bit_cast<std::uint32_t>(q[i]) & 0x7fffffffu;
-            v.amax_q_bits = bq > v.amax_q_bits ? bq : v.amax_q_bits;
-          }
-          for (int k = 0; k < this->nscales; ++k) {
-            this->scaled(k, u, len, us);
-            std::uint32_t m = v.amax_qv_bits[k];
-            for (std::int64_t i = 0; i < len; ++i) {
-              const std::uint32_t bv = std::bit_cast<std::uint32_t>(q[i] + us[i]) & 0x7fffffffu;
-              m = bv > m ? bv : m;
-            }
-            v.amax_qv_bits[k] = m;
-          }
-        });
+    this->for_item(item, [&](const float* q, const float* u, std::int64_t len, std::uint64_t first,
+                             const std::uint64_t*, std::int64_t) {
+      alignas(64) float us[detail::kSpanElements];
+      if (this->q.extent(0) > 0) {  // a row segment: coordinates first .. first + len - 1
+        const auto base = static_cast<std::int64_t>(first - this->L.first_coordinate);
+        std::copy(q, q + len, this->q.data() + base);
+      }
+      for (std::int64_t i = 0; i < len; ++i) {
+        const std::uint32_t bq = std::bit_cast<std::uint32_t>(q[i]) & 0x7fffffffu;
+        v.amax_q_bits = bq > v.amax_q_bits ? bq : v.amax_q_bits;
+      }
+      for (int k = 0; k < this->nscales; ++k) {
+        this->scaled(k, u, len, us);
+        std::uint32_t m = v.amax_qv_bits[k];
+        for (std::int64_t i = 0; i < len; ++i) {
+          const std::uint32_t bv = std::bit_cast<std::uint32_t>(q[i] + us[i]) & 0x7fffffffu;
+          m = bv > m ? bv : m;
+        }
+        v.amax_qv_bits[k] = m;
+      }
+    });
   }
 };
 
@@ -1160,7 +1172,7 @@ struct ProjectScalesCounts : ProjectScalesKernel<MS> {
     }
   }
   KOKKOS_INLINE_FUNCTION void operator()(std::int64_t item, value_type& v) const {
-    this->for_item(item, [&](const float* q, const float* u, std::int64_t len, std::uint64_t first,
+    const auto project = [&](const float* q, const float* u, std::int64_t len, std::uint64_t first,
                              const std::uint64_t*, std::int64_t) {
       alignas(64) float qk[detail::kSpanElements];
       alignas(64) float us[detail::kSpanElements];
@@ -1169,18 +1181,32 @@ struct ProjectScalesCounts : ProjectScalesKernel<MS> {
         this->scaled(k, u, len, us);
         process_segment(this->Ls[k], qk, us, first, len, v.c[k]);
       }
-    });
+    };
+    if (this->q.extent(0) == 0) {
+      this->for_item(item, project);
+      return;
+    }
+    // q(w) of the segment from the maxima pass
+    std::int64_t base = 0, len = 0, block0 = 0;
+    this->segment(item, base, len, block0);
+    project(this->q.data() + base, this->u.data() + base, len,
+            this->L.first_coordinate + static_cast<std::uint64_t>(base), nullptr, block0);
   }
 };
 
 }  // namespace
 
+namespace {
+
+// block_project_scales; q_filled: whether q_out (when not empty) received q(w) from the maxima pass.
 template <class ExecSpace>
-std::vector<BlockWritebackCounts> block_project_scales(const ExecSpace& space, const BlockFormatSpec& fmt,
-                                                       const RngKey& key, const RowMajorShape& shape,
-                                                       Kokkos::View<const float*, typename ExecSpace::memory_space> w,
-                                                       Kokkos::View<const float*, typename ExecSpace::memory_space> u,
-                                                       std::span<const double> scales) {
+std::vector<BlockWritebackCounts> project_scales_impl(const ExecSpace& space, const BlockFormatSpec& fmt,
+                                                      const RngKey& key, const RowMajorShape& shape,
+                                                      Kokkos::View<const float*, typename ExecSpace::memory_space> w,
+                                                      Kokkos::View<const float*, typename ExecSpace::memory_space> u,
+                                                      std::span<const double> scales,
+                                                      Kokkos::View<float*, typename ExecSpace::memory_space> q_out,
+                                                      bool& q_filled) {
   using MS = typename ExecSpace::memory_space;
   detail::check_block_shape("block_project", shape, w.extent(0), u.extent(0));
   const auto n = static_cast<std::size_t>(shape.size());
@@ -1240,6 +1266,7 @@ std::vector<BlockWritebackCounts> block_project_scales(const ExecSpace& space, c
     base.Ls[k] = L;
   }
   if (L.p.family == BlockFamily::nvfp4) {  // each scale's tensor scales: max |q(w)| and max |fl32(q(w) + fl32(s u))|
+    base.q = q_out;
     ScaleMaxima m;
     ProjectScalesMaxima<MS> maxima;
     static_cast<ProjectScalesKernel<MS>&>(maxima) = base;
@@ -1252,6 +1279,7 @@ std::vector<BlockWritebackCounts> block_project_scales(const ExecSpace& space, c
       base.Ls[k].set_tensor_scales(nvfp4_tensor_scale(float_of_bits(m.amax_q_bits)),
                                    nvfp4_tensor_scale(float_of_bits(m.amax_qv_bits[k])));
     }
+    q_filled = q_out.extent(0) > 0;
   }
   ScaleCounts counts;
   ProjectScalesCounts<MS> kernel;
@@ -1261,6 +1289,28 @@ std::vector<BlockWritebackCounts> block_project_scales(const ExecSpace& space, c
   std::vector<BlockWritebackCounts> out(counts.c, counts.c + base.nscales);
   for (BlockWritebackCounts& c : out) {
     c.blocks = block_count(fmt, shape);
+  }
+  return out;
+}
+
+}  // namespace
+
+template <class ExecSpace>
+std::vector<BlockWritebackCounts> block_project_scales(const ExecSpace& space, const BlockFormatSpec& fmt,
+                                                       const RngKey& key, const RowMajorShape& shape,
+                                                       Kokkos::View<const float*, typename ExecSpace::memory_space> w,
+                                                       Kokkos::View<const float*, typename ExecSpace::memory_space> u,
+                                                       std::span<const double> scales,
+                                                       Kokkos::View<float*, typename ExecSpace::memory_space> q_out) {
+  if (q_out.extent(0) > 0 && q_out.extent(0) != w.extent(0)) {
+    throw std::invalid_argument("block_project_scales: q_out holds " + std::to_string(q_out.extent(0)) +
+                                " values for " + std::to_string(w.extent(0)) + " weights");
+  }
+  bool q_filled = false;
+  std::vector<BlockWritebackCounts> out = project_scales_impl(space, fmt, key, shape, w, u, scales, q_out, q_filled);
+  if (q_out.extent(0) > 0 && !q_filled) {  // the paths without the NVFP4 maxima pass
+    Kokkos::deep_copy(space, q_out, w);
+    block_quantize(space, fmt, shape, q_out);
   }
   return out;
 }
@@ -1307,7 +1357,7 @@ void block_quantize(const ExecSpace& space, const BlockFormatSpec& fmt, const Ro
   template std::vector<BlockWritebackCounts> block_project_scales<SPACE>(                                \
       const SPACE&, const BlockFormatSpec&, const RngKey&, const RowMajorShape&,                         \
       Kokkos::View<const float*, SPACE::memory_space>, Kokkos::View<const float*, SPACE::memory_space>,  \
-      std::span<const double>);                                                                          \
+      std::span<const double>, Kokkos::View<float*, SPACE::memory_space>);                               \
   template void block_quantize<SPACE>(const SPACE&, const BlockFormatSpec&, const RowMajorShape&,        \
                                       Kokkos::View<float*, SPACE::memory_space>);
 

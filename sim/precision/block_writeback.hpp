@@ -126,12 +126,16 @@ BlockWritebackCounts block_project(const ExecSpace& space, const BlockFormatSpec
 // (the product in double, rounded once), with q(w) computed once per block instead of once per scale (a reference's
 // block-sample anchors, sim/trace/block_reference.hpp). Inputs whose checks could fail (non-finite values, |values|
 // near fp32's top), 2-D tiles and more than 8 scales take block_project once per scale, so errors are its own.
+// q_out (optional; w's length): receives q(w), block_quantize of w (NVFP4's 1-D path writes it from the pass that
+// computes it anyway; the other paths quantize a copy of w after the projections).
 template <class ExecSpace>
 std::vector<BlockWritebackCounts> block_project_scales(const ExecSpace& space, const BlockFormatSpec& fmt,
                                                        const RngKey& key, const RowMajorShape& shape,
                                                        Kokkos::View<const float*, typename ExecSpace::memory_space> w,
                                                        Kokkos::View<const float*, typename ExecSpace::memory_space> u,
-                                                       std::span<const double> scales);
+                                                       std::span<const double> scales,
+                                                       Kokkos::View<float*, typename ExecSpace::memory_space> q_out =
+                                                           Kokkos::View<float*, typename ExecSpace::memory_space>());
 
 // Quantizes x blockwise under nearest (scales from x itself); used to initialize persistent-native weights.
 template <class ExecSpace>

@@ -51,12 +51,21 @@ BlockWritebackCounts record_block_projection(const ExecSpace& space, const Block
                 "the block sample reads w and u in host memory");
   using memory_space = typename ExecSpace::memory_space;
   // The projection at s = 1 (fl32(1 u) == u) and, for a sampled tensor, at the anchor scales (below), together:
-  // block_project_scales computes q(w) once for all of them.
+  // block_project_scales computes q(w) once for all of them, and hands NVFP4's q(w) of the whole tensor (the tensor
+  // row's input) to q.
   std::vector<double> scales = {1.0};
   scales.insert(scales.end(), series.block_sample.anchor_scales.begin(), series.block_sample.anchor_scales.end());
+  const auto n = static_cast<std::size_t>(w.extent(0));
+  Kokkos::View<float*, memory_space> q;
+  if (fmt.family == BlockFamily::nvfp4) {
+    q = Kokkos::View<float*, memory_space>(
+        Kokkos::view_alloc(space, Kokkos::WithoutInitializing, "wbaudit::sim::record_block_projection::q"), n);
+  }
   const std::vector<BlockWritebackCounts> at =
-      scales.size() == 1 ? std::vector<BlockWritebackCounts>{block_project(space, fmt, key, shape, w, u)}
-                         : block_project_scales(space, fmt, key, shape, w, u, std::span<const double>(scales));
+      scales.size() == 1 && q.extent(0) == 0
+          ? std::vector<BlockWritebackCounts>{block_project(space, fmt, key, shape, w, u)}
+          : block_project_scales(space, fmt, key, shape, w, u, std::span<const double>(scales), q);
+  space.fence();
   const BlockWritebackCounts b = at.front();
   series.erased.push_back(b.erased);
   series.fraction.push_back(b.nonzero == 0 ? std::numeric_limits<double>::quiet_NaN()
@@ -64,15 +73,6 @@ BlockWritebackCounts record_block_projection(const ExecSpace& space, const Block
   series.block_events.blocks = block_count(fmt, shape);
   append_block_events(series.block_events, b);
   // What the grid needs at other learning-rate scales (block_sample.hpp); NVFP4 also q(w) of the whole tensor.
-  const auto n = static_cast<std::size_t>(w.extent(0));
-  Kokkos::View<float*, memory_space> q;
-  if (fmt.family == BlockFamily::nvfp4) {
-    q = Kokkos::View<float*, memory_space>(
-        Kokkos::view_alloc(space, Kokkos::WithoutInitializing, "wbaudit::sim::record_block_projection::q"), n);
-    Kokkos::deep_copy(space, q, w);
-    block_quantize(space, fmt, shape, q);
-    space.fence();
-  }
   append_block_sample(fmt, series.block_sample, std::span<const float>(w.data(), n),
                       std::span<const float>(u.data(), n), std::span<const float>(q.data(), q.extent(0)));
   // A sampled tensor: the exact projection of q(w) + fl32(s u) at the anchor scales (the difference estimator's

@@ -13,8 +13,10 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <ostream>
 #include <span>
 #include <string>
@@ -638,6 +640,7 @@ TEST(BlockWriteback, MasterProjectAndQuantizeEqualReference) {
 TEST(BlockWriteback, ProjectAtSeveralScalesEqualsOneReferenceProjectionPerScale) {
   const std::vector<double> anchors = {0.125, 0.25, 0.5, 2.0, 4.0, 8.0};
   const std::vector<double> many = {0.125, 0.25, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 8.0};
+  const std::vector<double> one = {1.0};
   std::int64_t compared = 0;
   for_each_implementation([&] {
     SplitMix rng{307};
@@ -654,10 +657,17 @@ TEST(BlockWriteback, ProjectAtSeveralScalesEqualsOneReferenceProjectionPerScale)
         std::copy(x.begin(), x.end(), xv.data());
         std::copy(u.begin(), u.end(), uv.data());
         const RngKey key{1, 2, 3};
-        for (const auto* scales : {&anchors, &many}) {
+        std::vector<float> q_ref = x;  // q(w), which block_project_scales also hands back on request
+        block_quantize_reference(fmt, shape, q_ref);
+        for (const auto* scales : {&anchors, &many, &one}) {
+          Kokkos::View<float*> qv("q", x.size());
+          Kokkos::deep_copy(qv, std::numeric_limits<float>::quiet_NaN());
           const std::vector<BlockWritebackCounts> got =
               block_project_scales(Kokkos::DefaultExecutionSpace(), fmt, key, shape, Kokkos::View<const float*>(xv),
-                                   Kokkos::View<const float*>(uv), std::span<const double>(*scales));
+                                   Kokkos::View<const float*>(uv), std::span<const double>(*scales), qv);
+          for (std::size_t i = 0; i < x.size(); ++i) {
+            ASSERT_EQ(std::bit_cast<std::uint32_t>(qv(i)), std::bit_cast<std::uint32_t>(q_ref[i])) << "q(w) at " << i;
+          }
           ASSERT_EQ(got.size(), scales->size());
           for (std::size_t k = 0; k < scales->size(); ++k) {
             std::vector<float> us(u.size());
