@@ -37,7 +37,9 @@ TEST(BlockSample, IndicesAreAllBlocksOrOneBlockPerStratum) {
   const BlockFormatSpec mx = block_format_from_name("mxfp8_e4m3");
   const std::vector<std::int64_t> small = block_sample_indices(mx, RowMajorShape{100, 70});  // 3 blocks a row
   ASSERT_EQ(small.size(), 300u);
-  for (std::size_t k = 0; k < small.size(); ++k) EXPECT_EQ(small[k], static_cast<std::int64_t>(k));
+  for (std::size_t k = 0; k < small.size(); ++k) {
+    EXPECT_EQ(small[k], static_cast<std::int64_t>(k));
+  }
   const std::vector<std::int64_t> big = block_sample_indices(mx, RowMajorShape{1000, 70});  // 3000 blocks
   ASSERT_EQ(big.size(), 1024u);
   for (std::size_t k = 0; k < big.size(); ++k) {  // one block in each stratum
@@ -48,7 +50,9 @@ TEST(BlockSample, IndicesAreAllBlocksOrOneBlockPerStratum) {
   const std::vector<std::int64_t> two = block_sample_indices(mx, RowMajorShape{1024, 48});
   ASSERT_EQ(two.size(), 1024u);
   int second = 0;
-  for (const std::int64_t b : two) second += b % 2;
+  for (const std::int64_t b : two) {
+    second += b % 2;
+  }
   EXPECT_EQ(second, 512);  // the rows' first and second blocks in proportion
   EXPECT_EQ(block_sample_indices(block_format_from_name("nvfp4"), RowMajorShape{1000, 70}).size(), 2048u);
   EXPECT_EQ(block_sample_indices(block_format_from_name("nvfp4:2d"), RowMajorShape{1000, 70}).size(), 128u);
