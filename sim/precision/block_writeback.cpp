@@ -1194,10 +1194,6 @@ struct ProjectScalesCounts : ProjectScalesKernel<MS> {
   }
 };
 
-}  // namespace
-
-namespace {
-
 // block_project_scales; q_filled: whether q_out (when not empty) received q(w) from the maxima pass.
 template <class ExecSpace>
 std::vector<BlockWritebackCounts> project_scales_impl(const ExecSpace& space, const BlockFormatSpec& fmt,
