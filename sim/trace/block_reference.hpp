@@ -62,9 +62,7 @@ BlockWritebackCounts record_block_projection(const ExecSpace& space, const Block
         Kokkos::view_alloc(space, Kokkos::WithoutInitializing, "wbaudit::sim::record_block_projection::q"), n);
   }
   const std::vector<BlockWritebackCounts> at =
-      scales.size() == 1 && q.extent(0) == 0
-          ? std::vector<BlockWritebackCounts>{block_project(space, fmt, key, shape, w, u)}
-          : block_project_scales(space, fmt, key, shape, w, u, std::span<const double>(scales), q);
+      block_project_scales(space, fmt, key, shape, w, u, std::span<const double>(scales), q);
   space.fence();
   const BlockWritebackCounts b = at.front();
   series.erased.push_back(b.erased);

@@ -239,17 +239,14 @@ std::vector<float> nvfp4_tensor_row(std::span<const float> w, std::span<const fl
   TensorRowMaxima m;
   Kokkos::parallel_reduce("wbaudit::sim::nvfp4_tensor_row::maxima", Kokkos::RangePolicy<Space>(0, chunks),
                           TensorRowMaximaPass{wp, qp, up, n}, m);
-  const float amax_q = m.amax_q;
-  const std::size_t top = m.top;
-  const double umax = m.umax;
   row[0] = m.amax_w;
-  row[1] = amax_q;
+  row[1] = m.amax_q;
   const double lo = kBlockSampleScaleMin, hi = kBlockSampleScaleMax;
   // fp32 evaluation moves |q + fl32(s u)| by at most 2^-23 (|q| + 2 s |u|) from its exact value; a line that stays more
   // than tol below the envelope at every s never gives the fp32 maximum.
-  const double tol = 0x1p-20 * (static_cast<double>(amax_q) + hi * umax);
+  const double tol = 0x1p-20 * (static_cast<double>(m.amax_q) + hi * m.umax);
   // The envelope is at least |q_top| - hi |u_top| everywhere; a line's largest value on [lo, hi] is at an end.
-  const double floor_value = static_cast<double>(amax_q) - hi * std::fabs(static_cast<double>(u[top])) - tol;
+  const double floor_value = static_cast<double>(m.amax_q) - hi * std::fabs(static_cast<double>(u[m.top])) - tol;
   std::vector<std::vector<Line>> found(chunks);
   Kokkos::parallel_for("wbaudit::sim::nvfp4_tensor_row::lines", Kokkos::RangePolicy<Space>(0, chunks),
                        [&](const std::size_t c) {
