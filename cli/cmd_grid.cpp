@@ -22,6 +22,7 @@
 #include "runners/store/store.hpp"
 #include "sim/precision/block_format.hpp"
 #include "sim/precision/storage_format.hpp"
+#include "sim/trace/margin_histogram.hpp"
 #include "sim/trace/trace.hpp"
 #include "sim/trace/trace_reader.hpp"
 #include "util/csv.hpp"
@@ -43,6 +44,7 @@ struct GridArgs {
   std::string step = "all";
   std::string out;
   bool no_figure = false;
+  bool formats_given = false;  // --formats on the command line (else the default list, cut to the trace's record)
 };
 
 // A heat map (formats down, scales across) of the shown values, rendered to STEM.svg and STEM.png.
@@ -153,6 +155,17 @@ void run_grid(GridArgs a) {
   // reader), so the memory held does not grow with the number of recorded steps.
   const sim::TraceReader reader(a.trace);
   const sim::Trace& trace = reader.header();
+  if (!a.formats_given && !trace.margin.formats.empty() && trace.margin != sim::default_margin_layout()) {
+    // A reference that recorded the margin histogram of some formats only (margin_formats): the default list
+    // becomes the formats of it that it holds (an explicit --formats with another one is refused by format_grid).
+    std::vector<std::string> kept;
+    for (const auto& f : a.formats) {
+      if (std::find(trace.margin.formats.begin(), trace.margin.formats.end(), f) != trace.margin.formats.end()) {
+        kept.push_back(f);
+      }
+    }
+    a.formats = kept.empty() ? trace.margin.formats : kept;
+  }
   std::vector<std::string> groups = a.groups;
   if (groups.empty()) {
     for (const auto& g : trace.groups) {
@@ -329,7 +342,9 @@ void add_grid_command(CLI::App& app) {
                   "initialization). Block-scaled formats (" +
                       block_names +
                       ") are projected from the block sample a reference records for each block format in its "
-                      "[reference] project_formats, at any scale (nvfp4: 0.125 .. 8)")
+                      "[reference] project_formats, at any scale (nvfp4: 0.125 .. 8). Default: bf16, fp16, e5m2, "
+                      "e4m3, e3m2, e2m3, e2m1, int8, int4; of a reference whose margin histogram holds some formats "
+                      "only (margin_formats), those of them it holds")
       ->delimiter(',');
   cmd->add_option("--lr-scales", args->lr_scales,
                   "Learning-rate scales s (comma-separated, > 0): the target's lr over the reference's")
@@ -346,7 +361,10 @@ void add_grid_command(CLI::App& app) {
       "final over the selected steps) and DIR/grid_<group>.{svg,png}. A trace made before schema\n"
       "wbaudit.trace/2 has no joint histogram: re-run its reference with this wbaudit. The partial trace of an\n"
       "unfinished run (trace.h5.partial) is refused, naming its last recorded step. See docs/forecasting.md.");
-  cmd->callback([args] { run_grid(*args); });
+  cmd->callback([args, cmd] {
+    args->formats_given = cmd->get_option("--formats")->count() > 0;
+    run_grid(*args);
+  });
 }
 
 namespace {

@@ -114,7 +114,7 @@ Training<ExecSpace>::Training(const ExecSpace& space, const RunConfig& config)
   trace.config_json = to_json(config).dump();
   trace.numeric_contract = numeric_identity().contract();
   if (reference) {
-    trace.margin = default_margin_layout();
+    trace.margin = reference_margin_layout(config);
   }
   m_project_formats.resize(static_cast<std::size_t>(n));
   for (int t = 0; t < n; ++t) {

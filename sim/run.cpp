@@ -68,7 +68,7 @@ const std::map<std::string, std::set<std::string>>& fixed_key_tables() {
   static const std::map<std::string, std::set<std::string>> tables = {
       {"",
        {"schema", "mode", "seed", "steps", "model", "data", "optimizer", "schedule", "record", "target",
-        "project_formats", "project_policies", "validation", "replay"}},
+        "project_formats", "project_policies", "margin_formats", "validation", "replay"}},
       {"optimizer", {"kind", "lr", "beta1", "beta2", "eps", "momentum", "weight_decay"}},
       {"schedule", {"kind", "warmup_steps", "period", "min_lr_ratio", "step_size", "gamma"}},
       {"record", {"kind", "k", "points"}},
@@ -119,7 +119,7 @@ double estimate_recording_bytes(const RunConfig& config, int threads) {
     constexpr double kPerGroupStep = 40.0;
     return kHdf5 + handles + std::max(groups * kPerGroupStep, finish);
   }
-  const MarginLayout margin = default_margin_layout();
+  const MarginLayout margin = reference_margin_layout(config);
   const double bins = 8.0 * (static_cast<double>(margin.bins()) + RatioHistogramLayout{}.bins);
   // One group's rows of one recorded step: the d and margin histograms, kept w and u (at most
   // kJointExactMaxCoordinates coordinates), the counts and projected series.
@@ -323,6 +323,16 @@ void parse_projections(const ConfigReader& top, RunConfig& c) {
       c.project_formats.push_back(name);
     }
   }
+  if (const json* p = top.find("margin_formats")) {
+    require(c.mode == RunMode::reference, "margin_formats", "only allowed in reference mode");
+    require(p->is_array(), "margin_formats", "expected an array of format names");
+    for (std::size_t i = 0; i < p->size(); ++i) {
+      require((*p)[i].is_string(), "margin_formats[" + std::to_string(i) + "]", "expected a string");
+      c.margin_formats.push_back((*p)[i].get<std::string>());
+    }
+    // names, repeats and an empty list refused; kept in the layout's order (one spelling per reference)
+    c.margin_formats = named("margin_formats", [&] { return margin_layout_for(c.margin_formats); }).formats;
+  }
   if (const json* p = top.find("project_policies")) {
     require(c.mode == RunMode::reference, "project_policies", "only allowed in reference mode");
     require(p->is_array(), "project_policies", "expected an array of {policy, sr_bits} objects");
@@ -347,6 +357,10 @@ void parse_projections(const ConfigReader& top, RunConfig& c) {
 }
 
 }  // namespace
+
+MarginLayout reference_margin_layout(const RunConfig& config) {
+  return config.margin_formats.empty() ? default_margin_layout() : margin_layout_for(config.margin_formats);
+}
 
 RunConfig run_config_from_json(const json& j) {
   RunConfig c;
@@ -409,6 +423,9 @@ json to_json(const RunConfig& c) {
     }
   } else {
     j["project_formats"] = c.project_formats;
+    if (!c.margin_formats.empty()) {  // absent when empty: references recording every margin format keep their ids
+      j["margin_formats"] = c.margin_formats;
+    }
     if (!c.project_policies.empty()) {  // absent when empty: nearest-only reference cells keep their ids
       j["project_policies"] = json::array();
       for (const WritebackPolicy& p : c.project_policies) {

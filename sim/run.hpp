@@ -18,6 +18,7 @@
 #include "sim/optim/optimizer.hpp"
 #include "sim/optim/schedule.hpp"
 #include "sim/precision/policy.hpp"
+#include "sim/trace/margin_histogram.hpp"
 #include "sim/trace/record_schedule.hpp"
 #include "sim/trace/trace.hpp"
 #include "sim/trace/trace_writer.hpp"
@@ -121,6 +122,9 @@ struct RunConfig {
   // reference mode only: stochastic policies (stochastic / deadzone-sr with sr_bits) whose expected erased
   // fraction is projected for every format, besides nearest (sim/precision/expected_erasure.hpp)
   std::vector<WritebackPolicy> project_policies;
+  // reference mode only: the formats of the margin histogram the analytic grid forecasts from (margin_layout_for);
+  // empty: every format (default_margin_layout). Fewer formats record faster; the grid refuses the others.
+  std::vector<std::string> margin_formats;
 };
 
 // Strict parsing: unknown keys, wrong types, non-positive steps/dimensions, unknown names and formats throw
@@ -132,9 +136,12 @@ RunConfig run_config_from_json(const nlohmann::json& json);
 // here (docs/specs.md is tested against it).
 std::map<std::string, std::set<std::string>> run_config_key_tables();
 // Canonical JSON: every field, keys sorted, "schema" included; only the mode's own section (target or
-// project_formats, and project_policies when not empty, so that nearest-only reference cells keep their ids).
+// project_formats, and project_policies and margin_formats when not empty, so that nearest-only reference cells
+// recording every margin format keep their ids).
 // run_config_from_json(to_json(c)) == c.
 nlohmann::json to_json(const RunConfig& config);
+// The margin histogram a reference cell records: of its margin_formats, or (none given) of every format.
+MarginLayout reference_margin_layout(const RunConfig& config);
 
 // Observation hook for tests and audits: called after every write-back of every tensor with w[t], u[t], w[t+1]
 // (host copies). Slows a run down; leave empty in production.

@@ -18,6 +18,7 @@
 #include "sim/precision/format.hpp"
 #include "sim/precision/storage_format.hpp"
 #include "sim/run.hpp"
+#include "sim/trace/margin_histogram.hpp"
 #include "util/json_path.hpp"
 #include "util/text.hpp"
 
@@ -228,7 +229,7 @@ const std::map<std::string, std::vector<std::string>>& sweep_table_keys() {
         "evaluation", "validation", "replay"}},
       {"sweep", {"name", "description", "max_cells"}},
       {"evaluation", {"groups", "threshold", "burn_in", "tolerance", "min_group_size"}},
-      {"reference", {"project_formats"}},
+      {"reference", {"project_formats", "margin_formats"}},
   };
   return tables;
 }
@@ -248,7 +249,7 @@ std::vector<SpecKey> sweep_spec_keys() {
   keys.push_back({"grid", false, "any"});
   // The cell configuration: every key but those the runner sets (schema, mode, project_*) can be a grid axis.
   const auto run = sim::run_config_key_tables();
-  const std::set<std::string> runner_set = {"schema", "mode", "project_formats", "project_policies"};
+  const std::set<std::string> runner_set = {"schema", "mode", "project_formats", "project_policies", "margin_formats"};
   // A table of each model ("model/<kind>", "data/<kind>") is known by the prefix before its slash.
   const auto per_model = [&](const std::string& table) {
     const auto it = run.lower_bound(table + "/");
@@ -455,7 +456,8 @@ Axes read_grid_axes(json& doc, const Context& ctx) {
   }
   std::set<std::string> axis_paths;
   for (auto& [path, values] : axes) {
-    if (path == "mode" || path.rfind("project_formats", 0) == 0 || path.rfind("project_policies", 0) == 0) {
+    if (path == "mode" || path.rfind("project_formats", 0) == 0 || path.rfind("project_policies", 0) == 0 ||
+        path.rfind("margin_formats", 0) == 0) {
       ctx.fail(ctx.line_of("grid." + path), "grid." + path + ": cannot be a grid axis");
     }
     // The same axis written twice (a quoted "optimizer.lr_scale" beside [grid.optimizer] lr_scale) would multiply
@@ -503,6 +505,7 @@ std::size_t checked_grid_size(const Axes& axes, const json& base, std::int64_t m
 struct Projections {
   std::set<std::string> formats;
   std::set<std::pair<std::string, int>> sr_policies;
+  std::vector<std::string> margin_formats;  // [reference] margin_formats (empty: every format)
 };
 
 // Target cell k of the grid: mixed-radix decoding of k, the last axis varying fastest.
@@ -554,6 +557,9 @@ std::vector<SweepCell> derive_references(std::vector<SweepCell>& targets, const 
     config.erase("replay");  // checkpoint replays belong to the target runs
     config["mode"] = "reference";
     config["project_formats"] = std::vector<std::string>(projections.formats.begin(), projections.formats.end());
+    if (!projections.margin_formats.empty()) {  // absent by default: such references keep their ids
+      config["margin_formats"] = projections.margin_formats;
+    }
     if (!projections.sr_policies.empty()) {
       config["project_policies"] = json::array();
       for (const auto& [policy, bits] : projections.sr_policies) {
@@ -631,8 +637,16 @@ SweepSpec parse_sweep_spec(const std::string& text, const std::filesystem::path&
   Projections projections;
   if (doc.contains("reference")) {
     for (auto& [key, value] : doc["reference"].items()) {
-      const auto formats = string_list(value, "reference.project_formats", ctx);
-      projections.formats = std::set<std::string>(formats.begin(), formats.end());
+      const auto formats = string_list(value, "reference." + key, ctx);
+      if (key == "margin_formats") {
+        try {
+          projections.margin_formats = sim::margin_layout_for(formats).formats;  // the layout's order
+        } catch (const sim::FormatError& e) {
+          ctx.fail(ctx.line_of("reference.margin_formats"), std::string("reference.margin_formats: ") + e.what());
+        }
+      } else {
+        projections.formats = std::set<std::string>(formats.begin(), formats.end());
+      }
     }
   }
   // The base configuration: everything but the sweep-level tables.

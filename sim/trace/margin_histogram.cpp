@@ -2,6 +2,7 @@
 // coordinate written plainly.
 #include "sim/trace/margin_histogram.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -20,6 +21,34 @@ std::vector<std::string> margin_format_names() {
 MarginLayout default_margin_layout() {
   MarginLayout l;
   l.formats = margin_format_names();
+  return l;
+}
+
+MarginLayout margin_layout_for(const std::vector<std::string>& names) {
+  const std::vector<std::string> all = margin_format_names();
+  if (names.empty()) {
+    throw FormatError("margin histogram: no formats (give at least one of the recorded formats, or the default)");
+  }
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    if (std::find(all.begin(), all.end(), names[i]) == all.end()) {
+      std::string known;
+      for (const std::string& n : all) {
+        known += (known.empty() ? "" : ", ") + n;
+      }
+      throw FormatError("margin histogram: format \"" + names[i] + "\" (entry " + std::to_string(i) +
+                        ") is not one it records (" + known + ")");
+    }
+    if (std::find(names.begin(), names.begin() + static_cast<std::ptrdiff_t>(i), names[i]) !=
+        names.begin() + static_cast<std::ptrdiff_t>(i)) {
+      throw FormatError("margin histogram: format \"" + names[i] + "\" listed twice (entry " + std::to_string(i) + ")");
+    }
+  }
+  MarginLayout l;
+  for (const std::string& n : all) {
+    if (std::find(names.begin(), names.end(), n) != names.end()) {
+      l.formats.push_back(n);
+    }
+  }
   return l;
 }
 

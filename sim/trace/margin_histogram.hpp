@@ -97,6 +97,11 @@ struct MarginLayout {
 // The formats of the default layout: every format of sim::known_format_names() but fp32 (the reference's own).
 std::vector<std::string> margin_format_names();
 MarginLayout default_margin_layout();
+// The default layout restricted to `names` (at least one, each a format of margin_format_names(), no repeats), in
+// the default's order: a reference that forecasts only these formats records a margin histogram of |names| blocks
+// instead of 14, and its recording kernel runs |names| format passes (docs/forecasting.md, "Recording fewer
+// formats"). Throws FormatError naming the entry that is not one.
+MarginLayout margin_layout_for(const std::vector<std::string>& names);
 
 // One format as the recording kernel applies it (plain data, usable inside kernels).
 struct MarginFormat {

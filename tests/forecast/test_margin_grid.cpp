@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <Kokkos_Core.hpp>
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -62,14 +63,15 @@ Sample synthetic(std::uint64_t seed, int n) {
   return s;
 }
 
-// One group holding the sample as `steps` recorded steps (the sample's consecutive slices).
-sim::Trace trace_of(const Sample& s, int steps) {
+// One group holding the sample as `steps` recorded steps (the sample's consecutive slices), its margin histogram of
+// `layout`'s formats.
+sim::Trace trace_of(const Sample& s, int steps, const sim::MarginLayout& layout = sim::default_margin_layout()) {
   sim::Trace t;
   t.schema = sim::kTraceSchema;
   t.mode = "reference";
   t.format = "fp32";
   t.policy = "nearest";
-  t.margin = sim::default_margin_layout();
+  t.margin = layout;
   sim::GroupTrace g;
   g.name = "w";
   g.size = static_cast<std::int64_t>(s.w.size()) / steps;
@@ -134,6 +136,63 @@ TEST(MarginGrid, PowersOfTwoAreExactAndOtherScalesWithinTheInterpolationError) {
     }
     std::printf("\n");
   }
+}
+
+// A reference that records the margin histogram of some formats only (margin_layout_for): the layout keeps the
+// default's order whatever the order asked, each recorded format's blocks are the full layout's, its grid is the
+// brute-force count at powers of two, and a format it did not record is refused by name; bad lists are refused.
+TEST(MarginGrid, ALayoutOfSomeFormatsGridsThemAndRefusesTheOthers) {
+  const sim::MarginLayout some = sim::margin_layout_for({"int4", "e4m3", "bf16"});
+  EXPECT_EQ(some.formats, (std::vector<std::string>{"bf16", "e4m3", "int4"}));
+  EXPECT_EQ(some.rows, sim::default_margin_layout().rows);
+  const Sample s = synthetic(20261207, 60000);
+  const sim::Trace full = trace_of(s, 1), t = trace_of(s, 1, some);
+  ASSERT_EQ(t.groups[0].margin.size(), some.bins());
+  const auto& names = full.margin.formats;
+  const auto block = static_cast<std::size_t>(some.rows.block()),
+             moments = static_cast<std::size_t>(some.rows.moments());
+  for (std::size_t f = 0; f < some.formats.size(); ++f) {
+    const auto g = static_cast<std::size_t>(std::find(names.begin(), names.end(), some.formats[f]) - names.begin());
+    for (std::size_t b = 0; b < block; ++b) {
+      ASSERT_EQ(t.groups[0].margin[f * block + b], full.groups[0].margin[g * block + b]) << some.formats[f] << " " << b;
+    }
+    for (std::size_t b = 0; b < moments; ++b) {
+      ASSERT_EQ(t.groups[0].margin[some.moments_begin() + f * moments + b],
+                full.groups[0].margin[full.margin.moments_begin() + g * moments + b])
+          << some.formats[f] << " moment " << b;
+    }
+  }
+  const std::vector<std::string> formats = {"e4m3", "int4", "bf16"};
+  const std::vector<double> scales = {0.25, 1.0, 4.0};
+  const FormatGrid grid = format_grid(t, "w", formats, scales);
+  for (std::size_t f = 0; f < formats.size(); ++f) {
+    for (std::size_t k = 0; k < scales.size(); ++k) {
+      const double exact = brute_force(grid_format(t.groups[0], formats[f]), s, 0, s.w.size(), scales[k]);
+      EXPECT_EQ(grid.at(f, k, 0), exact) << formats[f] << " s " << scales[k];
+    }
+  }
+  try {
+    const std::vector<std::string> with_fp16 = {"e4m3", "fp16"};
+    const std::vector<double> one = {1.0};
+    (void)format_grid(t, "w", with_fp16, one);
+    ADD_FAILURE() << "fp16 is not in the margin histogram";
+  } catch (const ForecastError& e) {
+    EXPECT_NE(std::string(e.what()).find("\"fp16\" is not in this trace's margin histogram (bf16, e4m3, int4)"),
+              std::string::npos)
+        << e.what();
+  }
+  const auto refused = [](const std::vector<std::string>& names, const std::string& part) {
+    try {
+      (void)sim::margin_layout_for(names);
+      ADD_FAILURE() << "accepted " << part;
+    } catch (const sim::FormatError& e) {
+      EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
+    }
+  };
+  refused({}, "no formats");
+  refused({"e4m3", "fp32"}, "\"fp32\" (entry 1) is not one it records");
+  refused({"mxfp8_e4m3"}, "\"mxfp8_e4m3\" (entry 0) is not one it records");
+  refused({"int4", "e4m3", "int4"}, "\"int4\" listed twice (entry 2)");
 }
 
 // Adam's first step: every |u| the learning rate, a point mass inside one sub-bin of m (3e-3 = 1.536 2^-9: sub-bin

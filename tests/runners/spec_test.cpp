@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <iomanip>
@@ -81,6 +82,34 @@ TEST(SweepSpec, ReferencesAreSharedAcrossFormats) {
     // Every reference projects every target format of the grid.
     EXPECT_EQ(ref.config.at("project_formats"), (nlohmann::json{"bf16", "e4m3"}));
   }
+}
+
+TEST(SweepSpec, ReferenceMarginFormatsReachTheReferencesOnlyWhenGiven) {
+  const std::string grid = R"(
+[grid]
+"target.format" = ["bf16", "e4m3"]
+)";
+  for (const auto& cell : parse_sweep_spec(kBase + grid, "spec.toml").cells) {
+    EXPECT_FALSE(cell.config.contains("margin_formats")) << cell.name;  // by default: ids as before
+  }
+  const auto spec =
+      parse_sweep_spec(kBase + "[reference]\nmargin_formats = [\"int4\", \"e4m3\", \"bf16\"]\n" + grid, "spec.toml");
+  ASSERT_EQ(spec.count(CellRole::reference), 1u);
+  for (const auto& cell : spec.cells) {
+    if (cell.role == CellRole::reference) {  // in the layout's order
+      EXPECT_EQ(cell.config.at("margin_formats"), (nlohmann::json{"bf16", "e4m3", "int4"}));
+    } else {
+      EXPECT_FALSE(cell.config.contains("margin_formats")) << cell.name;
+    }
+  }
+  EXPECT_NE(message_of(kBase + "[reference]\nmargin_formats = [\"e4m3\", \"fp32\"]\n" + grid)
+                .find("spec.toml:" + std::to_string(std::count(kBase.begin(), kBase.end(), '\n') + 2) +
+                      ": reference.margin_formats: margin histogram: format \"fp32\" (entry 1) is not one"),
+            std::string::npos)
+      << message_of(kBase + "[reference]\nmargin_formats = [\"e4m3\", \"fp32\"]\n" + grid);
+  EXPECT_NE(message_of(kBase + "[grid]\n\"target.format\" = [\"bf16\"]\nmargin_formats = [[\"bf16\"]]\n")
+                .find("grid.margin_formats: cannot be a grid axis"),
+            std::string::npos);
 }
 
 TEST(SweepSpec, LearningRateScaleIsRelativeToMantissaWidth) {

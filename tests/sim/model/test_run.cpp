@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <Kokkos_Core.hpp>
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -193,6 +194,47 @@ TEST(RunCell, ProjectionAndHistogramAtStepZeroEqualPlainRecomputation) {
 // policy, the expected erased fraction equals the sum over coordinates of P(q(q(w) + u) == q(w)) worked out by hand
 // from the captured state and the table of the format's values (neighbours toward / away from zero, the exact or
 // r-bit truncated probability of moving away).
+// margin_formats: the reference's margin histogram holds those formats only, in the default's order; each of their
+// blocks (counters and moments) equals the default recording's block of that format at every step and tensor, and
+// everything else the trace holds is the default's.
+TEST(RunCell, MarginFormatsRecordTheirBlocksOfTheDefaultRecording) {
+  RunConfig cfg = small_config(RunMode::reference);
+  cfg.project_formats = {"bf16", "e4m3", "int4"};
+  const Trace all = run_cell(Kokkos::DefaultExecutionSpace(), cfg);
+  cfg.margin_formats = {"int4", "e4m3"};
+  const Trace some = run_cell(Kokkos::DefaultExecutionSpace(), cfg);
+  ASSERT_EQ(some.margin.formats, (std::vector<std::string>{"e4m3", "int4"}));
+  ASSERT_EQ(all.margin.formats.size(), 14u);
+  const auto block = static_cast<std::size_t>(all.margin.rows.block());
+  const auto moments = static_cast<std::size_t>(all.margin.rows.moments());
+  ASSERT_EQ(some.recorded_steps, all.recorded_steps);
+  for (std::size_t g = 0; g < all.groups.size(); ++g) {
+    const GroupTrace &a = all.groups[g], &b = some.groups[g];
+    EXPECT_EQ(b.nonzero, a.nonzero);
+    EXPECT_EQ(b.ratio_histogram, a.ratio_histogram);
+    for (const auto& f : cfg.project_formats) {
+      EXPECT_EQ(b.projected.at(f).erased, a.projected.at(f).erased) << a.name << " " << f;
+    }
+    ASSERT_EQ(b.margin.size(), all.recorded_steps.size() * some.margin.bins());
+    for (std::size_t t = 0; t < all.recorded_steps.size(); ++t) {
+      const std::int64_t* x = a.margin.data() + t * all.margin.bins();
+      const std::int64_t* y = b.margin.data() + t * some.margin.bins();
+      for (std::size_t f = 0; f < some.margin.formats.size(); ++f) {
+        const auto& names = all.margin.formats;
+        const auto k =
+            static_cast<std::size_t>(std::find(names.begin(), names.end(), some.margin.formats[f]) - names.begin());
+        for (std::size_t i = 0; i < block; ++i) {
+          ASSERT_EQ(y[f * block + i], x[k * block + i]) << a.name << " step " << t << " " << names[k] << " " << i;
+        }
+        for (std::size_t i = 0; i < moments; ++i) {
+          ASSERT_EQ(y[some.margin.moments_begin() + f * moments + i], x[all.margin.moments_begin() + k * moments + i])
+              << a.name << " step " << t << " " << names[k] << " moment " << i;
+        }
+      }
+    }
+  }
+}
+
 TEST(RunCell, ExpectedProjectionsPerPolicyEqualHandComputedProbabilities) {
   RunConfig cfg = small_config(RunMode::reference);
   cfg.record = RecordConfig{RecordKind::log, 1, 6};

@@ -43,6 +43,16 @@ TEST(RunConfig, ContractExampleParsesAndRoundTrips) {
   EXPECT_EQ(r.project_formats, (std::vector<std::string>{"bf16", "e4m3"}));
   EXPECT_EQ(to_json(r), ref);
   EXPECT_FALSE(to_json(r).contains("project_policies"));  // absent when empty: nearest-only reference ids unchanged
+  // margin_formats: absent when empty (every format recorded, ids unchanged); given, kept in the layout's order
+  EXPECT_FALSE(to_json(r).contains("margin_formats"));
+  EXPECT_EQ(reference_margin_layout(r), default_margin_layout());
+  json some = ref;
+  some["margin_formats"] = {"int8", "e5m2"};
+  const RunConfig rm = run_config_from_json(some);
+  EXPECT_EQ(rm.margin_formats, (std::vector<std::string>{"e5m2", "int8"}));
+  EXPECT_EQ(reference_margin_layout(rm).formats, rm.margin_formats);
+  EXPECT_EQ(to_json(rm).at("margin_formats"), (json{"e5m2", "int8"}));
+  EXPECT_EQ(to_json(run_config_from_json(to_json(rm))), to_json(rm));
   ref["project_policies"] =
       json::array({{{"policy", "stochastic"}, {"sr_bits", 0}}, {{"policy", "deadzone-sr"}, {"sr_bits", 8}}});
   const RunConfig rp = run_config_from_json(ref);
@@ -153,6 +163,23 @@ TEST(RunConfig, MalformedConfigsNameTheKeyPath) {
   target_with_policies["project_policies"] = json::array({{{"policy", "stochastic"}}});
   EXPECT_EQ(error_of(target_with_policies).rfind("project_policies: only allowed in reference mode", 0), 0u);
   EXPECT_EQ(error_of(json::array()).rfind("cell: expected an object", 0), 0u);
+  // margin_formats: reference mode, an array of the margin histogram's formats without repeats
+  json margin = ref;
+  margin.erase("project_policies");
+  const std::pair<json, std::string> margin_cases[] = {
+      {json("e4m3"), "margin_formats: expected an array"},
+      {json::array({"e4m3", 3}), "margin_formats[1]: expected a string"},
+      {json::array({"e4m3", "e4m3"}), "margin_formats: margin histogram: format \"e4m3\" listed twice (entry 1)"},
+      {json::array({"nvfp4"}), "margin_formats: margin histogram: format \"nvfp4\" (entry 0) is not one"},
+      {json::array(), "margin_formats: margin histogram: no formats"},
+  };
+  for (const auto& [value, prefix] : margin_cases) {
+    margin["margin_formats"] = value;
+    EXPECT_EQ(error_of(margin).rfind(prefix, 0), 0u) << value.dump() << " -> " << error_of(margin);
+  }
+  json target_with_margin = base;
+  target_with_margin["margin_formats"] = json::array({"e4m3"});
+  EXPECT_EQ(error_of(target_with_margin).rfind("margin_formats: only allowed in reference mode", 0), 0u);
 }
 
 }  // namespace
