@@ -496,7 +496,7 @@ py::array_t<T> array_of(const std::vector<T, Allocator>& v) {
 
 py::dict project_py(py::array w, py::array u, const std::vector<py::object>& formats_list, bool histogram, double d_min,
                     double bin_width, int bins, const std::string& tensor, std::uint64_t step, bool joint,
-                    double init_absmax) {
+                    double init_absmax, const std::optional<std::vector<std::string>>& margin_formats_list) {
   ensure_kokkos();
   same_shape(w, u, "w", "u");
   const float* wd = float32_data<const float>(w, "w", "fp32");
@@ -516,7 +516,9 @@ py::dict project_py(py::array w, py::array u, const std::vector<py::object>& for
   }
   // The simulator's recording (sim/trace/reference_histograms.hpp): the d histogram and, with joint, the margin
   // histogram of the default layout, in one pass; integer counts, independent of the thread count.
-  const MarginLayout layout = joint ? default_margin_layout() : MarginLayout{};
+  const MarginLayout layout =
+      !joint ? MarginLayout{}
+             : (margin_formats_list ? margin_layout_for(*margin_formats_list) : default_margin_layout());
   const std::vector<MarginFormat> margin_fmts = margin_formats(layout, init_absmax);
   std::vector<std::int64_t> erased(fmts.size());
   ReferenceHistograms h;
@@ -1288,9 +1290,9 @@ void def_writeback(py::module_& m) {
   m.def("project", &project_py, py::arg("w"), py::arg("u"), py::arg("formats"), py::arg("histogram") = true,
         py::arg("d_min") = -16.0, py::arg("bin_width") = 0.125, py::arg("bins") = 512, py::arg("tensor") = "",
         py::arg("step") = 0, py::arg("joint") = false,
-        py::arg("init_absmax") = std::numeric_limits<double>::quiet_NaN(),
+        py::arg("init_absmax") = std::numeric_limits<double>::quiet_NaN(), py::arg("margin_formats") = py::none(),
         "project(w, u, formats, histogram=True, d_min=-16, bin_width=0.125, bins=512, tensor='', step=0,\n"
-        "        joint=False, init_absmax=nan) -> dict\n\n"
+        "        joint=False, init_absmax=nan, margin_formats=None) -> dict\n\n"
         "Projected events on an fp32 reference state (nothing is modified): for each format F of `formats` (names, "
         "or (name, scale) pairs for intK), erased[F] = #{u != 0 and q_F(q_F(w) + u) == q_F(w)} under nearest; "
         "nonzero = #{u != 0}; zero_weight = #{u != 0, w == 0}; ratio_histogram: int64 counts of d = "
@@ -1298,7 +1300,8 @@ void def_writeback(py::module_& m) {
         "margin (int64, margin_layout()['bins'] entries: every format's counters, then every format's moments): the "
         "margin histogram of the analytic grid over u != 0, as "
         "the simulator records it (docs/trace-format.md), its intK formats scaled from init_absmax (the tensor's max "
-        "|w| at initialization; NaN: not recorded).");
+        "|w| at initialization; NaN: not recorded); margin_formats: the layout margin_layout(margin_formats) records "
+        "(None: every format).");
   m.def(
       "block_projection_header", &block_projection_header_py, py::arg("fmt"), py::arg("shape"),
       "block_projection_header(fmt, shape) -> dict\n\nThe trace header of a reference's projection of block format "
@@ -1363,8 +1366,14 @@ void def_traces(py::module_& m) {
       .def_property_readonly("rows", &PyTraceWriter::rows)
       .def_property_readonly("partial", &PyTraceWriter::partial);
   m.def(
-      "margin_layout", [] { return margin_layout_dict(default_margin_layout()); },
-      "margin_layout() -> dict\n\nThe margin histogram's layout the simulator records (formats, rows, bins).");
+      "margin_layout",
+      [](const std::optional<std::vector<std::string>>& formats) {
+        return margin_layout_dict(formats ? margin_layout_for(*formats) : default_margin_layout());
+      },
+      py::arg("formats") = py::none(),
+      "margin_layout(formats=None) -> dict\n\nThe margin histogram's layout the simulator records (formats, rows, "
+      "bins): every format it can record, or only `formats` (in the default's order; ValueError for a name it does "
+      "not record or a repeat).");
   m.attr("TRACE_SCHEMA") = kTraceSchema;
   m.attr("TRACE_SCHEMA_TARGET") = kTraceSchemaV2;
   m.def(

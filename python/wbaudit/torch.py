@@ -179,10 +179,15 @@ class ReferenceRecorder:
     (config_json "frozen"); a tied parameter is one group, under its first name.
     While the loop runs, ``path + ".partial"`` holds every step recorded so far (``wbaudit.read_trace(partial,
     allow_incomplete=True)``); a loop that dies leaves it, marked incomplete.
+    margin_formats: the formats of the margin histogram, the record ``wbaudit grid`` forecasts other learning-rate
+    scales from: None (the default) every format wbaudit can record there (``_core.margin_layout()["formats"]``), so
+    the grid forecasts any of them; "declared" the scalar formats of ``formats``; or a list of names. Recording costs
+    about one pass per margin format, so a reference that only forecasts its declared formats records faster
+    (docs/forecasting.md, "Recording fewer formats"); ``wbaudit grid`` refuses a format the histogram lacks.
     """
 
     def __init__(self, model_or_params, formats=("e4m3",), schedule=None, path="trace.h5", steps=None, seed=0,
-                 config=None, distributed=None):
+                 config=None, distributed=None, margin_formats=None):
         pairs = _named(model_or_params)
         for name, p in pairs:
             if p.requires_grad and p.dtype != torch.float32:
@@ -196,6 +201,7 @@ class ReferenceRecorder:
         self.schedule = Schedule(schedule, steps)
         self.seed = int(seed)
         self.config = dict(config or {})
+        self.margin_formats = self._margin_formats(margin_formats)
         # distributed: None, "replicated" or wbaudit.distributed.Sharded(...) (docs/python.md, "Distributed runs")
         self._dist = _distributed.attach(distributed, self.params, {"mode": "reference", "formats": self.formats,
                                                                     "seed": self.seed, "path": self.path})
@@ -228,6 +234,23 @@ class ReferenceRecorder:
         self._closed = False
         self._open(steps)
 
+    def _margin_formats(self, margin_formats):
+        """The margin layout's format list (None: the default layout), checked by the core's margin_layout."""
+        if margin_formats is None:
+            return None
+        if isinstance(margin_formats, str):
+            if margin_formats != "declared":
+                raise ValueError(f"wbaudit.torch: margin_formats={margin_formats!r}: expected None, \"declared\" or a "
+                                 f"list of format names")
+            recordable = set(_core.margin_layout()["formats"])
+            names = [f for f in self.formats if f in recordable]
+            if not names:
+                raise ValueError(f"wbaudit.torch: margin_formats=\"declared\": none of formats {self.formats} is one "
+                                 f"the margin histogram records ({', '.join(sorted(recordable))})")
+        else:
+            names = [str(f) for f in margin_formats]
+        return _core.margin_layout(names)["formats"]  # ValueError for an unknown name or a repeat
+
     def _open(self, steps):
         d = os.path.dirname(self.path)
         if d:
@@ -236,6 +259,8 @@ class ReferenceRecorder:
                "schedule": str(self.schedule.describe()), "parameters": {n: list(p.shape) for n, p in self.params}}
         if self.frozen:  # absent when there are none: such traces are as before
             run["frozen"] = self.frozen
+        if self.margin_formats is not None:  # absent by default: such traces are as before
+            run["margin_formats"] = self.margin_formats
         if self._int_undefined:
             run["int_undefined"] = self._int_undefined
         config = provenance(run)
@@ -248,7 +273,7 @@ class ReferenceRecorder:
                             "joint": {"init_absmax": self._init_absmax[name]}}
         header = {"schema": _core.TRACE_SCHEMA, "mode": "reference", "format": "fp32", "policy": "nearest",
                   "seed": self.seed, "steps": int(steps or 0), "config_json": json.dumps(config, sort_keys=True),
-                  "histogram": dict(_HIST), "margin": _core.margin_layout(), "groups": groups}
+                  "histogram": dict(_HIST), "margin": _core.margin_layout(self.margin_formats), "groups": groups}
         self._writer = self._dist.writer(self.path, header)
 
     @property
@@ -288,7 +313,8 @@ class ReferenceRecorder:
                 wf, uf = _np(w).reshape(-1), _np(u).reshape(-1)
                 self._dist.observe(name, wf, uf)
                 r = project(wf, uf, self._projected[name], True, _HIST["d_min"], _HIST["bin_width"], _HIST["bins"],
-                            name, step, joint=True, init_absmax=self._init_absmax[name])
+                            name, step, joint=True, init_absmax=self._init_absmax[name],
+                            margin_formats=self.margin_formats)
                 joint = {"margin": r["margin"]}
                 if p.numel() <= _core.JOINT_EXACT_MAX:  # a small tensor keeps w and u: the grid counts it exactly
                     joint["w"], joint["u"] = wf.copy(), uf.copy()  # the buffers are reused

@@ -2,6 +2,8 @@
 saved parameters; PersistentNative with fp32 + nearest is PyTorch followed by the proposal's fp32 round trip, bitwise;
 its target trace's counts equal a recount from the dumped trajectory, which `wbaudit audit` finds consistent."""
 import csv
+import json
+import re
 import subprocess
 
 import h5py
@@ -130,6 +132,83 @@ def test_reference_recorder_trace_serves_the_analytic_grid(tmp_path, wbaudit_exe
     for r in rows:
         exact = trace["groups"][r["group"]]["projected"][r["format"]]["fraction"][steps.index(int(r["step"]))]
         assert float(r["erased_fraction"]) == pytest.approx(exact, abs=1e-12), r
+
+
+def test_reference_recorder_margin_formats(tmp_path, wbaudit_exe):
+    """margin_formats="declared": the margin histogram of the declared scalar formats only. Its blocks are those
+    formats' blocks of the default recording (every format), entry for entry; `wbaudit grid` gives the same values
+    from it at every scale, by default grids only the formats it holds, and refuses a format it lacks by name; lists
+    that name no recorded format, an unknown one or a repeat are ValueErrors."""
+    def run(sub, **kw):
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(8, 160), torch.nn.Tanh(), torch.nn.Linear(160, 64), torch.nn.Tanh(),
+                                    torch.nn.Linear(64, 2))  # two weights above JOINT_EXACT_MAX: gridded by margin
+        opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+        rec = ReferenceRecorder(model, formats=["int4", "e4m3", "mxfp8_e4m3"], path=tmp_path / sub / "trace.h5", **kw)
+        for x, y in batches(6):
+            loss = torch.nn.functional.mse_loss(model(x), y)
+            opt.zero_grad()
+            loss.backward()
+            with rec.step(loss=loss.item(), lr=1e-3):
+                opt.step()
+        return rec.close()
+
+    def same(a, b):  # nested dicts of arrays, equal entry for entry
+        if isinstance(a, dict) or isinstance(b, dict):
+            return isinstance(a, dict) and isinstance(b, dict) and a.keys() == b.keys() and all(
+                same(a[k], b[k]) for k in a)
+        return np.array_equal(np.asarray(a), np.asarray(b))
+
+    full_path, some_path = run("full"), run("some", margin_formats="declared")
+    full, some = wbaudit.read_trace(full_path), wbaudit.read_trace(some_path)
+    assert full["margin"]["formats"] == wbaudit._core.margin_layout()["formats"] and len(full["margin"]["formats"]) == 14
+    assert some["margin"]["formats"] == ["e4m3", "int4"]  # the default layout's order
+    assert json.loads(some["config_json"])["margin_formats"] == ["e4m3", "int4"]
+    assert "margin_formats" not in json.loads(full["config_json"])  # the default: config_json as before
+    layout = full["margin"]
+    lo, flo, fhi, hi = (layout[k] for k in ("coarse_lo", "fine_lo", "fine_hi", "coarse_hi"))
+    block = 1 + sum(32 + 2 if flo <= lo - 1 + r <= fhi else 3 for r in range(hi - lo + 3))
+    moments = 2 * 32 * (fhi - flo + 1)
+    assert some["margin"]["bins"] == 2 * (block + moments) and layout["bins"] == 14 * (block + moments)
+    gridded = 0
+    for name, g in some["groups"].items():
+        f_g = full["groups"][name]
+        for key in ("nonzero", "zero_weight", "ratio_histogram"):
+            assert np.array_equal(g[key], f_g[key]), (name, key)
+        for f in ("e4m3", "int4", "mxfp8_e4m3"):
+            assert same(g["projected"].get(f), f_g["projected"].get(f)), (name, f)
+        gridded += "w" not in g["joint"]
+        for k in range(len(some["recorded_steps"])):
+            m, m_full = g["joint"]["margin"][k], f_g["joint"]["margin"][k]
+            for i, f in enumerate(some["margin"]["formats"]):
+                j = layout["formats"].index(f)
+                assert np.array_equal(m[i * block:(i + 1) * block], m_full[j * block:(j + 1) * block]), (name, k, f)
+                at, at_full = 2 * block + i * moments, 14 * block + j * moments
+                assert np.array_equal(m[at:at + moments], m_full[at_full:at_full + moments]), (name, k, f)
+    assert gridded == 2  # the 160 x 8 and 64 x 160 weights go through the margin histogram, not kept w and u
+
+    def grid(path, out, *formats):
+        cmd = [wbaudit_exe, "grid", str(path), "--lr-scales", "0.3,1,2", "-o", str(tmp_path / out), "--no-figure"]
+        r = subprocess.run(cmd + (["--formats", ",".join(formats)] if formats else []), capture_output=True, text=True)
+        return r, (list(csv.DictReader(open(tmp_path / out / "grid.csv"))) if r.returncode == 0 else None)
+
+    _, rows_full = grid(full_path, "grid_full", "e4m3", "int4")
+    _, rows_some = grid(some_path, "grid_some", "e4m3", "int4")
+    assert rows_some == rows_full and len(rows_full) == len(full["groups"]) * 2 * 3 * 6
+    _, rows_default = grid(some_path, "grid_default")
+    assert {r["format"] for r in rows_default} == {"e4m3", "int4"}
+    assert sorted(rows_default, key=str) == sorted(rows_full, key=str)
+    r, _ = grid(some_path, "grid_fp16", "fp16")
+    assert r.returncode != 0 and '"fp16" is not in this trace\'s margin histogram (e4m3, int4)' in r.stderr, r.stderr
+    assert not (tmp_path / "grid_fp16").exists()
+
+    model = make_model()
+    for kw, part in ((dict(margin_formats=["e4m3", "e4m3"]), 'format "e4m3" listed twice (entry 1)'),
+                     (dict(margin_formats=["fp32"]), 'format "fp32" (entry 0) is not one it records'),
+                     (dict(margin_formats="all"), 'expected None, "declared" or a list'),
+                     (dict(formats=["mxfp8_e4m3"], margin_formats="declared"), "none of formats ['mxfp8_e4m3']")):
+        with pytest.raises(ValueError, match=re.escape(part)):
+            ReferenceRecorder(model, **{"formats": ["e4m3"], "path": tmp_path / "bad" / "trace.h5", **kw})
 
 
 def train(model, opt, steps, step_fn):
