@@ -662,6 +662,21 @@ SweepSpec parse_sweep_spec(const std::string& text, const std::filesystem::path&
   for (std::size_t k = 0; k < total; ++k) {
     targets.push_back(target_cell(base, axes, k, total, projections, ctx));
   }
+  if (!projections.margin_formats.empty()) {
+    // The references' margin histogram must hold every per-tensor target format it can record, or the analytic grid
+    // (wbaudit grid, evaluate's analytic-grid source) could not forecast the targets from them.
+    const std::vector<std::string> recordable = sim::margin_format_names();
+    const auto& kept = projections.margin_formats;
+    for (const std::string& f : projections.formats) {
+      if (std::find(recordable.begin(), recordable.end(), f) != recordable.end() &&
+          std::find(kept.begin(), kept.end(), f) == kept.end()) {
+        ctx.fail(ctx.line_of("reference.margin_formats"),
+                 "reference.margin_formats: lacks \"" + f +
+                     "\", a target format of the grid (the references could not forecast it); add it, or drop "
+                     "margin_formats to record every format");
+      }
+    }
+  }
   std::vector<SweepCell> references = derive_references(targets, projections);
   std::set<std::string> names;
   for (auto* list : {&references, &targets}) {

@@ -107,6 +107,14 @@ TEST(SweepSpec, ReferenceMarginFormatsReachTheReferencesOnlyWhenGiven) {
                       ": reference.margin_formats: margin histogram: format \"fp32\" (entry 1) is not one"),
             std::string::npos)
       << message_of(kBase + "[reference]\nmargin_formats = [\"e4m3\", \"fp32\"]\n" + grid);
+  // every target format of the grid the histogram can record must be kept (block formats have their own record)
+  EXPECT_NE(message_of(kBase + "[reference]\nmargin_formats = [\"e4m3\"]\n" + grid)
+                .find(": reference.margin_formats: lacks \"bf16\", a target format of the grid"),
+            std::string::npos)
+      << message_of(kBase + "[reference]\nmargin_formats = [\"e4m3\"]\n" + grid);
+  EXPECT_EQ(message_of(kBase + "[reference]\nmargin_formats = [\"e4m3\"]\n[grid]\n\"target.format\" = [\"e4m3\", "
+                               "\"mxfp8_e4m3\"]\n"),
+            "(no error)");
   EXPECT_NE(message_of(kBase + "[grid]\n\"target.format\" = [\"bf16\"]\nmargin_formats = [[\"bf16\"]]\n")
                 .find("grid.margin_formats: cannot be a grid axis"),
             std::string::npos);
