@@ -2,7 +2,8 @@
 # `wbaudit grid` end to end on a reference trace of examples/tiny.toml: table, grid.csv, grid_summary.csv and heat
 # maps written; at s = 1 the e4m3 column equals the trace's exact projected/e4m3/fraction (read independently with
 # h5py); bad input (unknown step, target trace, schema-1 trace without the joint histogram, bad scale) is a clear
-# error with non-zero exit and no CSV written.
+# error with non-zero exit and no CSV written. A sweep with [reference] margin_formats grids its formats from the
+# smaller histogram exactly as a sweep recording every format does, by default those formats only, refusing others.
 set -euo pipefail
 wbaudit=$1
 src=$2
@@ -105,4 +106,37 @@ with h5py.File(sys.argv[1], "r+") as f:
         del g["joint"]
 PY
 expect_error "regenerate" "$work/old.h5"
+
+# examples/tiny.toml with 160 hidden units (layer1.weight: 1280 coordinates, above the 1024 a group keeps exactly, so the
+# grid reads its margin histogram), as is and with [reference] margin_formats: each reference of the second records
+# the margin histogram of bf16 and e4m3 only (its margin_formats attribute says so); the grid's default formats become
+# those two, whose values equal the first sweep's grid of the same reference cell at every scale; another format is
+# refused by name for the group the histogram serves.
+sed 's/^hidden = 16$/hidden = 160/; s/^steps = 120$/steps = 40/' "$src/examples/tiny.toml" > "$work/wide.toml"
+grep -q "^hidden = 160$" "$work/wide.toml" || fail "examples/tiny.toml no longer has 'hidden = 16'"
+{ cat "$work/wide.toml"; printf '\n[reference]\nmargin_formats = ["e4m3", "bf16"]\n'; } > "$work/some.toml"
+for spec in wide some; do
+  "$wbaudit" run "$work/$spec.toml" --out "$work/$spec" --kokkos-threads=1 --jobs 1 --quiet --no-report 2> /dev/null \
+    || fail "run $spec.toml"
+done
+n=0
+for f in "$work"/some/cells/*/attempts/*/trace.h5; do
+  [ "$($py -c "import h5py,sys; print(h5py.File(sys.argv[1],'r').attrs['mode'])" "$f")" = reference ] || continue
+  formats=$($py -c "import h5py,sys; print(','.join(h5py.File(sys.argv[1],'r').attrs['margin_formats'].split()))" "$f")
+  [ "$formats" = "bf16,e4m3" ] || fail "margin_formats attribute of $f: $formats"
+  expect_error 'format "fp16" is not in this trace.s margin histogram (bf16, e4m3)' "$f" --formats fp16 \
+    --groups layer1.weight
+  n=$((n + 1))
+done
+[ "$n" -eq 4 ] || fail "$n references in the margin_formats sweep, expected 4"
+for cell in $($py -c "import json,sys; print(' '.join(c['name'] for c in json.load(open(sys.argv[1]))['cells'] if c['name'].startswith('reference/')))" "$work/some/sweep.json"); do
+  "$wbaudit" grid "$work/some" --cell "$cell" --lr-scales 0.3,1,3 --no-figure -o "$work/gs" > /dev/null \
+    || fail "grid $cell (margin_formats)"
+  "$wbaudit" grid "$work/wide" --cell "$cell" --formats bf16,e4m3 --lr-scales 0.3,1,3 --no-figure -o "$work/gf" \
+    > /dev/null || fail "grid $cell (every format)"
+  cmp -s "$work/gs/grid.csv" "$work/gf/grid.csv" || fail "grid of $cell differs from the default sweep's"
+  grep -q "^layer1.weight,e4m3," "$work/gs/grid.csv" || fail "grid of $cell lacks layer1.weight at e4m3"
+  n=$((n + 1))
+done
+[ "$n" -eq 8 ] || fail "compared $((n - 4)) reference cells, expected 4"
 echo "grid CLI OK"
