@@ -10,6 +10,7 @@
 #include <fstream>
 #include <limits>
 #include <random>
+#include <system_error>
 
 #include <boost/multiprecision/cpp_int.hpp>
 
@@ -22,10 +23,20 @@ namespace {
 using namespace wbaudit::sim;
 namespace fs = std::filesystem;
 
+// A file of this process's scratch directory, which is removed when the test binary exits.
 fs::path scratch(const std::string& name) {
-  const fs::path dir = fs::temp_directory_path() / ("wbaudit_trace_test_" + std::to_string(::getpid()));
-  fs::create_directories(dir);
-  return dir / name;
+  struct Scratch {
+    fs::path dir = fs::temp_directory_path() / ("wbaudit_trace_test_" + std::to_string(::getpid()));
+    Scratch() { fs::create_directories(dir); }
+    Scratch(const Scratch&) = delete;
+    Scratch& operator=(const Scratch&) = delete;
+    ~Scratch() {
+      std::error_code ignored;
+      fs::remove_all(dir, ignored);
+    }
+  };
+  static const Scratch scratch_dir;
+  return scratch_dir.dir / name;
 }
 
 Trace sample_trace(const std::string& mode) {
