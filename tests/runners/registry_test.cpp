@@ -56,6 +56,7 @@ struct RegistryTest : ::testing::Test {
   void TearDown() override {
     ::unsetenv("WBAUDIT_KEY_FILE");
     fs::remove(dir.string() + "_key");
+    fs::remove_all(dir.string() + "_key.heads");  // the journal's per-key record beside the key (journal.cpp)
     fs::remove_all(dir);
     fs::remove(analysis);
   }
