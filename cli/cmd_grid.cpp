@@ -22,7 +22,6 @@
 #include "runners/store/store.hpp"
 #include "sim/precision/block_format.hpp"
 #include "sim/precision/storage_format.hpp"
-#include "sim/trace/margin_histogram.hpp"
 #include "sim/trace/trace.hpp"
 #include "sim/trace/trace_reader.hpp"
 #include "util/csv.hpp"
@@ -155,9 +154,9 @@ void run_grid(GridArgs a) {
   // reader), so the memory held does not grow with the number of recorded steps.
   const sim::TraceReader reader(a.trace);
   const sim::Trace& trace = reader.header();
-  if (!a.formats_given && !trace.margin.formats.empty() && trace.margin != sim::default_margin_layout()) {
-    // A reference that recorded the margin histogram of some formats only (margin_formats): the default list
-    // becomes the formats of it that it holds (an explicit --formats with another one is refused by format_grid).
+  if (!a.formats_given && !trace.margin.formats.empty()) {
+    // The default list cut to the formats the margin histogram holds: all of them unless the reference recorded some
+    // only (margin_formats); an explicit --formats with another one is refused by format_grid.
     std::vector<std::string> kept;
     for (const auto& f : a.formats) {
       if (std::find(trace.margin.formats.begin(), trace.margin.formats.end(), f) != trace.margin.formats.end()) {

@@ -494,6 +494,11 @@ py::array_t<T> array_of(const std::vector<T, Allocator>& v) {
   return py::array_t<T>(static_cast<py::ssize_t>(v.size()), v.data());
 }
 
+// The margin layout of `formats` (margin_layout_for), or the default one (None).
+MarginLayout margin_layout_or_default(const std::optional<std::vector<std::string>>& formats) {
+  return formats ? margin_layout_for(*formats) : default_margin_layout();
+}
+
 py::dict project_py(py::array w, py::array u, const std::vector<py::object>& formats_list, bool histogram, double d_min,
                     double bin_width, int bins, const std::string& tensor, std::uint64_t step, bool joint,
                     double init_absmax, const std::optional<std::vector<std::string>>& margin_formats_list) {
@@ -515,10 +520,8 @@ py::dict project_py(py::array w, py::array u, const std::vector<py::object>& for
     }
   }
   // The simulator's recording (sim/trace/reference_histograms.hpp): the d histogram and, with joint, the margin
-  // histogram of the default layout, in one pass; integer counts, independent of the thread count.
-  const MarginLayout layout =
-      !joint ? MarginLayout{}
-             : (margin_formats_list ? margin_layout_for(*margin_formats_list) : default_margin_layout());
+  // histogram (of every format, or of margin_formats), in one pass; integer counts, independent of the thread count.
+  const MarginLayout layout = joint ? margin_layout_or_default(margin_formats_list) : MarginLayout{};
   const std::vector<MarginFormat> margin_fmts = margin_formats(layout, init_absmax);
   std::vector<std::int64_t> erased(fmts.size());
   ReferenceHistograms h;
@@ -1368,7 +1371,7 @@ void def_traces(py::module_& m) {
   m.def(
       "margin_layout",
       [](const std::optional<std::vector<std::string>>& formats) {
-        return margin_layout_dict(formats ? margin_layout_for(*formats) : default_margin_layout());
+        return margin_layout_dict(margin_layout_or_default(formats));
       },
       py::arg("formats") = py::none(),
       "margin_layout(formats=None) -> dict\n\nThe margin histogram's layout the simulator records (formats, rows, "

@@ -106,12 +106,7 @@ def test_reference_recorder_trace_serves_the_analytic_grid(tmp_path, wbaudit_exe
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
     formats = ["e4m3", "bf16", "int4"]
     rec = ReferenceRecorder(model, formats=formats, path=tmp_path / "ref" / "trace.h5")
-    for x, y in batches(10):
-        loss = torch.nn.functional.mse_loss(model(x), y)
-        opt.zero_grad()
-        loss.backward()
-        with rec.step(loss=loss.item(), lr=1e-3):
-            opt.step()
+    train(model, opt, 10, recorded_step(rec, opt))
     path = rec.close()
     trace = wbaudit.read_trace(path)
     out = tmp_path / "grid"
@@ -145,12 +140,7 @@ def test_reference_recorder_margin_formats(tmp_path, wbaudit_exe):
                                     torch.nn.Linear(64, 2))  # two weights above JOINT_EXACT_MAX: gridded by margin
         opt = torch.optim.Adam(model.parameters(), lr=1e-3)
         rec = ReferenceRecorder(model, formats=["int4", "e4m3", "mxfp8_e4m3"], path=tmp_path / sub / "trace.h5", **kw)
-        for x, y in batches(6):
-            loss = torch.nn.functional.mse_loss(model(x), y)
-            opt.zero_grad()
-            loss.backward()
-            with rec.step(loss=loss.item(), lr=1e-3):
-                opt.step()
+        train(model, opt, 6, recorded_step(rec, opt))
         return rec.close()
 
     def same(a, b):  # nested dicts of arrays, equal entry for entry
@@ -217,6 +207,14 @@ def train(model, opt, steps, step_fn):
         opt.zero_grad()
         loss.backward()
         step_fn(loss)
+
+
+def recorded_step(rec, opt):
+    """train()'s step_fn for a ReferenceRecorder: the optimizer step inside rec.step (lr 1e-3)."""
+    def step(loss):
+        with rec.step(loss=loss.item(), lr=1e-3):
+            opt.step()
+    return step
 
 
 def test_persistent_native_fp32_nearest_is_pytorch_with_the_proposal_round_trip(tmp_path):
