@@ -782,7 +782,7 @@ BlockLoops block_loops(const LoopConfig& cfg, BlockIsa isa) {
       pick<v4_pick>(cfg, loops);
       break;
     case BlockIsa::avx2:
-      loops.mx_nearest = !fused ? nullptr : cfg.integer ? &v3::mx_nearest<true> : &v3::mx_nearest<false>;
+      loops.mx_nearest = !fused ? nullptr : cfg.integer ? &avx2::mx_nearest_integer : &avx2::mx_nearest_float;
       loops.mx_scan = &v3::mx_scan;
       loops.mx_scale_in = &v3::mx_scale_in;
       loops.mx_scale_out = &v3::mx_scale_out;

@@ -138,6 +138,14 @@ using MxScaleOutFn = void (*)(const SpanBlocks& sb, const float* ws, float* w, c
 using MxNearestFn = void (*)(const LoopConfig& cfg, const SpanBlocks& sb, float* w, const float* u, std::int64_t blocks,
                              LoopCounts& counts);
 
+// mx_nearest written with AVX2 intrinsics (block_loops_avx2.cpp): the same results, event counts kept in registers.
+namespace avx2 {
+void mx_nearest_float(const LoopConfig& cfg, const SpanBlocks& sb, float* w, const float* u, std::int64_t blocks,
+                      LoopCounts& counts);
+void mx_nearest_integer(const LoopConfig& cfg, const SpanBlocks& sb, float* w, const float* u, std::int64_t blocks,
+                        LoopCounts& counts);
+}  // namespace avx2
+
 struct BlockLoops {
   MxNearestFn mx_nearest = nullptr;  // null where the fused loop does not apply (see LoopConfig::fused_emin)
   MxScanFn mx_scan = nullptr;
