@@ -7,11 +7,13 @@
 // Targets (issue 29): nearest >= 0.5x the fp32 loop at 1 thread, SR >= 0.25x, 2 threads >= 1.7x one thread.
 // WBAUDIT_BENCH_ISA=avx512|avx2|portable forces the block loops (an ISA the CPU lacks falls back to the best one
 // below it); the context lines `block_loops_best` and `block_loops` say what the CPU supports and what ran.
+// `x_floor_here`: the ratio a write-back that checks before it writes cannot exceed on this machine (read_pass).
 // WBAUDIT_BENCH_ELEMENTS=n uses a [n / 4096 x 4096] tensor instead (e.g. 262144 to keep the arrays in cache).
 #include <benchmark/benchmark.h>
 
 #include <Kokkos_Core.hpp>
 #include <algorithm>
+#include <bit>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -79,6 +81,31 @@ double fp32_pass(const Kokkos::View<float*>& w, const Kokkos::View<float*>& u) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
+// The check pass's floor: one read of w and u (max |w + u|, as the scan needs), nothing written. A write-back that
+// raises its errors before writing anything reads w and u twice (the check pass, then the write pass), so on a
+// machine where this read costs about one fp32 pass the kernel cannot pass ~0.5x of the fp32 loop however little
+// arithmetic it does (counter `x_floor_here`: fp32 / (read + fp32) timed beside each pass).
+double read_pass(const Kokkos::View<float*>& w, const Kokkos::View<float*>& u) {
+  constexpr std::int64_t kChunk = 4096;  // the maximum as bit patterns (integer max vectorizes; a float max does not)
+  const auto t0 = std::chrono::steady_clock::now();
+  std::uint32_t amax = 0;
+  Kokkos::parallel_reduce(
+      "wbaudit::bench::read_wu", kElements / kChunk,
+      KOKKOS_LAMBDA(std::int64_t c, std::uint32_t & m) {
+        const float* wp = w.data() + c * kChunk;
+        const float* up = u.data() + c * kChunk;
+        std::uint32_t local = 0;
+        for (std::int64_t i = 0; i < kChunk; ++i) {
+          const std::uint32_t b = std::bit_cast<std::uint32_t>(wp[i] + up[i]) & 0x7fffffffu;
+          local = b > local ? b : local;
+        }
+        m = local > m ? local : m;
+      },
+      Kokkos::Max<std::uint32_t>(amax));
+  benchmark::DoNotOptimize(amax);
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
 void BM_fp32_add(benchmark::State& state) {
   Arrays a = make_arrays();
   Kokkos::deep_copy(a.w, a.w0);
@@ -104,11 +131,12 @@ void BM_block(benchmark::State& state, const std::string& format, const std::str
     block_quantize(fmt, shape, a.w);
   }
   Kokkos::deep_copy(a.base, a.w0);
-  double seconds = 0, fp32_seconds = 0;
+  double seconds = 0, fp32_seconds = 0, read_seconds = 0;
   std::int64_t passes = 0;
   BlockWritebackCounts last;
   for (auto _ : state) {
     fp32_seconds += fp32_pass(a.base, a.u);
+    read_seconds += read_pass(a.base, a.u);
     const auto t0 = std::chrono::steady_clock::now();
     if (project) {
       last = block_project(fmt, RngKey{1, 0, 0}, shape, a.w, a.u);
@@ -122,6 +150,7 @@ void BM_block(benchmark::State& state, const std::string& format, const std::str
   }
   set_ratio(state, seconds, passes);
   state.counters["x_fp32_here"] = fp32_seconds / seconds;
+  state.counters["x_floor_here"] = fp32_seconds / (fp32_seconds + read_seconds);
   state.counters["erased_frac"] = static_cast<double>(last.erased) / static_cast<double>(last.nonzero);
   state.counters["collateral_frac"] = static_cast<double>(last.collateral) / static_cast<double>(kElements);
 }
