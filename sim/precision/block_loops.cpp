@@ -791,6 +791,9 @@ BlockLoops block_loops(const LoopConfig& cfg, BlockIsa isa) {
       loops.grids = &v3::grids;
       loops.check = &v3::check;
       pick<v3_pick>(cfg, loops);
+      if (!mx && cfg.mode == 0) {
+        loops.span_round = &avx2::nvfp4_nearest_span;
+      }
       break;
     default:
       // No fused loop for the portable (SSE2) compilation: measured 10.8 fp32 passes against 2.9 (AVX-512) and 4.7

@@ -49,6 +49,59 @@ using V = __m256i;  // 8 lanes of 32 bits; a decision: all ones (true) or zero
   return s;
 }
 
+// The events of a write-back in 8 lanes, counted in vector registers over a span (at most kSpanElements / 8 per lane):
+// wf, uf the old value and the proposal, val the new value and mag its magnitude bits; sat the saturated lanes; cs all
+// ones where the block's scale changed; top_sel the bits of the block's old largest magnitude where the saturation
+// cause can apply (scale unchanged, a positive maximum), else all ones (no |w| has that pattern).
+struct Events {
+  V nonzero, erased, saturated, collateral, flushed, erased_changed, at_max_out;
+  // (a user-provided constructor: the implicit one is not compiled for the pragma's target)
+  [[gnu::always_inline]] Events() {
+    nonzero = erased = saturated = collateral = flushed = erased_changed = at_max_out = _mm256_setzero_si256();
+  }
+  [[gnu::always_inline]] void add(__m256 wf, __m256 uf, __m256 val, V mag, V sat, V cs, V top_sel) {
+    const __m256 fzero = _mm256_setzero_ps();
+    const V nz = as_si(_mm256_cmp_ps(uf, fzero, _CMP_NEQ_UQ));
+    const V changed = as_si(_mm256_cmp_ps(val, wf, _CMP_NEQ_UQ));
+    const V er = _mm256_andnot_si256(changed, nz);
+    const V col = _mm256_andnot_si256(nz, changed);
+    nonzero = _mm256_sub_epi32(nonzero, nz);
+    erased = _mm256_sub_epi32(erased, er);
+    saturated = _mm256_sub_epi32(saturated, sat);
+    collateral = _mm256_sub_epi32(collateral, col);
+    // a collateral move to 0 is a flush: w == 0 would not have moved
+    flushed = _mm256_sub_epi32(flushed, _mm256_and_si256(col, _mm256_cmpeq_epi32(mag, _mm256_setzero_si256())));
+    erased_changed = _mm256_sub_epi32(erased_changed, _mm256_and_si256(er, cs));
+    // erased at the old maximum (w != 0 there, u != 0): outward is w and u of the same sign
+    const V outward = _mm256_cmpgt_epi32(_mm256_xor_si256(as_si(wf), as_si(uf)), bcast(0xffffffffu));
+    const V at_top = _mm256_cmpeq_epi32(_mm256_and_si256(as_si(wf), bcast(0x7fffffffu)), top_sel);
+    at_max_out = _mm256_sub_epi32(at_max_out, _mm256_and_si256(_mm256_and_si256(er, at_top), outward));
+  }
+  void flush(LoopCounts& counts) const {
+    counts.nonzero += lane_sum(nonzero);
+    counts.erased += lane_sum(erased);
+    counts.saturated += lane_sum(saturated);
+    counts.collateral += lane_sum(collateral);
+    counts.flushed += lane_sum(flushed);
+    counts.erased_changed += lane_sum(erased_changed);
+    counts.erased_at_max_outward += lane_sum(at_max_out);
+  }
+};
+
+// Saturation against a largest magnitude with bits max_bits (fp32, non-negative): |w + u| > max, from |s| (bits ab)
+// and, only in a vector with a lane at |s| == max (rare), the TwoSum error of s = fl32(w + u).
+[[gnu::always_inline]] inline V saturated_lanes(__m256 wf, __m256 uf, __m256 s, V ab, V sign, V max_bits) {
+  V sat = _mm256_cmpgt_epi32(ab, max_bits);
+  const V at = _mm256_cmpeq_epi32(ab, max_bits);
+  if (lanes(at) != 0) {
+    const __m256 bb = _mm256_sub_ps(s, wf);
+    const __m256 e = _mm256_add_ps(_mm256_sub_ps(wf, _mm256_sub_ps(s, bb)), _mm256_sub_ps(uf, bb));
+    const __m256 em = as_ps(_mm256_xor_si256(as_si(e), sign));  // e in the direction of |s|
+    sat = _mm256_or_si256(sat, _mm256_and_si256(at, as_si(_mm256_cmp_ps(em, _mm256_setzero_ps(), _CMP_GT_OQ))));
+  }
+  return sat;
+}
+
 template <bool Integer>
 [[gnu::always_inline]] inline void mx_nearest_avx2_body(const LoopConfig& cfg, const SpanBlocks& sb, float* w,
                                                         const float* u, std::int64_t blocks, LoopCounts& counts) {
@@ -57,8 +110,7 @@ template <bool Integer>
   const __m256 fzero = _mm256_setzero_ps();
   const V mask = bcast(cfg.mask), keep = bcast(~cfg.mask), half_p1 = bcast(cfg.half_m1 + 1u);
   const V lsb = bcast(cfg.lsb_mask), tie_bits = bcast(cfg.tie_bits);
-  V nonzero = zero, erased = zero, saturated = zero, collateral = zero, flushed = zero, erased_changed = zero,
-    at_max_out = zero;
+  Events ev;
   for (std::int64_t b = 0; b < blocks; ++b) {
     for (std::int64_t k = 0; k < B; k += 16) {  // the next span (the write pass's first reads)
       _mm_prefetch(reinterpret_cast<const char*>(w + b * B + kSpanElements + k), _MM_HINT_T0);
@@ -139,28 +191,71 @@ template <bool Integer>
       r = _mm256_min_epi32(r, max_bits);
       const __m256 val = as_ps(_mm256_or_si256(r, sign));
       _mm256_storeu_ps(wb + k, val);
-      const V nz = as_si(_mm256_cmp_ps(uf, fzero, _CMP_NEQ_UQ));
-      const V changed = as_si(_mm256_cmp_ps(val, wf, _CMP_NEQ_UQ));
-      const V er = _mm256_andnot_si256(changed, nz);
-      const V col = _mm256_andnot_si256(nz, changed);
-      nonzero = _mm256_sub_epi32(nonzero, nz);
-      erased = _mm256_sub_epi32(erased, er);
-      saturated = _mm256_sub_epi32(saturated, sat);
-      collateral = _mm256_sub_epi32(collateral, col);
-      flushed = _mm256_sub_epi32(flushed, _mm256_and_si256(col, _mm256_cmpeq_epi32(r, zero)));
-      erased_changed = _mm256_sub_epi32(erased_changed, _mm256_and_si256(er, cs));
-      const V outward = _mm256_cmpgt_epi32(_mm256_xor_si256(as_si(wf), as_si(uf)), minus_one);  // same sign
-      const V at_top = _mm256_cmpeq_epi32(_mm256_and_si256(as_si(wf), abs_mask), top_sel);
-      at_max_out = _mm256_sub_epi32(at_max_out, _mm256_and_si256(_mm256_and_si256(er, at_top), outward));
+      ev.add(wf, uf, val, r, sat, cs, top_sel);
     }
   }
-  counts.nonzero += lane_sum(nonzero);
-  counts.erased += lane_sum(erased);
-  counts.saturated += lane_sum(saturated);
-  counts.collateral += lane_sum(collateral);
-  counts.flushed += lane_sum(flushed);
-  counts.erased_changed += lane_sum(erased_changed);
-  counts.erased_at_max_outward += lane_sum(at_max_out);
+  ev.flush(counts);
+}
+
+// NVFP4 nearest over a span of 16-element blocks (detail::SpanRoundFn for mode 0; nvfp4_span_body's rounding): the
+// exact |w + u| in double lanes against the block's decoded grid g_0 <= ... <= g_7 and its midpoints (g_j + g_j+1) / 2
+// (exact in double), ties to the even code (up on a midpoint after an odd code), g_7 == 0 a zero block; the value, the
+// saturation and the events in fp32 lanes (g_j are fp32 values: the magnitude converts back exactly; the sign of
+// w + u is that of fl32(w + u), zero sums included).
+void nvfp4_nearest_span_body(const SpanBlocks& sb, float* w, const float* u, std::int64_t blocks, LoopCounts& counts) {
+  constexpr std::int64_t B = 16;
+  const V abs_mask = bcast(0x7fffffffu);
+  const __m256d abs_pd = _mm256_castsi256_pd(_mm256_set1_epi64x(0x7fffffffffffffffll));
+  Events ev;
+  for (std::int64_t b = 0; b < blocks; ++b) {
+    for (std::int64_t k = 0; k < B; k += 16) {  // the next span (the write pass's first reads)
+      _mm_prefetch(reinterpret_cast<const char*>(w + b * B + kSpanElements + k), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(u + b * B + kSpanElements + k), _MM_HINT_T0);
+    }
+    if (!sb.active[b]) {
+      continue;
+    }
+    const double* g = sb.grid[b];
+    __m256d gv[8], mid[7];
+    for (int j = 0; j < 8; ++j) {
+      gv[j] = _mm256_set1_pd(g[j]);
+    }
+    for (int j = 0; j < 7; ++j) {
+      mid[j] = _mm256_set1_pd((g[j] + g[j + 1]) * 0.5);  // exact: fp32 values in double
+    }
+    // saturation above g_7 (none in a zero block); the old maximum's bits where the cause can apply (see Events)
+    const V max_bits = g[7] != 0.0 ? bcast(std::bit_cast<std::uint32_t>(static_cast<float>(g[7]))) : abs_mask;
+    const double top_old = sb.top_old[b];
+    const auto top_f = static_cast<float>(top_old);
+    const bool top_ok = sb.changed[b] == 0 && top_old > 0.0 && static_cast<double>(top_f) == top_old;
+    const V top_sel = top_ok ? bcast(std::bit_cast<std::uint32_t>(top_f)) : bcast(0xffffffffu);
+    const V cs = sb.changed[b] != 0 ? bcast(0xffffffffu) : _mm256_setzero_si256();
+    float* wb = w + b * B;
+    const float* ub = u + b * B;
+    for (std::int64_t k = 0; k < B; k += 8) {
+      const __m256 wf = _mm256_loadu_ps(wb + k), uf = _mm256_loadu_ps(ub + k);
+      __m256d near[2];
+      for (int h = 0; h < 2; ++h) {
+        const __m128 w4 = h == 0 ? _mm256_castps256_ps128(wf) : _mm256_extractf128_ps(wf, 1);
+        const __m128 u4 = h == 0 ? _mm256_castps256_ps128(uf) : _mm256_extractf128_ps(uf, 1);
+        const __m256d a = _mm256_and_pd(_mm256_add_pd(_mm256_cvtps_pd(w4), _mm256_cvtps_pd(u4)), abs_pd);  // exact
+        __m256d m = gv[0];
+        for (int j = 0; j < 7; ++j) {
+          const __m256d up = (j % 2) != 0 ? _mm256_cmp_pd(a, mid[j], _CMP_GE_OQ) : _mm256_cmp_pd(a, mid[j], _CMP_GT_OQ);
+          m = _mm256_blendv_pd(m, gv[j + 1], up);
+        }
+        near[h] = m;
+      }
+      const __m256 mag = _mm256_set_m128(_mm256_cvtpd_ps(near[1]), _mm256_cvtpd_ps(near[0]));  // exact
+      const __m256 s = _mm256_add_ps(wf, uf);
+      const V ab = _mm256_and_si256(as_si(s), abs_mask);
+      const V sign = _mm256_andnot_si256(abs_mask, as_si(s));
+      const __m256 val = as_ps(_mm256_or_si256(as_si(mag), sign));
+      _mm256_storeu_ps(wb + k, val);
+      ev.add(wf, uf, val, as_si(mag), saturated_lanes(wf, uf, s, ab, sign, max_bits), cs, top_sel);
+    }
+  }
+  ev.flush(counts);
 }
 
 }  // namespace
@@ -175,6 +270,12 @@ void mx_nearest_float(const LoopConfig& cfg, const SpanBlocks& sb, float* w, con
 void mx_nearest_integer(const LoopConfig& cfg, const SpanBlocks& sb, float* w, const float* u, std::int64_t blocks,
                         LoopCounts& counts) {
   mx_nearest_avx2_body<true>(cfg, sb, w, u, blocks, counts);
+}
+
+void nvfp4_nearest_span(const LoopConfig& /*cfg*/, const SpanBlocks& sb, float* w, const float* u,
+                        const std::uint32_t* /*words*/, unsigned char* /*flags*/, std::int64_t blocks,
+                        LoopCounts& counts) {
+  nvfp4_nearest_span_body(sb, w, u, blocks, counts);
 }
 
 }  // namespace avx2

@@ -138,12 +138,16 @@ using MxScaleOutFn = void (*)(const SpanBlocks& sb, const float* ws, float* w, c
 using MxNearestFn = void (*)(const LoopConfig& cfg, const SpanBlocks& sb, float* w, const float* u, std::int64_t blocks,
                              LoopCounts& counts);
 
-// mx_nearest written with AVX2 intrinsics (block_loops_avx2.cpp): the same results, event counts kept in registers.
+// mx_nearest and NVFP4's nearest span loop written with AVX2 intrinsics (block_loops_avx2.cpp): the same results,
+// event counts kept in registers.
 namespace avx2 {
 void mx_nearest_float(const LoopConfig& cfg, const SpanBlocks& sb, float* w, const float* u, std::int64_t blocks,
                       LoopCounts& counts);
 void mx_nearest_integer(const LoopConfig& cfg, const SpanBlocks& sb, float* w, const float* u, std::int64_t blocks,
                         LoopCounts& counts);
+// NVFP4 under nearest: a SpanRoundFn (words and flags unused: nothing is flagged).
+void nvfp4_nearest_span(const LoopConfig& cfg, const SpanBlocks& sb, float* w, const float* u,
+                        const std::uint32_t* words, unsigned char* flags, std::int64_t blocks, LoopCounts& counts);
 }  // namespace avx2
 
 struct BlockLoops {

@@ -22,6 +22,7 @@
 #include "reference_formats.hpp"
 #include "sim/precision/block_format.hpp"
 #include "sim/precision/block_writeback.hpp"
+#include "sim/precision/detail/block_element.hpp"
 #include "sim/precision/writeback_blocks.hpp"
 
 using namespace wbaudit::sim;
@@ -246,6 +247,72 @@ TEST(BlockWritebackDense, MxKernelEqualsReferenceAtExtremeScales) {
   EXPECT_GT(seen.saturated, 0);
   EXPECT_GT(seen.rescaled_up, 0);
   EXPECT_GT(seen.rescaled_down, 0);
+}
+
+// NVFP4 ties: every element of a 1-D NVFP4 block sent exactly onto a midpoint of its block's decoded grid, (g_j +
+// g_j+1) / 2, from below or above, where nearest rounds to the even code (kind 1's power-of-two ties rarely land on
+// NVFP4's grids, whose steps carry S_enc's factor 1/21). The grid is nvfp4_scale_of's for the block's max |w|, which
+// the proposals keep (the block maximum and w[0], the tensor's, get u = 0), so the write-back's new grid is that grid
+// again; the test counts the sums that are midpoints of it (brute force over the 7 midpoints) to show the ties happen.
+TEST(BlockWritebackDense, Nvfp4KernelEqualsReferenceOnExactMidpoints) {
+  const RowMajorShape shape{kRows, kCols};
+  const BlockFormatSpec fmt = block_format_from_name("nvfp4");
+  const BlockFormatParams p = block_format_params(fmt);
+  SplitMix rng{2031};
+  std::int64_t compared = 0, midpoints = 0;
+  for (const PolicyRow& pr : {PolicyRow{"nearest", 0}, PolicyRow{"deadzone-sr", 0}}) {
+    SCOPED_TRACE(std::string("nvfp4 ") + pr.name);
+    Tensor t;
+    t.w.resize(static_cast<std::size_t>(shape.size()));
+    t.u.assign(t.w.size(), 0.0f);
+    for (std::size_t b = 0; b < t.w.size(); b += 16) {
+      const double mag = std::ldexp(1.0, -static_cast<int>(rng.below(12)));
+      for (std::size_t k = b; k < b + 16; ++k) {
+        t.w[k] = rng.below(10) == 0 ? 0.0f : static_cast<float>((rng.uniform() * 2 - 1) * mag);
+      }
+    }
+    t.w[0] = 1.0f;  // the tensor's largest |w + u|: S_enc stays nvfp4_tensor_scale(1)
+    block_quantize_reference(fmt, shape, t.w);
+    ASSERT_EQ(t.w[0], 1.0f);
+    const float s_enc = nvfp4_tensor_scale(1.0f);
+    for (std::size_t b = 0; b < t.w.size(); b += 16) {
+      float amax = 0;
+      for (std::size_t k = b; k < b + 16; ++k) {
+        amax = std::max(amax, std::fabs(t.w[k]));
+      }
+      const detail::BlockScale sc = detail::nvfp4_scale_of(p, amax, s_enc);
+      for (std::size_t k = b; k < b + 16; ++k) {
+        const float aw = std::fabs(t.w[k]);
+        const int j = static_cast<int>(std::find(sc.grid, sc.grid + 8, aw) - sc.grid);
+        if (k == 0 || aw == amax || j == 8) {
+          continue;  // the maxima stay; a value off the grid (a non-idempotent scale) is left alone
+        }
+        const bool up = j == 0 || rng.below(2) == 0;  // j < 7 here (aw < amax <= g_7)
+        const double half = up ? (static_cast<double>(sc.grid[j + 1]) - sc.grid[j]) / 2
+                               : (static_cast<double>(sc.grid[j]) - sc.grid[j - 1]) / 2;
+        const double sign = std::signbit(t.w[k]) ? -1.0 : 1.0;
+        const double u = (up ? sign : -sign) * half;
+        if (static_cast<double>(static_cast<float>(u)) == u) {
+          t.u[k] = static_cast<float>(u);
+        }
+      }
+      for (std::size_t k = b; k < b + 16; ++k) {  // brute force: |w + u| on a midpoint of the grid
+        const double a = std::fabs(static_cast<double>(t.w[k]) + t.u[k]);
+        for (int m = 0; m < 7; ++m) {
+          midpoints += t.u[k] != 0.0f && a == (static_cast<double>(sc.grid[m]) + sc.grid[m + 1]) / 2;
+        }
+      }
+    }
+    const RngKey key{rng.next(), rng.below(1000), static_cast<std::uint32_t>(rng.below(50))};
+    const WritebackPolicy policy = make_policy(pr.name, pr.sr_bits);
+    std::vector<float> ref = t.w;
+    const BlockWritebackCounts rc = block_writeback_reference(fmt, policy, key, shape, ref, t.u, {});
+    EXPECT_EQ(rc.rescaled_up + rc.rescaled_down, 0);  // the grids stayed
+    compared += compare_kernel(fmt, policy, key, t, {}, ref, rc);
+  }
+  std::printf("compared %lld coordinates, %lld sums on a midpoint\n", static_cast<long long>(compared),
+              static_cast<long long>(midpoints));
+  EXPECT_GT(midpoints, kRows * kCols);  // over the two policies: more than half the coordinates are ties
 }
 
 }  // namespace
