@@ -791,8 +791,11 @@ BlockLoops block_loops(const LoopConfig& cfg, BlockIsa isa) {
       loops.grids = &v3::grids;
       loops.check = &v3::check;
       pick<v3_pick>(cfg, loops);
-      if (!mx && cfg.mode == 0) {
-        loops.span_round = &avx2::nvfp4_nearest_span;
+      if (!mx) {
+        loops.span_scan = &avx2::nvfp4_span_scan;
+        if (cfg.mode == 0) {
+          loops.span_round = &avx2::nvfp4_nearest_span;
+        }
       }
       break;
     default:

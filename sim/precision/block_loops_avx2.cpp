@@ -258,6 +258,49 @@ void nvfp4_nearest_span_body(const SpanBlocks& sb, float* w, const float* u, std
   ev.flush(counts);
 }
 
+// The horizontal maximum of 8 unsigned lanes.
+[[gnu::always_inline]] inline std::uint32_t hmax_u32(V x) {
+  __m128i m = _mm_max_epu32(_mm256_castsi256_si128(x), _mm256_extracti128_si256(x, 1));
+  m = _mm_max_epu32(m, _mm_shuffle_epi32(m, 0x4e));
+  m = _mm_max_epu32(m, _mm_shuffle_epi32(m, 0xb1));
+  return static_cast<std::uint32_t>(_mm_cvtsi128_si32(m));
+}
+
+// NVFP4's span scan (detail::SpanScanFn for 16-element blocks; span_scan_body's fields that a span reads): max |w| and
+// max |fl32(w + u)| as fp32 bits, some u != 0, and `exact` on the exponent fields alone: w + u is exact in double when
+// either is zero or their fields differ by at most 28 (the exact sum then spans at most 28 + 25 = 53 bits; a zero
+// field, subnormal, counts as 0, which only lowers the bound). A block this calls inexact whose sum is exact takes the
+// exact scalar path, with the same results. amax_v_bits (max |w + u| in double) is left 0: NVFP4 spans do not read it
+// (nor does the check pass keep it).
+void nvfp4_span_scan_body(const float* w, const float* u, std::int64_t blocks, SpanScan& s) {
+  constexpr std::int64_t B = 16;
+  const V abs_mask = bcast(0x7fffffffu), zero = _mm256_setzero_si256(), gap = bcast(28);
+  for (std::int64_t b = 0; b < blocks; ++b) {
+    for (std::int64_t k = 0; k < B; k += 16) {  // the next span
+      _mm_prefetch(reinterpret_cast<const char*>(w + b * B + kSpanElements + k), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(u + b * B + kSpanElements + k), _MM_HINT_T0);
+    }
+    V amax_w = zero, amax_v = zero, nonzero = zero, inexact = zero;
+    for (std::int64_t k = b * B; k < b * B + B; k += 8) {
+      const __m256 wf = _mm256_loadu_ps(w + k), uf = _mm256_loadu_ps(u + k);
+      const V aw = _mm256_and_si256(as_si(wf), abs_mask), au = _mm256_and_si256(as_si(uf), abs_mask);
+      const V av = _mm256_and_si256(as_si(_mm256_add_ps(wf, uf)), abs_mask);
+      amax_w = _mm256_max_epu32(amax_w, aw);
+      amax_v = _mm256_max_epu32(amax_v, av);
+      const V nz = _mm256_xor_si256(_mm256_cmpeq_epi32(au, zero), bcast(0xffffffffu));
+      nonzero = _mm256_or_si256(nonzero, nz);
+      const V far = _mm256_cmpgt_epi32(
+          _mm256_abs_epi32(_mm256_sub_epi32(_mm256_srli_epi32(aw, 23), _mm256_srli_epi32(au, 23))), gap);
+      inexact = _mm256_or_si256(inexact, _mm256_andnot_si256(_mm256_cmpeq_epi32(aw, zero), _mm256_and_si256(far, nz)));
+    }
+    s.amax_w_bits[b] = hmax_u32(amax_w);
+    s.amax_v32_bits[b] = hmax_u32(amax_v);
+    s.amax_v_bits[b] = 0;
+    s.exact[b] = static_cast<std::uint8_t>(_mm256_testz_si256(inexact, inexact));
+    s.nonzero[b] = static_cast<std::uint8_t>(_mm256_testz_si256(nonzero, nonzero) == 0);
+  }
+}
+
 }  // namespace
 
 namespace avx2 {
@@ -276,6 +319,10 @@ void nvfp4_nearest_span(const LoopConfig& /*cfg*/, const SpanBlocks& sb, float* 
                         const std::uint32_t* /*words*/, unsigned char* /*flags*/, std::int64_t blocks,
                         LoopCounts& counts) {
   nvfp4_nearest_span_body(sb, w, u, blocks, counts);
+}
+
+void nvfp4_span_scan(const float* w, const float* u, std::int64_t blocks, SpanScan& scan) {
+  nvfp4_span_scan_body(w, u, blocks, scan);
 }
 
 }  // namespace avx2

@@ -148,6 +148,8 @@ void mx_nearest_integer(const LoopConfig& cfg, const SpanBlocks& sb, float* w, c
 // NVFP4 under nearest: a SpanRoundFn (words and flags unused: nothing is flagged).
 void nvfp4_nearest_span(const LoopConfig& cfg, const SpanBlocks& sb, float* w, const float* u,
                         const std::uint32_t* words, unsigned char* flags, std::int64_t blocks, LoopCounts& counts);
+// NVFP4's span scan (16-element blocks): `exact` decided on the exponent fields (conservative), amax_v_bits left 0.
+void nvfp4_span_scan(const float* w, const float* u, std::int64_t blocks, SpanScan& scan);
 }  // namespace avx2
 
 struct BlockLoops {
