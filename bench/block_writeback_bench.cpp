@@ -4,10 +4,12 @@
 // each write-back pass, the figure to read on a shared machine). block_project rows time the projected counts of a
 // reference trace (quantize w, count the write-back of q(w) + u, nothing written).
 // Run at 1 and 2 threads: bench_block_writeback --kokkos-threads=1, then --kokkos-threads=2.
-// Targets (issue 29): nearest >= 0.5x the fp32 loop at 1 thread, SR >= 0.25x, 2 threads >= 1.7x one thread.
+// Targets (issue 29): nearest >= 0.5x the fp32 loop at 1 thread, SR >= 0.25x, 2 threads >= 1.7x one thread (see
+// x_floor_here below and docs/performance.md for what this machine allows).
 // WBAUDIT_BENCH_ISA=avx512|avx2|portable forces the block loops (an ISA the CPU lacks falls back to the best one
 // below it); the context lines `block_loops_best` and `block_loops` say what the CPU supports and what ran.
-// `x_floor_here`: the ratio a write-back that checks before it writes cannot exceed on this machine (read_pass).
+// `x_floor_here`: the ratio a write-back that checks before it writes cannot exceed on the machine it runs on
+// (read_pass).
 // WBAUDIT_BENCH_ELEMENTS=n uses a [n / 4096 x 4096] tensor instead (e.g. 262144 to keep the arrays in cache).
 #include <benchmark/benchmark.h>
 

@@ -14,7 +14,8 @@
 // Each loop is compiled three times from one source: for AVX-512 (x86-64-v4), AVX2 (x86-64-v3) and the portable
 // baseline (SSE2), picked per launch by the precision layer's block-loop ISA (detail::active_block_isa(), which
 // tests and benchmarks force with detail::force_block_isa). All use plain IEEE double and integer operations in the
-// same order, so they give identical bits.
+// same order, so they give identical bits. Under the AVX2 ISA three loops are intrinsics instead (namespace avx2
+// below, block_loops_avx2.cpp: MX nearest, NVFP4 nearest and NVFP4's span scan), with the same results.
 #include <bit>
 #include <cstdint>
 
@@ -138,8 +139,8 @@ using MxScaleOutFn = void (*)(const SpanBlocks& sb, const float* ws, float* w, c
 using MxNearestFn = void (*)(const LoopConfig& cfg, const SpanBlocks& sb, float* w, const float* u, std::int64_t blocks,
                              LoopCounts& counts);
 
-// mx_nearest and NVFP4's nearest span loop written with AVX2 intrinsics (block_loops_avx2.cpp): the same results,
-// event counts kept in registers.
+// The AVX2 ISA's intrinsics loops (block_loops_avx2.cpp): mx_nearest, NVFP4's nearest span loop and its span scan, with
+// the generic loops' results (the scan's `exact` is conservative: see below).
 namespace avx2 {
 void mx_nearest_float(const LoopConfig& cfg, const SpanBlocks& sb, float* w, const float* u, std::int64_t blocks,
                       LoopCounts& counts);
