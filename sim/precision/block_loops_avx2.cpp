@@ -49,6 +49,22 @@ using V = __m256i;  // 8 lanes of 32 bits; a decision: all ones (true) or zero
   return s;
 }
 
+// The exact error of s = fl32(w + u) (TwoSum: s + e == w + u), in the direction of |s| (sign: s's sign bit).
+[[gnu::always_inline]] inline __m256 sum_error_toward_s(__m256 wf, __m256 uf, __m256 s, V sign) {
+  const __m256 bb = _mm256_sub_ps(s, wf);
+  const __m256 e = _mm256_add_ps(_mm256_sub_ps(wf, _mm256_sub_ps(s, bb)), _mm256_sub_ps(uf, bb));
+  return as_ps(_mm256_xor_si256(as_si(e), sign));
+}
+
+// Prefetches block b's elements one span ahead (the write pass's and the scan's next reads), a 64-byte line at a time.
+template <std::int64_t B>
+[[gnu::always_inline]] inline void prefetch_next_span(const float* w, const float* u, std::int64_t b) {
+  for (std::int64_t k = 0; k < B; k += 16) {
+    _mm_prefetch(reinterpret_cast<const char*>(w + b * B + kSpanElements + k), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(u + b * B + kSpanElements + k), _MM_HINT_T0);
+  }
+}
+
 // The events of a write-back in 8 lanes, counted in vector registers over a span (at most kSpanElements / 8 per lane):
 // wf, uf the old value and the proposal, val the new value and mag its magnitude bits; sat the saturated lanes; cs all
 // ones where the block's scale changed; top_sel the bits of the block's old largest magnitude where the saturation
@@ -94,9 +110,7 @@ struct Events {
   V sat = _mm256_cmpgt_epi32(ab, max_bits);
   const V at = _mm256_cmpeq_epi32(ab, max_bits);
   if (lanes(at) != 0) {
-    const __m256 bb = _mm256_sub_ps(s, wf);
-    const __m256 e = _mm256_add_ps(_mm256_sub_ps(wf, _mm256_sub_ps(s, bb)), _mm256_sub_ps(uf, bb));
-    const __m256 em = as_ps(_mm256_xor_si256(as_si(e), sign));  // e in the direction of |s|
+    const __m256 em = sum_error_toward_s(wf, uf, s, sign);
     sat = _mm256_or_si256(sat, _mm256_and_si256(at, as_si(_mm256_cmp_ps(em, _mm256_setzero_ps(), _CMP_GT_OQ))));
   }
   return sat;
@@ -112,10 +126,7 @@ template <bool Integer>
   const V lsb = bcast(cfg.lsb_mask), tie_bits = bcast(cfg.tie_bits);
   Events ev;
   for (std::int64_t b = 0; b < blocks; ++b) {
-    for (std::int64_t k = 0; k < B; k += 16) {  // the next span (the write pass's first reads)
-      _mm_prefetch(reinterpret_cast<const char*>(w + b * B + kSpanElements + k), _MM_HINT_T0);
-      _mm_prefetch(reinterpret_cast<const char*>(u + b * B + kSpanElements + k), _MM_HINT_T0);
-    }
+    prefetch_next_span<B>(w, u, b);
     if (!sb.fused[b]) {
       continue;
     }
@@ -150,9 +161,7 @@ template <bool Integer>
         __m256 nf = n;
         sat = _mm256_cmpgt_epi32(ab, max_bits);
         if (lanes(_mm256_or_si256(tie, _mm256_cmpeq_epi32(ab, max_bits))) != 0) {  // rare: the exact sum is needed
-          const __m256 bb = _mm256_sub_ps(s, wf);
-          const __m256 e = _mm256_add_ps(_mm256_sub_ps(wf, _mm256_sub_ps(s, bb)), _mm256_sub_ps(uf, bb));
-          const __m256 em = as_ps(_mm256_xor_si256(as_si(e), sign));  // e in the direction of |s|
+          const __m256 em = sum_error_toward_s(wf, uf, s, sign);
           const V em_pos = as_si(_mm256_cmp_ps(em, fzero, _CMP_GT_OQ));
           const V em_neg = as_si(_mm256_cmp_ps(em, fzero, _CMP_LT_OQ));
           const V d_pos = as_si(_mm256_cmp_ps(d, fzero, _CMP_GT_OQ));
@@ -172,9 +181,7 @@ template <bool Integer>
         V ab_adj = ab_in;
         sat = _mm256_cmpgt_epi32(ab, max_bits);
         if (lanes(_mm256_or_si256(tie, _mm256_cmpeq_epi32(ab, max_bits))) != 0) {  // rare: the exact sum is needed
-          const __m256 bb = _mm256_sub_ps(s, wf);
-          const __m256 e = _mm256_add_ps(_mm256_sub_ps(wf, _mm256_sub_ps(s, bb)), _mm256_sub_ps(uf, bb));
-          const __m256 em = as_ps(_mm256_xor_si256(as_si(e), sign));  // e in the direction of |s|
+          const __m256 em = sum_error_toward_s(wf, uf, s, sign);
           const V use_e2 = _mm256_andnot_si256(as_si(_mm256_cmp_ps(e2, fzero, _CMP_EQ_OQ)), in_sub);
           const __m256 em_in = _mm256_blendv_ps(em, e2, as_ps(use_e2));
           const V up = _mm256_and_si256(tie, as_si(_mm256_cmp_ps(em_in, fzero, _CMP_GT_OQ)));
@@ -208,10 +215,7 @@ void nvfp4_nearest_span_body(const SpanBlocks& sb, float* w, const float* u, std
   const __m256d abs_pd = _mm256_castsi256_pd(_mm256_set1_epi64x(0x7fffffffffffffffll));
   Events ev;
   for (std::int64_t b = 0; b < blocks; ++b) {
-    for (std::int64_t k = 0; k < B; k += 16) {  // the next span (the write pass's first reads)
-      _mm_prefetch(reinterpret_cast<const char*>(w + b * B + kSpanElements + k), _MM_HINT_T0);
-      _mm_prefetch(reinterpret_cast<const char*>(u + b * B + kSpanElements + k), _MM_HINT_T0);
-    }
+    prefetch_next_span<B>(w, u, b);
     if (!sb.active[b]) {
       continue;
     }
@@ -276,10 +280,7 @@ void nvfp4_span_scan_body(const float* w, const float* u, std::int64_t blocks, S
   constexpr std::int64_t B = 16;
   const V abs_mask = bcast(0x7fffffffu), zero = _mm256_setzero_si256(), gap = bcast(28);
   for (std::int64_t b = 0; b < blocks; ++b) {
-    for (std::int64_t k = 0; k < B; k += 16) {  // the next span
-      _mm_prefetch(reinterpret_cast<const char*>(w + b * B + kSpanElements + k), _MM_HINT_T0);
-      _mm_prefetch(reinterpret_cast<const char*>(u + b * B + kSpanElements + k), _MM_HINT_T0);
-    }
+    prefetch_next_span<B>(w, u, b);
     V amax_w = zero, amax_v = zero, nonzero = zero, inexact = zero;
     for (std::int64_t k = b * B; k < b * B + B; k += 8) {
       const __m256 wf = _mm256_loadu_ps(w + k), uf = _mm256_loadu_ps(u + k);
